@@ -1,0 +1,34 @@
+# asrdecode developer commands. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+OUT    ?= out
+
+.PHONY: install demo test lint clean-out
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## demo: transcribe the bundled demo data with the embedded default model and print the report
+demo: install
+	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --out $(OUT)/demo-synthetic --overwrite
+	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --out $(OUT)/demo-real --overwrite
+
+## test: install and run the whole suite
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check asrdecode tests scripts
+	$(BIN)/ruff format --check asrdecode tests scripts || true
+
+clean-out:
+	rm -rf $(OUT)

@@ -1,0 +1,231 @@
+"""`asrdecode` command line: parses arguments, calls the library, reports with rich. No logic here."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from asrdecode import __version__
+from asrdecode.errors import AsrDecodeError
+
+console = Console(stderr=True)
+out_console = Console()
+
+
+def _fail(err: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(err)
+    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    sys.exit(2)
+
+
+class _Group(click.Group):
+    """Turns AsrDecodeError (and common OS errors) into one-line messages unless --debug."""
+
+    def invoke(self, ctx: click.Context):
+        debug = "--debug" in sys.argv
+        try:
+            return super().invoke(ctx)
+        except AsrDecodeError as err:
+            _fail(err, debug)
+        except (OSError, ValueError) as err:
+            if debug:
+                raise
+            _fail(err, debug)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted:[/] finished results are kept; rerun the same command to resume")
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="asrdecode")
+def main() -> None:
+    """asrdecode: batch speech transcription with batched (GPU-style) decoders.
+
+    \b
+    Examples:
+      asrdecode transcribe data/demo/real --out out/demo
+      asrdecode transcribe manifest.jsonl --config configs/ctc-greedy.yaml batch.max_seconds=60 --out out/x
+      asrdecode score --ref data/demo/real/manifest.jsonl --hyp out/demo/transcripts.jsonl
+      asrdecode info data/models/demo_ctc_bpe.nemo
+    """
+
+
+def _report_table(report: dict) -> Table:
+    table = Table(title="asrdecode report", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+
+    def fmt(v, spec="{:.2f}"):
+        return "-" if v is None else spec.format(v)
+
+    table.add_row("input", f"{report['input']} ({report['input_kind']})")
+    table.add_row("model / decoder", f"{report['model']} / {report['decoder']}")
+    table.add_row("device", report["device"])
+    table.add_row("utterances", f"{report['utterances']} total, {report['decoded_this_run']} decoded now, "
+                                f"{report['resumed']} resumed, {report['failed']} failed")
+    table.add_row("audio (this run)", f"{report['audio_hours_this_run'] * 3600:.1f} s")
+    if report.get("wer") is not None:
+        table.add_row("WER / CER", f"{report['wer'] * 100:.2f}% / {report['cer'] * 100:.2f}% "
+                                   f"({report['scored_utterances']} utterances)")
+    table.add_row("RTFx (wall, warm)", fmt(report.get("rtfx"), "{:.1f}"))
+    per = report.get("rtfx_per_stage", {})
+    secs = report.get("stage_seconds", {})
+    table.add_row("RTFx per stage", ", ".join(f"{k} {fmt(per.get(k), '{:.0f}')} ({secs.get(k, 0):.2f}s)" for k in per))
+    table.add_row("peak memory", f"{report['peak_memory_mb']:.0f} MB")
+    table.add_row("config hash", report["config_hash"])
+    return table
+
+
+@main.command()
+@click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
+@click.argument("overrides", nargs=-1, metavar="[KEY.PATH=VALUE]...")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Output folder (results are appended as they come).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML config (see configs/).")
+@click.option("--model", help="Shortcut for model.path=... (a .nemo file or embedded:<name>).")
+@click.option("--decoder", help="Shortcut for decoder.type=... (e.g. ctc-greedy).")
+@click.option("--device", help="Shortcut for device=... (auto, cpu, cuda, cuda:N).")
+@click.option("--overwrite", is_flag=True, help="Start fresh instead of resuming into --out.")
+@click.option("--strict", is_flag=True, help="Stop at the first unreadable input instead of skipping it.")
+@click.option("--save-logprobs", is_flag=True, help="Also write model log-probs (.npy + logprobs.json) for decoder-only runs.")
+@click.option("--print-config", is_flag=True, help="Print the merged config and exit.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def transcribe(input_path, overrides, out_dir, config_file, model, decoder, device, overwrite, strict,
+               save_logprobs, print_config, debug) -> None:
+    """Transcribe an audio folder, JSONL manifest, Kaldi data dir or saved log-probs folder.
+
+    \b
+    INPUT is one of:
+      a folder of audio (recursive: wav, flac, ogg, mp3, ...)
+      a NeMo-style JSONL manifest (audio_filepath, duration, text?, offset?, boost?)
+      a Kaldi data dir (wav.scp, text?, segments?)
+      a folder written by --save-logprobs (runs only the decoder)
+    Any config key can be overridden as KEY.PATH=VALUE (e.g. batch.max_seconds=60).
+    Rerunning into the same --out resumes; --overwrite starts again.
+
+    \b
+    Examples:
+      asrdecode transcribe data/demo/real --out out/real
+      asrdecode transcribe data/demo/synthetic/manifest.jsonl --model data/models/demo_ctc_bpe.nemo --out out/syn
+      asrdecode transcribe out/syn/logprobs --decoder ctc-greedy --out out/syn-redecode
+    """
+    from asrdecode.config import build_config, config_to_yaml
+
+    items = list(overrides)
+    if model:
+        items.append(f"model.path={model}")
+    if decoder:
+        items.append(f"decoder.type={decoder}")
+    if device:
+        items.append(f"device={device}")
+    if save_logprobs:
+        items.append("output.save_logprobs=true")
+    cfg = build_config(config_file, items)
+    if print_config:
+        out_console.print(config_to_yaml(cfg), highlight=False, end="")
+        return
+    if out_dir is None:
+        raise click.UsageError("--out DIR is required")
+
+    from asrdecode.pipeline import Transcriber
+
+    progress = Progress(
+        TextColumn("[bold]transcribing"), BarColumn(), MofNCompleteColumn(), TextColumn("utts"),
+        TextColumn("{task.fields[audio]:.0f} s audio"), TextColumn("RTFx {task.fields[rtfx]}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    )
+    task = None
+
+    def on_progress(event: dict) -> None:
+        nonlocal task
+        rtfx = f"{event['audio_seconds'] / event['elapsed']:.1f}" if event["elapsed"] > 0 else "-"
+        if task is None:
+            task = progress.add_task("decode", total=event["total"], audio=0.0, rtfx="-")
+        progress.update(task, completed=event["done"], audio=event["audio_seconds"], rtfx=rtfx)
+
+    def on_error(utt_id: str, message: str) -> None:
+        progress.console.print(f"[yellow]skipped[/] {utt_id}: {message}", highlight=False)
+
+    def on_status(message: str) -> None:
+        progress.console.print(f"[dim]{message}[/]")
+
+    runner = Transcriber(cfg, input_path, out_dir, overwrite=overwrite, strict=strict,
+                         on_progress=on_progress, on_error=on_error, on_status=on_status)
+    with progress:
+        report = runner.run()
+    out_console.print(_report_table(report))
+    out_console.print(f"results in {out_dir}/ (transcripts.jsonl, text, hyp.ctm, errors.jsonl, report.json)")
+
+
+@main.command()
+@click.option("--ref", "ref_path", required=True, type=click.Path(path_type=Path),
+              help="References: Kaldi text (utt words...) or JSONL with 'text'.")
+@click.option("--hyp", "hyp_path", required=True, type=click.Path(path_type=Path),
+              help="Hypotheses: Kaldi text or JSONL with 'pred_text' (e.g. transcripts.jsonl).")
+@click.option("--worst", default=5, show_default=True, help="Show the N worst utterances with alignments.")
+@click.option("--keep-case", is_flag=True, help="Do not lowercase before scoring.")
+@click.option("--keep-punctuation", is_flag=True, help="Do not strip punctuation before scoring.")
+@click.option("--per-utt", is_flag=True, help="Print one line per utterance.")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), help="Also write the full score report as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def score(ref_path, hyp_path, worst, keep_case, keep_punctuation, per_utt, json_out, debug) -> None:
+    """Score hypotheses against references: WER, CER, substitutions/deletions/insertions.
+
+    \b
+    Example:
+      asrdecode score --ref data/demo/real/manifest.jsonl --hyp out/real/transcripts.jsonl --worst 3
+    """
+    from asrdecode.scoring import read_transcripts
+    from asrdecode.scoring import score as run_score
+
+    refs = read_transcripts(ref_path, field="text")
+    hyps = read_transcripts(hyp_path, field="pred_text")
+    report = run_score(refs, hyps, lowercase=not keep_case, remove_punctuation=not keep_punctuation)
+    d = report.to_dict()
+    table = Table(title=f"{hyp_path} vs {ref_path}", show_header=True, title_justify="left")
+    for col in ("WER", "CER", "sub", "del", "ins", "ref words", "utts", "missing hyps"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{d['wer'] * 100:.2f}%", f"{d['cer'] * 100:.2f}%", str(d["substitutions"]), str(d["deletions"]),
+                  str(d["insertions"]), str(d["ref_words"]), str(d["utterances"]), str(len(d.get("missing", []))))
+    out_console.print(table)
+    if per_utt:
+        for line in d["per_utterance"]:
+            out_console.print(f"{line['utt_id']}\tWER {line['wer'] * 100:.1f}%\tref: {line['ref']}\thyp: {line['hyp']}",
+                              highlight=False)
+    if worst > 0:
+        for text in report.worst(worst):
+            out_console.print(text, highlight=False)
+    if json_out:
+        Path(json_out).write_text(json.dumps(d, indent=2))
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def info(path: Path, debug: bool) -> None:
+    """Describe a model (.nemo / embedded:NAME) or a data set (folder, manifest, Kaldi dir, log-probs).
+
+    \b
+    Examples:
+      asrdecode info embedded:demo_ctc_bpe
+      asrdecode info data/demo/real
+    """
+    from asrdecode.info import describe
+
+    table = Table(title=str(path), show_header=False, title_justify="left")
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    for key, value in describe(str(path)).items():
+        table.add_row(key, value if isinstance(value, str) else json.dumps(value))
+    out_console.print(table)
+
+
+if __name__ == "__main__":
+    main()

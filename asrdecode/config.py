@@ -1,0 +1,227 @@
+"""Typed run configuration: dataclasses filled from YAML, then `key.path=value` overrides.
+
+Unknown keys and wrong types are `ConfigError`s that list the valid keys. Decoder options live
+in one dataclass per decoder type (registered in `asrdecode.decoders`), selected by
+`decoder.type`, so `decoder.beam=...` is only valid for decoders that have a beam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from asrdecode.errors import ConfigError
+
+DEFAULT_MODEL = "embedded:demo_ctc_bpe"
+
+
+@dataclass
+class ModelConfig:
+    """Which acoustic model: a `.nemo` path or `embedded:<name>` (shipped with asrdecode)."""
+
+    path: str = DEFAULT_MODEL
+    type: str = "auto"  # auto | nemo-ctc
+
+
+@dataclass
+class FeaturesConfig:
+    """Front end. `auto` uses the model's own preprocessor (e.g. NeMo log-mel from the checkpoint)."""
+
+    type: str = "auto"  # auto | nemo-mel | kaldi-fbank | kaldi-mfcc
+
+
+@dataclass
+class BatchConfig:
+    """Utterances are sorted by length and batched by padded seconds."""
+
+    max_seconds: float = 240.0
+    max_utterances: int = 64
+
+
+@dataclass
+class OutputConfig:
+    """What to write besides transcripts.jsonl, text, errors.jsonl and report.json."""
+
+    ctm: bool = True
+    save_logprobs: bool = False
+    word_timestamps: bool = True
+
+
+@dataclass
+class ScoringConfig:
+    """Text normalisation applied to both sides before WER/CER."""
+
+    lowercase: bool = True
+    remove_punctuation: bool = True
+    worst: int = 5
+
+
+@dataclass
+class RunConfig:
+    """The whole configuration of `asrdecode transcribe`."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # CPU intra-op threads; 0 = torch default
+    model: ModelConfig = field(default_factory=ModelConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    decoder: dict = field(default_factory=lambda: {"type": "ctc-greedy"})
+    output: OutputConfig = field(default_factory=OutputConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """Short hash of the canonical config (reported, and used for caching)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _valid_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            keys += _valid_keys(tp, f"{prefix}{f.name}.")
+        else:
+            keys.append(f"{prefix}{f.name}")
+    return keys
+
+
+def _unknown_key(key: str, valid: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"unknown config key '{key}'{hint}; valid keys: {', '.join(valid)}")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check/convert a YAML value to the annotated type (int→float allowed, nothing else)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"config key '{key}': bad value {value!r}")
+    if tp is Any:
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"config key '{key}' expects a list, got {value!r}")
+        (item_tp,) = typing.get_args(tp)[:1] or (Any,)
+        return [_coerce(v, item_tp, key) for v in value]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' expects a mapping, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"config key '{key}' expects a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{key}' expects an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' expects true/false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return str(value)
+            raise ConfigError(f"config key '{key}' expects a string, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return dataclass_from_dict(tp, value, prefix=f"{key}.")
+    return value
+
+
+def dataclass_from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
+    """Build dataclass `cls` from a (nested) dict, rejecting unknown keys and wrong types."""
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section '{prefix.rstrip('.') or 'root'}' must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise _unknown_key(prefix + str(key), [prefix + k for k in _valid_keys(cls)])
+    kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`decoder.beam=12` → (['decoder', 'beam'], 12); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like key.path=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override '{text}' has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_override(tree: dict, path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[path[-1]] = value
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read a YAML config file; errors name the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: config file not found")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}{where}: invalid YAML ({getattr(err, 'problem', err)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: config must be a YAML mapping")
+    return data
+
+
+def build_config(config_file: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """YAML file (optional) + CLI overrides → validated RunConfig (decoder section included)."""
+    tree: dict = load_yaml(config_file) if config_file else {}
+    for item in overrides or []:
+        path, value = parse_override(item)
+        apply_override(tree, path, value)
+    cfg = dataclass_from_dict(RunConfig, tree)
+    from asrdecode.decoders import decoder_config_from_dict
+
+    decoder_cfg = decoder_config_from_dict(cfg.decoder)
+    cfg.decoder = {"type": cfg.decoder.get("type", "ctc-greedy"), **dataclasses.asdict(decoder_cfg)}
+    return cfg
+
+
+def config_to_yaml(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,66 @@
+"""The one decoder interface: a batch of model outputs in, one DecodeResult per utterance out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+
+from asrdecode.models.base import ModelOutput
+
+
+@dataclass
+class Word:
+    """A recognised word with start/end time in seconds and an optional confidence."""
+
+    word: str
+    start: float
+    end: float
+    confidence: float | None = None
+
+
+@dataclass
+class DecodeResult:
+    """Per-utterance decoder output.
+
+    tokens: unit ids (model output columns) of the 1-best; token_frames: output frame of each.
+    score: total log score of the 1-best (higher is better); acoustic/lm parts where known.
+    nbest: optional list of (words, score); lattice: optional decoder-specific lattice object.
+    """
+
+    words: list[Word]
+    tokens: list[int] = field(default_factory=list)
+    token_frames: list[int] = field(default_factory=list)
+    score: float = 0.0
+    acoustic_score: float | None = None
+    lm_score: float | None = None
+    nbest: list[tuple[list[str], float]] | None = None
+    lattice: Any = None
+
+    @property
+    def text(self) -> str:
+        return " ".join(w.word for w in self.words)
+
+
+@dataclass
+class DecoderContext:
+    """What a decoder may know about the model: its units, blank and how units form words."""
+
+    units: list[str]
+    blank_id: int
+    frame_shift: float
+    words_of: Callable[[list[int]], list[tuple[str, int, int]]]
+
+
+class Decoder(Protocol):
+    """Pure tensor algorithm with a small dataclass config and no I/O.
+
+    Built once per run as `DecoderClass(config, context)`; `decode` takes a batch of model
+    outputs (log-probs/encoder states + lengths, on any device) and returns one result per
+    utterance, in batch order.
+    """
+
+    name: ClassVar[str]
+    config_type: ClassVar[type]
+
+    def decode(self, output: ModelOutput) -> list[DecodeResult]: ...

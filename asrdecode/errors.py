@@ -1,0 +1,29 @@
+"""Exceptions that the CLI turns into one-line messages (no traceback unless --debug)."""
+
+
+class AsrDecodeError(Exception):
+    """Base class: a problem the user can fix; str(err) is the one-line message."""
+
+
+class ConfigError(AsrDecodeError):
+    """Unknown config key, wrong type or bad value."""
+
+
+class InputError(AsrDecodeError):
+    """A manifest, data dir or input folder that cannot be read."""
+
+
+class AudioError(AsrDecodeError):
+    """One audio file that cannot be read, is empty, truncated or cannot be resampled."""
+
+
+class ModelError(AsrDecodeError):
+    """A model file that cannot be loaded (unsupported class, unsafe archive, bad weights)."""
+
+
+class LogprobsError(AudioError):
+    """A saved log-prob matrix (.npy) that is missing, unreadable or does not match logprobs.json."""
+
+
+class OutputError(AsrDecodeError):
+    """An output directory that cannot be written or is in use by another run."""

@@ -1,0 +1,46 @@
+"""`asrdecode info PATH`: describe a model or a data set as a flat dict of printable values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from asrdecode.errors import InputError
+
+
+def describe_dataset(path: str) -> dict:
+    from asrdecode.io.manifests import read_inputs
+
+    inputs = read_inputs(Path(path))
+    utts = inputs.utterances
+    durations = [u.duration for u in utts if u.duration is not None]
+    with_text = sum(u.text is not None for u in utts)
+    info = {
+        "kind": inputs.kind,
+        "utterances": str(len(utts)),
+        "with reference text": str(with_text),
+        "audio": f"{sum(durations) / 3600:.3f} h over {len(durations)} utterances with known duration"
+        if durations else "unknown duration",
+    }
+    if durations:
+        info["duration min/mean/max"] = (
+            f"{min(durations):.2f} / {sum(durations) / len(durations):.2f} / {max(durations):.2f} s")
+    if with_text:
+        words = sum(len(u.text.split()) for u in utts if u.text)
+        info["reference words"] = str(words)
+    if inputs.kind == "logprobs":
+        meta = inputs.meta
+        info["units"] = str(len(meta["units"]))
+        info["frame shift"] = f"{meta['frame_shift']} s"
+    return info
+
+
+def describe(path: str) -> dict:
+    """Model (.nemo or embedded:NAME) or data set."""
+    if path.startswith("embedded:") or path.endswith(".nemo"):
+        from asrdecode.models.loading import load_model, resolve_model_path
+
+        model = load_model(path)
+        return {"file": str(resolve_model_path(path)), **model.describe()}
+    if not Path(path).exists():
+        raise InputError(f"{path}: no such file or folder")
+    return describe_dataset(path)

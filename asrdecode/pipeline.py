@@ -1,0 +1,348 @@
+"""The transcription loop: inputs → batches → features → model → decoder → writers → report.
+
+Owns the stage timers, resume logic and error accounting; no printing (the CLI reports through
+the `on_progress` callback).
+"""
+
+from __future__ import annotations
+
+import platform
+import resource
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asrdecode.config import RunConfig
+from asrdecode.decoders import DecodeResult, DecoderContext, make_decoder
+from asrdecode.errors import AsrDecodeError, AudioError, ConfigError
+from asrdecode.models.base import ModelOutput
+
+STAGES = ("load", "features", "model", "decode")
+
+
+def resolve_device(spec: str) -> torch.device:
+    """`auto` → first CUDA device if present, else CPU; `cuda[:N]` must exist."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise ConfigError(f"device '{spec}' is not a torch device (use auto, cpu, cuda or cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device '{spec}' requested but CUDA is not available on this machine")
+    return device
+
+
+@dataclass
+class StageTimer:
+    """Wall-clock seconds per stage; synchronises CUDA so device work is attributed correctly."""
+
+    device: torch.device
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+
+    @contextmanager
+    def stage(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.seconds[name] += time.perf_counter() - start
+
+
+@dataclass
+class RunStats:
+    utterances: int = 0
+    decoded: int = 0
+    resumed: int = 0
+    failed: int = 0
+    audio_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+
+def words_of_units(units: list[str]) -> Callable[[list[int]], list[tuple[str, int, int]]]:
+    """Group unit ids into words for a bare unit list (saved log-probs): BPE '▁' or char space/'|'."""
+    bpe = any(u.startswith("▁") for u in units)
+    sep = {i for i, u in enumerate(units) if u in (" ", "|", "<space>")}
+
+    def words_of(tokens: list[int]) -> list[tuple[str, int, int]]:
+        out: list[tuple[str, int, int]] = []
+        cur, first = "", -1
+        for i, tok in enumerate(tokens):
+            piece = units[tok]
+            starts_word = (bpe and piece.startswith("▁")) or (not bpe and tok in sep)
+            if starts_word and cur:
+                out.append((cur, first, i - 1))
+                cur, first = "", -1
+            text = piece.lstrip("▁") if bpe else ("" if tok in sep else piece)
+            if text:
+                if not cur:
+                    first = i
+                cur += text
+        if cur:
+            out.append((cur, first, len(tokens) - 1))
+        return out
+
+    return words_of
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1024 if platform.system() != "Darwin" else rss / 2**20
+
+
+class Transcriber:
+    """One run of `asrdecode transcribe` over an input set into an output folder."""
+
+    def __init__(self, cfg: RunConfig, input_path: str | Path, out_dir: str | Path, *, overwrite: bool = False,
+                 strict: bool = False, on_progress: Callable[[dict], None] | None = None,
+                 on_error: Callable[[str, str], None] | None = None, on_status: Callable[[str], None] | None = None):
+        self.cfg = cfg
+        self.input_path = Path(input_path)
+        self.out_dir = Path(out_dir)
+        self.overwrite = overwrite
+        self.strict = strict
+        self.on_progress = on_progress or (lambda event: None)
+        self.on_error = on_error or (lambda utt, msg: None)
+        self.on_status = on_status or (lambda msg: None)
+        self.device = resolve_device(cfg.device)
+        self.timer = StageTimer(self.device)
+        self.stats = RunStats()
+
+    # ----------------------------------------------------------------- setup
+    def _setup(self):
+        from asrdecode.io.manifests import read_inputs
+        from asrdecode.io.writers import OutputWriter
+
+        if self.cfg.threads > 0:
+            torch.set_num_threads(self.cfg.threads)
+        self.inputs = read_inputs(self.input_path)
+        self.writer = OutputWriter(self.out_dir, overwrite=self.overwrite)
+        done = self.writer.done_ids()
+        self.todo = [u for u in self.inputs.utterances if u.utt_id not in done]
+        self.stats.utterances = len(self.inputs.utterances)
+        self.stats.resumed = len(self.inputs.utterances) - len(self.todo)
+        self.logprob_input = self.inputs.kind == "logprobs"
+        if self.logprob_input:
+            meta = self.inputs.meta
+            self.model = None
+            self.frame_shift = float(meta["frame_shift"])
+            self.units = list(meta["units"])
+            self.blank_id = int(meta.get("blank_id", len(self.units)))
+            words_of = words_of_units(self.units)
+        else:
+            from asrdecode.models.loading import load_model
+
+            self.on_status(f"loading model {self.cfg.model.path}")
+            self.model = load_model(self.cfg.model.path, self.cfg.model.type).to(self.device).eval()
+            if self.cfg.features.type not in ("auto",):
+                raise ConfigError(
+                    f"features.type '{self.cfg.features.type}' does not fit a NeMo model, which brings its own "
+                    "preprocessor; use features.type=auto"
+                )
+            self.frame_shift = self.model.frame_shift
+            self.units = list(self.model.units)
+            self.blank_id = self.model.blank_id
+            words_of = self.model.tokens_to_words
+        context = DecoderContext(units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift,
+                                 words_of=words_of)
+        self.decoder = make_decoder(self.cfg.decoder, context)
+        if self.cfg.output.save_logprobs:
+            from asrdecode.io.manifests import write_logprobs_meta
+
+            write_logprobs_meta(self.out_dir / "logprobs", self.frame_shift, self.blank_id, self.units,
+                                {"model": self.cfg.model.path})
+
+    # ----------------------------------------------------------------- stages
+    @torch.inference_mode()
+    def _model_output(self, waves: list[torch.Tensor]) -> ModelOutput:
+        from asrdecode.audio.batching import pad_batch
+
+        batch, lengths = pad_batch(waves, self.device)
+        with self.timer.stage("features"):
+            feats, feat_lens = self.model.features(batch, lengths)
+        with self.timer.stage("model"):
+            out = self.model.forward_features(feats, feat_lens)
+        return out
+
+    def _warm_up(self) -> None:
+        """Run one short batch through every stage so first-call costs are not timed."""
+        if self.model is None:
+            return
+        sr = self.model.sample_rate
+        with torch.inference_mode():
+            out = self.model.forward_features(*self.model.features(
+                torch.zeros(1, sr, device=self.device), torch.tensor([sr], device=self.device)))
+            self.decoder.decode(out)
+        self.timer.seconds = dict.fromkeys(STAGES, 0.0)
+
+    def _load_batch(self, utts):
+        """Read + resample one batch; failures are reported and dropped (or raised with --strict)."""
+        from asrdecode.audio.loading import load_audio, resample_batch
+
+        good, waves, rates = [], [], []
+        for utt in utts:
+            try:
+                wave, rate = load_audio(utt)
+            except AudioError as err:
+                self._fail(utt, str(err))
+                continue
+            good.append(utt)
+            waves.append(torch.from_numpy(np.ascontiguousarray(wave)))
+            rates.append(rate)
+        if not good:
+            return [], []
+        resampled = resample_batch(waves, rates, self.model.sample_rate, self.device)
+        keep_u, keep_w = [], []
+        for utt, wave in zip(good, resampled, strict=True):
+            if isinstance(wave, Exception):
+                self._fail(utt, str(wave))
+            else:
+                keep_u.append(utt)
+                keep_w.append(wave)
+        return keep_u, keep_w
+
+    def _load_logprob_batch(self, utts):
+        from asrdecode.io.manifests import load_logprobs
+
+        good, mats = [], []
+        for utt in utts:
+            try:
+                mats.append(torch.from_numpy(np.asarray(load_logprobs(utt), dtype=np.float32)))
+                good.append(utt)
+            except AsrDecodeError as err:
+                self._fail(utt, str(err))
+        return good, mats
+
+    def _fail(self, utt, message: str) -> None:
+        self.stats.failed += 1
+        self.writer.write_error(utt, message)
+        self.on_error(utt.utt_id, message)
+        if self.strict:
+            raise AudioError(message)
+
+    def _save_logprobs(self, utts, out: ModelOutput) -> None:
+        from asrdecode.io.manifests import save_logprobs
+
+        lp = out.log_probs.float().cpu().numpy()
+        for i, utt in enumerate(utts):
+            save_logprobs(self.out_dir / "logprobs", utt.utt_id, lp[i, : int(out.lengths[i])],
+                          text=utt.text, duration=self._duration(utt))
+
+    def _duration(self, utt) -> float:
+        if utt.duration is not None:
+            return float(utt.duration)
+        return 0.0
+
+    # ----------------------------------------------------------------- run
+    def run(self) -> dict:
+        from asrdecode.audio.batching import plan_batches
+
+        self._setup()
+        start = time.perf_counter()
+        interrupted = False
+        try:
+            if self.todo:
+                if self.model is not None:
+                    self.on_status("warming up")
+                    self._warm_up()
+                batches = plan_batches(self.todo, self.cfg.batch.max_seconds, self.cfg.batch.max_utterances)
+                self.on_progress({"total": len(self.todo), "done": 0, "audio_seconds": 0.0, "elapsed": 0.0})
+                for utts in batches:
+                    self._run_batch(utts, start)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            self.stats.wall_seconds = time.perf_counter() - start
+            self.writer.close()
+        report = self.report(interrupted)
+        self.writer.write_report(report)
+        if interrupted:
+            raise KeyboardInterrupt
+        return report
+
+    def _run_batch(self, utts, start: float) -> None:
+        with self.timer.stage("load"):
+            if self.logprob_input:
+                utts, mats = self._load_logprob_batch(utts)
+            else:
+                utts, waves = self._load_batch(utts)
+        if utts:
+            if self.logprob_input:
+                lengths = torch.tensor([m.shape[0] for m in mats], dtype=torch.int64)
+                padded = torch.nn.utils.rnn.pad_sequence(mats, batch_first=True).to(self.device)
+                out = ModelOutput(padded, lengths.to(self.device), self.frame_shift, self.blank_id, self.units)
+                seconds = [self._duration(u) or m.shape[0] * self.frame_shift for u, m in zip(utts, mats, strict=True)]
+            else:
+                out = self._model_output(waves)
+                seconds = [w.shape[0] / self.model.sample_rate for w in waves]
+            with self.timer.stage("decode"):
+                results: list[DecodeResult] = self.decoder.decode(out)
+            if self.cfg.output.save_logprobs and out.log_probs is not None:
+                self._save_logprobs(utts, out)
+            self.writer.write_results(utts, results, seconds, ctm=self.cfg.output.ctm)
+            self.stats.decoded += len(utts)
+            self.stats.audio_seconds += sum(seconds)
+        self.on_progress({
+            "total": len(self.todo),
+            "done": self.stats.decoded + self.stats.failed,
+            "audio_seconds": self.stats.audio_seconds,
+            "elapsed": time.perf_counter() - start,
+        })
+
+    def report(self, interrupted: bool = False) -> dict:
+        """report.json: counts, hours, WER/CER over all finished utterances, RTFx per stage."""
+        audio = self.stats.audio_seconds
+        stage_seconds = dict(self.timer.seconds)
+        compute = sum(stage_seconds.values())
+        rtfx = {name: (audio / sec if sec > 0 else None) for name, sec in stage_seconds.items()}
+        report = {
+            "input": str(self.input_path),
+            "input_kind": self.inputs.kind,
+            "output": str(self.out_dir),
+            "model": self.cfg.model.path if self.model is not None else "(saved log-probs)",
+            "decoder": self.cfg.decoder.get("type"),
+            "device": str(self.device),
+            "config_hash": self.cfg.digest(),
+            "utterances": self.stats.utterances,
+            "decoded_this_run": self.stats.decoded,
+            "resumed": self.stats.resumed,
+            "failed": self.stats.failed,
+            "interrupted": interrupted,
+            "audio_hours_this_run": audio / 3600,
+            "wall_seconds": self.stats.wall_seconds,
+            "stage_seconds": stage_seconds,
+            "rtfx": audio / self.stats.wall_seconds if self.stats.wall_seconds > 0 and audio else None,
+            "rtfx_compute": audio / compute if compute > 0 else None,
+            "rtfx_per_stage": rtfx,
+            "peak_memory_mb": round(_peak_memory_mb(self.device), 1),
+            "torch": torch.__version__,
+        }
+        report.update(self._accuracy())
+        return report
+
+    def _accuracy(self) -> dict:
+        """WER/CER over every utterance in transcripts.jsonl that has a reference."""
+        from asrdecode.scoring import score
+
+        refs = {u.utt_id: u.text for u in self.inputs.utterances if u.text is not None}
+        if not refs:
+            return {"wer": None, "cer": None, "scored_utterances": 0}
+        hyps = self.writer.read_hypotheses()
+        hyps = {k: v for k, v in hyps.items() if k in refs}
+        refs = {k: v for k, v in refs.items() if k in hyps}
+        if not refs:
+            return {"wer": None, "cer": None, "scored_utterances": 0}
+        sc = score(refs, hyps, lowercase=self.cfg.scoring.lowercase,
+                   remove_punctuation=self.cfg.scoring.remove_punctuation)
+        d = sc.to_dict()
+        return {"wer": d["wer"], "cer": d["cer"], "scored_utterances": len(refs), "scoring": {
+            k: d[k] for k in ("substitutions", "deletions", "insertions", "ref_words") if k in d}}
