@@ -40,7 +40,9 @@ class _Group(click.Group):
                 raise
             _fail(err, debug)
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted:[/] finished results are kept; rerun the same command to resume")
+            console.print(
+                "[yellow]interrupted:[/] finished results are kept; rerun the same command to resume"
+            )
             sys.exit(130)
 
 
@@ -69,16 +71,24 @@ def _report_table(report: dict) -> Table:
     table.add_row("input", f"{report['input']} ({report['input_kind']})")
     table.add_row("model / decoder", f"{report['model']} / {report['decoder']}")
     table.add_row("device", report["device"])
-    table.add_row("utterances", f"{report['utterances']} total, {report['decoded_this_run']} decoded now, "
-                                f"{report['resumed']} resumed, {report['failed']} failed")
+    table.add_row(
+        "utterances",
+        f"{report['utterances']} total, {report['decoded_this_run']} decoded now, "
+        f"{report['resumed']} resumed, {report['failed']} failed",
+    )
     table.add_row("audio (this run)", f"{report['audio_hours_this_run'] * 3600:.1f} s")
     if report.get("wer") is not None:
-        table.add_row("WER / CER", f"{report['wer'] * 100:.2f}% / {report['cer'] * 100:.2f}% "
-                                   f"({report['scored_utterances']} utterances)")
+        table.add_row(
+            "WER / CER",
+            f"{report['wer'] * 100:.2f}% / {report['cer'] * 100:.2f}% "
+            f"({report['scored_utterances']} utterances)",
+        )
     table.add_row("RTFx (wall, warm)", fmt(report.get("rtfx"), "{:.1f}"))
     per = report.get("rtfx_per_stage", {})
     secs = report.get("stage_seconds", {})
-    table.add_row("RTFx per stage", ", ".join(f"{k} {fmt(per.get(k), '{:.0f}')} ({secs.get(k, 0):.2f}s)" for k in per))
+    table.add_row(
+        "RTFx per stage", ", ".join(f"{k} {fmt(per.get(k), '{:.0f}')} ({secs.get(k, 0):.2f}s)" for k in per)
+    )
     table.add_row("peak memory", f"{report['peak_memory_mb']:.0f} MB")
     table.add_row("config hash", report["config_hash"])
     return table
@@ -87,18 +97,39 @@ def _report_table(report: dict) -> Table:
 @main.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
 @click.argument("overrides", nargs=-1, metavar="[KEY.PATH=VALUE]...")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Output folder (results are appended as they come).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Output folder (results are appended as they come).",
+)
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML config (see configs/).")
 @click.option("--model", help="Shortcut for model.path=... (a .nemo file or embedded:<name>).")
 @click.option("--decoder", help="Shortcut for decoder.type=... (e.g. ctc-greedy).")
 @click.option("--device", help="Shortcut for device=... (auto, cpu, cuda, cuda:N).")
 @click.option("--overwrite", is_flag=True, help="Start fresh instead of resuming into --out.")
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable input instead of skipping it.")
-@click.option("--save-logprobs", is_flag=True, help="Also write model log-probs (.npy + logprobs.json) for decoder-only runs.")
+@click.option(
+    "--save-logprobs",
+    is_flag=True,
+    help="Also write model log-probs (.npy + logprobs.json) for decoder-only runs.",
+)
 @click.option("--print-config", is_flag=True, help="Print the merged config and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def transcribe(input_path, overrides, out_dir, config_file, model, decoder, device, overwrite, strict,
-               save_logprobs, print_config, debug) -> None:
+def transcribe(
+    input_path,
+    overrides,
+    out_dir,
+    config_file,
+    model,
+    decoder,
+    device,
+    overwrite,
+    strict,
+    save_logprobs,
+    print_config,
+    debug,
+) -> None:
     """Transcribe an audio folder, JSONL manifest, Kaldi data dir or saved log-probs folder.
 
     \b
@@ -113,7 +144,7 @@ def transcribe(input_path, overrides, out_dir, config_file, model, decoder, devi
     \b
     Examples:
       asrdecode transcribe data/demo/real --out out/real
-      asrdecode transcribe data/demo/synthetic/manifest.jsonl --model data/models/demo_ctc_bpe.nemo --out out/syn
+      asrdecode transcribe data/demo/synthetic/manifest.jsonl --save-logprobs --out out/syn
       asrdecode transcribe out/syn/logprobs --decoder ctc-greedy --out out/syn-redecode
     """
     from asrdecode.config import build_config, config_to_yaml
@@ -137,9 +168,15 @@ def transcribe(input_path, overrides, out_dir, config_file, model, decoder, devi
     from asrdecode.pipeline import Transcriber
 
     progress = Progress(
-        TextColumn("[bold]transcribing"), BarColumn(), MofNCompleteColumn(), TextColumn("utts"),
-        TextColumn("{task.fields[audio]:.0f} s audio"), TextColumn("RTFx {task.fields[rtfx]}"),
-        TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("[bold]transcribing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("utts"),
+        TextColumn("{task.fields[audio]:.0f} s audio"),
+        TextColumn("RTFx {task.fields[rtfx]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     )
     task = None
 
@@ -156,8 +193,16 @@ def transcribe(input_path, overrides, out_dir, config_file, model, decoder, devi
     def on_status(message: str) -> None:
         progress.console.print(f"[dim]{message}[/]")
 
-    runner = Transcriber(cfg, input_path, out_dir, overwrite=overwrite, strict=strict,
-                         on_progress=on_progress, on_error=on_error, on_status=on_status)
+    runner = Transcriber(
+        cfg,
+        input_path,
+        out_dir,
+        overwrite=overwrite,
+        strict=strict,
+        on_progress=on_progress,
+        on_error=on_error,
+        on_status=on_status,
+    )
     with progress:
         report = runner.run()
     out_console.print(_report_table(report))
@@ -165,15 +210,27 @@ def transcribe(input_path, overrides, out_dir, config_file, model, decoder, devi
 
 
 @main.command()
-@click.option("--ref", "ref_path", required=True, type=click.Path(path_type=Path),
-              help="References: Kaldi text (utt words...) or JSONL with 'text'.")
-@click.option("--hyp", "hyp_path", required=True, type=click.Path(path_type=Path),
-              help="Hypotheses: Kaldi text or JSONL with 'pred_text' (e.g. transcripts.jsonl).")
+@click.option(
+    "--ref",
+    "ref_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="References: Kaldi text (utt words...) or JSONL with 'text'.",
+)
+@click.option(
+    "--hyp",
+    "hyp_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Hypotheses: Kaldi text or JSONL with 'pred_text' (e.g. transcripts.jsonl).",
+)
 @click.option("--worst", default=5, show_default=True, help="Show the N worst utterances with alignments.")
 @click.option("--keep-case", is_flag=True, help="Do not lowercase before scoring.")
 @click.option("--keep-punctuation", is_flag=True, help="Do not strip punctuation before scoring.")
 @click.option("--per-utt", is_flag=True, help="Print one line per utterance.")
-@click.option("--json", "json_out", type=click.Path(path_type=Path), help="Also write the full score report as JSON.")
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=Path), help="Also write the full score report as JSON."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def score(ref_path, hyp_path, worst, keep_case, keep_punctuation, per_utt, json_out, debug) -> None:
     """Score hypotheses against references: WER, CER, substitutions/deletions/insertions.
@@ -192,13 +249,23 @@ def score(ref_path, hyp_path, worst, keep_case, keep_punctuation, per_utt, json_
     table = Table(title=f"{hyp_path} vs {ref_path}", show_header=True, title_justify="left")
     for col in ("WER", "CER", "sub", "del", "ins", "ref words", "utts", "missing hyps"):
         table.add_column(col, justify="right")
-    table.add_row(f"{d['wer'] * 100:.2f}%", f"{d['cer'] * 100:.2f}%", str(d["substitutions"]), str(d["deletions"]),
-                  str(d["insertions"]), str(d["ref_words"]), str(d["utterances"]), str(len(d.get("missing", []))))
+    table.add_row(
+        f"{d['wer'] * 100:.2f}%",
+        f"{d['cer'] * 100:.2f}%",
+        str(d["substitutions"]),
+        str(d["deletions"]),
+        str(d["insertions"]),
+        str(d["ref_words"]),
+        str(d["utterances"]),
+        str(len(d.get("missing", []))),
+    )
     out_console.print(table)
     if per_utt:
         for line in d["per_utterance"]:
-            out_console.print(f"{line['utt_id']}\tWER {line['wer'] * 100:.1f}%\tref: {line['ref']}\thyp: {line['hyp']}",
-                              highlight=False)
+            out_console.print(
+                f"{line['utt_id']}\tWER {line['wer'] * 100:.1f}%\tref: {line['ref']}\thyp: {line['hyp']}",
+                highlight=False,
+            )
     if worst > 0:
         for text in report.worst(worst):
             out_console.print(text, highlight=False)

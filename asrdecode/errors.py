@@ -27,3 +27,7 @@ class LogprobsError(AudioError):
 
 class OutputError(AsrDecodeError):
     """An output directory that cannot be written or is in use by another run."""
+
+
+class GraphError(AsrDecodeError):
+    """A decoding graph, lexicon, unit list or ARPA file that cannot be built or loaded."""

@@ -19,11 +19,13 @@ def describe_dataset(path: str) -> dict:
         "utterances": str(len(utts)),
         "with reference text": str(with_text),
         "audio": f"{sum(durations) / 3600:.3f} h over {len(durations)} utterances with known duration"
-        if durations else "unknown duration",
+        if durations
+        else "unknown duration",
     }
     if durations:
         info["duration min/mean/max"] = (
-            f"{min(durations):.2f} / {sum(durations) / len(durations):.2f} / {max(durations):.2f} s")
+            f"{min(durations):.2f} / {sum(durations) / len(durations):.2f} / {max(durations):.2f} s"
+        )
     if with_text:
         words = sum(len(u.text.split()) for u in utts if u.text)
         info["reference words"] = str(words)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from asrdecode.config import RunConfig
-from asrdecode.decoders import DecodeResult, DecoderContext, make_decoder
+from asrdecode.decoders import DecoderContext, DecodeResult, make_decoder
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError
 from asrdecode.models.base import ModelOutput
 
@@ -102,9 +102,18 @@ def _peak_memory_mb(device: torch.device) -> float:
 class Transcriber:
     """One run of `asrdecode transcribe` over an input set into an output folder."""
 
-    def __init__(self, cfg: RunConfig, input_path: str | Path, out_dir: str | Path, *, overwrite: bool = False,
-                 strict: bool = False, on_progress: Callable[[dict], None] | None = None,
-                 on_error: Callable[[str, str], None] | None = None, on_status: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        input_path: str | Path,
+        out_dir: str | Path,
+        *,
+        overwrite: bool = False,
+        strict: bool = False,
+        on_progress: Callable[[dict], None] | None = None,
+        on_error: Callable[[str, str], None] | None = None,
+        on_status: Callable[[str], None] | None = None,
+    ):
         self.cfg = cfg
         self.input_path = Path(input_path)
         self.out_dir = Path(out_dir)
@@ -145,21 +154,27 @@ class Transcriber:
             self.model = load_model(self.cfg.model.path, self.cfg.model.type).to(self.device).eval()
             if self.cfg.features.type not in ("auto",):
                 raise ConfigError(
-                    f"features.type '{self.cfg.features.type}' does not fit a NeMo model, which brings its own "
-                    "preprocessor; use features.type=auto"
+                    f"features.type '{self.cfg.features.type}' does not fit a NeMo model (it brings its own "
+                    "preprocessor); use features.type=auto"
                 )
             self.frame_shift = self.model.frame_shift
             self.units = list(self.model.units)
             self.blank_id = self.model.blank_id
             words_of = self.model.tokens_to_words
-        context = DecoderContext(units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift,
-                                 words_of=words_of)
+        context = DecoderContext(
+            units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift, words_of=words_of
+        )
         self.decoder = make_decoder(self.cfg.decoder, context)
         if self.cfg.output.save_logprobs:
             from asrdecode.io.manifests import write_logprobs_meta
 
-            write_logprobs_meta(self.out_dir / "logprobs", self.frame_shift, self.blank_id, self.units,
-                                {"model": self.cfg.model.path})
+            write_logprobs_meta(
+                self.out_dir / "logprobs",
+                self.frame_shift,
+                self.blank_id,
+                self.units,
+                {"model": self.cfg.model.path},
+            )
 
     # ----------------------------------------------------------------- stages
     @torch.inference_mode()
@@ -179,8 +194,11 @@ class Transcriber:
             return
         sr = self.model.sample_rate
         with torch.inference_mode():
-            out = self.model.forward_features(*self.model.features(
-                torch.zeros(1, sr, device=self.device), torch.tensor([sr], device=self.device)))
+            out = self.model.forward_features(
+                *self.model.features(
+                    torch.zeros(1, sr, device=self.device), torch.tensor([sr], device=self.device)
+                )
+            )
             self.decoder.decode(out)
         self.timer.seconds = dict.fromkeys(STAGES, 0.0)
 
@@ -234,8 +252,13 @@ class Transcriber:
 
         lp = out.log_probs.float().cpu().numpy()
         for i, utt in enumerate(utts):
-            save_logprobs(self.out_dir / "logprobs", utt.utt_id, lp[i, : int(out.lengths[i])],
-                          text=utt.text, duration=self._duration(utt))
+            save_logprobs(
+                self.out_dir / "logprobs",
+                utt.utt_id,
+                lp[i, : int(out.lengths[i])],
+                text=utt.text,
+                duration=self._duration(utt),
+            )
 
     def _duration(self, utt) -> float:
         if utt.duration is not None:
@@ -262,7 +285,7 @@ class Transcriber:
             interrupted = True
         finally:
             self.stats.wall_seconds = time.perf_counter() - start
-            self.writer.close()
+            self.writer.close(order=self.inputs.ids())
         report = self.report(interrupted)
         self.writer.write_report(report)
         if interrupted:
@@ -279,8 +302,13 @@ class Transcriber:
             if self.logprob_input:
                 lengths = torch.tensor([m.shape[0] for m in mats], dtype=torch.int64)
                 padded = torch.nn.utils.rnn.pad_sequence(mats, batch_first=True).to(self.device)
-                out = ModelOutput(padded, lengths.to(self.device), self.frame_shift, self.blank_id, self.units)
-                seconds = [self._duration(u) or m.shape[0] * self.frame_shift for u, m in zip(utts, mats, strict=True)]
+                out = ModelOutput(
+                    padded, lengths.to(self.device), self.frame_shift, self.blank_id, self.units
+                )
+                seconds = [
+                    self._duration(u) or m.shape[0] * self.frame_shift
+                    for u, m in zip(utts, mats, strict=True)
+                ]
             else:
                 out = self._model_output(waves)
                 seconds = [w.shape[0] / self.model.sample_rate for w in waves]
@@ -291,12 +319,14 @@ class Transcriber:
             self.writer.write_results(utts, results, seconds, ctm=self.cfg.output.ctm)
             self.stats.decoded += len(utts)
             self.stats.audio_seconds += sum(seconds)
-        self.on_progress({
-            "total": len(self.todo),
-            "done": self.stats.decoded + self.stats.failed,
-            "audio_seconds": self.stats.audio_seconds,
-            "elapsed": time.perf_counter() - start,
-        })
+        self.on_progress(
+            {
+                "total": len(self.todo),
+                "done": self.stats.decoded + self.stats.failed,
+                "audio_seconds": self.stats.audio_seconds,
+                "elapsed": time.perf_counter() - start,
+            }
+        )
 
     def report(self, interrupted: bool = False) -> dict:
         """report.json: counts, hours, WER/CER over all finished utterances, RTFx per stage."""
@@ -341,8 +371,16 @@ class Transcriber:
         refs = {k: v for k, v in refs.items() if k in hyps}
         if not refs:
             return {"wer": None, "cer": None, "scored_utterances": 0}
-        sc = score(refs, hyps, lowercase=self.cfg.scoring.lowercase,
-                   remove_punctuation=self.cfg.scoring.remove_punctuation)
+        sc = score(
+            refs,
+            hyps,
+            lowercase=self.cfg.scoring.lowercase,
+            remove_punctuation=self.cfg.scoring.remove_punctuation,
+        )
         d = sc.to_dict()
-        return {"wer": d["wer"], "cer": d["cer"], "scored_utterances": len(refs), "scoring": {
-            k: d[k] for k in ("substitutions", "deletions", "insertions", "ref_words") if k in d}}
+        return {
+            "wer": d["wer"],
+            "cer": d["cer"],
+            "scored_utterances": len(refs),
+            "scoring": {k: d[k] for k in ("substitutions", "deletions", "insertions", "ref_words") if k in d},
+        }

@@ -24,7 +24,9 @@ def test_every_shipped_config_loads(path):
 
 
 def test_overrides_typed():
-    cfg = build_config(None, ["batch.max_seconds=60", "device=cpu", "decoder.blank_penalty=0.5", "output.ctm=false"])
+    cfg = build_config(
+        None, ["batch.max_seconds=60", "device=cpu", "decoder.blank_penalty=0.5", "output.ctm=false"]
+    )
     assert cfg.batch.max_seconds == 60.0 and isinstance(cfg.batch.max_seconds, float)
     assert cfg.device == "cpu"
     assert cfg.decoder["blank_penalty"] == 0.5

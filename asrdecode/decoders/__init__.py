@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from asrdecode.config import dataclass_from_dict
-from asrdecode.decoders.base import DecodeResult, Decoder, DecoderContext, Word
+from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
 from asrdecode.errors import ConfigError
 

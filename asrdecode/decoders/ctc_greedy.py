@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecodeResult, DecoderContext, Word
+from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.models.base import ModelOutput
 
 
@@ -52,7 +52,7 @@ def ctc_best_path(
 
 
 class CtcGreedyDecoder:
-    """Batched greedy CTC; the score is the sum of the log-probs of all non-blank best-path frames (as NeMo)."""
+    """Batched greedy CTC; score = sum of the log-probs of the non-blank best-path frames (as NeMo)."""
 
     name: ClassVar[str] = "ctc-greedy"
     config_type: ClassVar[type] = CtcGreedyConfig
@@ -86,6 +86,8 @@ class CtcGreedyDecoder:
             words = []
             for word, first, last in self.context.words_of(tokens):
                 conf = min(probs[first : last + 1]) if probs else None
-                words.append(Word(word, round(starts[first] * shift, 3), round((ends[last] + 1) * shift, 3), conf))
+                words.append(
+                    Word(word, round(starts[first] * shift, 3), round((ends[last] + 1) * shift, 3), conf)
+                )
             results.append(DecodeResult(words=words, tokens=tokens, token_frames=starts, score=scores_h[b]))
         return results

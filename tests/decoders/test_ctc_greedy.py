@@ -72,7 +72,6 @@ def test_blank_penalty_shifts_decisions():
     assert _decoder(units, 1, blank_penalty=1.0).decode(out)[0].tokens == [0]
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="fixture copied by the model tests")
 def test_nemo_fixture_tokens_and_scores():
     z = np.load(FIXTURE, allow_pickle=False)
     lp = torch.from_numpy(z["log_probs"])

@@ -1,0 +1,313 @@
+"""NeMo-compatible log-mel front end (``AudioToMelSpectrogramPreprocessor``) on plain torch.
+
+Pipeline per batch (``waveforms [B, S]``, ``lengths [B]``):
+dither (training only) -> pre-emphasis with samples past the length zeroed -> centred STFT with a
+symmetric window -> power spectrum -> mel filterbank -> log(x + guard) -> normalisation over the
+valid frames -> padding frames set to ``pad_value`` -> optional padding of T to a multiple of ``pad_to``.
+
+The buffers ``featurizer.window`` and ``featurizer.fb`` use NeMo's names, so a NeMo state_dict
+(``preprocessor.featurizer.window``, ``preprocessor.featurizer.fb``) loads into
+``NemoMelPreprocessor`` unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torchaudio
+from torch import nn
+
+from asrdecode.errors import ModelError
+
+__all__ = [
+    "NemoMelConfig",
+    "FilterbankFeatures",
+    "NemoMelPreprocessor",
+    "check_config_types",
+    "nemo_mel_filterbank",
+    "normalize_features",
+]
+
+NORMALIZE_EPS = 1e-5
+
+_WINDOWS = {
+    "hann": torch.hann_window,
+    "hamming": torch.hamming_window,
+    "blackman": torch.blackman_window,
+    "bartlett": torch.bartlett_window,
+}
+
+# Config keys of NeMo's AudioToMelSpectrogramPreprocessor that are accepted but have no effect here
+# (they only matter for training-time augmentation, implementation choices or other devices).
+_IGNORED_KEYS = {"_target_", "use_torchaudio", "stft_conv", "rng", "use_grads", "nb_max_freq"}
+
+
+_TYPE_NAMES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+    "None": (type(None),),
+    "list": (list, tuple),
+    "Any": (object,),
+}
+
+
+def check_config_types(cls: type, values: dict[str, Any], section: str) -> None:
+    """Raise ModelError if a value does not fit the (string) annotation of a dataclass field."""
+    annotations = {f.name: str(f.type) for f in fields(cls)}
+    for key, value in values.items():
+        names = [n.strip() for n in annotations.get(key, "Any").split("|")]
+        allowed = tuple(t for n in names for t in _TYPE_NAMES.get(n, (object,)))
+        bad_bool = isinstance(value, bool) and "bool" not in names and object not in allowed
+        if bad_bool or not isinstance(value, allowed):
+            raise ModelError(f"bad {section}.{key}={value!r} (expected {' | '.join(names)})")
+
+
+@dataclass
+class NemoMelConfig:
+    """Settings of NeMo's ``AudioToMelSpectrogramPreprocessor`` (same names and defaults)."""
+
+    sample_rate: int = 16000
+    window_size: float | None = 0.02
+    window_stride: float | None = 0.01
+    n_window_size: int | None = None
+    n_window_stride: int | None = None
+    window: str = "hann"
+    normalize: str | None = "per_feature"
+    n_fft: int | None = None
+    preemph: float | None = 0.97
+    features: int = 64
+    lowfreq: float = 0.0
+    highfreq: float | None = None
+    log: bool = True
+    log_zero_guard_type: str = "add"
+    log_zero_guard_value: float | str = 2**-24
+    dither: float = 1e-5
+    pad_to: int | str = 16
+    frame_splicing: int = 1
+    exact_pad: bool = False
+    stft_exact_pad: bool = False
+    pad_value: float = 0.0
+    mag_power: float = 2.0
+    mel_norm: str | None = "slaney"
+    nb_augmentation_prob: float = 0.0
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any]) -> NemoMelConfig:
+        """Build from a NeMo ``preprocessor`` config section; unknown keys raise ModelError."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {}
+        for key, value in cfg.items():
+            if key in known:
+                kwargs[key] = value
+            elif key not in _IGNORED_KEYS:
+                raise ModelError(f"unsupported preprocessor option {key}={value!r}")
+        check_config_types(cls, kwargs, "preprocessor")
+        return cls(**kwargs)
+
+    @property
+    def win_length(self) -> int:
+        if self.n_window_size:
+            return int(self.n_window_size)
+        return int(round(float(self.window_size) * self.sample_rate))
+
+    @property
+    def hop_length(self) -> int:
+        if self.n_window_stride:
+            return int(self.n_window_stride)
+        return int(round(float(self.window_stride) * self.sample_rate))
+
+    @property
+    def fft_size(self) -> int:
+        return int(self.n_fft) if self.n_fft else 2 ** math.ceil(math.log2(self.win_length))
+
+    @property
+    def normalize_type(self) -> str:
+        """'per_feature', 'all_features' or 'none'."""
+        if self.normalize in (None, False, "", "none", "None", "NA", "na"):
+            return "none"
+        return str(self.normalize)
+
+    def validate(self) -> None:
+        """Raise ModelError for settings this implementation does not support."""
+        if self.normalize_type not in ("per_feature", "all_features", "none"):
+            raise ModelError(f"unsupported preprocessor.normalize={self.normalize!r}")
+        if self.window not in _WINDOWS and self.window not in ("none", "ones", None):
+            raise ModelError(f"unsupported preprocessor.window={self.window!r}")
+        if int(self.frame_splicing) != 1:
+            raise ModelError(f"unsupported preprocessor.frame_splicing={self.frame_splicing!r}")
+        if self.log_zero_guard_type not in ("add", "clamp"):
+            raise ModelError(f"unsupported preprocessor.log_zero_guard_type={self.log_zero_guard_type!r}")
+        if self.mel_norm not in ("slaney", None):
+            raise ModelError(f"unsupported preprocessor.mel_norm={self.mel_norm!r}")
+        if not isinstance(self.pad_to, int) or self.pad_to < 0:
+            raise ModelError(f"unsupported preprocessor.pad_to={self.pad_to!r}")
+        if self.exact_pad or self.stft_exact_pad:
+            raise ModelError("unsupported preprocessor.exact_pad=True")
+        if self.fft_size < self.win_length:
+            raise ModelError(
+                f"preprocessor.n_fft={self.fft_size} is smaller than the window ({self.win_length})"
+            )
+
+
+def nemo_mel_filterbank(
+    sample_rate: int,
+    n_fft: int,
+    n_mels: int,
+    fmin: float = 0.0,
+    fmax: float | None = None,
+    norm: str | None = "slaney",
+) -> torch.Tensor:
+    """librosa.filters.mel(htk=False) equivalent as a [1, n_mels, n_fft // 2 + 1] float32 tensor."""
+    fmax = float(sample_rate) / 2 if fmax is None else float(fmax)
+    bank = torchaudio.functional.melscale_fbanks(
+        n_fft // 2 + 1, float(fmin), fmax, int(n_mels), int(sample_rate), norm=norm, mel_scale="slaney"
+    )
+    return bank.T.contiguous().unsqueeze(0).to(torch.float32)
+
+
+def _valid_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """[B, T] bool, True on frames < lengths[b]."""
+    return torch.arange(max_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def normalize_features(x: torch.Tensor, lengths: torch.Tensor, kind: str) -> torch.Tensor:
+    """NeMo ``normalize_batch``: statistics over valid frames only, unbiased std, ``std += 1e-5``.
+
+    per_feature: one mean/std per (utterance, feature); all_features: one per utterance.
+    """
+    if kind == "none":
+        return x
+    valid = _valid_mask(lengths, x.shape[-1]).unsqueeze(1)  # [B, 1, T]
+    count = lengths.to(x.dtype)
+    if kind == "per_feature":
+        mean = torch.where(valid, x, 0.0).sum(dim=2) / count.unsqueeze(1)  # [B, F]
+        centred = torch.where(valid, x - mean.unsqueeze(2), 0.0)
+        std = torch.sqrt(centred.pow(2).sum(dim=2) / (count.unsqueeze(1) - 1.0))
+        std = torch.nan_to_num(std, nan=0.0) + NORMALIZE_EPS
+        return (x - mean.unsqueeze(2)) / std.unsqueeze(2)
+    if kind == "all_features":
+        n = count * x.shape[1]
+        mean = torch.where(valid, x, 0.0).sum(dim=(1, 2)) / n  # [B]
+        centred = torch.where(valid, x - mean.view(-1, 1, 1), 0.0)
+        std = torch.sqrt(centred.pow(2).sum(dim=(1, 2)) / (n - 1.0))
+        std = torch.nan_to_num(std, nan=0.0) + NORMALIZE_EPS
+        return (x - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
+    raise ValueError(f"unknown normalisation {kind!r}")
+
+
+class FilterbankFeatures(nn.Module):
+    """The computation; holds the ``window`` and ``fb`` buffers (NeMo's ``featurizer``)."""
+
+    def __init__(self, cfg: NemoMelConfig) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.win_length = cfg.win_length
+        self.hop_length = cfg.hop_length
+        self.n_fft = cfg.fft_size
+        self.nfilt = int(cfg.features)
+        self.preemph = cfg.preemph
+        self.dither = float(cfg.dither)
+        self.normalize = cfg.normalize_type
+        self.log = bool(cfg.log)
+        self.mag_power = float(cfg.mag_power)
+        self.pad_to = int(cfg.pad_to)
+        self.pad_value = float(cfg.pad_value)
+        if cfg.window in _WINDOWS:
+            window = _WINDOWS[cfg.window](self.win_length, periodic=False)
+        else:
+            window = torch.ones(self.win_length)
+        self.register_buffer("window", window.to(torch.float32))
+        fb = nemo_mel_filterbank(
+            cfg.sample_rate, self.n_fft, self.nfilt, cfg.lowfreq, cfg.highfreq, cfg.mel_norm
+        )
+        self.register_buffer("fb", fb)
+
+    def _log_guard(self, x: torch.Tensor) -> float:
+        value = self.cfg.log_zero_guard_value
+        if value == "tiny":
+            return torch.finfo(x.dtype).tiny
+        if value == "eps":
+            return torch.finfo(x.dtype).eps
+        return float(value)
+
+    def get_seq_len(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Valid output frames per utterance: ``(len + 2 * (n_fft // 2) - n_fft) // hop`` (= len // hop)."""
+        pad = self.n_fft // 2 * 2
+        return torch.div(lengths.to(torch.int64) + pad - self.n_fft, self.hop_length, rounding_mode="floor")
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, S] float waveforms + [B] sample counts -> ([B, nfilt, T] features, [B] int64 frame counts)."""
+        if x.dim() != 2:
+            raise ValueError(f"expected waveforms [B, S], got shape {tuple(x.shape)}")
+        lengths = lengths.to(device=x.device, dtype=torch.int64)
+        seq_len = self.get_seq_len(lengths)
+        x = x.to(torch.float32)
+        if self.training and self.dither > 0:
+            x = x + self.dither * torch.randn_like(x)
+        if self.preemph is not None:
+            x = torch.cat((x[:, :1], x[:, 1:] - float(self.preemph) * x[:, :-1]), dim=1)
+        x = x.masked_fill(~_valid_mask(lengths, x.shape[1]), 0.0)
+        spec = torch.stft(
+            x,
+            n_fft=self.n_fft,
+            hop_length=self.hop_length,
+            win_length=self.win_length,
+            window=self.window.to(x.dtype),
+            center=True,
+            pad_mode="constant",
+            return_complex=True,
+        )
+        power = spec.real.pow(2) + spec.imag.pow(2)  # |X|^2 (gradient-safe, no sqrt)
+        if self.mag_power != 2.0:
+            power = (power + (1e-10 if power.requires_grad else 0.0)).pow(self.mag_power / 2.0)
+        feats = torch.matmul(self.fb.to(power.dtype), power)  # [1, F, K] @ [B, K, T] -> [B, F, T]
+        if self.log:
+            guard = self._log_guard(feats)
+            if self.cfg.log_zero_guard_type == "add":
+                feats = torch.log(feats + guard)
+            else:
+                feats = torch.log(torch.clamp(feats, min=guard))
+        feats = normalize_features(feats, seq_len, self.normalize)
+        feats = feats.masked_fill(~_valid_mask(seq_len, feats.shape[-1]).unsqueeze(1), self.pad_value)
+        if self.pad_to > 0:
+            rest = feats.shape[-1] % self.pad_to
+            if rest:
+                feats = F.pad(feats, (0, self.pad_to - rest), value=self.pad_value)
+        return feats, seq_len
+
+
+class NemoMelPreprocessor(nn.Module):
+    """NeMo ``AudioToMelSpectrogramPreprocessor`` equivalent: ``preprocessor.featurizer.{window,fb}``."""
+
+    def __init__(self, cfg: NemoMelConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg or NemoMelConfig()
+        self.featurizer = FilterbankFeatures(self.cfg)
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> NemoMelPreprocessor:
+        """From a NeMo ``preprocessor`` config section (``_target_`` is ignored)."""
+        return cls(NemoMelConfig.from_dict(cfg))
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.cfg.sample_rate)
+
+    @property
+    def hop_length(self) -> int:
+        return self.featurizer.hop_length
+
+    @property
+    def num_features(self) -> int:
+        return self.featurizer.nfilt
+
+    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, S] waveforms + [B] lengths -> ([B, F, T] log-mel features, [B] frame counts)."""
+        return self.featurizer(waveforms, lengths)

@@ -1,0 +1,387 @@
+"""Results -> files, appended per batch and fsync'ed so that a killed run can resume.
+
+transcripts.jsonl is the source of truth: `text` and `hyp.ctm` are derived from it and rebuilt
+from its complete lines whenever an existing output folder is resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from asrdecode.errors import OutputError
+
+if TYPE_CHECKING:
+    from asrdecode.decoders.base import DecodeResult
+    from asrdecode.io.manifests import Utterance
+
+TRANSCRIPTS = "transcripts.jsonl"
+TEXT = "text"
+CTM = "hyp.ctm"
+ERRORS = "errors.jsonl"
+REPORT = "report.json"
+LOCK = ".asrdecode.lock"
+
+try:  # POSIX only; elsewhere two runs on one folder are not detected
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+
+class OutputWriter:
+    """Appends results to out_dir/{transcripts.jsonl, text, hyp.ctm, errors.jsonl}.
+
+    overwrite=False resumes: complete lines of an earlier run are kept (`done_ids()`), a partial
+    last line (a run killed mid-write) is cut off, and text/hyp.ctm are rebuilt to match.
+    overwrite=True starts fresh. A lock file keeps two runs from writing the same folder.
+    Use as a context manager, or call close().
+    """
+
+    def __init__(self, out_dir: str | Path, overwrite: bool = False) -> None:
+        self.out_dir = Path(out_dir)
+        self.warnings: list[str] = []
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"{self.out_dir}: cannot create output folder: {e.strerror or e}") from None
+        self._lock_fh = self._lock()
+        self._done: set[str] = set()
+        self._files: dict[str, IO[str]] = {}
+        try:
+            for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT):  # leftovers of a killed atomic write
+                for tmp in self.out_dir.glob(f".{name}.*.tmp"):
+                    tmp.unlink(missing_ok=True)
+            if overwrite:
+                for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT):
+                    (self.out_dir / name).unlink(missing_ok=True)
+            else:
+                self._recover()
+            for name in (TRANSCRIPTS, TEXT):  # hyp.ctm / errors.jsonl are created on first use
+                self._open(name)
+        except OSError as e:
+            self._release()
+            raise OutputError(f"{self.out_dir}: cannot write output files: {e.strerror or e}") from None
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def done_ids(self) -> set[str]:
+        """Ids with a complete line in transcripts.jsonl (from earlier runs and this one)."""
+        return set(self._done)
+
+    def write_results(
+        self,
+        utts: Sequence[Utterance],
+        results: Sequence[DecodeResult],
+        seconds: Sequence[float] | None = None,
+        ctm: bool = True,
+        extras: Sequence[dict | None] | None = None,
+    ) -> None:
+        """Append one batch (input record + utt_id, pred_text, words, score, nbest) and fsync.
+
+        seconds: audio seconds actually decoded per utterance, stored as `duration` when the input
+        record has none. ctm=False leaves hyp.ctm alone (it is still rebuilt from transcripts.jsonl
+        on resume if it exists). extras: per-utterance fields to add to the record.
+        """
+        n = len(utts)
+        if len(results) != n or any(x is not None and len(x) != n for x in (seconds, extras)):
+            raise ValueError("utts, results, seconds and extras must have the same length")
+        records = []
+        for i, (u, r) in enumerate(zip(utts, results, strict=True)):
+            rec = result_record(u, r, extras[i] if extras is not None else None)
+            if seconds is not None and rec.get("duration") is None:
+                rec["duration"] = round(float(seconds[i]), 6)
+            records.append(rec)
+        self._append(TEXT, [text_line(rec) for rec in records])
+        if ctm:
+            self._append(CTM, [line for rec in records for line in ctm_lines(rec)])
+        self._append(TRANSCRIPTS, [_dumps(rec) + "\n" for rec in records])
+        self._done.update(rec["utt_id"] for rec in records)
+
+    def write_errors(self, items: Iterable[tuple[str, str | None, str]]) -> None:
+        """Append (utt_id, path, error message) entries to errors.jsonl and fsync."""
+        lines = [_dumps({"utt_id": u, "path": p, "error": e}) + "\n" for u, p, e in items]
+        self._append(ERRORS, lines)
+
+    def write_error(self, utt: Utterance | str, error: str | BaseException, path: str | None = None) -> None:
+        """Append one failed utterance (an Utterance, or an id plus `path`) to errors.jsonl."""
+        if not isinstance(utt, str):
+            path = path or utt.audio_path or utt.logprobs_path
+            utt = utt.utt_id
+        self.write_errors([(utt, path, str(error))])
+
+    def read_hypotheses(self) -> dict[str, str]:
+        """utt_id -> pred_text of every complete line in transcripts.jsonl."""
+        path = self.out_dir / TRANSCRIPTS
+        if not path.exists():
+            return {}
+        records, _, _ = _read_jsonl_records(path, [])
+        return {r["utt_id"]: str(r.get("pred_text") or "") for r in records}
+
+    def write_report(self, report: dict) -> Path:
+        """Write out_dir/report.json atomically (also after close())."""
+        return write_report(self.out_dir, report)
+
+    def close(self, order: Sequence[str] | None = None) -> None:
+        """Finish: optionally rewrite transcripts/text/hyp.ctm in `order` (e.g. input order, undoing
+        the longest-first batching; unknown ids go last), drop errors.jsonl entries of utterances that
+        have since succeeded or failed again later, and release the lock."""
+        if self._lock_fh is None:
+            return
+        try:
+            for f in self._files.values():
+                f.close()
+            self._files = {}
+            if order is not None:
+                records, _, _ = _read_jsonl_records(self.out_dir / TRANSCRIPTS, self.warnings)
+                rank = {u: i for i, u in enumerate(order)}
+                records.sort(key=lambda r: rank.get(r["utt_id"], len(rank)))
+                _atomic_write(self.out_dir / TRANSCRIPTS, [_dumps(r) + "\n" for r in records])
+                self._rebuild_derived(records)
+            self._compact_errors()
+        finally:
+            self._release()
+
+    def __enter__(self) -> OutputWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _lock(self) -> IO[str] | None:
+        fh = open(self.out_dir / LOCK, "a+")  # noqa: SIM115
+        if fcntl is not None:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                raise OutputError(f"{self.out_dir}: in use by another asrdecode run") from None
+        return fh
+
+    def _release(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files = {}
+        if self._lock_fh is not None:
+            self._lock_fh.close()  # closing drops the flock
+            self._lock_fh = None
+
+    def _open(self, name: str) -> IO[str]:
+        if name not in self._files:
+            self._files[name] = open(self.out_dir / name, "a", encoding="utf-8", newline="\n")  # noqa: SIM115
+        return self._files[name]
+
+    def _append(self, name: str, lines: list[str]) -> None:
+        if not lines:
+            return
+        if self._lock_fh is None:
+            raise OutputError(f"{self.out_dir}: writer is closed")
+        try:
+            f = self._open(name)
+            f.write("".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as e:
+            raise OutputError(f"{self.out_dir / name}: cannot write: {e.strerror or e}") from None
+
+    def _recover(self) -> None:
+        path = self.out_dir / TRANSCRIPTS
+        kept: list[dict] = []
+        if path.exists():
+            records, good_bytes, clean = _read_jsonl_records(path, self.warnings)
+            for rec in records:
+                if rec["utt_id"] in self._done:
+                    clean = False
+                    self.warnings.append(f"{path}: dropped a duplicate line for {rec['utt_id']!r}")
+                    continue
+                self._done.add(rec["utt_id"])
+                kept.append(rec)
+            if clean:
+                if good_bytes != path.stat().st_size:
+                    os.truncate(path, good_bytes)  # cut the partial line of a killed run
+            else:
+                _atomic_write(path, [_dumps(r) + "\n" for r in kept])
+        self._rebuild_derived(kept)
+        self._compact_errors()
+
+    def _rebuild_derived(self, records: list[dict]) -> None:
+        _atomic_write(self.out_dir / TEXT, [text_line(r) for r in records])
+        if (self.out_dir / CTM).exists():
+            _atomic_write(self.out_dir / CTM, [line for r in records for line in ctm_lines(r)])
+
+    def _compact_errors(self) -> None:
+        """Keep the last error per utterance, and none for utterances that have a transcript."""
+        path = self.out_dir / ERRORS
+        if not path.exists():
+            return
+        entries, _, _ = _read_jsonl_records(path, self.warnings)
+        last: dict[str, dict] = {}
+        for e in entries:
+            last.pop(e["utt_id"], None)  # re-insert so the order follows the latest failure
+            last[e["utt_id"]] = e
+        kept = [e for u, e in last.items() if u not in self._done]
+        lines = [_dumps(e) + "\n" for e in kept]
+        if "".join(lines).encode("utf-8") != path.read_bytes():
+            _atomic_write(path, lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# Line formats
+
+
+def result_record(utt: Utterance, result: DecodeResult, extra: dict | None = None) -> dict:
+    """The transcripts.jsonl object: input record, then extra fields, then the result."""
+    rec: dict[str, Any] = dict(utt.record)
+    if extra:
+        rec.update(extra)
+    rec["utt_id"] = utt.utt_id
+    rec["pred_text"] = " ".join(w.word for w in result.words)
+    rec["words"] = [
+        {"word": w.word, "start": _r(w.start), "end": _r(w.end)}
+        | ({"conf": _r(w.confidence, 4)} if w.confidence is not None else {})
+        for w in result.words
+    ]
+    rec["score"] = _finite(result.score)
+    if result.acoustic_score is not None:
+        rec["acoustic_score"] = _finite(result.acoustic_score)
+    if result.lm_score is not None:
+        rec["lm_score"] = _finite(result.lm_score)
+    if result.nbest:
+        rec["nbest"] = [{"text": " ".join(ws), "score": _finite(s)} for ws, s in result.nbest]
+    return rec
+
+
+def text_line(rec: dict) -> str:
+    """Kaldi `text` line: `utt_id word word ...`."""
+    words = " ".join(str(rec.get("pred_text") or "").split())
+    return f"{rec['utt_id']} {words}\n" if words else f"{rec['utt_id']}\n"
+
+
+def ctm_lines(rec: dict) -> list[str]:
+    """CTM lines `utt_id 1 start dur word [conf]`, times relative to the utterance start
+    (the confidence column is left out when the decoder gives none)."""
+    out = []
+    for w in rec.get("words") or []:
+        start, end = float(w.get("start", 0.0)), float(w.get("end", 0.0))
+        word = "_".join(str(w.get("word", "")).split()) or "<unk>"
+        line = f"{rec['utt_id']} 1 {start:.3f} {max(end - start, 0.0):.3f} {word}"
+        if w.get("conf") is not None:
+            line += f" {float(w['conf']):.4f}"
+        out.append(line + "\n")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def write_report(out_dir: str | Path, report: dict) -> Path:
+    """Write report.json atomically (temp file + fsync + rename); NaN/inf become null."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_jsonable(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    path = out_dir / REPORT
+    _atomic_write(path, [text])
+    return path
+
+
+def _read_jsonl_records(path: Path, warnings: list[str]) -> tuple[list[dict], int, bool]:
+    """Complete, valid lines with a string utt_id -> (records, byte length of the valid prefix,
+    clean). clean is False when a bad line sits before the end (then the file must be rewritten)."""
+    data = path.read_bytes()
+    records: list[dict] = []
+    pos = good = 0
+    clean = True
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:  # partial last line: killed mid-write
+            warnings.append(f"{path}: dropped an incomplete last line ({len(data) - pos} bytes)")
+            break
+        raw = data[pos:nl]
+        pos = nl + 1
+        if not raw.strip():
+            if clean:
+                good = pos
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+            ok = isinstance(obj, dict) and isinstance(obj.get("utt_id"), str)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            ok = False
+        if not ok:
+            clean = False
+            warnings.append(f"{path}: dropped an unreadable line")
+            continue
+        records.append(obj)
+        if clean:
+            good = pos
+    return records, good, clean
+
+
+def _atomic_write(path: Path, lines: Iterable[str]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write("".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _dumps(obj: dict) -> str:
+    return json.dumps(_jsonable(obj), ensure_ascii=False, allow_nan=False)
+
+
+def _jsonable(x: Any) -> Any:
+    """Plain JSON types: numpy/torch scalars -> Python numbers, NaN/inf -> None, Paths -> str."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, bool) or x is None or isinstance(x, str | int):
+        return x
+    if isinstance(x, float):
+        return _finite(x)
+    if hasattr(x, "item") and callable(x.item):  # numpy / torch scalar
+        try:
+            return _jsonable(x.item())
+        except (ValueError, RuntimeError):
+            pass
+    if hasattr(x, "tolist") and callable(x.tolist):
+        return _jsonable(x.tolist())
+    return str(x)
+
+
+def _finite(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _r(x: float, nd: int = 3) -> float | None:
+    v = _finite(x)
+    return None if v is None else round(v, nd)

@@ -1,0 +1,454 @@
+"""A (Fast)Conformer encoder whose parameter names match NeMo's ``ConformerEncoder`` state_dict.
+
+Written from the Conformer / FastConformer papers and the conventions of the NeMo fixtures:
+
+* subsampling: ``dw_striding`` (conv3x3/2 then [depthwise conv3x3/2 + pointwise 1x1] blocks, ReLU) or
+  ``striding`` (conv3x3/2 blocks, ReLU), factor 2^k, time frames past each utterance's length are
+  zeroed before every conv (batch == single utterance); ``pre_encode.out`` maps channels x freq to d_model.
+  ``subsampling_factor: 1`` uses a plain Linear (``pre_encode``), as NeMo does.
+* x-scaling by sqrt(d_model), relative sinusoidal position encoding (positions T-1 ... -(T-1)).
+* blocks: x + FF/2, x + MHSA(rel_pos, pos_bias_u/v, linear_pos), x + Conv, x + FF/2, LayerNorm.
+* conv module: pointwise(2D) -> GLU -> mask padding -> depthwise(k) -> BatchNorm|LayerNorm -> Swish
+  -> pointwise.
+* attention masks padded keys and queries; output frames past ``lengths`` are junk (ignore them).
+
+Input ``[B, F, T]`` features + lengths, output ``[B, D, T']`` + lengths (channels first, like NeMo).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from asrdecode.errors import ModelError
+from asrdecode.features.nemo_mel import check_config_types
+
+__all__ = ["ConformerConfig", "ConformerEncoder", "conv_output_lengths", "relative_positions"]
+
+_MASK_FILL = -10000.0
+
+# Options of NeMo's ConformerEncoder that do not change inference here (training-only or memory knobs);
+# they are accepted with any value.
+_IGNORED_KEYS = {
+    "_target_",
+    "subsampling_conv_chunking_factor",
+    "stochastic_depth_drop_prob",
+    "stochastic_depth_mode",
+    "stochastic_depth_start_layer",
+    "att_context_probs",
+    "use_pytorch_sdpa",
+    "use_pytorch_sdpa_backends",
+    "sync_max_audio_length",
+    "pos_emb_max_len",
+}
+
+
+@dataclass
+class ConformerConfig:
+    """The subset of NeMo ``ConformerEncoder`` options implemented here (same names and defaults)."""
+
+    feat_in: int = 80
+    n_layers: int = 17
+    d_model: int = 512
+    feat_out: int = -1
+    causal_downsampling: bool = False
+    subsampling: str = "striding"
+    subsampling_factor: int = 4
+    subsampling_conv_channels: int = -1
+    reduction: str | None = None
+    reduction_position: int | None = None
+    reduction_factor: int = 1
+    ff_expansion_factor: int = 4
+    self_attention_model: str = "rel_pos"
+    n_heads: int = 4
+    att_context_size: list | None = None
+    att_context_style: str = "regular"
+    xscaling: bool = True
+    untie_biases: bool = True
+    conv_kernel_size: int = 31
+    conv_norm_type: str = "batch_norm"
+    conv_context_size: Any = None
+    use_bias: bool = True
+    dropout: float = 0.1
+    dropout_pre_encoder: float = 0.1
+    dropout_emb: float = 0.1
+    dropout_att: float = 0.0
+    global_tokens: int = 0
+    global_tokens_spacing: int = 1
+    global_attn_separate: bool = False
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any]) -> ConformerConfig:
+        """Build from a NeMo ``encoder`` config section; unknown keys raise ModelError."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {}
+        for key, value in cfg.items():
+            if key in known:
+                kwargs[key] = value
+            elif key not in _IGNORED_KEYS:
+                raise ModelError(f"unsupported encoder option {key}={value!r}")
+        check_config_types(cls, kwargs, "encoder")
+        out = cls(**kwargs)
+        out.validate()
+        return out
+
+    @property
+    def conv_channels(self) -> int:
+        return self.subsampling_conv_channels if self.subsampling_conv_channels > 0 else self.d_model
+
+    @property
+    def context(self) -> tuple[int, int]:
+        """(left, right) attention context in frames, -1 = unlimited."""
+        size = self.att_context_size
+        if size is None:
+            return (-1, -1)
+        if len(size) and isinstance(size[0], (list, tuple)):  # multi-lookahead models: first is the default
+            size = size[0]
+        return (int(size[0]), int(size[1]))
+
+    @property
+    def conv_padding(self) -> tuple[int, int]:
+        """(left, right) padding of the depthwise conv."""
+        k = int(self.conv_kernel_size)
+        ctx = self.conv_context_size
+        if ctx is None:
+            return ((k - 1) // 2, (k - 1) // 2)
+        if ctx == "causal":
+            return (k - 1, 0)
+        return (int(ctx[0]), int(ctx[1]))
+
+    def validate(self) -> None:
+        """Raise ModelError naming the first unsupported option."""
+
+        def bad(name: str, value: Any, supported: str = "") -> ModelError:
+            hint = f" (supported: {supported})" if supported else ""
+            return ModelError(f"unsupported encoder.{name}={value!r}{hint}")
+
+        if self.self_attention_model != "rel_pos":
+            raise bad("self_attention_model", self.self_attention_model, "rel_pos")
+        if self.subsampling_factor > 1 and self.subsampling not in ("dw_striding", "striding"):
+            raise bad("subsampling", self.subsampling, "dw_striding, striding")
+        f = int(self.subsampling_factor)
+        if f < 1 or f & (f - 1):
+            raise bad("subsampling_factor", self.subsampling_factor, "a power of 2")
+        if self.causal_downsampling:
+            raise bad("causal_downsampling", self.causal_downsampling, "false")
+        if self.reduction is not None or self.reduction_position is not None:
+            raise bad("reduction", self.reduction, "null")
+        if self.conv_norm_type not in ("batch_norm", "layer_norm"):
+            raise bad("conv_norm_type", self.conv_norm_type, "batch_norm, layer_norm")
+        if self.att_context_style not in ("regular", "chunked_limited"):
+            raise bad("att_context_style", self.att_context_style, "regular, chunked_limited")
+        if self.global_tokens:
+            raise bad("global_tokens", self.global_tokens, "0")
+        if self.d_model % self.n_heads:
+            raise bad("n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
+        left, right = self.conv_padding
+        if left < 0 or right < 0 or left + right != int(self.conv_kernel_size) - 1:
+            raise bad(
+                "conv_context_size", self.conv_context_size, "null, 'causal' or [l, r] with l+r = kernel-1"
+            )
+
+
+def conv_output_lengths(
+    lengths: torch.Tensor, n_convs: int, kernel: int = 3, stride: int = 2, padding: int = 1
+) -> torch.Tensor:
+    """Length after ``n_convs`` convolutions: L -> floor((L + 2p - k) / s) + 1 each time."""
+    for _ in range(n_convs):
+        lengths = torch.div(lengths + 2 * padding - kernel, stride, rounding_mode="floor") + 1
+    return lengths
+
+
+def relative_positions(
+    length: int, d_model: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Sinusoidal encodings of relative positions length-1, ..., -(length-1): [1, 2*length-1, d_model]."""
+    pos = torch.arange(length - 1, -length, -1, dtype=torch.float32, device=device).unsqueeze(1)
+    inv = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32, device=device) * -(math.log(10000.0) / d_model)
+    )
+    pe = torch.zeros(pos.shape[0], d_model, device=device)
+    pe[:, 0::2] = torch.sin(pos * inv)
+    pe[:, 1::2] = torch.cos(pos * inv)
+    return pe.unsqueeze(0).to(dtype)
+
+
+def _time_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """[B, T] bool, True on valid frames."""
+    return torch.arange(max_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+class ConvSubsampling(nn.Module):
+    """Stride-2 conv stack over (time, freq) with per-layer time masking, then ``out`` Linear."""
+
+    def __init__(self, kind: str, factor: int, feat_in: int, d_model: int, channels: int) -> None:
+        super().__init__()
+        self.n_stages = int(math.log2(factor))
+        layers: list[nn.Module] = []
+        if kind == "dw_striding":
+            layers += [nn.Conv2d(1, channels, 3, stride=2, padding=1), nn.ReLU()]
+            for _ in range(self.n_stages - 1):
+                layers += [
+                    nn.Conv2d(channels, channels, 3, stride=2, padding=1, groups=channels),
+                    nn.Conv2d(channels, channels, 1),
+                    nn.ReLU(),
+                ]
+        else:  # striding
+            in_ch = 1
+            for _ in range(self.n_stages):
+                layers += [nn.Conv2d(in_ch, channels, 3, stride=2, padding=1), nn.ReLU()]
+                in_ch = channels
+        self.conv = nn.Sequential(*layers)
+        freq = int(conv_output_lengths(torch.tensor(feat_in), self.n_stages))
+        self.out = nn.Linear(channels * freq, d_model)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T, F] -> ([B, T', d_model], lengths')."""
+        x = x.unsqueeze(1)  # [B, 1, T, F]
+        for layer in self.conv:
+            if isinstance(layer, nn.Conv2d):
+                x = x * _time_mask(lengths, x.shape[2]).to(x.dtype)[:, None, :, None]
+                x = layer(x)
+                if layer.stride[0] != 1:
+                    lengths = conv_output_lengths(
+                        lengths, 1, layer.kernel_size[0], layer.stride[0], layer.padding[0]
+                    )
+            else:
+                x = layer(x)
+        x = x * _time_mask(lengths, x.shape[2]).to(x.dtype)[:, None, :, None]
+        b, c, t, f = x.shape
+        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
+        return x, lengths
+
+
+class FeedForward(nn.Module):
+    """Linear -> Swish -> dropout -> Linear."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool = True) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(F.silu(self.linear1(x))))
+
+
+class ConvModule(nn.Module):
+    """Pointwise(2D) -> GLU -> mask -> depthwise(k) -> norm (named ``batch_norm``) -> Swish -> pointwise."""
+
+    def __init__(
+        self, d_model: int, kernel: int, padding: tuple[int, int], norm: str, bias: bool = True
+    ) -> None:
+        super().__init__()
+        self.padding = padding
+        self.norm_type = norm
+        self.pointwise_conv1 = nn.Conv1d(d_model, 2 * d_model, 1, bias=bias)
+        self.depthwise_conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, bias=bias)
+        self.batch_norm = nn.BatchNorm1d(d_model) if norm == "batch_norm" else nn.LayerNorm(d_model)
+        self.pointwise_conv2 = nn.Conv1d(d_model, d_model, 1, bias=bias)
+
+    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, T, D]; pad_mask [B, T] True on padding."""
+        x = F.glu(self.pointwise_conv1(x.transpose(1, 2)), dim=1)
+        if pad_mask is not None:
+            x = x.masked_fill(pad_mask.unsqueeze(1), 0.0)
+        x = self.depthwise_conv(F.pad(x, self.padding))
+        if self.norm_type == "layer_norm":
+            x = self.batch_norm(x.transpose(1, 2)).transpose(1, 2)
+        else:
+            x = self.batch_norm(x)
+        x = self.pointwise_conv2(F.silu(x))
+        return x.transpose(1, 2)
+
+
+class RelPositionSelfAttention(nn.Module):
+    """Multi-head self-attention with Transformer-XL relative positions (content + position terms)."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, own_biases: bool, bias: bool = True
+    ) -> None:
+        super().__init__()
+        self.h = n_heads
+        self.d_k = d_model // n_heads
+        self.linear_q = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_k = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_v = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_out = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_pos = nn.Linear(d_model, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        if own_biases:
+            self.pos_bias_u = nn.Parameter(torch.zeros(n_heads, self.d_k))
+            self.pos_bias_v = nn.Parameter(torch.zeros(n_heads, self.d_k))
+        else:
+            self.pos_bias_u = None
+            self.pos_bias_v = None
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, D] -> [B, h, T, d_k]."""
+        return x.view(x.shape[0], x.shape[1], self.h, self.d_k).transpose(1, 2)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        mask: torch.Tensor | None,
+        bias_u: torch.Tensor | None = None,
+        bias_v: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x [B, T, D], pos_emb [1, 2T-1, D], mask [B, T, T] True where attention is not allowed."""
+        bias_u = self.pos_bias_u if self.pos_bias_u is not None else bias_u
+        bias_v = self.pos_bias_v if self.pos_bias_v is not None else bias_v
+        b, t, _ = x.shape
+        q = self.linear_q(x).view(b, t, self.h, self.d_k)  # [B, T, h, d_k]
+        k = self._heads(self.linear_k(x))
+        v = self._heads(self.linear_v(x))
+        p = self._heads(self.linear_pos(pos_emb))  # [1, h, 2T-1, d_k]
+        content = torch.matmul((q + bias_u).transpose(1, 2), k.transpose(-2, -1))  # [B, h, T, T]
+        position = torch.matmul((q + bias_v).transpose(1, 2), p.transpose(-2, -1))  # [B, h, T, 2T-1]
+        # pos_emb column c holds relative position (T-1-c); query i, key j needs i-j -> column T-1-i+j.
+        idx = (t - 1) - torch.arange(t, device=x.device).unsqueeze(1) + torch.arange(t, device=x.device)
+        position = position.gather(-1, idx.expand(b, self.h, t, t))
+        scores = (content + position) / math.sqrt(self.d_k)
+        if mask is not None:
+            m = mask.unsqueeze(1)
+            attn = torch.softmax(scores.masked_fill(m, _MASK_FILL), dim=-1).masked_fill(m, 0.0)
+        else:
+            attn = torch.softmax(scores, dim=-1)
+        out = torch.matmul(self.dropout(attn), v)  # [B, h, T, d_k]
+        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
+
+
+class ConformerLayer(nn.Module):
+    """Macaron block: ½FF, MHSA, conv, ½FF, LayerNorm (pre-norm residuals)."""
+
+    def __init__(self, cfg: ConformerConfig) -> None:
+        super().__init__()
+        d, d_ff = cfg.d_model, cfg.d_model * cfg.ff_expansion_factor
+        self.norm_feed_forward1 = nn.LayerNorm(d)
+        self.feed_forward1 = FeedForward(d, d_ff, cfg.dropout, cfg.use_bias)
+        self.norm_conv = nn.LayerNorm(d)
+        self.conv = ConvModule(d, cfg.conv_kernel_size, cfg.conv_padding, cfg.conv_norm_type, cfg.use_bias)
+        self.norm_self_att = nn.LayerNorm(d)
+        self.self_attn = RelPositionSelfAttention(
+            d, cfg.n_heads, cfg.dropout_att, cfg.untie_biases, cfg.use_bias
+        )
+        self.norm_feed_forward2 = nn.LayerNorm(d)
+        self.feed_forward2 = FeedForward(d, d_ff, cfg.dropout, cfg.use_bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_out = nn.LayerNorm(d)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        att_mask: torch.Tensor | None,
+        pad_mask: torch.Tensor | None,
+        bias_u: torch.Tensor | None = None,
+        bias_v: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = x + 0.5 * self.dropout(self.feed_forward1(self.norm_feed_forward1(x)))
+        x = x + self.dropout(self.self_attn(self.norm_self_att(x), pos_emb, att_mask, bias_u, bias_v))
+        x = x + self.dropout(self.conv(self.norm_conv(x), pad_mask))
+        x = x + 0.5 * self.dropout(self.feed_forward2(self.norm_feed_forward2(x)))
+        return self.norm_out(x)
+
+
+class ConformerEncoder(nn.Module):
+    """FastConformer/Conformer encoder: ``[B, F, T]`` + lengths -> ``[B, D, T']`` + lengths."""
+
+    def __init__(self, cfg: ConformerConfig) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.d_model = cfg.d_model
+        self.subsampling_factor = int(cfg.subsampling_factor)
+        self.xscale = math.sqrt(cfg.d_model) if cfg.xscaling else None
+        if self.subsampling_factor > 1:
+            self.pre_encode: nn.Module = ConvSubsampling(
+                cfg.subsampling, self.subsampling_factor, cfg.feat_in, cfg.d_model, cfg.conv_channels
+            )
+        else:
+            self.pre_encode = nn.Linear(cfg.feat_in, cfg.d_model)
+        if not cfg.untie_biases:
+            d_k = cfg.d_model // cfg.n_heads
+            self.pos_bias_u = nn.Parameter(torch.zeros(cfg.n_heads, d_k))
+            self.pos_bias_v = nn.Parameter(torch.zeros(cfg.n_heads, d_k))
+        else:
+            self.pos_bias_u = None
+            self.pos_bias_v = None
+        self.pre_dropout = nn.Dropout(cfg.dropout_pre_encoder)
+        self.pos_dropout = nn.Dropout(cfg.dropout_emb)
+        self.layers = nn.ModuleList(ConformerLayer(cfg) for _ in range(cfg.n_layers))
+        if cfg.feat_out > 0 and cfg.feat_out != cfg.d_model:
+            self.out_proj: nn.Linear | None = nn.Linear(cfg.d_model, cfg.feat_out)
+            self.output_dim = cfg.feat_out
+        else:
+            self.out_proj = None
+            self.output_dim = cfg.d_model
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> ConformerEncoder:
+        """From a NeMo ``encoder`` config section."""
+        return cls(ConformerConfig.from_dict(cfg))
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Encoder frames for the given feature frame counts."""
+        if self.subsampling_factor == 1:
+            return lengths
+        return conv_output_lengths(lengths, int(math.log2(self.subsampling_factor)))
+
+    def attention_mask(self, lengths: torch.Tensor, t: int) -> torch.Tensor:
+        """[B, T, T] bool, True where query i may NOT attend key j (padding or outside the context)."""
+        valid = _time_mask(lengths, t)
+        allowed = valid.unsqueeze(1) & valid.unsqueeze(2)
+        left, right = self.cfg.context
+        if left >= 0 or right >= 0:
+            i = torch.arange(t, device=lengths.device).unsqueeze(1)
+            j = torch.arange(t, device=lengths.device).unsqueeze(0)
+            if self.cfg.att_context_style == "regular":
+                ctx = torch.ones(t, t, dtype=torch.bool, device=lengths.device)
+                if left >= 0:
+                    ctx &= j >= i - left
+                if right >= 0:
+                    ctx &= j <= i + right
+            else:  # chunked_limited: chunks of right+1 frames, see `left // chunk` chunks back
+                if right < 0:
+                    ctx = (
+                        (j >= i - left)
+                        if left >= 0
+                        else torch.ones(t, t, dtype=torch.bool, device=lengths.device)
+                    )
+                else:
+                    chunk = right + 1
+                    back = left // chunk if left >= 0 else t
+                    diff = i // chunk - j // chunk
+                    ctx = (diff >= 0) & (diff <= back)
+            allowed = allowed & ctx.unsqueeze(0)
+        return ~allowed
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, F, T] features + [B] frame counts -> ([B, D, T'] encodings, [B] int64 lengths)."""
+        x = features.transpose(1, 2)
+        lengths = lengths.to(device=x.device, dtype=torch.int64)
+        if isinstance(self.pre_encode, ConvSubsampling):
+            x, lengths = self.pre_encode(x, lengths)
+        else:
+            x = self.pre_encode(x)
+        t = x.shape[1]
+        if self.xscale is not None:
+            x = x * self.xscale
+        x = self.pre_dropout(x)
+        pos_emb = self.pos_dropout(relative_positions(t, self.d_model, x.device, x.dtype))
+        pad_mask = ~_time_mask(lengths, t)
+        att_mask = self.attention_mask(lengths, t)
+        for layer in self.layers:
+            x = layer(x, pos_emb, att_mask, pad_mask, self.pos_bias_u, self.pos_bias_v)
+        if self.out_proj is not None:
+            x = self.out_proj(x)
+        return x.transpose(1, 2), lengths

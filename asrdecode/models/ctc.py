@@ -1,0 +1,241 @@
+"""NeMo-style CTC acoustic model: mel front end -> Conformer encoder -> Conv1d head -> log-softmax."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from asrdecode.errors import ModelError
+from asrdecode.features.nemo_mel import NemoMelPreprocessor
+from asrdecode.models.base import ModelOutput
+from asrdecode.models.conformer import ConformerEncoder
+from asrdecode.models.tokenizer import Tokenizer
+
+__all__ = ["CTCHead", "NemoCTCModel", "CTC_CLASSES", "HYBRID_CLASSES", "model_class_name"]
+
+CTC_CLASSES = ("EncDecCTCModelBPE", "EncDecCTCModel")
+HYBRID_CLASSES = ("EncDecHybridRNNTCTCBPEModel", "EncDecHybridRNNTCTCModel")
+
+_DECODER_KEYS = {"_target_", "feat_in", "num_classes", "vocabulary", "init_mode", "add_blank"}
+
+
+def _short(target: Any) -> str:
+    return str(target).rsplit(".", 1)[-1]
+
+
+def model_class_name(cfg: dict[str, Any]) -> str | None:
+    """Class name from the top-level ``target`` (or ``_target_``) of a NeMo model config, if any."""
+    target = cfg.get("target", cfg.get("_target_"))
+    return _short(target) if target else None
+
+
+def _check_target(section: dict[str, Any], name: str, expected: str) -> None:
+    target = section.get("_target_")
+    if target is not None and _short(target) != expected:
+        raise ModelError(f"unsupported {name}._target_={target!r} (supported: {expected})")
+
+
+def ctc_decoder_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(config path, section) of the CTC head: ``decoder``, or ``aux_ctc.decoder`` in hybrid models."""
+    cls = model_class_name(cfg)
+    if cls is not None and cls not in CTC_CLASSES + HYBRID_CLASSES:
+        raise ModelError(
+            f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} "
+            f"(supported: {', '.join(CTC_CLASSES + HYBRID_CLASSES)})"
+        )
+    if cls in HYBRID_CLASSES:
+        section = (cfg.get("aux_ctc") or {}).get("decoder")
+        path = "aux_ctc.decoder"
+    else:
+        section = cfg.get("decoder")
+        path = "decoder"
+    if not isinstance(section, dict):
+        raise ModelError(f"model config has no {path} section")
+    return path, section
+
+
+class CTCHead(nn.Module):
+    """NeMo ``ConvASRDecoder``: Conv1d(feat_in, V+1, k=1) named ``decoder_layers.0``, then log-softmax."""
+
+    def __init__(self, feat_in: int, num_classes: int) -> None:
+        super().__init__()
+        self.num_classes_with_blank = num_classes + 1
+        self.decoder_layers = nn.Sequential(nn.Conv1d(feat_in, num_classes + 1, kernel_size=1, bias=True))
+        nn.init.xavier_uniform_(self.decoder_layers[0].weight)
+        nn.init.zeros_(self.decoder_layers[0].bias)
+
+    def forward(self, encoder_out: torch.Tensor) -> torch.Tensor:
+        """[B, D, T] -> [B, T, V+1] log-probabilities."""
+        return torch.log_softmax(self.decoder_layers(encoder_out).transpose(1, 2), dim=-1)
+
+
+class NemoCTCModel(nn.Module):
+    """A NeMo CTC model (``EncDecCTCModel[BPE]`` or a hybrid's CTC head) as an ``AcousticModel``."""
+
+    def __init__(
+        self,
+        preprocessor: NemoMelPreprocessor,
+        encoder: ConformerEncoder,
+        decoder: CTCHead,
+        tokenizer: Tokenizer,
+        config: dict[str, Any] | None = None,
+        tokenizer_files: dict[str, bytes] | None = None,
+        source: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.preprocessor = preprocessor
+        self.encoder = encoder
+        self.decoder = decoder
+        self.tokenizer = tokenizer
+        self.config: dict[str, Any] = config or {}
+        self.tokenizer_files: dict[str, bytes] = dict(tokenizer_files or {})
+        self.source = source
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_config(
+        cls, cfg: dict[str, Any], tokenizer: Tokenizer, tokenizer_files: dict[str, bytes] | None = None
+    ) -> NemoCTCModel:
+        """Build (randomly initialised) from a NeMo model config dict and a tokenizer.
+
+        Raises ModelError naming the first unsupported option. ``tokenizer_files`` (name -> bytes) are
+        kept for :func:`asrdecode.models.nemo.save_nemo`; for a sentencepiece tokenizer whose config
+        says ``model_path: nemo:<name>`` the model bytes are filled in automatically.
+        """
+        cfg = copy.deepcopy(cfg)
+        for key in ("preprocessor", "encoder"):
+            if not isinstance(cfg.get(key), dict):
+                raise ModelError(f"model config has no {key} section")
+        _check_target(cfg["preprocessor"], "preprocessor", "AudioToMelSpectrogramPreprocessor")
+        _check_target(cfg["encoder"], "encoder", "ConformerEncoder")
+        dec_path, dec_cfg = ctc_decoder_config(cfg)
+        _check_target(dec_cfg, dec_path, "ConvASRDecoder")
+        for key, value in dec_cfg.items():
+            if key not in _DECODER_KEYS:
+                raise ModelError(f"unsupported {dec_path} option {key}={value!r}")
+        if not dec_cfg.get("add_blank", True):
+            raise ModelError(f"unsupported {dec_path}.add_blank=False")
+
+        preprocessor = NemoMelPreprocessor.from_config(cfg["preprocessor"])
+        encoder = ConformerEncoder.from_config(cfg["encoder"])
+        if int(encoder.cfg.feat_in) != preprocessor.num_features:
+            raise ModelError(
+                f"encoder.feat_in={encoder.cfg.feat_in} does not match "
+                f"preprocessor.features={preprocessor.num_features}"
+            )
+        num_classes = int(dec_cfg.get("num_classes", -1))
+        if num_classes < 1:
+            num_classes = tokenizer.vocab_size
+        if num_classes != tokenizer.vocab_size:
+            raise ModelError(
+                f"{dec_path}.num_classes={num_classes} does not match the vocabulary size "
+                f"{tokenizer.vocab_size}"
+            )
+        vocabulary = dec_cfg.get("vocabulary")
+        if isinstance(vocabulary, list) and len(vocabulary) != num_classes:
+            raise ModelError(
+                f"{dec_path}.vocabulary has {len(vocabulary)} entries, num_classes={num_classes}"
+            )
+        feat_in = int(dec_cfg.get("feat_in", encoder.output_dim))
+        if feat_in != encoder.output_dim:
+            raise ModelError(
+                f"{dec_path}.feat_in={feat_in} does not match the encoder output size {encoder.output_dim}"
+            )
+        files = dict(tokenizer_files or {})
+        model_path = str((cfg.get("tokenizer") or {}).get("model_path", ""))
+        if tokenizer.model_bytes is not None and model_path.startswith("nemo:"):
+            files.setdefault(model_path.removeprefix("nemo:"), tokenizer.model_bytes)
+        return cls(preprocessor, encoder, CTCHead(feat_in, num_classes), tokenizer, cfg, files)
+
+    # ----------------------------------------------------------------- AcousticModel protocol
+    @property
+    def sample_rate(self) -> int:
+        return self.preprocessor.sample_rate
+
+    @property
+    def units(self) -> list[str]:
+        return self.tokenizer.units
+
+    @property
+    def blank_id(self) -> int:
+        return len(self.tokenizer.units)
+
+    @property
+    def subsampling_factor(self) -> int:
+        return self.encoder.subsampling_factor
+
+    @property
+    def frame_shift(self) -> float:
+        """Seconds per output frame: hop seconds x subsampling factor."""
+        return self.preprocessor.hop_length / self.sample_rate * self.subsampling_factor
+
+    @property
+    def model_class(self) -> str:
+        return model_class_name(self.config) or (
+            "EncDecCTCModelBPE" if self.tokenizer.kind == "bpe" else "EncDecCTCModel"
+        )
+
+    def features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, S] padded waveforms at ``sample_rate`` -> ([B, F, T] log-mel features, [B] frame counts)."""
+        return self.preprocessor(waveforms, lengths)
+
+    def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
+        """Features -> ModelOutput with ``log_probs`` [B, T', V+1] and ``encoder_out`` [B, T', D]."""
+        enc, enc_len = self.encoder(feats, feat_lengths)
+        log_probs = self.decoder(enc)
+        return ModelOutput(
+            log_probs=log_probs,
+            lengths=enc_len,
+            frame_shift=self.frame_shift,
+            blank_id=self.blank_id,
+            units=self.units,
+            encoder_out=enc.transpose(1, 2),
+        )
+
+    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
+        """Waveforms -> ModelOutput (features + encoder + head, differentiable in training mode)."""
+        feats, feat_len = self.features(waveforms, lengths)
+        return self.forward_features(feats, feat_len)
+
+    def tokens_to_words(self, tokens: list[int]) -> list[tuple[str, int, int]]:
+        """Unit ids -> [(word, first token index, last token index)]."""
+        return self.tokenizer.words_of(tokens)
+
+    def describe(self) -> dict:
+        """Summary for ``asrdecode info``."""
+        enc = self.encoder.cfg
+        fe = self.preprocessor.featurizer
+        return {
+            "type": "nemo-ctc",
+            "class": self.model_class,
+            "file": self.source,
+            "parameters": sum(p.numel() for p in self.parameters()),
+            "sample_rate": self.sample_rate,
+            "features": {
+                "type": "nemo-mel",
+                "n_mels": fe.nfilt,
+                "n_fft": fe.n_fft,
+                "win_length": fe.win_length,
+                "hop_length": fe.hop_length,
+                "normalize": fe.normalize,
+            },
+            "encoder": {
+                "type": "conformer",
+                "layers": enc.n_layers,
+                "d_model": enc.d_model,
+                "heads": enc.n_heads,
+                "ff_expansion_factor": enc.ff_expansion_factor,
+                "subsampling": enc.subsampling,
+                "subsampling_factor": enc.subsampling_factor,
+                "self_attention_model": enc.self_attention_model,
+                "att_context_size": list(enc.context),
+                "conv_kernel_size": enc.conv_kernel_size,
+            },
+            "tokenizer": self.tokenizer.describe(),
+            "num_outputs": self.blank_id + 1,
+            "blank_id": self.blank_id,
+            "frame_shift": self.frame_shift,
+        }

@@ -1,0 +1,330 @@
+"""Read and write NeMo ``.nemo`` archives safely, without NeMo.
+
+A ``.nemo`` file is a (plain or gzip) tar holding ``model_config.yaml``, ``model_weights.ckpt`` (a torch
+state_dict) and the tokenizer files referenced from the config as ``nemo:<name>``. Members are read in
+memory (nothing is extracted); links, devices and paths that are absolute or escape the archive are
+refused; the config is parsed with ``yaml.safe_load`` and the weights with ``torch.load(weights_only=True)``
+so no pickled code can run.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import re
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from asrdecode.errors import ModelError
+from asrdecode.models.ctc import (
+    CTC_CLASSES,
+    HYBRID_CLASSES,
+    NemoCTCModel,
+    ctc_decoder_config,
+    model_class_name,
+)
+from asrdecode.models.tokenizer import Tokenizer
+
+__all__ = ["NemoArchive", "read_nemo_archive", "load_nemo", "save_nemo"]
+
+CONFIG_MEMBER = "model_config.yaml"
+WEIGHTS_MEMBER = "model_weights.ckpt"
+_MAX_SMALL_MEMBER = 64 * 1024 * 1024  # config / tokenizer files larger than this are refused
+# Keys of NeMo CTC checkpoints that carry no inference weights of this model.
+_IGNORED_PREFIXES = ("spec_augmentation.", "loss.", "wer.", "ctc_wer.", "ctc_loss.")
+# Buffers that are recomputed from the config when a checkpoint lacks them.
+_OPTIONAL_KEYS = ("preprocessor.featurizer.window", "preprocessor.featurizer.fb")
+
+
+def _one_line(err: BaseException, limit: int = 200) -> str:
+    """An exception as a single short line."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _member_path(name: str) -> str | None:
+    """Normalised relative path of a tar member name, or None if it is absolute or escapes the archive."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or "\x00" in name:
+        return None
+    norm = posixpath.normpath(name.replace("\\", "/"))
+    if norm == ".." or norm.startswith("../") or norm.startswith("/"):
+        return None
+    return norm
+
+
+class NemoArchive:
+    """The validated members of a ``.nemo`` tar, read on demand from the open file."""
+
+    def __init__(self, tf: tarfile.TarFile, label: str) -> None:
+        self._tf = tf
+        self.label = label
+        self.members: dict[str, tarfile.TarInfo] = {}
+        for info in tf.getmembers():
+            path = _member_path(info.name)
+            if path is None:
+                raise ModelError(
+                    f"{label}: unsafe archive member {info.name!r} (absolute path or outside the archive)"
+                )
+            if info.isdir():
+                continue
+            if not info.isreg():
+                kind = "link" if (info.issym() or info.islnk()) else "special file"
+                raise ModelError(
+                    f"{label}: unsafe archive member {info.name!r} ({kind}; only regular files are allowed)"
+                )
+            if path in self.members:
+                raise ModelError(f"{label}: duplicate archive member {info.name!r}")
+            self.members[path] = info
+
+    def close(self) -> None:
+        """Close the underlying tar file."""
+        self._tf.close()
+
+    def has(self, name: str) -> bool:
+        return _member_path(name) in self.members
+
+    def read(self, name: str, max_bytes: int | None = None) -> bytes:
+        """Bytes of a member (``./`` prefix optional)."""
+        path = _member_path(name)
+        info = self.members.get(path) if path else None
+        if info is None:
+            raise ModelError(f"{self.label}: archive has no member {name!r}")
+        if max_bytes is not None and info.size > max_bytes:
+            raise ModelError(f"{self.label}: archive member {name!r} is too large ({info.size} bytes)")
+        fh = self._tf.extractfile(info)
+        if fh is None:
+            raise ModelError(f"{self.label}: cannot read archive member {name!r}")
+        try:
+            data = fh.read()
+        except (OSError, EOFError, tarfile.TarError) as err:
+            raise ModelError(f"{self.label}: archive member {name!r} is corrupt ({_one_line(err)})") from None
+        if len(data) != info.size:
+            raise ModelError(f"{self.label}: archive member {name!r} is truncated")
+        return data
+
+
+def read_nemo_archive(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, torch.Tensor], NemoArchive]:
+    """Open and validate a ``.nemo`` file: (config dict, state_dict, archive for further members).
+
+    The returned archive stays open for reading further members; the caller closes it.
+    Raises ModelError on any problem.
+    """
+    label = str(path)
+    try:
+        tf = tarfile.open(path, mode="r:*")  # noqa: SIM115 - handed to NemoArchive, closed by the caller
+    except FileNotFoundError:
+        raise ModelError(f"{label}: model file not found") from None
+    except (tarfile.TarError, OSError, EOFError, ValueError):
+        raise ModelError(f"{label}: not a .nemo archive (not a readable tar/tar.gz file)") from None
+    try:
+        try:
+            archive = NemoArchive(tf, label)
+        except (tarfile.TarError, OSError, EOFError, ValueError) as err:
+            raise ModelError(f"{label}: corrupt .nemo archive ({_one_line(err)})") from None
+        for member in (CONFIG_MEMBER, WEIGHTS_MEMBER):
+            if not archive.has(member):
+                raise ModelError(f"{label}: not a NeMo model archive (no {member})")
+        cfg = _parse_config(archive.read(CONFIG_MEMBER, _MAX_SMALL_MEMBER), label)
+        state = _parse_weights(archive.read(WEIGHTS_MEMBER), label)
+    except BaseException:
+        tf.close()
+        raise
+    return cfg, state, archive
+
+
+def _parse_config(raw: bytes, label: str) -> dict[str, Any]:
+    try:
+        cfg = yaml.safe_load(raw.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ModelError(f"{label}: {CONFIG_MEMBER} is not valid YAML ({_one_line(err, 120)})") from None
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{label}: {CONFIG_MEMBER} is not a mapping")
+    return cfg
+
+
+def _parse_weights(raw: bytes, label: str) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ... all mean a bad checkpoint
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        reason = _one_line(ValueError(first), 160)
+        raise ModelError(f"{label}: {WEIGHTS_MEMBER} cannot be loaded safely ({reason})") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise ModelError(f"{label}: {WEIGHTS_MEMBER} is not a state_dict of tensors")
+    return state
+
+
+def _nemo_refs(section: dict[str, Any] | None) -> dict[str, str]:
+    """{config key: member name} for every ``nemo:<name>`` value of a config section."""
+    refs = {}
+    for key, value in (section or {}).items():
+        if isinstance(value, str) and value.startswith("nemo:"):
+            refs[key] = value.removeprefix("nemo:")
+    return refs
+
+
+def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, dict[str, bytes]]:
+    """Tokenizer from the archive's ``nemo:`` members (BPE) or the config's label list (chars)."""
+    tok_cfg = cfg.get("tokenizer")
+    if tok_cfg:
+        kind = tok_cfg.get("type")
+        if kind != "bpe":
+            raise ModelError(f"unsupported tokenizer.type={kind!r} (supported: bpe)")
+        model_path = str(tok_cfg.get("model_path") or "")
+        if model_path.startswith("nemo:"):
+            name = model_path.removeprefix("nemo:")
+        else:  # an absolute path of the build machine: look for the file by name
+            name = posixpath.basename(model_path)
+        if not name or not archive.has(name):
+            raise ModelError(f"tokenizer.model_path={model_path!r} is not in the archive")
+        refs = [n for n in _nemo_refs(tok_cfg).values() if archive.has(n)]
+        files = {n: archive.read(n, _MAX_SMALL_MEMBER) for n in refs}
+        files[name] = archive.read(name, _MAX_SMALL_MEMBER)
+        try:
+            return Tokenizer.from_sentencepiece(files[name]), files
+        except Exception as err:  # sentencepiece raises RuntimeError/OSError on bad protos
+            reason = _one_line(err)
+            raise ModelError(f"tokenizer model {name!r} is not a sentencepiece model ({reason})") from None
+    _, dec_cfg = ctc_decoder_config(cfg)
+    labels = dec_cfg.get("vocabulary")
+    if not isinstance(labels, list) or not labels:
+        labels = cfg.get("labels")
+    if not isinstance(labels, list) or not labels:
+        raise ModelError("model config has neither a tokenizer nor labels")
+    try:
+        return Tokenizer.from_labels(labels), {}
+    except ValueError as err:
+        raise ModelError(f"bad label list: {_one_line(err)}") from None
+
+
+def _fit_state_dict(model: NemoCTCModel, state: dict[str, torch.Tensor], hybrid: bool) -> None:
+    """Load a NeMo state_dict strictly (NeMo names), with one-line errors."""
+    if hybrid:  # keep the CTC head (ctc_decoder.*) as decoder.*, drop the transducer parts
+        state = {
+            ("decoder." + k.removeprefix("ctc_decoder.") if k.startswith("ctc_decoder.") else k): v
+            for k, v in state.items()
+            if not k.startswith(("decoder.", "joint."))
+        }
+    state = {k: v for k, v in state.items() if not k.startswith(_IGNORED_PREFIXES)}
+    own = model.state_dict()
+    missing = [k for k in own if k not in state and k not in _OPTIONAL_KEYS]
+    unexpected = [k for k in state if k not in own]
+    wrong = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in own
+        if k in state and state[k].shape != own[k].shape
+    ]
+
+    def few(items: list[str]) -> str:
+        return ", ".join(items[:3]) + (f" (+{len(items) - 3} more)" if len(items) > 3 else "")
+
+    if missing:
+        raise ModelError(f"weights do not match the config: missing {few(missing)}")
+    if unexpected:
+        raise ModelError(f"weights do not match the config: unexpected {few(unexpected)}")
+    if wrong:
+        raise ModelError(f"weights do not match the config: shape {few(wrong)}")
+    model.load_state_dict(state, strict=False)
+
+
+def load_nemo(path: str | os.PathLike) -> NemoCTCModel:
+    """Load a NeMo CTC model (EncDecCTCModelBPE / EncDecCTCModel / a hybrid's CTC head) in eval mode.
+
+    Raises ModelError with a one-line message naming the file and the offending option or member.
+    """
+    label = str(path)
+    cfg, state, archive = read_nemo_archive(path)
+    try:
+        cls = model_class_name(cfg)
+        if cls is None:
+            raise ModelError("model_config.yaml has no 'target' (model class)")
+        if cls not in CTC_CLASSES + HYBRID_CLASSES:
+            raise ModelError(
+                f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} "
+                f"(supported: {', '.join(CTC_CLASSES + HYBRID_CLASSES)})"
+            )
+        tokenizer, files = _tokenizer(cfg, archive)
+        try:
+            model = NemoCTCModel.from_config(cfg, tokenizer, files)
+        except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values
+            raise ModelError(f"invalid model config ({_one_line(err)})") from None
+        _fit_state_dict(model, state, hybrid=cls in HYBRID_CLASSES)
+    except ModelError as err:
+        raise ModelError(f"{label}: {err}") from None
+    finally:
+        archive.close()
+    model.source = label
+    return model.eval()
+
+
+def _check_file_name(name: str) -> None:
+    if not name or "/" in name or "\\" in name or name in (".", "..", CONFIG_MEMBER, WEIGHTS_MEMBER):
+        raise ModelError(f"bad tokenizer file name {name!r} for a .nemo archive")
+
+
+def save_nemo(
+    model: NemoCTCModel,
+    cfg: dict[str, Any] | None,
+    path: str | os.PathLike,
+    tokenizer_files: dict[str, bytes] | None = None,
+) -> Path:
+    """Write ``model`` as a NeMo-compatible ``.nemo`` tar (plain, members ``./<name>``).
+
+    ``cfg`` defaults to ``model.config`` and ``tokenizer_files`` to ``model.tokenizer_files``. Every
+    ``nemo:<name>`` reference of ``cfg['tokenizer']`` must be among ``tokenizer_files``. A missing
+    ``target`` is filled in (EncDecCTCModelBPE with a tokenizer section, else EncDecCTCModel).
+    The file is written atomically. Returns the path.
+    """
+    cfg = dict(model.config if cfg is None else cfg)
+    files = dict(model.tokenizer_files if tokenizer_files is None else tokenizer_files)
+    cls = model_class_name(cfg)
+    if cls is None:
+        cls = "EncDecCTCModelBPE" if cfg.get("tokenizer") else "EncDecCTCModel"
+        module = "ctc_bpe_models" if cls.endswith("BPE") else "ctc_models"
+        cfg["target"] = f"nemo.collections.asr.models.{module}.{cls}"
+    if cls not in CTC_CLASSES:
+        raise ModelError(f"save_nemo writes CTC models only, not target={cls!r}")
+    for key, name in _nemo_refs(cfg.get("tokenizer")).items():
+        if name not in files:
+            raise ModelError(f"tokenizer.{key}=nemo:{name} but no such file was given to save_nemo")
+    for name in files:
+        _check_file_name(name)
+
+    buf = io.BytesIO()
+    torch.save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, buf)
+    payload: list[tuple[str, bytes]] = [
+        (CONFIG_MEMBER, yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True).encode("utf-8")),
+        (WEIGHTS_MEMBER, buf.getvalue()),
+    ]
+    payload += sorted(files.items())
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
+    now = time.time()
+    try:
+        with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            root = tarfile.TarInfo(".")
+            root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, now
+            tf.addfile(root)
+            for name, data in payload:
+                info = tarfile.TarInfo("./" + name)
+                info.size, info.mode, info.mtime = len(data), 0o644, now
+                tf.addfile(info, io.BytesIO(data))
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return out

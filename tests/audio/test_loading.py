@@ -1,0 +1,148 @@
+"""load_audio: exact slicing/down-mix and one-line AudioErrors; resample_batch."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from asrdecode.audio import load_audio, resample_batch
+from asrdecode.errors import AudioError
+from asrdecode.io import Utterance
+
+
+def utt(path: Path | str, **kw) -> Utterance:
+    return Utterance("u", str(path), **kw)
+
+
+def ramp_wav(path: Path, n: int = 16000, sr: int = 16000, fmt: str | None = None) -> np.ndarray:
+    x = (np.arange(n, dtype=np.float32) / n) - 0.5
+    sf.write(path, x, sr, subtype="FLOAT" if fmt is None else fmt)
+    return x
+
+
+def assert_audio_error(u: Utterance, *words: str) -> str:
+    with pytest.raises(AudioError) as e:
+        load_audio(u)
+    msg = str(e.value)
+    assert u.audio_path in msg and "\n" not in msg and "Traceback" not in msg
+    for w in words:
+        assert w in msg, msg
+    return msg
+
+
+def test_whole_file_and_exact_offset_duration_slice(tmp_path):
+    p = tmp_path / "ramp.wav"
+    x = ramp_wav(p)
+    y, sr = load_audio(utt(p))
+    assert sr == 16000 and y.dtype == np.float32 and y.ndim == 1
+    np.testing.assert_array_equal(y, x)
+    y, _ = load_audio(utt(p, offset=0.5, duration=0.25))
+    np.testing.assert_array_equal(y, x[8000:12000])
+    y, _ = load_audio(utt(p, offset=0.25))
+    np.testing.assert_array_equal(y, x[4000:])
+
+
+def test_segment_overshoot(tmp_path):
+    p = tmp_path / "ramp.wav"
+    x = ramp_wav(p)
+    y, _ = load_audio(utt(p, offset=0.9, duration=0.3))  # 0.2 s past the end: rounding slack, cut
+    np.testing.assert_array_equal(y, x[14400:])
+    assert_audio_error(utt(p, offset=0.5, duration=2.0), "past the end")
+    assert_audio_error(utt(p, offset=1.5), "past the end")
+    assert_audio_error(utt(p, offset=0.5, duration=0.0), "zero duration")
+
+
+def test_stereo_downmix_and_channel_select(tmp_path):
+    p = tmp_path / "st.wav"
+    left = np.linspace(-0.5, 0.5, 1000, dtype=np.float32)
+    right = np.full(1000, 0.25, dtype=np.float32)
+    sf.write(p, np.stack([left, right], axis=1), 8000, subtype="FLOAT")
+    y, sr = load_audio(utt(p))
+    assert sr == 8000
+    np.testing.assert_allclose(y, (left + right) / 2, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(load_audio(utt(p, channel=1))[0], right)
+    np.testing.assert_array_equal(load_audio(utt(p, channel=0))[0], left)
+    assert_audio_error(utt(p, channel=2), "channel 2", "2 channel")
+
+
+def test_missing_empty_and_non_audio_files(tmp_path):
+    assert_audio_error(utt(tmp_path / "missing.wav"), "not found")
+    (tmp_path / "empty.wav").write_bytes(b"")
+    assert_audio_error(utt(tmp_path / "empty.wav"), "empty")
+    sf.write(tmp_path / "zero.wav", np.zeros(0, np.float32), 16000)
+    assert_audio_error(utt(tmp_path / "zero.wav"), "no audio samples")
+    (tmp_path / "text.wav").write_text("hello, I am not audio\n" * 20)
+    assert_audio_error(utt(tmp_path / "text.wav"), "not a readable audio file")
+    (tmp_path / "garbage.flac").write_bytes(np.random.default_rng(0).bytes(3000))
+    assert_audio_error(utt(tmp_path / "garbage.flac"))
+    (tmp_path / "dir.wav").mkdir()
+    assert_audio_error(utt(tmp_path / "dir.wav"), "directory")
+    with pytest.raises(AudioError, match="^wav.scp:3: pipe not run$"):
+        load_audio(Utterance("u", str(tmp_path / "x.wav"), error="wav.scp:3: pipe not run"))
+    with pytest.raises(AudioError, match="no audio file"):
+        load_audio(Utterance("u9", None))
+
+
+@pytest.mark.parametrize(("ext", "subtype"), [("wav", "PCM_16"), ("wav", "FLOAT"), ("flac", "PCM_16")])
+def test_truncated_files(tmp_path, ext, subtype):
+    p = tmp_path / f"cut.{ext}"
+    x = np.sin(np.arange(32000) * 0.01).astype(np.float32) * 0.5
+    sf.write(p, x, 16000, subtype=subtype)
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    assert_audio_error(utt(p), "truncated")
+    p.write_bytes(data[:30])  # header cut
+    assert_audio_error(utt(p))
+
+
+def test_nan_samples_are_rejected(tmp_path):
+    p = tmp_path / "nan.wav"
+    sf.write(p, np.array([0.0, np.nan, 0.1], np.float32), 16000, subtype="FLOAT")
+    assert_audio_error(utt(p), "NaN")
+
+
+# ------------------------------------------------------------------------------ resampling
+
+
+def peak_hz(x: np.ndarray, sr: int) -> float:
+    spec = np.abs(np.fft.rfft(x * np.hanning(len(x))))
+    return float(np.fft.rfftfreq(len(x), 1 / sr)[int(np.argmax(spec))])
+
+
+def test_resample_8k_to_16k_keeps_length_ratio_and_frequency():
+    sr, f = 8000, 440.0
+    t = np.arange(8000) / sr
+    x = torch.from_numpy(np.sin(2 * np.pi * f * t).astype(np.float32))
+    (y,) = resample_batch([x], [sr], 16000, "cpu")
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32 and y.shape == (16000,)
+    assert abs(peak_hz(y.numpy(), 16000) - f) < 2.0
+    assert abs(peak_hz(x.numpy(), sr) - f) < 2.0
+
+
+def test_resample_groups_by_rate_and_matches_one_by_one():
+    import torchaudio.functional as AF  # noqa: N812
+
+    rng = np.random.default_rng(0)
+    waves = [rng.standard_normal(n).astype(np.float32) for n in (8000, 4001, 16000, 22050, 12345)]
+    rates = [8000, 8000, 16000, 44100, 22050]
+    out = resample_batch([torch.from_numpy(w) for w in waves], rates, 16000)
+    for w, r, y in zip(waves, rates, out, strict=True):
+        assert isinstance(y, torch.Tensor)
+        assert y.shape[0] == math.ceil(len(w) * 16000 / r)
+        ref = torch.from_numpy(w) if r == 16000 else AF.resample(torch.from_numpy(w)[None], r, 16000)[0]
+        torch.testing.assert_close(y, ref, atol=1e-5, rtol=0)
+
+
+def test_resample_failure_is_reported_for_that_utterance_only():
+    ok = torch.zeros(800)
+    out = resample_batch(
+        [ok, ok, torch.zeros(2, 5)], [8000, 0, 8000], 16000, names=["a.wav", "b.wav", "c.wav"]
+    )
+    assert isinstance(out[0], torch.Tensor) and out[0].shape == (1600,)
+    assert isinstance(out[1], AudioError) and "b.wav" in str(out[1]) and "sample rate" in str(out[1])
+    assert isinstance(out[2], AudioError) and "c.wav" in str(out[2])

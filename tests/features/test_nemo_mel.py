@@ -1,0 +1,181 @@
+"""NeMo log-mel front end: parity with NeMo 3.0.0 reference features and behaviour of the options."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrdecode.errors import ModelError
+from asrdecode.features.nemo_mel import NemoMelConfig, NemoMelPreprocessor, nemo_mel_filterbank
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nemo"
+
+# The preprocessor section of tests/fixtures/nemo/ctc_bpe.nemo (model_config.yaml).
+CFG = {
+    "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+    "sample_rate": 16000,
+    "normalize": "per_feature",
+    "window_size": 0.025,
+    "window_stride": 0.01,
+    "window": "hann",
+    "features": 80,
+    "n_fft": 512,
+    "log": True,
+    "frame_splicing": 1,
+    "dither": 1.0e-05,
+    "pad_to": 0,
+    "pad_value": 0.0,
+}
+
+
+@pytest.fixture(scope="module")
+def audio() -> tuple[torch.Tensor, torch.Tensor]:
+    a = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    return torch.from_numpy(a["audio"]), torch.from_numpy(a["audio_len"])
+
+
+@pytest.fixture(scope="module")
+def ref() -> dict[str, np.ndarray]:
+    z = np.load(FIX / "reference" / "ctc_bpe.npz", allow_pickle=False)
+    return {k: z[k] for k in ("features", "features_len")}
+
+
+@pytest.fixture(scope="module")
+def checkpoint_buffers() -> dict[str, torch.Tensor]:
+    with tarfile.open(FIX / "ctc_bpe.nemo") as tf:
+        raw = tf.extractfile("./model_weights.ckpt").read()
+    sd = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    return {k.removeprefix("preprocessor."): v for k, v in sd.items() if k.startswith("preprocessor.")}
+
+
+def make(**overrides) -> NemoMelPreprocessor:
+    return NemoMelPreprocessor.from_config({**CFG, **overrides}).eval()
+
+
+def test_buffer_names_match_nemo(checkpoint_buffers):
+    pre = make()
+    assert set(pre.state_dict()) == {"featurizer.window", "featurizer.fb"} == set(checkpoint_buffers)
+    for k, v in pre.state_dict().items():
+        assert v.shape == checkpoint_buffers[k].shape
+
+
+def test_computed_filterbank_and_window_equal_checkpoint(checkpoint_buffers):
+    fb = nemo_mel_filterbank(16000, 512, 80)
+    assert fb.shape == (1, 80, 257)
+    torch.testing.assert_close(fb, checkpoint_buffers["featurizer.fb"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(make().featurizer.window, checkpoint_buffers["featurizer.window"])
+
+
+@pytest.mark.parametrize("use_checkpoint", [False, True])
+def test_features_match_nemo(audio, ref, checkpoint_buffers, use_checkpoint):
+    pre = make()
+    if use_checkpoint:
+        pre.load_state_dict(checkpoint_buffers)
+    with torch.no_grad():
+        feats, lens = pre(*audio)
+    assert feats.shape == ref["features"].shape
+    assert lens.tolist() == ref["features_len"].tolist()
+    assert lens.tolist() == (audio[1] // 160).tolist()
+    np.testing.assert_allclose(feats.numpy(), ref["features"], atol=1e-4, rtol=0)
+
+
+def test_padding_frames_zero_and_batch_equals_single(audio):
+    pre = make()
+    wav, n = audio
+    with torch.no_grad():
+        feats, lens = pre(wav, n)
+        for b in (0, 4):
+            assert torch.all(feats[b, :, lens[b] :] == 0)
+            one, one_len = pre(wav[b : b + 1, : n[b]], n[b : b + 1])
+            assert one_len.item() == lens[b].item()
+            torch.testing.assert_close(one[0], feats[b, :, : one.shape[-1]], atol=1e-5, rtol=0)
+
+
+def test_samples_past_length_do_not_leak(audio):
+    pre = make()
+    wav, n = audio
+    noisy = wav.clone()
+    for b in range(wav.shape[0]):
+        noisy[b, n[b] :] = torch.randn(wav.shape[1] - n[b])
+    with torch.no_grad():
+        torch.testing.assert_close(pre(noisy, n)[0], pre(wav, n)[0], atol=0, rtol=0)
+
+
+def test_dither_only_in_training(audio):
+    wav, n = audio[0][:2, :16000], torch.tensor([16000, 12000])
+    pre = make(dither=1e-3)
+    with torch.no_grad():
+        a, b = pre(wav, n)[0], pre(wav, n)[0]
+        assert torch.equal(a, b)
+        pre.train()
+        c = pre(wav, n)[0]
+    assert not torch.equal(a, c)
+    no_dither = make(dither=0.0).train()
+    with torch.no_grad():
+        torch.testing.assert_close(no_dither(wav, n)[0], a, atol=0, rtol=0)
+
+
+def test_normalize_none_is_log_mel(audio):
+    wav, n = audio[0][:1, :8000], torch.tensor([8000])
+    with torch.no_grad():
+        feats, lens = make(normalize="none")(wav, n)
+        x = torch.cat((wav[:, :1], wav[:, 1:] - 0.97 * wav[:, :-1]), dim=1)
+        spec = torch.stft(
+            x,
+            512,
+            160,
+            400,
+            torch.hann_window(400, periodic=False),
+            center=True,
+            pad_mode="constant",
+            return_complex=True,
+        )
+        expected = torch.log(nemo_mel_filterbank(16000, 512, 80) @ spec.abs().pow(2) + 2**-24)
+    assert lens.item() == 50
+    torch.testing.assert_close(feats[..., :50], expected[..., :50], atol=1e-4, rtol=0)
+    assert torch.all(feats[..., 50:] == 0)
+
+
+def test_normalize_all_features(audio):
+    wav, n = audio
+    with torch.no_grad():
+        feats, lens = make(normalize="all_features")(wav[:3], n[:3])
+    for b in range(3):
+        valid = feats[b, :, : lens[b]]
+        assert abs(valid.mean().item()) < 1e-4
+        assert abs(valid.std().item() - 1.0) < 1e-3  # unbiased std (+1e-5 guard)
+    per_feature = make()(wav[:1], n[:1])[0][0, :, : lens[0]]
+    torch.testing.assert_close(per_feature.mean(dim=1), torch.zeros(80), atol=1e-4, rtol=0)
+    torch.testing.assert_close(per_feature.std(dim=1), torch.ones(80), atol=1e-3, rtol=0)
+
+
+def test_pad_to_multiple(audio):
+    wav, n = audio
+    with torch.no_grad():
+        feats, lens = make(pad_to=16)(wav[:2], n[:2])
+    assert feats.shape[-1] % 16 == 0 and feats.shape[-1] >= int(n[:2].max()) // 160 + 1
+    assert torch.all(feats[1, :, lens[1] :] == 0)
+
+
+def test_gradients_flow_to_waveform(audio):
+    wav = audio[0][:2, :8000].clone().requires_grad_(True)
+    feats, _ = make().train()(wav, torch.tensor([8000, 6000]))
+    feats.sum().backward()
+    assert wav.grad is not None and torch.isfinite(wav.grad).all()
+    assert wav.grad[1, 6000:].abs().sum() == 0
+
+
+def test_config_defaults_and_errors():
+    cfg = NemoMelConfig.from_dict({"window_size": 0.025, "window_stride": 0.01})
+    assert (cfg.win_length, cfg.hop_length, cfg.fft_size) == (400, 160, 512)
+    with pytest.raises(ModelError, match="frame_splicing"):
+        make(frame_splicing=3)
+    with pytest.raises(ModelError, match="normalize"):
+        make(normalize={"fixed_mean": [0.0]})
+    with pytest.raises(ModelError, match="no_such_option"):
+        make(no_such_option=1)

@@ -1,0 +1,181 @@
+"""OutputWriter: appended outputs, resume after a kill, errors, ordering, report."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from asrdecode.decoders.base import DecodeResult, Word
+from asrdecode.errors import OutputError
+from asrdecode.io import OutputWriter, Utterance, write_report
+
+
+def U(i: int) -> Utterance:
+    return Utterance(
+        f"u{i}", f"/a/{i}.wav", duration=1.5, record={"audio_filepath": f"/a/{i}.wav", "spk": "s"}
+    )
+
+
+def R(i: int) -> DecodeResult:
+    return DecodeResult(
+        words=[Word(f"w{i}", 0.1, 0.4, 0.9), Word("end", 0.5, 0.8)],
+        score=-float(i),
+        nbest=[(["w", "end"], -1.0)],
+    )
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(x) for x in lines(out / "transcripts.jsonl")]
+
+
+def test_writes_all_formats(tmp_path):
+    out = tmp_path / "out"
+    with OutputWriter(out) as w:
+        w.write_results([U(1), U(2)], [R(1), R(2)], seconds=[1.5, 1.5])
+        w.write_results([U(3)], [DecodeResult(words=[], score=float("-inf"))], ctm=True)
+    (r1, r2, r3) = rows(out)
+    assert r1["utt_id"] == "u1" and r1["spk"] == "s" and r1["audio_filepath"] == "/a/1.wav"
+    assert r1["pred_text"] == "w1 end" and r1["score"] == -1.0 and r1["duration"] == 1.5
+    assert r1["words"] == [
+        {"word": "w1", "start": 0.1, "end": 0.4, "conf": 0.9},
+        {"word": "end", "start": 0.5, "end": 0.8},
+    ]
+    assert r1["nbest"] == [{"text": "w end", "score": -1.0}]
+    assert r3["pred_text"] == "" and r3["score"] is None and r3["words"] == []
+    assert lines(out / "text") == ["u1 w1 end", "u2 w2 end", "u3"]
+    assert lines(out / "hyp.ctm")[:2] == ["u1 1 0.100 0.300 w1 0.9000", "u1 1 0.500 0.300 end"]
+    assert len(lines(out / "hyp.ctm")) == 4
+
+
+def test_resume_after_kill_mid_line(tmp_path):
+    out = tmp_path / "out"
+    w = OutputWriter(out)
+    w.write_results([U(i) for i in range(3)], [R(i) for i in range(3)])
+    # simulate kill -9 while writing the next batch: text/ctm got their lines, transcripts a partial one
+    with open(out / "text", "a") as f:
+        f.write("u3 w3 end\n")
+    with open(out / "hyp.ctm", "a") as f:
+        f.write("u3 1 0.100 0.300 w3 0.9000\nu3 1 0.5")
+    with open(out / "transcripts.jsonl", "a") as f:
+        f.write('{"audio_filepath": "/a/3.wav", "utt_id": "u3", "pred_')
+    (out / ".text.abc.tmp").write_text("half a rebuild")  # killed during an atomic rewrite
+    w._release()  # the dead process's lock goes away with it
+
+    w2 = OutputWriter(out)
+    assert w2.done_ids() == {"u0", "u1", "u2"}
+    assert any("incomplete" in m for m in w2.warnings)
+    assert not (out / ".text.abc.tmp").exists()
+    assert len(lines(out / "transcripts.jsonl")) == 3 and (out / "transcripts.jsonl").read_text().endswith(
+        "\n"
+    )
+    assert lines(out / "text") == ["u0 w0 end", "u1 w1 end", "u2 w2 end"]
+    assert len(lines(out / "hyp.ctm")) == 6
+    w2.write_results([U(i) for i in range(3, 6)], [R(i) for i in range(3, 6)])
+    w2.close()
+    ids = [r["utt_id"] for r in rows(out)]
+    assert ids == [f"u{i}" for i in range(6)]
+    assert [x.split()[0] for x in lines(out / "text")] == ids
+    assert [x.split()[0] for x in lines(out / "hyp.ctm")] == [u for u in ids for _ in range(2)]
+    assert OutputWriter(out).done_ids() == set(ids)
+
+
+def test_corrupt_and_duplicate_lines_are_dropped(tmp_path):
+    out = tmp_path / "out"
+    with OutputWriter(out) as w:
+        w.write_results([U(0), U(1)], [R(0), R(1)])
+    good = lines(out / "transcripts.jsonl")
+    (out / "transcripts.jsonl").write_text("\n".join([good[0], "\x00\x00garbage", good[1], good[0]]) + "\n")
+    w = OutputWriter(out)
+    assert w.done_ids() == {"u0", "u1"}
+    assert lines(out / "transcripts.jsonl") == good
+    w.close()
+
+
+def test_overwrite_starts_fresh_and_never_deletes_otherwise(tmp_path):
+    out = tmp_path / "out"
+    with OutputWriter(out) as w:
+        w.write_results([U(0)], [R(0)])
+        w.write_error(U(9), "boom")
+    write_report(out, {"x": 1})
+    with OutputWriter(out) as w:
+        assert w.done_ids() == {"u0"}
+    assert len(lines(out / "transcripts.jsonl")) == 1 and (out / "report.json").exists()
+    with OutputWriter(out, overwrite=True) as w:
+        assert w.done_ids() == set()
+    assert lines(out / "transcripts.jsonl") == [] and not (out / "errors.jsonl").exists()
+    assert not (out / "report.json").exists()
+
+
+def test_errors_are_kept_until_the_utterance_succeeds(tmp_path):
+    out = tmp_path / "out"
+    with OutputWriter(out) as w:
+        w.write_error(U(1), "/a/1.wav: file not found")
+        w.write_error("u2", "bad", path="/a/2.wav")
+        w.write_results([U(0)], [R(0)])
+    errs = [json.loads(x) for x in lines(out / "errors.jsonl")]
+    assert errs == [
+        {"utt_id": "u1", "path": "/a/1.wav", "error": "/a/1.wav: file not found"},
+        {"utt_id": "u2", "path": "/a/2.wav", "error": "bad"},
+    ]
+    with OutputWriter(out) as w:  # resumed run: u1 now works, u2 fails again
+        w.write_results([U(1)], [R(1)])
+        w.write_error("u2", "still bad", path="/a/2.wav")
+    errs = [json.loads(x) for x in lines(out / "errors.jsonl")]
+    assert errs == [{"utt_id": "u2", "path": "/a/2.wav", "error": "still bad"}]
+
+
+def test_close_can_restore_input_order(tmp_path):
+    out = tmp_path / "out"
+    w = OutputWriter(out)
+    w.write_results([U(2), U(0)], [R(2), R(0)])
+    w.write_results([U(1)], [R(1)])
+    w.close(order=["u0", "u1", "u2"])
+    assert [r["utt_id"] for r in rows(out)] == ["u0", "u1", "u2"]
+    assert [x.split()[0] for x in lines(out / "text")] == ["u0", "u1", "u2"]
+    assert w.read_hypotheses() == {"u0": "w0 end", "u1": "w1 end", "u2": "w2 end"}
+
+
+def test_ctm_off_leaves_no_ctm(tmp_path):
+    out = tmp_path / "out"
+    with OutputWriter(out) as w:
+        w.write_results([U(0)], [R(0)], ctm=False)
+    assert not (out / "hyp.ctm").exists()
+    with OutputWriter(out):
+        pass
+    assert not (out / "hyp.ctm").exists()
+
+
+def test_second_writer_on_same_folder_is_refused(tmp_path):
+    w = OutputWriter(tmp_path)
+    with pytest.raises(OutputError, match="in use"):
+        OutputWriter(tmp_path)
+    w.close()
+    OutputWriter(tmp_path).close()
+    with pytest.raises(OutputError, match="closed"):
+        w.write_results([U(0)], [R(0)])
+
+
+def test_write_report_is_atomic_and_json_safe(tmp_path):
+    import numpy as np
+
+    p = write_report(
+        tmp_path,
+        {"wer": float("nan"), "rtfx": math.inf, "n": np.int64(3), "path": tmp_path, "arr": np.arange(2)},
+    )
+    assert json.loads(p.read_text()) == {
+        "wer": None,
+        "rtfx": None,
+        "n": 3,
+        "path": str(tmp_path),
+        "arr": [0, 1],
+    }
+    write_report(tmp_path, {"v": 2})
+    assert json.loads(p.read_text()) == {"v": 2}
+    assert [x.name for x in tmp_path.iterdir()] == ["report.json"]

@@ -1,0 +1,261 @@
+"""End-to-end CLI tests through subprocess, with the NeMo fixture model (random weights)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+FIX = Path(__file__).parent / "fixtures" / "nemo"
+MODEL = FIX / "ctc_bpe.nemo"
+AUDIO = FIX / "audio"
+
+
+def run(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "asrdecode.cli", *args], capture_output=True, text=True, env=env, cwd=cwd
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def reference_texts() -> dict[str, str]:
+    z = np.load(FIX / "reference" / "ctc_bpe.npz", allow_pickle=False)
+    return {str(u): str(t) for u, t in zip(z["utt_ids"], z["greedy_text"], strict=True)}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> Path:
+    refs = dict(line.split(" ", 1) for line in (AUDIO / "text").read_text().splitlines() if line.strip())
+    lines = []
+    for wav in sorted(AUDIO.glob("*.wav")):
+        info = sf.info(wav)
+        lines.append(
+            json.dumps(
+                {
+                    "audio_filepath": str(wav),
+                    "duration": info.duration,
+                    "text": refs[wav.stem],
+                    "utt_id": wav.stem,
+                    "speaker": "x",
+                }
+            )
+        )
+    path = tmp_path / "manifest.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_transcribe_manifest_matches_nemo_and_writes_everything(tmp_path, manifest):
+    out = tmp_path / "out"
+    proc = run("transcribe", str(manifest), "--model", str(MODEL), "--out", str(out), "device=cpu")
+    rows = {r["utt_id"]: r for r in read_jsonl(out / "transcripts.jsonl")}
+    assert {k: v["pred_text"] for k, v in rows.items()} == reference_texts()
+    first = next(iter(rows.values()))
+    assert first["speaker"] == "x" and "text" in first  # input record echoed
+    for r in rows.values():
+        for w in r["words"]:
+            assert 0 <= w["start"] < w["end"] <= r["duration"] + 0.1
+    kaldi = dict(
+        line.split(" ", 1) if " " in line else (line, "") for line in (out / "text").read_text().splitlines()
+    )
+    assert {k: v.strip() for k, v in kaldi.items()} == reference_texts()
+    ctm_words = [line.split()[4] for line in (out / "hyp.ctm").read_text().splitlines()]
+    assert ctm_words == [w["word"] for r in read_jsonl(out / "transcripts.jsonl") for w in r["words"]]
+    report = json.loads((out / "report.json").read_text())
+    assert report["utterances"] == 6 and report["failed"] == 0 and report["decoded_this_run"] == 6
+    assert report["wer"] is not None and report["wer"] > 0.5  # random weights: gibberish
+    assert set(report["rtfx_per_stage"]) == {"load", "features", "model", "decode"}
+    assert "WER" in proc.stdout and "RTFx" in proc.stdout
+
+
+def test_folder_and_kaldi_dir_inputs(tmp_path):
+    out1 = tmp_path / "o1"
+    run("transcribe", str(AUDIO), "--model", str(MODEL), "--out", str(out1))
+    rows = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out1 / "transcripts.jsonl")}
+    assert rows == reference_texts()
+    kdir = tmp_path / "kaldi"
+    kdir.mkdir()
+    wavs = sorted(AUDIO.glob("*.wav"))
+    (kdir / "wav.scp").write_text("".join(f"{w.stem} {w}\n" for w in wavs))
+    shutil.copy(AUDIO / "text", kdir / "text")
+    out2 = tmp_path / "o2"
+    run("transcribe", str(kdir), "--model", str(MODEL), "--out", str(out2))
+    rows2 = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out2 / "transcripts.jsonl")}
+    assert rows2 == reference_texts()
+    assert json.loads((out2 / "report.json").read_text())["scored_utterances"] == 6
+
+
+def test_save_logprobs_then_decoder_only(tmp_path, manifest):
+    out = tmp_path / "a"
+    run("transcribe", str(manifest), "--model", str(MODEL), "--out", str(out), "--save-logprobs")
+    z = np.load(FIX / "reference" / "ctc_bpe.npz", allow_pickle=False)
+    for b, utt in enumerate(z["utt_ids"]):
+        saved = np.load(out / "logprobs" / f"{utt}.npy", allow_pickle=False)
+        assert saved.shape == (int(z["encoder_len"][b]), 129)
+        np.testing.assert_allclose(saved, z["log_probs"][b, : saved.shape[0]], atol=1e-3)
+    out2 = tmp_path / "b"
+    run("transcribe", str(out / "logprobs"), "--out", str(out2))
+    rows = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out2 / "transcripts.jsonl")}
+    assert rows == reference_texts()
+
+
+def test_bad_files_are_reported_skipped_and_counted(tmp_path, manifest):
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    (bad_dir / "empty.wav").write_bytes(b"")
+    (bad_dir / "notaudio.wav").write_text("hello, I am not audio\n" * 20)
+    data = (AUDIO / "ps_goforward.wav").read_bytes()
+    (bad_dir / "truncated.wav").write_bytes(data[:30])
+    lines = manifest.read_text().splitlines()
+    for name in ("empty.wav", "notaudio.wav", "truncated.wav", "missing.wav"):
+        lines.append(json.dumps({"audio_filepath": str(bad_dir / name), "duration": 1.0, "text": "x"}))
+    manifest.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    proc = run("transcribe", str(manifest), "--model", str(MODEL), "--out", str(out))
+    errors = read_jsonl(out / "errors.jsonl")
+    assert len(errors) == 4
+    assert all(any(n in e["error"] for n in ("empty", "notaudio", "truncated", "missing")) for e in errors)
+    report = json.loads((out / "report.json").read_text())
+    assert report["failed"] == 4 and report["decoded_this_run"] == 6
+    assert "Traceback" not in proc.stderr and "missing.wav" in proc.stderr
+    strict = run(
+        "transcribe",
+        str(manifest),
+        "--model",
+        str(MODEL),
+        "--out",
+        str(tmp_path / "s"),
+        "--strict",
+        check=False,
+    )
+    assert strict.returncode != 0 and "Traceback" not in strict.stderr
+    assert len(strict.stderr.strip().splitlines()[-1]) > 0
+
+
+def test_one_line_errors(tmp_path, manifest):
+    bad_manifest = tmp_path / "m.jsonl"
+    bad_manifest.write_text(manifest.read_text().splitlines()[0] + "\n{not json\n")
+    proc = run(
+        "transcribe", str(bad_manifest), "--model", str(MODEL), "--out", str(tmp_path / "o"), check=False
+    )
+    assert proc.returncode != 0 and "m.jsonl:2" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run(
+        "transcribe",
+        str(manifest),
+        "--model",
+        str(tmp_path / "nope.nemo"),
+        "--out",
+        str(tmp_path / "o"),
+        check=False,
+    )
+    assert proc.returncode != 0 and "nope.nemo" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run("transcribe", str(manifest), "batch.max_secs=3", "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode != 0 and "batch.max_seconds" in proc.stderr and "Traceback" not in proc.stderr
+    garbage = tmp_path / "garbage.nemo"
+    garbage.write_bytes(os.urandom(2000))
+    proc = run(
+        "transcribe", str(manifest), "--model", str(garbage), "--out", str(tmp_path / "o"), check=False
+    )
+    assert proc.returncode != 0 and "garbage.nemo" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_print_config_shows_merged_values():
+    proc = run("transcribe", "x", "--print-config", "batch.max_seconds=12", "--decoder", "ctc-greedy")
+    assert "max_seconds: 12.0" in proc.stdout and "type: ctc-greedy" in proc.stdout
+
+
+def test_score_command(tmp_path):
+    ref = tmp_path / "ref.txt"
+    hyp = tmp_path / "hyp.jsonl"
+    ref.write_text("u1 the cat sat on the mat\nu2 hello world\n")
+    hyp.write_text(
+        json.dumps({"utt_id": "u1", "pred_text": "The cat sat on mat"})
+        + "\n"
+        + json.dumps({"utt_id": "u2", "pred_text": "hello, world!"})
+        + "\n"
+    )
+    proc = run("score", "--ref", str(ref), "--hyp", str(hyp), "--json", str(tmp_path / "s.json"))
+    d = json.loads((tmp_path / "s.json").read_text())
+    assert d["deletions"] == 1 and d["substitutions"] == 0 and d["insertions"] == 0
+    assert d["wer"] == pytest.approx(1 / 8)
+    assert "12.50%" in proc.stdout
+
+
+def test_info_model_and_dataset(manifest):
+    proc = run("info", str(MODEL))
+    assert "128" in proc.stdout  # vocabulary size of the fixture model
+    proc = run("info", str(manifest))
+    assert "6" in proc.stdout and "jsonl" in proc.stdout.lower()
+
+
+def test_resume_after_kill_minus_9(tmp_path):
+    wavs = sorted(AUDIO.glob("*.wav"))
+    lines = []
+    for i in range(240):
+        w = wavs[i % len(wavs)]
+        lines.append(
+            json.dumps({"audio_filepath": str(w), "duration": sf.info(w).duration, "utt_id": f"u{i:03d}"})
+        )
+    manifest = tmp_path / "many.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "asrdecode.cli",
+            "transcribe",
+            str(manifest),
+            "--model",
+            str(MODEL),
+            "--out",
+            str(out),
+            "batch.max_utterances=2",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    transcripts = out / "transcripts.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if transcripts.exists() and transcripts.stat().st_size > 0:
+            break
+        time.sleep(0.01)
+    killed = proc.poll() is None
+    if killed:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = (
+        len([x for x in transcripts.read_text().splitlines() if x.strip()]) if transcripts.exists() else 0
+    )
+    run("transcribe", str(manifest), "--model", str(MODEL), "--out", str(out), "batch.max_utterances=2")
+    rows = read_jsonl(transcripts)
+    ids = [r["utt_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 240
+    assert killed and 0 < partial < 240
+    text_ids = [line.split(" ", 1)[0] for line in (out / "text").read_text().splitlines()]
+    assert sorted(text_ids) == sorted(ids)
+    report = json.loads((out / "report.json").read_text())
+    assert report["resumed"] >= partial and report["resumed"] + report["decoded_this_run"] == 240
+    by_clip = {}
+    for i, r in enumerate(sorted(rows, key=lambda r: r["utt_id"])):
+        by_clip.setdefault(i % len(wavs), set()).add(r["pred_text"])
+    assert all(len(v) == 1 for v in by_clip.values())  # same clip, same text, whichever run decoded it
