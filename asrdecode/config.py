@@ -155,17 +155,34 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def dataclass_from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
-    """Build dataclass `cls` from a (nested) dict, rejecting unknown keys and wrong types."""
+def dataclass_from_dict(
+    cls: type,
+    data: dict | None,
+    prefix: str = "",
+    *,
+    ignore: frozenset[str] | set[str] = frozenset(),
+    error: type[Exception] = ConfigError,
+) -> Any:
+    """Build dataclass `cls` from a (nested) dict, rejecting unknown keys and wrong types.
+
+    Keys in `ignore` are accepted and dropped (e.g. training-only options of a NeMo config);
+    problems raise `error` (ConfigError for run configs, ModelError for model files).
+    """
     data = data or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config section '{prefix.rstrip('.') or 'root'}' must be a mapping, got {data!r}")
+        raise error(f"config section '{prefix.rstrip('.') or 'root'}' must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in names:
-            raise _unknown_key(prefix + str(key), [prefix + k for k in _valid_keys(cls)])
-    kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
+    data = {k: v for k, v in data.items() if k not in ignore or k in names}
+    try:
+        for key in data:
+            if key not in names:
+                raise _unknown_key(prefix + str(key), [prefix + k for k in _valid_keys(cls)])
+        kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
+    except ConfigError as err:
+        if error is ConfigError:
+            raise
+        raise error(str(err)) from None
     return cls(**kwargs)
 
 

@@ -9,14 +9,14 @@ window gives 0 frames.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 import torchaudio.compliance.kaldi as kaldi
 from torch import nn
 
-from asrdecode.errors import ConfigError
+from asrdecode.config import dataclass_from_dict
 
 __all__ = ["KaldiFbankConfig", "KaldiMfccConfig", "KaldiFbank", "KaldiMfcc", "kaldi_num_frames"]
 
@@ -51,11 +51,7 @@ class _KaldiFrameConfig:
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]):
         """Build from a config mapping; unknown keys raise ConfigError."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise ConfigError(f"unknown {cls.__name__} option(s): {', '.join(unknown)}")
-        return cls(**cfg)
+        return dataclass_from_dict(cls, cfg, "features.")
 
     @property
     def window_size(self) -> int:

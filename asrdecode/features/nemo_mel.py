@@ -13,7 +13,7 @@ The buffers ``featurizer.window`` and ``featurizer.fb`` use NeMo's names, so a N
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,13 +21,13 @@ import torch.nn.functional as F
 import torchaudio
 from torch import nn
 
+from asrdecode.config import dataclass_from_dict
 from asrdecode.errors import ModelError
 
 __all__ = [
     "NemoMelConfig",
     "FilterbankFeatures",
     "NemoMelPreprocessor",
-    "check_config_types",
     "nemo_mel_filterbank",
     "normalize_features",
 ]
@@ -44,28 +44,6 @@ _WINDOWS = {
 # Config keys of NeMo's AudioToMelSpectrogramPreprocessor that are accepted but have no effect here
 # (they only matter for training-time augmentation, implementation choices or other devices).
 _IGNORED_KEYS = {"_target_", "use_torchaudio", "stft_conv", "rng", "use_grads", "nb_max_freq"}
-
-
-_TYPE_NAMES: dict[str, tuple[type, ...]] = {
-    "int": (int,),
-    "float": (int, float),
-    "bool": (bool,),
-    "str": (str,),
-    "None": (type(None),),
-    "list": (list, tuple),
-    "Any": (object,),
-}
-
-
-def check_config_types(cls: type, values: dict[str, Any], section: str) -> None:
-    """Raise ModelError if a value does not fit the (string) annotation of a dataclass field."""
-    annotations = {f.name: str(f.type) for f in fields(cls)}
-    for key, value in values.items():
-        names = [n.strip() for n in annotations.get(key, "Any").split("|")]
-        allowed = tuple(t for n in names for t in _TYPE_NAMES.get(n, (object,)))
-        bad_bool = isinstance(value, bool) and "bool" not in names and object not in allowed
-        if bad_bool or not isinstance(value, allowed):
-            raise ModelError(f"bad {section}.{key}={value!r} (expected {' | '.join(names)})")
 
 
 @dataclass
@@ -100,15 +78,7 @@ class NemoMelConfig:
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]) -> NemoMelConfig:
         """Build from a NeMo ``preprocessor`` config section; unknown keys raise ModelError."""
-        known = {f.name for f in fields(cls)}
-        kwargs = {}
-        for key, value in cfg.items():
-            if key in known:
-                kwargs[key] = value
-            elif key not in _IGNORED_KEYS:
-                raise ModelError(f"unsupported preprocessor option {key}={value!r}")
-        check_config_types(cls, kwargs, "preprocessor")
-        return cls(**kwargs)
+        return dataclass_from_dict(cls, cfg, "preprocessor.", ignore=_IGNORED_KEYS, error=ModelError)
 
     @property
     def win_length(self) -> int:

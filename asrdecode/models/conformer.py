@@ -18,15 +18,15 @@ Input ``[B, F, T]`` features + lengths, output ``[B, D, T']`` + lengths (channel
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from asrdecode.config import dataclass_from_dict
 from asrdecode.errors import ModelError
-from asrdecode.features.nemo_mel import check_config_types
 
 __all__ = ["ConformerConfig", "ConformerEncoder", "conv_output_lengths", "relative_positions"]
 
@@ -85,15 +85,7 @@ class ConformerConfig:
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]) -> ConformerConfig:
         """Build from a NeMo ``encoder`` config section; unknown keys raise ModelError."""
-        known = {f.name for f in fields(cls)}
-        kwargs = {}
-        for key, value in cfg.items():
-            if key in known:
-                kwargs[key] = value
-            elif key not in _IGNORED_KEYS:
-                raise ModelError(f"unsupported encoder option {key}={value!r}")
-        check_config_types(cls, kwargs, "encoder")
-        out = cls(**kwargs)
+        out = dataclass_from_dict(cls, cfg, "encoder.", ignore=_IGNORED_KEYS, error=ModelError)
         out.validate()
         return out
 
