@@ -294,5 +294,73 @@ def info(path: Path, debug: bool) -> None:
     out_console.print(table)
 
 
+@main.command("build-graph")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML (see configs/graph/).")
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Graph folder to write."
+)
+@click.option("--force", is_flag=True, help="Rebuild even if the cached inputs and config match.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
+    """Build a decoding graph: TLG (CTC models) or HCLG (HMM models) from an ARPA LM + lexicon.
+
+    \b
+    Writes graph.pt (asrdecode's device format), TLG.fst/HCLG.fst (OpenFst), words.txt,
+    units.txt and meta.json. Building is cached by the checksums of its inputs and config.
+    \b
+    Examples:
+      asrdecode build-graph --config configs/graph/demo-ctc-bpe-tlg.yaml --out out/graphs/demo
+      asrdecode build-graph --config configs/graph/demo-tlg.yaml topology=normal --out out/graphs/n
+    """
+    from asrdecode.config import apply_override, dataclass_from_dict, load_yaml, parse_override
+    from asrdecode.graph import GraphBuildConfig, build_graph
+
+    tree = load_yaml(config_file) if config_file else {}
+    for item in overrides:
+        path, value = parse_override(item)
+        apply_override(tree, path, value)
+    cfg = dataclass_from_dict(GraphBuildConfig, tree)
+    with console.status("building graph (cached when inputs are unchanged)"):
+        meta = build_graph(cfg, out_dir, force=force)
+    table = Table(title=f"graph {out_dir}", show_header=False, title_justify="left")
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("cached", str(meta.get("cached", False)))
+    for key in ("kind", "topology", "sizes", "seconds", "dropped_lexicon_words"):
+        if key in meta:
+            value = meta[key]
+            table.add_row(key, value if isinstance(value, str) else json.dumps(value))
+    out_console.print(table)
+
+
+@main.command("convert-graph")
+@click.argument("fst", type=click.Path(path_type=Path))
+@click.argument("words", type=click.Path(path_type=Path))
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Graph folder to write."
+)
+@click.option(
+    "--tid2pdf", type=click.Path(path_type=Path), help="Kaldi transition-id -> pdf map (show-transitions)."
+)
+@click.option("--units", type=click.Path(path_type=Path), help="Optional units.txt to copy beside the graph.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def convert_graph_cmd(fst, words, out_dir, tid2pdf, units, debug) -> None:
+    """Convert an existing OpenFst TLG/HCLG (vector or const) into asrdecode's graph format.
+
+    \b
+    Examples:
+      asrdecode convert-graph TLG.fst words.txt --out out/graphs/riva
+      asrdecode convert-graph HCLG.fst words.txt --tid2pdf transitions.txt --out out/graphs/kaldi
+    """
+    from asrdecode.graph import convert_openfst_graph
+
+    convert_openfst_graph(fst, words, out_dir, tid2pdf=tid2pdf, units_txt=units)
+    from asrdecode.graph import describe_graph
+
+    for key, value in describe_graph(out_dir).items():
+        out_console.print(f"{key}: {value}", highlight=False)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,64 @@
+"""Write the inputs of the demo graph configs: a trigram ARPA (kaldingram, Kneser-Ney) over the
+sentences of the synthetic TRAINING corpus (scripts/train_demo_model.py makes it). The demo test
+transcripts (data/demo/*/manifest.jsonl) are held out: sentences equal to one are dropped, so
+WER measured with this LM is not inflated by the LM having seen the test text.
+
+    .venv/bin/python scripts/make_demo_graph_inputs.py        # -> data/demo/graph/{corpus.txt,lm.arpa}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "data" / "demo" / "graph"
+TRAIN = ROOT / "data" / "cache" / "synth" / "train.jsonl"
+HELD_OUT = [
+    ROOT / "data" / "demo" / "synthetic" / "manifest.jsonl",
+    ROOT / "data" / "demo" / "real" / "manifest.jsonl",
+]
+
+
+def normalize(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z' ]", " ", text.lower()).split())
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    if not TRAIN.is_file():
+        sys.exit(f"{TRAIN} not found; run scripts/train_demo_model.py (it synthesises the corpus) first")
+    held_out = set()
+    for manifest in HELD_OUT:
+        if manifest.is_file():
+            with open(manifest, encoding="utf-8") as fh:
+                held_out |= {normalize(json.loads(row)["text"]) for row in fh if row.strip()}
+    with open(TRAIN, encoding="utf-8") as fh:
+        lines = [normalize(json.loads(row)["text"]) for row in fh if row.strip()]
+    lines = [ln for ln in lines if ln and ln not in held_out]
+    corpus = OUT / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kaldingram.cli",
+            "train",
+            "--ngram-order",
+            "3",
+            "--text",
+            str(corpus),
+            "--lm",
+            str(OUT / "lm.arpa"),
+        ],
+        check=True,
+    )
+    words = {w for ln in lines for w in ln.split()}
+    print(f"{len(lines)} sentences, {len(words)} words -> {OUT / 'lm.arpa'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""build_graph inputs: cache, gzip ARPA, one-line errors for bad files, generated lexicons."""
+
+import gzip
+import json
+import math
+import tarfile
+from pathlib import Path
+
+import kaldifst
+import pytest
+from graph_toy import ARPA, toy_config, write_toy
+
+from asrdecode.errors import GraphError
+from asrdecode.graph import DeviceGraph, GraphBuildConfig, build_graph
+from asrdecode.graph.arpa import check_arpa
+from asrdecode.graph.build import read_symbols, read_units_file, resolve_units
+
+
+def test_cache_skips_rebuild_and_config_change_rebuilds(tmp_path):
+    paths = write_toy(tmp_path / "in")
+    cfg = toy_config(paths, topology="compact")
+    meta = build_graph(cfg, tmp_path / "g")
+    assert meta["cached"] is False and meta["inputs"]["arpa"]["sha256"]
+    mtime = (tmp_path / "g" / "graph.pt").stat().st_mtime_ns
+    again = build_graph(cfg, tmp_path / "g")
+    assert again["cached"] is True
+    assert (tmp_path / "g" / "graph.pt").stat().st_mtime_ns == mtime
+    # same content under another name (gzip) -> different checksum -> rebuild, same graph
+    with gzip.open(tmp_path / "lm.arpa.gz", "wt") as fh:
+        fh.write(ARPA)
+    gz = build_graph(
+        toy_config({**paths, "arpa": tmp_path / "lm.arpa.gz"}, topology="compact"), tmp_path / "g"
+    )
+    assert gz["cached"] is False
+    assert gz["sizes"]["TLG"] == meta["sizes"]["TLG"]
+    other = build_graph(toy_config(paths, topology="minimal"), tmp_path / "g")
+    assert other["cached"] is False and other["topology"] == "minimal"
+    saved = json.loads((tmp_path / "g" / "meta.json").read_text())
+    assert saved["topology"] == "minimal" and set(saved["seconds"]) >= {"total"}
+
+
+@pytest.mark.parametrize(
+    "mutate,match",
+    [
+        (lambda t: t.replace("ngram 2=4", "ngram 2=5"), r"lm.arpa:\d+: .*declares ngram 2=5"),
+        (lambda t: t.replace("-0.3 ab ba", "-0.x ab ba"), r"lm.arpa:15: '-0.x' is not a number"),
+        (lambda t: t.replace("\\end\\\n", ""), r"lm.arpa:\d+: missing \\end\\"),
+        (lambda t: t.replace("-0.4 c c", "-0.4 c c -0.1"), r"lm.arpa:17: a 2-gram line"),
+        (lambda t: t.replace("\\data\\", "data"), r"no \\data\\ section"),
+    ],
+)
+def test_malformed_arpa_is_one_line_error(tmp_path, mutate, match):
+    paths = write_toy(tmp_path / "in")
+    paths["arpa"].write_text(mutate(ARPA))
+    with pytest.raises(GraphError, match=match) as err:
+        build_graph(toy_config(paths), tmp_path / "g")
+    assert "\n" not in str(err.value)
+
+
+def test_check_arpa_reads_counts_and_vocab(tmp_path):
+    (tmp_path / "lm.arpa").write_text(ARPA)
+    s = check_arpa(tmp_path / "lm.arpa")
+    assert s.counts == {1: 6, 2: 4} and s.order == 2
+    assert s.vocab == ["</s>", "<s>", "ab", "ba", "c", "cab"]
+
+
+def test_lexicon_problems(tmp_path):
+    paths = write_toy(tmp_path / "in")
+    paths["lexicon"].write_text("ab a b\n\nba b a\n")
+    with pytest.raises(GraphError, match=r"lexicon.txt:2: empty lexicon line"):
+        build_graph(toy_config(paths), tmp_path / "g")
+    paths["lexicon"].write_text("ab a b\nba b a\nzz a\nc q\nc c\n")
+    meta = build_graph(toy_config(paths), tmp_path / "g")
+    assert meta["dropped_lexicon_words"] == {"word not in the LM": 1, "unit not in the model": 1}
+    assert meta["words"]["with_pronunciation"] == 3 and meta["words"]["without_pronunciation"] == 1
+    paths["lexicon"].write_text("ab\n")
+    with pytest.raises(GraphError, match=r"lexicon.txt:1: word 'ab' has no units"):
+        build_graph(toy_config(paths), tmp_path / "g2")
+
+
+def test_units_files(tmp_path):
+    p = tmp_path / "tokens.txt"
+    p.write_text("<blk> 0\na 1\nb 2\n#0 3\n")
+    units = resolve_units(read_units_file(p), "auto")
+    assert units.blank_column == 0 and units.id_of() == {"a": 2, "b": 3}
+    p.write_text("a 0\nb 0\n")
+    with pytest.raises(GraphError, match="tokens.txt:2: id 0 is used twice"):
+        read_units_file(p)
+    nemo = resolve_units(["a", "b"], "auto")  # no blank entry: NeMo's blank-last
+    assert nemo.blank_column == 2 and nemo.blank_ilabel == 3
+    with pytest.raises(GraphError, match="not the first column"):
+        resolve_units(["a", "<blk>"], "first")
+
+
+def test_char_lexicon_with_word_separator(tmp_path):
+    """Character model (units from a model list, blank last, ' ' between words)."""
+    rename = {"ab": "xy", "ba": "yx", "c": "z", "cab": "zxy"}
+    arpa = "\n".join(" ".join(rename.get(f, f) for f in line.split(" ")) for line in ARPA.splitlines()) + "\n"
+    (tmp_path / "lm.arpa").write_text(arpa)
+    cfg = GraphBuildConfig(
+        arpa=str(tmp_path / "lm.arpa"),
+        unit_list=[" ", "x", "y", "z"],
+        lexicon_type="chars",
+        word_separator=" ",
+        topology="compact",
+    )
+    meta = build_graph(cfg, tmp_path / "g")
+    assert meta["blank_column"] == 4 and meta["words"]["with_pronunciation"] == 4
+    tlg = kaldifst.StdVectorFst(kaldifst.StdFst.read(str(tmp_path / "g" / "TLG.fst")))
+    words = read_symbols(tmp_path / "g" / "words.txt")
+    col = {" ": 0, "x": 1, "y": 2, "z": 3, "_": 4}
+    for spec, expected in [("xy_ yx", ["xy", "yx"]), ("xyyx", ["xy", "yx"]), ("zxy z", ["zxy", "z"])]:
+        acc = kaldifst.make_linear_acceptor([col[ch] + 1 for ch in spec])
+        ok, _, out, w = kaldifst.get_linear_symbol_sequence(
+            kaldifst.shortest_path(kaldifst.compose(acc, tlg))
+        )
+        assert ok and [words[o] for o in out] == expected, spec
+        assert math.isfinite(w.value)
+    g = DeviceGraph.load(tmp_path / "g" / "graph.pt")
+    units_txt = read_symbols(tmp_path / "g" / "units.txt")
+    assert units_txt[1] == "<space>" and units_txt[5] == "<blk>" and g.max_ilabel == 5
+
+
+def test_bpe_lexicon_from_sentencepiece(tmp_path):
+    spm = pytest.importorskip("sentencepiece")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("ab ba c cab\n" * 50 + "abc bac cba\n" * 20)
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(tmp_path / "bpe"),
+        vocab_size=12,
+        model_type="bpe",
+        character_coverage=1.0,
+        minloglevel=2,
+    )
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "bpe.model"))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    (tmp_path / "lm.arpa").write_text(ARPA)
+    cfg = GraphBuildConfig(
+        arpa=str(tmp_path / "lm.arpa"),
+        unit_list=pieces,
+        lexicon_type="bpe",
+        sentencepiece_model=str(tmp_path / "bpe.model"),
+        topology="minimal",
+    )
+    build_graph(cfg, tmp_path / "g")
+    tlg = kaldifst.StdVectorFst(kaldifst.StdFst.read(str(tmp_path / "g" / "TLG.fst")))
+    words = read_symbols(tmp_path / "g" / "words.txt")
+    ids = sp.encode("ab ba")  # pieces of the two words, in column order = piece id
+    acc = kaldifst.make_linear_acceptor([i + 1 for i in ids])
+    ok, _, out, _ = kaldifst.get_linear_symbol_sequence(kaldifst.shortest_path(kaldifst.compose(acc, tlg)))
+    assert ok and [words[o] for o in out] == ["ab", "ba"]
+
+
+NEMO = Path(__file__).resolve().parent.parent / "fixtures" / "nemo" / "ctc_bpe.nemo"
+
+
+@pytest.mark.skipif(not NEMO.is_file(), reason="NeMo fixture missing")
+def test_units_and_bpe_spelling_from_nemo_model(tmp_path):
+    """Units = the model's vocabulary with blank last (column 128 -> ilabel 129); BPE lexicon from
+    the tokenizer inside the .nemo; checked against sentencepiece run directly on the words."""
+    spm = pytest.importorskip("sentencepiece")
+    unigrams = "-1.0 </s>\n-99 <s>\n-0.5 forward\n-0.6 ten\n-0.7 meters\n"
+    arpa = "\\data\\\nngram 1=5\n\n\\1-grams:\n" + unigrams + "\n\\end\\\n"
+    (tmp_path / "lm.arpa").write_text(arpa)
+    cfg = GraphBuildConfig(
+        arpa=str(tmp_path / "lm.arpa"), model=str(NEMO), lexicon_type="bpe", topology="normal"
+    )
+    meta = build_graph(cfg, tmp_path / "g")
+    assert meta["blank_column"] == 128 and meta["blank_ilabel"] == 129 and meta["num_columns"] == 129
+    assert meta["inputs"]["model"]["sha256"]
+    with tarfile.open(NEMO) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("_tokenizer.model"))
+        (tmp_path / "sp.model").write_bytes(tar.extractfile(member).read())
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    ids = sp.encode("ten meters forward")
+    tlg = kaldifst.StdVectorFst(kaldifst.StdFst.read(str(tmp_path / "g" / "TLG.fst")))
+    frames = []
+    for i in ids:  # normal topology: a blank between all tokens
+        frames += [i + 1, 129]
+    acc = kaldifst.make_linear_acceptor(frames)
+    ok, _, out, _ = kaldifst.get_linear_symbol_sequence(kaldifst.shortest_path(kaldifst.compose(acc, tlg)))
+    words = read_symbols(tmp_path / "g" / "words.txt")
+    assert ok and [words[o] for o in out] == ["ten", "meters", "forward"]
+    # a tokens.txt that disagrees with the model is a one-line error naming the unit
+    vocab = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    vocab[5] = "XX"
+    (tmp_path / "tokens.txt").write_text("".join(f"{v} {i}\n" for i, v in enumerate(vocab)))
+    bad = GraphBuildConfig(
+        arpa=str(tmp_path / "lm.arpa"),
+        model=str(NEMO),
+        units=str(tmp_path / "tokens.txt"),
+        lexicon_type="bpe",
+    )
+    with pytest.raises(GraphError, match=r"tokens.txt: unit 5 is 'XX' but .*ctc_bpe.nemo has"):
+        build_graph(bad, tmp_path / "g2")

@@ -1,0 +1,59 @@
+"""build-graph / convert-graph / info through the CLI on the toy CTC setup."""
+
+import json
+import subprocess
+import sys
+
+import kaldifst
+from graph_toy import LEXICON, write_toy
+
+
+def cli(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "asrdecode.cli", *args], capture_output=True, text=True)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_build_graph_cached_info_and_convert(tmp_path):
+    toy = write_toy(tmp_path / "toy")
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(
+        f"arpa: {toy['arpa']}\nunits: {toy['units']}\nlexicon_type: file\nlexicon: {toy['lexicon']}\n"
+        "blank: last\n"
+    )
+    out = tmp_path / "graph"
+    first = cli("build-graph", "--config", str(cfg), "topology=normal", "--out", str(out))
+    assert "False" in first.stdout  # not cached
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["topology"] == "normal"
+    words = [line.split()[0] for line in (out / "words.txt").read_text().splitlines()]
+    assert set(LEXICON) <= set(words)
+    again = cli("build-graph", "--config", str(cfg), "topology=normal", "--out", str(out))
+    assert "True" in again.stdout  # cached: same inputs and config
+    info = cli("info", str(out)).stdout
+    tlg = kaldifst.StdVectorFst(kaldifst.StdConstFst.read(str(out / "TLG.fst")))
+    n_arcs = sum(1 for s in range(tlg.num_states) for _ in kaldifst.ArcIterator(tlg, s))
+    assert f"{n_arcs:,}" in info and f"{tlg.num_states:,}" in info
+    conv = tmp_path / "conv"
+    cli("convert-graph", str(out / "TLG.fst"), str(out / "words.txt"), "--out", str(conv))
+    assert (conv / "graph.pt").is_file()
+    assert f"{n_arcs:,}" in cli("info", str(conv)).stdout
+
+
+def test_build_graph_bad_key_and_bad_arpa_are_one_line(tmp_path):
+    toy = write_toy(tmp_path / "toy")
+    proc = cli("build-graph", "topolgy=normal", "--out", str(tmp_path / "g"), check=False)
+    assert proc.returncode != 0 and "topology" in proc.stderr and "Traceback" not in proc.stderr
+    toy["arpa"].write_text("\\data\\\nngram 1=3\n\n\\1-grams:\n-1.0 a\n\\end\\\n")
+    proc = cli(
+        "build-graph",
+        f"arpa={toy['arpa']}",
+        f"units={toy['units']}",
+        "lexicon_type=file",
+        f"lexicon={toy['lexicon']}",
+        "--out",
+        str(tmp_path / "g"),
+        check=False,
+    )
+    assert proc.returncode != 0 and "lm.arpa" in proc.stderr and "Traceback" not in proc.stderr
