@@ -122,7 +122,8 @@ def test_char_lexicon_with_word_separator(tmp_path):
 
 
 def test_bpe_lexicon_from_sentencepiece(tmp_path):
-    spm = pytest.importorskip("sentencepiece")
+    import sentencepiece as spm
+
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("ab ba c cab\n" * 50 + "abc bac cba\n" * 20)
     spm.SentencePieceTrainer.train(
@@ -155,11 +156,11 @@ def test_bpe_lexicon_from_sentencepiece(tmp_path):
 NEMO = Path(__file__).resolve().parent.parent / "fixtures" / "nemo" / "ctc_bpe.nemo"
 
 
-@pytest.mark.skipif(not NEMO.is_file(), reason="NeMo fixture missing")
 def test_units_and_bpe_spelling_from_nemo_model(tmp_path):
     """Units = the model's vocabulary with blank last (column 128 -> ilabel 129); BPE lexicon from
     the tokenizer inside the .nemo; checked against sentencepiece run directly on the words."""
-    spm = pytest.importorskip("sentencepiece")
+    import sentencepiece as spm
+
     unigrams = "-1.0 </s>\n-99 <s>\n-0.5 forward\n-0.6 ten\n-0.7 meters\n"
     arpa = "\\data\\\nngram 1=5\n\n\\1-grams:\n" + unigrams + "\n\\end\\\n"
     (tmp_path / "lm.arpa").write_text(arpa)

@@ -208,7 +208,8 @@ def test_compact_and_normal_accept_same_unit_sequences_with_blanks(toy_graphs):
 
 def test_kaldi_faster_decoder_reads_tlg(toy_graphs):
     """kaldi-decoder's FasterDecoder (ilabel i = column i-1) decodes peaky log-probs to the words."""
-    kaldi_decoder = pytest.importorskip("kaldi_decoder")
+    import kaldi_decoder
+
     for topo in ("normal", "compact"):
         fst = read_tlg(toy_graphs[topo])
         words = read_symbols(toy_graphs[topo] / "words.txt")
