@@ -29,7 +29,7 @@ class ModelConfig:
     """Which acoustic model: a `.nemo` path or `embedded:<name>` (shipped with asrdecode)."""
 
     path: str = DEFAULT_MODEL
-    type: str = "auto"  # auto | nemo-ctc
+    type: str = "auto"  # auto | nemo-ctc | nemo-transducer
 
 
 @dataclass
@@ -74,7 +74,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
-    decoder: dict = field(default_factory=lambda: {"type": "ctc-greedy"})
+    decoder: dict = field(default_factory=lambda: {"type": "auto"})  # auto: the model's natural decoder
     output: OutputConfig = field(default_factory=OutputConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
 
@@ -233,11 +233,24 @@ def build_config(config_file: str | Path | None = None, overrides: list[str] | N
         path, value = parse_override(item)
         apply_override(tree, path, value)
     cfg = dataclass_from_dict(RunConfig, tree)
+    cfg.decoder = validate_decoder_section(cfg.decoder)
+    return cfg
+
+
+def validate_decoder_section(section: dict) -> dict:
+    """Fill and check `decoder:` against its type's dataclass (`auto` takes no options)."""
     from asrdecode.decoders import decoder_config_from_dict
 
-    decoder_cfg = decoder_config_from_dict(cfg.decoder)
-    cfg.decoder = {"type": cfg.decoder.get("type", "ctc-greedy"), **dataclasses.asdict(decoder_cfg)}
-    return cfg
+    kind = section.get("type", "auto")
+    if kind == "auto":
+        extra = sorted(k for k in section if k != "type")
+        if extra:
+            raise ConfigError(
+                f"decoder options {', '.join('decoder.' + k for k in extra)} need an explicit decoder.type "
+                "(e.g. --decoder ctc-greedy)"
+            )
+        return {"type": "auto"}
+    return {"type": kind, **dataclasses.asdict(decoder_config_from_dict(section))}
 
 
 def config_to_yaml(cfg: RunConfig) -> str:

@@ -147,6 +147,7 @@ class Transcriber:
             self.units = list(meta["units"])
             self.blank_id = int(meta.get("blank_id", len(self.units)))
             words_of = words_of_units(self.units)
+            self._resolve_auto_decoder("ctc-greedy")
         else:
             from asrdecode.models.loading import load_model
 
@@ -161,6 +162,7 @@ class Transcriber:
             self.units = list(self.model.units)
             self.blank_id = self.model.blank_id
             words_of = self.model.tokens_to_words
+            self._resolve_auto_decoder(getattr(self.model, "default_decoder", "ctc-greedy"))
         context = DecoderContext(
             units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift, words_of=words_of
         )
@@ -175,6 +177,14 @@ class Transcriber:
                 self.units,
                 {"model": self.cfg.model.path},
             )
+
+    def _resolve_auto_decoder(self, natural: str) -> None:
+        """`decoder.type: auto` → the model's natural decoder (ctc-greedy / transducer-greedy)."""
+        if self.cfg.decoder.get("type", "auto") == "auto":
+            from asrdecode.config import validate_decoder_section
+
+            self.cfg.decoder = validate_decoder_section({"type": natural})
+            self.on_status(f"decoder: {natural}")
 
     # ----------------------------------------------------------------- stages
     @torch.inference_mode()

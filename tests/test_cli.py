@@ -259,3 +259,13 @@ def test_resume_after_kill_minus_9(tmp_path):
     for i, r in enumerate(sorted(rows, key=lambda r: r["utt_id"])):
         by_clip.setdefault(i % len(wavs), set()).add(r["pred_text"])
     assert all(len(v) == 1 for v in by_clip.values())  # same clip, same text, whichever run decoded it
+
+
+@pytest.mark.parametrize("name", ["rnnt_bpe", "tdt_bpe"])
+def test_transducer_models_decode_like_nemo_with_auto_decoder(tmp_path, name):
+    out = tmp_path / name
+    run("transcribe", str(AUDIO), "--model", str(FIX / f"{name}.nemo"), "--out", str(out), "threads=1")
+    rows = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out / "transcripts.jsonl")}
+    z = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
+    assert rows == {str(u): str(t) for u, t in zip(z["utt_ids"], z["greedy_text"], strict=True)}
+    assert json.loads((out / "report.json").read_text())["decoder"] == "transducer-greedy"

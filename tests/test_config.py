@@ -13,7 +13,7 @@ CONFIGS = Path(__file__).parent.parent / "configs"
 def test_defaults_without_file():
     cfg = build_config(None, [])
     assert isinstance(cfg, RunConfig)
-    assert cfg.decoder["type"] == "ctc-greedy"
+    assert cfg.decoder["type"] == "auto"  # resolved to the model's natural decoder at run time
     assert cfg.model.path == "embedded:demo_ctc_bpe"
 
 
@@ -25,7 +25,14 @@ def test_every_shipped_config_loads(path):
 
 def test_overrides_typed():
     cfg = build_config(
-        None, ["batch.max_seconds=60", "device=cpu", "decoder.blank_penalty=0.5", "output.ctm=false"]
+        None,
+        [
+            "batch.max_seconds=60",
+            "device=cpu",
+            "decoder.type=ctc-greedy",
+            "decoder.blank_penalty=0.5",
+            "output.ctm=false",
+        ],
     )
     assert cfg.batch.max_seconds == 60.0 and isinstance(cfg.batch.max_seconds, float)
     assert cfg.device == "cpu"
@@ -50,7 +57,9 @@ def test_wrong_type_names_key():
 
 def test_decoder_options_validated_per_type():
     with pytest.raises(ConfigError, match="decoder.beam"):
-        build_config(None, ["decoder.beam=10"])
+        build_config(None, ["decoder.type=ctc-greedy", "decoder.beam=10"])
+    with pytest.raises(ConfigError, match="need an explicit decoder.type"):
+        build_config(None, ["decoder.blank_penalty=1"])
     with pytest.raises(ConfigError, match="unknown decoder.type 'nope'"):
         build_config(None, ["decoder.type=nope"])
 
@@ -80,3 +89,4 @@ def test_parse_override_forms():
 
 def test_digest_changes_with_config():
     assert build_config(None, []).digest() != build_config(None, ["batch.max_seconds=1"]).digest()
+    assert build_config(None, []).digest() == build_config(None, []).digest()

@@ -7,9 +7,13 @@ import dataclasses
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
+from asrdecode.decoders.transducer_greedy import TransducerGreedyDecoder
 from asrdecode.errors import ConfigError
 
-DECODERS: dict[str, type] = {CtcGreedyDecoder.name: CtcGreedyDecoder}
+DECODERS: dict[str, type] = {
+    CtcGreedyDecoder.name: CtcGreedyDecoder,
+    TransducerGreedyDecoder.name: TransducerGreedyDecoder,
+}
 
 __all__ = [
     "DECODERS",

@@ -26,6 +26,7 @@ class DecodeResult:
     tokens: unit ids (model output columns) of the 1-best; token_frames: output frame of each.
     score: total log score of the 1-best (higher is better); acoustic/lm parts where known.
     nbest: optional list of (words, score); lattice: optional decoder-specific lattice object.
+    token_durations: TDT transducers: the predicted duration (frames) of each token, else None.
     """
 
     words: list[Word]
@@ -36,6 +37,7 @@ class DecodeResult:
     lm_score: float | None = None
     nbest: list[tuple[list[str], float]] | None = None
     lattice: Any = None
+    token_durations: list[int] | None = None
 
     @property
     def text(self) -> str:

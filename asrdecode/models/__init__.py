@@ -1,10 +1,11 @@
-"""Acoustic models: NeMo CTC (Conformer) loading/saving, tokenizers, and the model protocol."""
+"""Acoustic models: NeMo CTC and transducer (Conformer) loading/saving, tokenizers, the model protocol."""
 
 from asrdecode.models.base import AcousticModel, ModelOutput
 from asrdecode.models.conformer import ConformerConfig, ConformerEncoder
 from asrdecode.models.ctc import CTCHead, NemoCTCModel
 from asrdecode.models.nemo import load_nemo, read_nemo_archive, save_nemo
 from asrdecode.models.tokenizer import Tokenizer
+from asrdecode.models.transducer import NemoTransducerModel
 
 __all__ = [
     "AcousticModel",
@@ -13,6 +14,7 @@ __all__ = [
     "ConformerEncoder",
     "CTCHead",
     "NemoCTCModel",
+    "NemoTransducerModel",
     "Tokenizer",
     "load_nemo",
     "read_nemo_archive",

@@ -37,6 +37,7 @@ class AcousticModel(Protocol):
     units: list[str]
     blank_id: int
     frame_shift: float
+    default_decoder: str  # decoder.type that `auto` resolves to
 
     def to(self, device: torch.device) -> AcousticModel: ...
 

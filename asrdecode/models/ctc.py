@@ -75,6 +75,8 @@ class CTCHead(nn.Module):
 class NemoCTCModel(nn.Module):
     """A NeMo CTC model (``EncDecCTCModel[BPE]`` or a hybrid's CTC head) as an ``AcousticModel``."""
 
+    default_decoder = "ctc-greedy"  # what `decoder.type: auto` picks
+
     def __init__(
         self,
         preprocessor: NemoMelPreprocessor,

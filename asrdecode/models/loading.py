@@ -29,16 +29,22 @@ def resolve_model_path(spec: str) -> Path:
 
 
 def load_model(spec: str, model_type: str = "auto"):
-    """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`."""
+    """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
+
+    model_type: ``auto`` (a ``.nemo`` file: CTC or transducer by the class in its config; hybrid
+    RNNT-CTC models load their CTC head), ``nemo-ctc`` or ``nemo-transducer`` (RNN-T/TDT, or a hybrid's
+    transducer part).
+    """
     path = resolve_model_path(spec)
     kind = model_type
     if kind == "auto":
         if path.suffix == ".nemo":
-            kind = "nemo-ctc"
+            kind = "nemo"
         else:
             raise ModelError(f"{path}: cannot tell the model type from the name; set model.type")
-    if kind == "nemo-ctc":
+    nemo_kinds = {"nemo": "auto", "nemo-ctc": "ctc", "nemo-transducer": "transducer"}
+    if kind in nemo_kinds:
         from asrdecode.models.nemo import load_nemo
 
-        return load_nemo(path)
-    raise ModelError(f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc)")
+        return load_nemo(path, nemo_kinds[kind])
+    raise ModelError(f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc, nemo-transducer)")

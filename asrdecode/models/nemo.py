@@ -31,6 +31,7 @@ from asrdecode.models.ctc import (
     model_class_name,
 )
 from asrdecode.models.tokenizer import Tokenizer
+from asrdecode.models.transducer import HYBRID_TRANSDUCER_CLASSES, TRANSDUCER_CLASSES, NemoTransducerModel
 
 __all__ = ["NemoArchive", "read_nemo_archive", "load_nemo", "save_nemo"]
 
@@ -196,7 +197,10 @@ def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, di
         except Exception as err:  # sentencepiece raises RuntimeError/OSError on bad protos
             reason = _one_line(err)
             raise ModelError(f"tokenizer model {name!r} is not a sentencepiece model ({reason})") from None
-    _, dec_cfg = ctc_decoder_config(cfg)
+    if model_class_name(cfg) in TRANSDUCER_CLASSES:
+        dec_cfg = cfg.get("joint") if isinstance(cfg.get("joint"), dict) else {}
+    else:
+        _, dec_cfg = ctc_decoder_config(cfg)
     labels = dec_cfg.get("vocabulary")
     if not isinstance(labels, list) or not labels:
         labels = cfg.get("labels")
@@ -208,9 +212,19 @@ def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, di
         raise ModelError(f"bad label list: {_one_line(err)}") from None
 
 
-def _fit_state_dict(model: NemoCTCModel, state: dict[str, torch.Tensor], hybrid: bool) -> None:
-    """Load a NeMo state_dict strictly (NeMo names), with one-line errors."""
-    if hybrid:  # keep the CTC head (ctc_decoder.*) as decoder.*, drop the transducer parts
+def _fit_state_dict(
+    model: NemoCTCModel | NemoTransducerModel,
+    state: dict[str, torch.Tensor],
+    hybrid: bool,
+    transducer: bool = False,
+) -> None:
+    """Load a NeMo state_dict strictly (NeMo names), with one-line errors.
+
+    CTC: a hybrid's ``ctc_decoder.*`` becomes ``decoder.*``; transducer: a hybrid's CTC head is dropped.
+    """
+    if transducer:
+        state = {k: v for k, v in state.items() if not k.startswith("ctc_decoder.")}
+    elif hybrid:  # keep the CTC head (ctc_decoder.*) as decoder.*, drop the transducer parts
         state = {
             ("decoder." + k.removeprefix("ctc_decoder.") if k.startswith("ctc_decoder.") else k): v
             for k, v in state.items()
@@ -238,28 +252,45 @@ def _fit_state_dict(model: NemoCTCModel, state: dict[str, torch.Tensor], hybrid:
     model.load_state_dict(state, strict=False)
 
 
-def load_nemo(path: str | os.PathLike) -> NemoCTCModel:
-    """Load a NeMo CTC model (EncDecCTCModelBPE / EncDecCTCModel / a hybrid's CTC head) in eval mode.
+def load_nemo(path: str | os.PathLike, kind: str = "auto") -> NemoCTCModel | NemoTransducerModel:
+    """Load a NeMo model in eval mode.
 
+    ``kind``: ``"auto"`` (by the config's class: CTC classes and hybrids -> :class:`NemoCTCModel`,
+    ``EncDecRNNT[BPE]Model`` -> :class:`NemoTransducerModel`), ``"ctc"`` (a CTC model or a hybrid's CTC
+    head) or ``"transducer"`` (an RNN-T/TDT model or a hybrid's transducer part).
     Raises ModelError with a one-line message naming the file and the offending option or member.
     """
     label = str(path)
+    if kind not in ("auto", "ctc", "transducer"):
+        raise ModelError(f"{label}: unknown NeMo model kind {kind!r} (auto, ctc, transducer)")
     cfg, state, archive = read_nemo_archive(path)
     try:
         cls = model_class_name(cfg)
         if cls is None:
             raise ModelError("model_config.yaml has no 'target' (model class)")
-        if cls not in CTC_CLASSES + HYBRID_CLASSES:
+        every = CTC_CLASSES + HYBRID_CLASSES + TRANSDUCER_CLASSES
+        if kind == "auto":
+            if cls not in every:
+                raise ModelError(
+                    f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} "
+                    f"(supported: {', '.join(every)})"
+                )
+            kind = "transducer" if cls in TRANSDUCER_CLASSES else "ctc"
+        supported = (
+            CTC_CLASSES + HYBRID_CLASSES if kind == "ctc" else TRANSDUCER_CLASSES + HYBRID_TRANSDUCER_CLASSES
+        )
+        if cls not in supported:
             raise ModelError(
-                f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} "
-                f"(supported: {', '.join(CTC_CLASSES + HYBRID_CLASSES)})"
+                f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} for a {kind} "
+                f"model (supported: {', '.join(supported)})"
             )
         tokenizer, files = _tokenizer(cfg, archive)
+        model_type = NemoCTCModel if kind == "ctc" else NemoTransducerModel
         try:
-            model = NemoCTCModel.from_config(cfg, tokenizer, files)
+            model = model_type.from_config(cfg, tokenizer, files)
         except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values
             raise ModelError(f"invalid model config ({_one_line(err)})") from None
-        _fit_state_dict(model, state, hybrid=cls in HYBRID_CLASSES)
+        _fit_state_dict(model, state, hybrid=cls in HYBRID_CLASSES, transducer=kind == "transducer")
     except ModelError as err:
         raise ModelError(f"{label}: {err}") from None
     finally:
@@ -274,27 +305,35 @@ def _check_file_name(name: str) -> None:
 
 
 def save_nemo(
-    model: NemoCTCModel,
+    model: NemoCTCModel | NemoTransducerModel,
     cfg: dict[str, Any] | None,
     path: str | os.PathLike,
     tokenizer_files: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write ``model`` as a NeMo-compatible ``.nemo`` tar (plain, members ``./<name>``).
+    """Write ``model`` (CTC or transducer) as a NeMo-compatible ``.nemo`` tar (plain, members ``./<name>``).
 
     ``cfg`` defaults to ``model.config`` and ``tokenizer_files`` to ``model.tokenizer_files``. Every
     ``nemo:<name>`` reference of ``cfg['tokenizer']`` must be among ``tokenizer_files``. A missing
-    ``target`` is filled in (EncDecCTCModelBPE with a tokenizer section, else EncDecCTCModel).
-    The file is written atomically. Returns the path.
+    ``target`` is filled in (EncDecCTCModelBPE / EncDecRNNTBPEModel with a tokenizer section, else
+    EncDecCTCModel / EncDecRNNTModel). The file is written atomically. Returns the path.
     """
     cfg = dict(model.config if cfg is None else cfg)
     files = dict(model.tokenizer_files if tokenizer_files is None else tokenizer_files)
+    transducer = isinstance(model, NemoTransducerModel)
     cls = model_class_name(cfg)
     if cls is None:
-        cls = "EncDecCTCModelBPE" if cfg.get("tokenizer") else "EncDecCTCModel"
-        module = "ctc_bpe_models" if cls.endswith("BPE") else "ctc_models"
+        bpe = bool(cfg.get("tokenizer"))
+        if transducer:
+            cls = "EncDecRNNTBPEModel" if bpe else "EncDecRNNTModel"
+            module = "rnnt_bpe_models" if bpe else "rnnt_models"
+        else:
+            cls = "EncDecCTCModelBPE" if bpe else "EncDecCTCModel"
+            module = "ctc_bpe_models" if bpe else "ctc_models"
         cfg["target"] = f"nemo.collections.asr.models.{module}.{cls}"
-    if cls not in CTC_CLASSES:
-        raise ModelError(f"save_nemo writes CTC models only, not target={cls!r}")
+    allowed = TRANSDUCER_CLASSES if transducer else CTC_CLASSES
+    if cls not in allowed:
+        kind = "transducer" if transducer else "CTC"
+        raise ModelError(f"save_nemo writes a {kind} model as {', '.join(allowed)}, not target={cls!r}")
     for key, name in _nemo_refs(cfg.get("tokenizer")).items():
         if name not in files:
             raise ModelError(f"tokenizer.{key}=nemo:{name} but no such file was given to save_nemo")

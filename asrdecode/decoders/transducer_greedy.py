@@ -1,0 +1,638 @@
+"""`transducer-greedy`: batched greedy decoding of RNN-T and TDT models (paper 003, Bataev et al.,
+"Label-Looping: Highly Efficient Decoding for Transducers").
+
+Two batched algorithms with identical results:
+
+* ``loop: labels`` (default) — label looping, paper 003 Algorithm 3 (section 3.2): the outer loop
+  emits one label per still-active utterance, the inner loop consumes blanks (each utterance moves along
+  its own frames with the *same* prediction-network output, no prediction-network calls), and the
+  prediction network runs once per outer iteration for the whole batch. TDT (section 3.3): the time
+  index advances by the predicted duration after blanks *and* tokens (blank with duration 0 -> 1).
+* ``loop: frames`` — the conventional frame-synchronous batched algorithm, paper 003 Algorithm 2:
+  all utterances share the frame index; at each frame an inner loop emits tokens until every utterance
+  predicts blank (or ``max_symbols``). For TDT each utterance also keeps its own next frame and only
+  takes part in the frames it lands on, which makes the baseline exact (the paper's TDT baseline takes
+  the batch-minimum duration and is approximate).
+
+Both precompute the encoder projection once per batch and the prediction projection once per
+prediction-network step (section 3.4), keep partial hypotheses in a :class:`BatchedHyps` of tensors
+(section 3.1) and update them with masked tensor operations (``torch.where`` / ``scatter``) — no
+boolean indexing and no per-utterance Python in the loops; the only host synchronisations are the
+loop conditions (``mask.any()``), one per outer/inner iteration. Label looping keeps all of its state
+in tensors preallocated once per batch and updated in place (:class:`LabelLoopingRunner`).
+
+Decision rules (NeMo conventions, see tests/fixtures/nemo/README.md): start with the blank id as
+<SOS>; per step the label is the argmax over the V+1 token+blank logits, the TDT duration is
+``durations[argmax(duration logits)]`` (independent argmax); a token is recorded at the frame where it
+was found; after ``max_symbols`` tokens on one frame the utterance is forced to the next frame.
+
+Scores: ``DecodeResult.score`` = sum over the emitted tokens (blanks excluded) of the token's log-prob
+under ``log_softmax`` of the V+1 token+blank logits (TDT: duration logits excluded, so the value does not
+depend on the duration head). For RNN-T this equals NeMo's CPU greedy ``Hypothesis.score``. Word
+confidence = the smallest token probability of the word.
+
+Word times: start = first token's frame x frame shift; end = (last token's frame + 1) x frame shift for
+RNN-T, (last token's frame + max(its duration, 1)) x frame shift for TDT, but never past the next word's
+start (tokens can share a frame) nor before the word's own start.
+
+CUDA graphs (``cuda_graphs: true``, ``loop: labels``, CUDA devices only; ignored on CPU): the three
+stages of :class:`LabelLoopingRunner` work on preallocated tensors without host synchronisation, so each
+is captured once as a CUDA graph and replayed, with the loop flags read on the host (the partial-graph
+scheme of prior-art A.3). The eager path runs the same stage code; only the capture is untested here
+(no GPU on the development machines).
+
+Chunked / streaming use: :meth:`TransducerGreedyDecoder.decode_chunk` carries a
+:class:`TransducerStreamState` (prediction-network state and output, last label, the TDT time overshoot
+past the chunk end, frames consumed) between calls; decoding an encoder output in consecutive chunks
+gives the same tokens and frames as decoding it at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.errors import ConfigError
+from asrdecode.models.base import ModelOutput
+
+__all__ = [
+    "BatchedHyps",
+    "LabelLoopingRunner",
+    "TransducerGreedyConfig",
+    "TransducerGreedyDecoder",
+    "TransducerStreamState",
+    "greedy_frame_looping",
+    "greedy_label_looping",
+]
+
+PredState = tuple[torch.Tensor, ...]
+
+
+@dataclass
+class TransducerGreedyConfig:
+    """Options of the greedy transducer decoder."""
+
+    max_symbols: int = 10  # most tokens emitted on one encoder frame (NeMo greedy.max_symbols)
+    loop: str = "labels"  # labels (paper 003 Alg. 3) | frames (Alg. 2, the baseline)
+    cuda_graphs: bool = False  # loop labels on CUDA: replay the loop stages as CUDA graphs (ignored on CPU)
+
+
+class BatchedHyps:
+    """Partial hypotheses of a batch held in dense tensors (paper 003 section 3.1).
+
+    ``transcript``/``timestamps``/``durations``/``token_logp`` [B, capacity]; ``lengths`` [B];
+    ``scores`` [B]; ``last_timestamp`` / ``last_timestamp_lasts`` [B]: frame of the last token and how
+    many tokens were emitted on it (for ``max_symbols``). Storage grows by doubling on the host side
+    (:meth:`reserve`, from a host-side count, no sync) or is fixed up front (``static``, for CUDA graphs);
+    :meth:`add_masked_` only updates tensors in place.
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        capacity: int,
+        device: torch.device,
+        float_dtype: torch.dtype = torch.float32,
+        last_timestamp: torch.Tensor | None = None,
+        last_timestamp_lasts: torch.Tensor | None = None,
+    ) -> None:
+        capacity = max(int(capacity), 1)
+        self.batch = batch
+        self.transcript = torch.zeros(batch, capacity, dtype=torch.long, device=device)
+        self.timestamps = torch.zeros(batch, capacity, dtype=torch.long, device=device)
+        self.durations = torch.zeros(batch, capacity, dtype=torch.long, device=device)
+        self.token_logp = torch.zeros(batch, capacity, dtype=float_dtype, device=device)
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        self.scores = torch.zeros(batch, dtype=float_dtype, device=device)
+        self.last_timestamp = (
+            last_timestamp.clone()
+            if last_timestamp is not None
+            else torch.full((batch,), -1, dtype=torch.long, device=device)
+        )
+        self.last_timestamp_lasts = (
+            last_timestamp_lasts.clone()
+            if last_timestamp_lasts is not None
+            else torch.zeros(batch, dtype=torch.long, device=device)
+        )
+        self.adds = 0  # host-side upper bound of every row's length
+        self.static = False  # True: capacity fixed up front (CUDA graphs), never reallocated
+
+    @property
+    def capacity(self) -> int:
+        return self.transcript.shape[1]
+
+    def reserve(self, needed: int) -> None:
+        """Make room for ``needed`` tokens per row (doubling), preserving the content."""
+        if needed <= self.capacity:
+            return
+        new = self.capacity
+        while new < needed:
+            new *= 2
+        for name in ("transcript", "timestamps", "durations", "token_logp"):
+            old = getattr(self, name)
+            grown = torch.zeros(self.batch, new, dtype=old.dtype, device=old.device)
+            grown[:, : old.shape[1]] = old
+            setattr(self, name, grown)
+
+    def add_masked_(
+        self,
+        mask: torch.Tensor,
+        labels: torch.Tensor,
+        frames: torch.Tensor,
+        durations: torch.Tensor,
+        logp: torch.Tensor,
+    ) -> None:
+        """Append one token to the rows where ``mask`` is set (others are written past their length and
+        ignored): the paper's ``add_results`` with a mask."""
+        if not self.static:
+            self.reserve(self.adds + 1)
+            self.adds += 1
+        idx = self.lengths.unsqueeze(1)
+        self.transcript.scatter_(1, idx, labels.unsqueeze(1))
+        self.timestamps.scatter_(1, idx, frames.unsqueeze(1))
+        self.durations.scatter_(1, idx, durations.unsqueeze(1))
+        self.token_logp.scatter_(1, idx, logp.unsqueeze(1).to(self.token_logp.dtype))
+        self.scores.add_(torch.where(mask, logp, torch.zeros_like(logp)).to(self.scores.dtype))
+        same = self.last_timestamp == frames
+        lasts = torch.where(same, self.last_timestamp_lasts + 1, torch.ones_like(self.last_timestamp_lasts))
+        self.last_timestamp_lasts.copy_(torch.where(mask, lasts, self.last_timestamp_lasts))
+        self.last_timestamp.copy_(torch.where(mask, frames, self.last_timestamp))
+        self.lengths.add_(mask.long())
+
+
+@dataclass
+class TransducerStreamState:
+    """Decoder state carried between chunks of one batch of streams (all tensors have batch dim B).
+
+    pred_state: prediction-network state (LSTM h, c: [layers, B, H]); pred_proj [B, J]: the joint
+    projection of the last prediction-network output; last_label [B] (blank = none yet);
+    time_jump [B]: frames the next chunk must skip (TDT overshoot past the chunk end; 0 for RNN-T);
+    frame_offset [B]: encoder frames consumed so far (timestamps are global);
+    last_timestamp / last_timestamp_lasts [B]: for ``max_symbols`` across chunk boundaries.
+    """
+
+    pred_state: PredState
+    pred_proj: torch.Tensor
+    last_label: torch.Tensor
+    time_jump: torch.Tensor
+    frame_offset: torch.Tensor
+    last_timestamp: torch.Tensor
+    last_timestamp_lasts: torch.Tensor
+
+
+def initial_stream_state(net, batch: int, device: torch.device) -> TransducerStreamState:
+    """Fresh state: the prediction network has consumed <SOS> (= blank, zero embedding, zero state)."""
+    labels = torch.full((batch,), net.blank_id, dtype=torch.long, device=device)
+    out, state = net.predict(labels, net.initial_prediction_state(batch, device))
+    zeros = torch.zeros(batch, dtype=torch.long, device=device)
+    return TransducerStreamState(
+        pred_state=tuple(state),
+        pred_proj=net.project_prediction(out),
+        last_label=labels,
+        time_jump=zeros,
+        frame_offset=zeros.clone(),
+        last_timestamp=torch.full((batch,), -1, dtype=torch.long, device=device),
+        last_timestamp_lasts=zeros.clone(),
+    )
+
+
+class _Step:
+    """Joint evaluation and the greedy decision rules shared by both loops.
+
+    The loops keep the raw joint logits of each row's current decision in a buffer (one masked
+    ``torch.where`` per step) and derive label, duration and log-prob from it once per emitted token,
+    so a blank-consuming step costs only the joint, one argmax and a few mask operations.
+    """
+
+    def __init__(self, net, device: torch.device) -> None:
+        self.net = net
+        self.blank = int(net.blank_id)
+        self.num_labels = self.blank + 1
+        self.tdt = bool(net.durations)
+        self.durations = torch.tensor(net.durations, dtype=torch.long, device=device) if self.tdt else None
+        # TDT: durations used after a blank (0 is forced to 1)
+        self.blank_durations = self.durations.clamp(min=1) if self.tdt else None
+
+    def logits(self, enc_frames: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor:
+        """[B, J] + [B, J] projections -> [B, V+1(+durations)] raw joint logits."""
+        return self.net.joint_after_projection(enc_frames, pred_proj)
+
+    def label(self, logits: torch.Tensor) -> torch.Tensor:
+        """Argmax over the V+1 token+blank logits."""
+        return logits[:, : self.num_labels].argmax(dim=-1)
+
+    def blank_advance(self, logits: torch.Tensor, is_blank: torch.Tensor) -> torch.Tensor:
+        """Frames a row moves after a blank decision (0 where ``is_blank`` is False)."""
+        if not self.tdt:
+            return is_blank.long()
+        return self.blank_durations[logits[:, self.num_labels :].argmax(dim=-1)] * is_blank
+
+    def token(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(label, duration of a token decision (RNN-T: 0), log-prob of the label) from logits."""
+        tok = logits[:, : self.num_labels]
+        best, label = tok.max(dim=-1)
+        logp = best - torch.logsumexp(tok, dim=-1)
+        if self.tdt:
+            dur = self.durations[logits[:, self.num_labels :].argmax(dim=-1)]
+        else:
+            dur = torch.zeros_like(label)
+        return label, dur, logp
+
+
+def _update_prediction(
+    net, found: torch.Tensor, labels: torch.Tensor, pred_state: PredState, pred_proj: torch.Tensor, blank: int
+) -> tuple[PredState, torch.Tensor]:
+    """One batched prediction-network step; rows without a new token keep their state (masked)."""
+    out, new_state = net.predict(labels, pred_state)
+    new_proj = net.project_prediction(out)
+    keep = found.unsqueeze(-1)
+    pred_proj = torch.where(keep, new_proj, pred_proj)
+    pred_state = tuple(
+        torch.where(keep.unsqueeze(0), n, o) for n, o in zip(new_state, pred_state, strict=True)
+    )
+    return pred_state, pred_proj
+
+
+def _prepare(net, encoder_out, lengths, state, enc_proj):
+    device = encoder_out.device
+    if enc_proj is None:
+        enc_proj = net.project_encoder(encoder_out)  # paper 003 section 3.4: once per batch
+    lengths = lengths.to(device=device, dtype=torch.long)
+    if state is None:
+        state = initial_stream_state(net, enc_proj.shape[0], device)
+    hyps = BatchedHyps(
+        enc_proj.shape[0],
+        max(enc_proj.shape[1], 1) + 1,
+        device,
+        enc_proj.dtype,
+        state.last_timestamp,
+        state.last_timestamp_lasts,
+    )
+    return enc_proj, lengths, state, hyps, _Step(net, device)
+
+
+def _final_state(pred_state, pred_proj, last_label, time, lengths, state, hyps) -> TransducerStreamState:
+    return TransducerStreamState(
+        pred_state=pred_state,
+        pred_proj=pred_proj,
+        last_label=last_label,
+        time_jump=time - lengths,
+        frame_offset=state.frame_offset + lengths,
+        last_timestamp=hyps.last_timestamp,
+        last_timestamp_lasts=hyps.last_timestamp_lasts,
+    )
+
+
+class LabelLoopingRunner:
+    """Label looping (paper 003 Algorithm 3) over preallocated state tensors.
+
+    The loop is split into three stages that only update the runner's tensors in place and never
+    synchronise with the host: :meth:`outer_start` (joint at each row's frame, blanks move on),
+    :meth:`inner_step` (rows still on a blank re-run the joint at their next frame with the same
+    prediction output) and :meth:`after_inner` (record the tokens, TDT token jumps, ``max_symbols``,
+    one batched prediction-network step with masked state updates). The loop conditions are 0-dim
+    tensors (``active_any``, ``need_any``). :meth:`run` drives the stages eagerly (CPU, tests);
+    :meth:`capture` records each stage as a CUDA graph and :meth:`run` then replays them (the
+    ``no_while_loops`` scheme of prior-art A.3: one host read of the flag per iteration).
+    """
+
+    STAGES = ("outer_start", "inner_step", "after_inner")
+
+    def __init__(self, net, batch: int, max_time: int, max_symbols: int, device, dtype, static: bool = False):
+        self.net = net
+        self.step = _Step(net, device)
+        self.batch, self.max_time, self.max_symbols = batch, max_time, max_symbols
+        blank = self.step.blank
+        state0 = initial_stream_state(net, batch, device)
+        joint_dim = state0.pred_proj.shape[-1]
+        width = self.step.num_labels + (len(net.durations) if net.durations else 0)
+        self.enc_proj = torch.zeros(batch, max(max_time, 1), joint_dim, device=device, dtype=dtype)
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        self.last_frame = torch.zeros(batch, dtype=torch.long, device=device)
+        self.offset = torch.zeros(batch, dtype=torch.long, device=device)
+        self.time = torch.zeros(batch, dtype=torch.long, device=device)
+        self.active = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.need = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.logits = torch.zeros(batch, width, device=device, dtype=dtype)
+        self.pred_proj = state0.pred_proj.clone()
+        self.pred_state = tuple(x.clone() for x in state0.pred_state)
+        self.last_label = torch.full((batch,), blank, dtype=torch.long, device=device)
+        self.rows = torch.arange(batch, device=device)
+        self.active_any = torch.zeros((), dtype=torch.bool, device=device)
+        self.need_any = torch.zeros((), dtype=torch.bool, device=device)
+        capacity = max_time * max_symbols + 1 if static else max(max_time, 1) + 1
+        self.hyps = BatchedHyps(batch, capacity, device, dtype)
+        self.hyps.static = static
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+
+    def load(self, enc_proj: torch.Tensor, lengths: torch.Tensor, state: TransducerStreamState) -> None:
+        """Copy a batch (B <= batch rows, T <= max_time frames; extra rows get length 0) into the buffers."""
+        B, T = enc_proj.shape[0], enc_proj.shape[1]
+        self.enc_proj.zero_()
+        self.enc_proj[:B, :T].copy_(enc_proj)
+        self.lengths.zero_()
+        self.lengths[:B].copy_(lengths)
+        self.last_frame.copy_((self.lengths - 1).clamp(min=0, max=max(self.max_time - 1, 0)))
+        self.offset.zero_()
+        self.offset[:B].copy_(state.frame_offset)
+        self.time.zero_()
+        self.time[:B].copy_(state.time_jump)
+        self.pred_proj[:B].copy_(state.pred_proj)
+        for buf, value in zip(self.pred_state, state.pred_state, strict=True):
+            buf[:, :B].copy_(value)
+        self.last_label[:B].copy_(state.last_label)
+        h = self.hyps
+        for buf in (h.lengths, h.scores, h.last_timestamp_lasts):
+            buf.zero_()
+        h.last_timestamp.fill_(-1)
+        h.last_timestamp[:B].copy_(state.last_timestamp)
+        h.last_timestamp_lasts[:B].copy_(state.last_timestamp_lasts)
+        h.adds = 0
+        torch.lt(self.time, self.lengths, out=self.active)
+        self.active_any.copy_(self.active.any())
+
+    def _frames(self) -> torch.Tensor:
+        return self.enc_proj[self.rows, torch.minimum(self.time, self.last_frame)]
+
+    def outer_start(self) -> None:
+        step = self.step
+        self.logits.copy_(step.logits(self._frames(), self.pred_proj))
+        is_blank = self.active & (step.label(self.logits) == step.blank)
+        self.time.add_(step.blank_advance(self.logits, is_blank))
+        torch.logical_and(is_blank, self.time < self.lengths, out=self.need)
+        self.need_any.copy_(self.need.any())
+
+    def inner_step(self) -> None:
+        step = self.step
+        new = step.logits(self._frames(), self.pred_proj)
+        self.logits.copy_(torch.where(self.need.unsqueeze(-1), new, self.logits))
+        still = self.need & (step.label(new) == step.blank)
+        self.time.add_(step.blank_advance(new, still))
+        torch.logical_and(still, self.time < self.lengths, out=self.need)
+        self.need_any.copy_(self.need.any())
+
+    def after_inner(self) -> None:
+        step, net = self.step, self.net
+        label, dur, logp = step.token(self.logits)
+        found = self.active & (label != step.blank)
+        t_emit = self.time.clone()  # a row's time only moves on blanks until its token is found
+        self.hyps.add_masked_(found, label, t_emit + self.offset, dur, logp)
+        self.time.add_(dur * found)  # TDT: tokens may jump too (RNN-T: 0)
+        force = found & (self.hyps.last_timestamp_lasts >= self.max_symbols) & (self.time == t_emit)
+        self.time.add_(force.long())  # max_symbols tokens on this frame: move on
+        out, new_state = net.predict(label, self.pred_state)  # one step for the whole batch
+        keep = found.unsqueeze(-1)
+        self.pred_proj.copy_(torch.where(keep, net.project_prediction(out), self.pred_proj))
+        for buf, value in zip(self.pred_state, new_state, strict=True):
+            buf.copy_(torch.where(keep.unsqueeze(0), value, buf))
+        self.last_label.copy_(torch.where(found, label, self.last_label))
+        torch.lt(self.time, self.lengths, out=self.active)
+        self.active_any.copy_(self.active.any())
+
+    def capture(self) -> None:  # pragma: no cover - needs a CUDA device
+        """Record the three stages as CUDA graphs (after a warm-up on a side stream)."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                for name in self.STAGES:
+                    getattr(self, name)()
+        torch.cuda.current_stream().wait_stream(stream)
+        for name in self.STAGES:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                getattr(self, name)()
+            self.graphs[name] = graph
+
+    def _stage(self, name: str) -> None:
+        graph = self.graphs.get(name)
+        if graph is not None:
+            graph.replay()
+        else:
+            getattr(self, name)()
+
+    def run(self) -> None:
+        """Outer loop over labels, inner loop over blanks; the flags are the only host reads."""
+        if self.max_time == 0:
+            return
+        while bool(self.active_any):
+            self._stage("outer_start")
+            while bool(self.need_any):
+                self._stage("inner_step")
+            self._stage("after_inner")
+
+    def results(self, batch: int, lengths: torch.Tensor, time_jump_base: torch.Tensor) -> tuple:
+        """(hypotheses, state) of the first ``batch`` rows (copies, safe to keep across runs)."""
+        h = self.hyps
+        n = h.capacity
+        out = BatchedHyps(batch, n, h.lengths.device, h.scores.dtype)
+        for name in ("transcript", "timestamps", "durations", "token_logp", "lengths", "scores"):
+            getattr(out, name).copy_(getattr(h, name)[:batch])
+        out.last_timestamp.copy_(h.last_timestamp[:batch])
+        out.last_timestamp_lasts.copy_(h.last_timestamp_lasts[:batch])
+        state = TransducerStreamState(
+            pred_state=tuple(x[:, :batch].clone() for x in self.pred_state),
+            pred_proj=self.pred_proj[:batch].clone(),
+            last_label=self.last_label[:batch].clone(),
+            time_jump=self.time[:batch] - lengths,
+            frame_offset=time_jump_base + lengths,
+            last_timestamp=out.last_timestamp.clone(),
+            last_timestamp_lasts=out.last_timestamp_lasts.clone(),
+        )
+        return out, state
+
+
+@torch.inference_mode()
+def greedy_label_looping(
+    net,
+    encoder_out: torch.Tensor,
+    lengths: torch.Tensor,
+    max_symbols: int = 10,
+    state: TransducerStreamState | None = None,
+    enc_proj: torch.Tensor | None = None,
+    runner: LabelLoopingRunner | None = None,
+) -> tuple[BatchedHyps, TransducerStreamState]:
+    """Label-looping greedy decoding (paper 003 Algorithm 3; TDT section 3.3), see
+    :class:`LabelLoopingRunner`.
+
+    encoder_out [B, T, D] (or ``enc_proj`` [B, T, J] already projected), lengths [B]. Returns the
+    hypotheses (timestamps are global frames: ``state.frame_offset`` + frame) and the state after the
+    chunk. ``runner``: a prebuilt (possibly CUDA-graph-captured) runner with at least B rows and T frames.
+    """
+    device = encoder_out.device
+    if enc_proj is None:
+        enc_proj = net.project_encoder(encoder_out)  # paper 003 section 3.4: once per batch
+    lengths = lengths.to(device=device, dtype=torch.long)
+    B, T = enc_proj.shape[0], enc_proj.shape[1]
+    if state is None:
+        state = initial_stream_state(net, B, device)
+    if runner is None:
+        runner = LabelLoopingRunner(net, B, T, max_symbols, enc_proj.device, enc_proj.dtype)
+    runner.load(enc_proj, lengths, state)
+    runner.run()
+    return runner.results(B, lengths, state.frame_offset)
+
+
+@torch.inference_mode()
+def greedy_frame_looping(
+    net,
+    encoder_out: torch.Tensor,
+    lengths: torch.Tensor,
+    max_symbols: int = 10,
+    state: TransducerStreamState | None = None,
+    enc_proj: torch.Tensor | None = None,
+) -> tuple[BatchedHyps, TransducerStreamState]:
+    """Frame-looping batched greedy decoding (paper 003 Algorithm 2), the baseline.
+
+    The frame index is shared by the batch; the inner loop at each frame runs the joint and the
+    prediction network for the whole batch until no utterance emits a token (or ``max_symbols``).
+    TDT: each row takes part only in the frames it lands on (exact, per-row durations).
+    Same inputs/outputs as :func:`greedy_label_looping`.
+    """
+    enc_proj, lengths, state, hyps, step = _prepare(net, encoder_out, lengths, state, enc_proj)
+    B, T = enc_proj.shape[0], enc_proj.shape[1]
+    pred_state, pred_proj, offset = state.pred_state, state.pred_proj, state.frame_offset
+    last_label = state.last_label.clone()
+    next_t = state.time_jump.clone()
+    t_max = min(int(lengths.max()), T) if B else 0
+    for t in range(t_max):
+        at = (next_t == t) & (t < lengths)
+        frame = enc_proj[:, t]
+        frame_t = offset + t
+        for symbol in range(max_symbols):
+            logits = step.logits(frame, pred_proj)
+            label, dur, logp = step.token(logits)
+            is_blank = label == step.blank
+            next_t = next_t + step.blank_advance(logits, at & is_blank)
+            emit = at & ~is_blank
+            if not bool(emit.any()):
+                break
+            hyps.add_masked_(emit, label, frame_t, dur, logp)
+            pred_state, pred_proj = _update_prediction(net, emit, label, pred_state, pred_proj, step.blank)
+            last_label = torch.where(emit, label, last_label)
+            next_t = next_t + dur * emit  # TDT: a token with a duration leaves the frame
+            at = emit & (dur == 0)
+            if symbol == max_symbols - 1:  # max_symbols reached: force the next frame
+                next_t = next_t + at.long()
+    return hyps, _final_state(pred_state, pred_proj, last_label, next_t, lengths, state, hyps)
+
+
+class TransducerGreedyDecoder:
+    """Batched greedy RNN-T / TDT decoding (label looping or frame looping), see the module docstring.
+
+    Needs ``ModelOutput.encoder_out`` and ``ModelOutput.extra["transducer"]`` (a
+    :class:`asrdecode.models.transducer.TransducerNetwork`, set by ``NemoTransducerModel``).
+    """
+
+    name: ClassVar[str] = "transducer-greedy"
+    config_type: ClassVar[type] = TransducerGreedyConfig
+
+    def __init__(self, config: TransducerGreedyConfig, context: DecoderContext) -> None:
+        if config.max_symbols < 1:
+            raise ConfigError(f"decoder.max_symbols must be >= 1, got {config.max_symbols}")
+        if config.loop not in ("labels", "frames"):
+            raise ConfigError(f"decoder.loop must be 'labels' or 'frames', got {config.loop!r}")
+        self.config = config
+        self.context = context
+
+    def _run(self, output: ModelOutput, state: TransducerStreamState | None):
+        net = output.extra.get("transducer")
+        if net is None or output.encoder_out is None:
+            raise ConfigError(
+                "decoder.type=transducer-greedy needs a transducer model (model.type=nemo-transducer, "
+                "an RNN-T/TDT .nemo); this model output has no prediction/joint network"
+            )
+        enc = output.encoder_out
+        if self.config.loop == "frames":
+            hyps, new_state = greedy_frame_looping(net, enc, output.lengths, self.config.max_symbols, state)
+            return net, hyps, new_state
+        runner = None
+        if self.config.cuda_graphs and enc.device.type == "cuda":
+            runner = self._graph_runner(net, enc.shape[0], enc.shape[1], enc.device, enc.dtype)
+        hyps, new_state = greedy_label_looping(
+            net, enc, output.lengths, self.config.max_symbols, state, runner=runner
+        )
+        return net, hyps, new_state
+
+    @torch.inference_mode()
+    def _graph_runner(self, net, batch: int, frames: int, device, dtype) -> LabelLoopingRunner:
+        """A CUDA-graph-captured runner with room for the batch (re-captured when a batch is larger;
+        smaller batches are padded with zero-length rows). Not exercised by the tests (no CUDA here)."""
+        cached = getattr(self, "_runner", None)
+        if (
+            cached is not None
+            and cached.net is net
+            and cached.enc_proj.device == device
+            and cached.enc_proj.dtype == dtype
+            and cached.batch >= batch
+            and cached.max_time >= frames
+        ):
+            return cached
+        max_time = -(-frames // 64) * 64  # round up so nearby lengths reuse the graphs
+        if cached is not None and cached.net is net:
+            batch, max_time = max(batch, cached.batch), max(max_time, cached.max_time)
+        runner = LabelLoopingRunner(net, batch, max_time, self.config.max_symbols, device, dtype, static=True)
+        runner.capture()
+        self._runner = runner
+        return runner
+
+    def decode(self, output: ModelOutput) -> list[DecodeResult]:
+        """Decode a batch from the start of each utterance."""
+        net, hyps, _ = self._run(output, None)
+        return self._results(net, hyps, output.frame_shift)
+
+    def initial_state(self, output: ModelOutput) -> TransducerStreamState:
+        """A fresh streaming state for the batch of ``output`` (one row per stream)."""
+        net = output.extra.get("transducer")
+        if net is None or output.encoder_out is None:
+            raise ConfigError("decoder.type=transducer-greedy needs a transducer model output")
+        return initial_stream_state(net, output.encoder_out.shape[0], output.encoder_out.device)
+
+    def decode_chunk(
+        self, output: ModelOutput, state: TransducerStreamState | None = None
+    ) -> tuple[list[DecodeResult], TransducerStreamState]:
+        """Decode the next chunk of encoder frames of a batch of streams.
+
+        Returns the tokens found in this chunk (frames are global, counted from the stream start) and
+        the state to pass with the next chunk; concatenating the chunk results equals :meth:`decode`
+        of the whole encoder output. ``output.lengths`` are the valid frames of this chunk per stream.
+        """
+        net, hyps, new_state = self._run(output, state)
+        return self._results(net, hyps, output.frame_shift), new_state
+
+    def _results(self, net, hyps: BatchedHyps, shift: float) -> list[DecodeResult]:
+        """One host copy per field for the whole batch, then per-utterance Python."""
+        n = int(hyps.lengths.max()) if hyps.batch else 0
+        tdt = bool(net.durations)
+        lengths = hyps.lengths.cpu().tolist()
+        tokens_h = hyps.transcript[:, :n].cpu().tolist()
+        frames_h = hyps.timestamps[:, :n].cpu().tolist()
+        durs_h = hyps.durations[:, :n].cpu().tolist()
+        probs_h = hyps.token_logp[:, :n].float().exp().cpu().tolist()
+        scores = hyps.scores.float().cpu().tolist()
+        results = []
+        for b in range(hyps.batch):
+            k = lengths[b]
+            tokens, frames, durs, probs = tokens_h[b][:k], frames_h[b][:k], durs_h[b][:k], probs_h[b][:k]
+            spans = self.context.words_of(tokens)
+            words = []
+            for i, (word, first, last) in enumerate(spans):
+                end = frames[last] + (max(durs[last], 1) if tdt else 1)
+                if i + 1 < len(spans):  # several tokens can share a frame: no overlap with the next word
+                    end = max(frames[first], min(end, frames[spans[i + 1][1]]))
+                conf = min(probs[first : last + 1])
+                words.append(Word(word, round(frames[first] * shift, 3), round(end * shift, 3), conf))
+            results.append(
+                DecodeResult(
+                    words=words,
+                    tokens=tokens,
+                    token_frames=frames,
+                    score=scores[b],
+                    acoustic_score=scores[b],
+                    token_durations=durs if tdt else None,
+                )
+            )
+        return results

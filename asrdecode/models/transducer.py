@@ -1,0 +1,522 @@
+"""NeMo-style transducer (RNN-T / TDT) acoustic model: mel front end -> Conformer encoder, plus the
+LSTM prediction network and the joint network that a transducer decoder runs step by step.
+
+Module and parameter names equal NeMo's (``decoder.prediction.embed``, ``decoder.prediction.dec_rnn.lstm``,
+``joint.enc``, ``joint.pred``, ``joint.joint_net.<i>``) so a NeMo ``model_weights.ckpt`` loads strictly.
+
+How a decoder reaches the networks: :meth:`NemoTransducerModel.forward_features` returns a
+:class:`~asrdecode.models.base.ModelOutput` with ``log_probs=None``, ``encoder_out`` [B, T, D] and
+``extra["transducer"]`` = the model itself, which implements :class:`TransducerNetwork` — the small
+step interface used by ``asrdecode.decoders.transducer_greedy`` (encoder/prediction projections are
+separate methods so a decoder can precompute them, paper 003 section 3.4).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from asrdecode.errors import ModelError
+from asrdecode.features.nemo_mel import NemoMelPreprocessor
+from asrdecode.models.base import ModelOutput
+from asrdecode.models.conformer import ConformerEncoder
+from asrdecode.models.ctc import model_class_name
+from asrdecode.models.tokenizer import Tokenizer
+
+__all__ = [
+    "TRANSDUCER_CLASSES",
+    "HYBRID_TRANSDUCER_CLASSES",
+    "PredictionNetwork",
+    "TransducerJoint",
+    "TransducerNetwork",
+    "NemoTransducerModel",
+    "transducer_durations",
+]
+
+TRANSDUCER_CLASSES = ("EncDecRNNTBPEModel", "EncDecRNNTModel")
+# Hybrid RNNT-CTC models also load as transducers (their CTC head is dropped).
+HYBRID_TRANSDUCER_CLASSES = ("EncDecHybridRNNTCTCBPEModel", "EncDecHybridRNNTCTCModel")
+
+PredState = tuple[torch.Tensor, torch.Tensor]  # LSTM (h, c), each [layers, B, H]
+
+_DECODER_KEYS = {
+    "_target_", "prednet", "vocab_size", "normalization_mode", "random_state_sampling", "blank_as_pad",
+}  # fmt: skip
+_PREDNET_KEYS = {
+    "pred_hidden", "pred_rnn_layers", "t_max", "dropout", "forget_gate_bias", "weights_init_scale",
+    "hidden_hidden_bias_scale", "rnn_hidden_size",
+}  # fmt: skip
+_JOINT_KEYS = {
+    "_target_", "log_softmax", "preserve_memory", "fuse_loss_wer", "fused_batch_size", "jointnet",
+    "num_extra_outputs", "num_classes", "vocabulary", "experimental_fuse_loss_wer", "masking_prob",
+}  # fmt: skip
+_JOINTNET_KEYS = {"joint_hidden", "activation", "dropout", "encoder_hidden", "pred_hidden"}
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+
+
+def _short(target: Any) -> str:
+    return str(target).rsplit(".", 1)[-1]
+
+
+def _check_target(section: dict[str, Any], name: str, expected: str) -> None:
+    target = section.get("_target_")
+    if target is not None and _short(target) != expected:
+        raise ModelError(f"unsupported {name}._target_={target!r} (supported: {expected})")
+
+
+def _check_keys(section: dict[str, Any], allowed: set[str], name: str) -> None:
+    for key, value in section.items():
+        if key not in allowed:
+            raise ModelError(f"unsupported {name} option {key}={value!r}")
+
+
+def transducer_durations(cfg: dict[str, Any]) -> list[int] | None:
+    """TDT durations from a NeMo transducer config, or None for a conventional RNN-T.
+
+    Looked up in ``model_defaults.tdt_durations``, ``loss.tdt_kwargs.durations`` and ``decoding.durations``
+    (with ``decoding.model_type: tdt``); all that are present must agree. Multi-blank transducers
+    (``loss.loss_name: multiblank_rnnt`` / ``decoding.big_blank_durations``) raise ModelError.
+    """
+    loss = cfg.get("loss") or {}
+    decoding = cfg.get("decoding") or {}
+    loss_name = loss.get("loss_name")
+    if loss_name not in (None, "default", "rnnt", "warprnnt", "warprnnt_numba", "pytorch", "tdt"):
+        raise ModelError(f"unsupported loss.loss_name={loss_name!r} (supported: rnnt, tdt)")
+    if decoding.get("big_blank_durations"):
+        raise ModelError(f"unsupported decoding.big_blank_durations={decoding['big_blank_durations']!r}")
+    model_type = decoding.get("model_type", "rnnt")
+    if model_type not in ("rnnt", "tdt"):
+        raise ModelError(f"unsupported decoding.model_type={model_type!r} (supported: rnnt, tdt)")
+    found: dict[str, Any] = {}
+    if (cfg.get("model_defaults") or {}).get("tdt_durations") is not None:
+        found["model_defaults.tdt_durations"] = cfg["model_defaults"]["tdt_durations"]
+    if loss_name == "tdt":
+        found["loss.tdt_kwargs.durations"] = (loss.get("tdt_kwargs") or {}).get("durations")
+    if model_type == "tdt":
+        found["decoding.durations"] = decoding.get("durations")
+    is_tdt = loss_name == "tdt" or model_type == "tdt"
+    if not is_tdt:
+        return None
+    values = {k: v for k, v in found.items() if v is not None}
+    if not values:
+        raise ModelError("TDT model config has no durations (decoding.durations / loss.tdt_kwargs.durations)")
+    first_key, first = next(iter(values.items()))
+    for key, value in values.items():
+        if list(value) != list(first):
+            raise ModelError(f"{key}={list(value)} disagrees with {first_key}={list(first)}")
+    if not isinstance(first, list) or not first or not all(isinstance(d, int) and d >= 0 for d in first):
+        raise ModelError(f"{first_key}={first!r} must be a non-empty list of non-negative integers")
+    if max(first) == 0:
+        raise ModelError(f"{first_key}={first!r} has no positive duration")
+    return [int(d) for d in first]
+
+
+class _LSTMDropout(nn.Module):
+    """Holds the LSTM as ``.lstm`` (NeMo's ``dec_rnn.lstm`` naming); dropout is a no-op at inference."""
+
+    def __init__(self, input_size: int, hidden: int, layers: int, rnn_hidden: int) -> None:
+        super().__init__()
+        if rnn_hidden > hidden:  # NeMo: a projected LSTM (proj_size = pred_hidden)
+            self.lstm = nn.LSTM(input_size, rnn_hidden, num_layers=layers, proj_size=hidden, batch_first=True)
+        else:
+            self.lstm = nn.LSTM(input_size, hidden, num_layers=layers, batch_first=True)
+
+
+class PredictionNetwork(nn.Module):
+    """NeMo ``RNNTDecoder``: Embedding(V+1, H, padding_idx=blank) (or Embedding(V, H) without
+    ``blank_as_pad``) followed by an LSTM of any number of layers.
+
+    The start-of-sequence input is the blank id: with ``blank_as_pad`` its embedding is the padding row
+    (zero), otherwise the zero vector is used directly; LSTM states start at zero.
+    """
+
+    def __init__(
+        self, vocab_size: int, hidden: int, layers: int, blank_as_pad: bool = True, rnn_hidden: int = -1
+    ) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.blank_id = vocab_size
+        self.hidden = hidden
+        self.layers = layers
+        self.blank_as_pad = blank_as_pad
+        rows = vocab_size + 1 if blank_as_pad else vocab_size
+        self.prediction = nn.ModuleDict(
+            {
+                "embed": nn.Embedding(rows, hidden, padding_idx=vocab_size if blank_as_pad else None),
+                "dec_rnn": _LSTMDropout(hidden, hidden, layers, rnn_hidden),
+            }
+        )
+
+    @property
+    def state_hidden(self) -> int:
+        lstm = self.prediction["dec_rnn"].lstm
+        return int(lstm.hidden_size)
+
+    def initial_state(
+        self, batch: int, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> PredState:
+        """Zero LSTM state ([layers, B, H] h and [layers, B, H_cell] c)."""
+        lstm = self.prediction["dec_rnn"].lstm
+        h_size = lstm.proj_size if lstm.proj_size > 0 else lstm.hidden_size
+        h = torch.zeros(self.layers, batch, h_size, device=device, dtype=dtype)
+        c = torch.zeros(self.layers, batch, lstm.hidden_size, device=device, dtype=dtype)
+        return h, c
+
+    def embed(self, labels: torch.Tensor) -> torch.Tensor:
+        """[B] label ids (blank = SOS) -> [B, H] embeddings."""
+        if self.blank_as_pad:
+            return self.prediction["embed"](labels)
+        is_blank = labels == self.blank_id
+        emb = self.prediction["embed"](torch.where(is_blank, torch.zeros_like(labels), labels))
+        return emb * (~is_blank).unsqueeze(-1).to(emb.dtype)
+
+    def forward(self, labels: torch.Tensor, state: PredState) -> tuple[torch.Tensor, PredState]:
+        """One step: [B] labels + state -> ([B, H] output, new state)."""
+        x = self.embed(labels).unsqueeze(1)
+        out, (h, c) = self.prediction["dec_rnn"].lstm(x, state)
+        return out.squeeze(1), (h, c)
+
+    def forward_sequence(
+        self, labels: torch.Tensor, state: PredState | None = None
+    ) -> tuple[torch.Tensor, PredState]:
+        """[B, U] label ids -> ([B, U, H] outputs, final state) (teacher forcing; blank = SOS/zero)."""
+        if self.blank_as_pad:
+            x = self.prediction["embed"](labels)
+        else:
+            is_blank = labels == self.blank_id
+            x = self.prediction["embed"](torch.where(is_blank, torch.zeros_like(labels), labels))
+            x = x * (~is_blank).unsqueeze(-1).to(x.dtype)
+        out, (h, c) = self.prediction["dec_rnn"].lstm(x, state)
+        return out, (h, c)
+
+
+class TransducerJoint(nn.Module):
+    """NeMo ``RNNTJoint``: ``joint_net(act(enc(f) + pred(g)))`` with ``joint_net = [act, (dropout), Linear]``.
+
+    Output width = V + 1 (+ number of TDT durations): token logits, blank (= V), then duration logits.
+    """
+
+    def __init__(
+        self,
+        enc_hidden: int,
+        pred_hidden: int,
+        joint_hidden: int,
+        num_classes: int,
+        num_extra_outputs: int = 0,
+        activation: str = "relu",
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.num_extra_outputs = num_extra_outputs
+        self.enc = nn.Linear(enc_hidden, joint_hidden)
+        self.pred = nn.Linear(pred_hidden, joint_hidden)
+        layers: list[nn.Module] = [_ACTIVATIONS[activation]()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+        layers.append(nn.Linear(joint_hidden, num_classes + 1 + num_extra_outputs))
+        self.joint_net = nn.Sequential(*layers)
+
+    def project_encoder(self, encoder_out: torch.Tensor) -> torch.Tensor:
+        """[..., D] encoder frames -> [..., J] (encoder half of the joint)."""
+        return self.enc(encoder_out)
+
+    def project_prediction(self, pred_out: torch.Tensor) -> torch.Tensor:
+        """[..., H] prediction-net outputs -> [..., J]."""
+        return self.pred(pred_out)
+
+    def joint_after_projection(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor:
+        """Raw logits [..., V+1(+durations)] from broadcastable projections."""
+        return self.joint_net(enc_proj + pred_proj)
+
+    def forward(self, encoder_out: torch.Tensor, pred_out: torch.Tensor) -> torch.Tensor:
+        """Full joint lattice: [B, T, D] x [B, U, H] -> [B, T, U, V+1(+durations)] raw logits."""
+        f = self.project_encoder(encoder_out).unsqueeze(2)
+        g = self.project_prediction(pred_out).unsqueeze(1)
+        return self.joint_after_projection(f, g)
+
+
+class TransducerNetwork(Protocol):
+    """What a transducer decoder needs from a model (implemented by :class:`NemoTransducerModel`).
+
+    ``blank_id`` = V (last token column); ``durations`` = TDT durations (joint columns V+1..) or None.
+    """
+
+    blank_id: int
+    durations: list[int] | None
+
+    def project_encoder(self, encoder_out: torch.Tensor) -> torch.Tensor: ...
+
+    def initial_prediction_state(self, batch: int, device: torch.device) -> PredState: ...
+
+    def predict(self, labels: torch.Tensor, state: PredState) -> tuple[torch.Tensor, PredState]: ...
+
+    def project_prediction(self, pred_out: torch.Tensor) -> torch.Tensor: ...
+
+    def joint_after_projection(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor: ...
+
+
+class NemoTransducerModel(nn.Module):
+    """A NeMo RNN-T or TDT model (``EncDecRNNTModel[BPE]``; a hybrid's transducer part) as an
+    ``AcousticModel`` and a :class:`TransducerNetwork`."""
+
+    default_decoder = "transducer-greedy"  # what `decoder.type: auto` picks
+
+    def __init__(
+        self,
+        preprocessor: NemoMelPreprocessor,
+        encoder: ConformerEncoder,
+        decoder: PredictionNetwork,
+        joint: TransducerJoint,
+        tokenizer: Tokenizer,
+        durations: list[int] | None = None,
+        config: dict[str, Any] | None = None,
+        tokenizer_files: dict[str, bytes] | None = None,
+        source: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.preprocessor = preprocessor
+        self.encoder = encoder
+        self.decoder = decoder
+        self.joint = joint
+        self.tokenizer = tokenizer
+        self.durations: list[int] | None = list(durations) if durations else None
+        self.config: dict[str, Any] = config or {}
+        self.tokenizer_files: dict[str, bytes] = dict(tokenizer_files or {})
+        self.source = source
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_config(
+        cls, cfg: dict[str, Any], tokenizer: Tokenizer, tokenizer_files: dict[str, bytes] | None = None
+    ) -> NemoTransducerModel:
+        """Build (randomly initialised) from a NeMo transducer model config and a tokenizer.
+
+        Raises ModelError naming the first unsupported option or the size that does not match the
+        tokenizer's vocabulary.
+        """
+        cfg = copy.deepcopy(cfg)
+        cls_name = model_class_name(cfg)
+        if cls_name is not None and cls_name not in TRANSDUCER_CLASSES + HYBRID_TRANSDUCER_CLASSES:
+            raise ModelError(
+                f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} "
+                f"(supported: {', '.join(TRANSDUCER_CLASSES + HYBRID_TRANSDUCER_CLASSES)})"
+            )
+        for key in ("preprocessor", "encoder", "decoder", "joint"):
+            if not isinstance(cfg.get(key), dict):
+                raise ModelError(
+                    f"model config has no {key} section (needed by {cls_name or 'a transducer'})"
+                )
+        _check_target(cfg["preprocessor"], "preprocessor", "AudioToMelSpectrogramPreprocessor")
+        _check_target(cfg["encoder"], "encoder", "ConformerEncoder")
+        dec_cfg, joint_cfg = cfg["decoder"], cfg["joint"]
+        _check_target(dec_cfg, "decoder", "RNNTDecoder")
+        _check_target(joint_cfg, "joint", "RNNTJoint")
+        _check_keys(dec_cfg, _DECODER_KEYS, "decoder")
+        prednet = dec_cfg.get("prednet") or {}
+        if not isinstance(prednet, dict):
+            raise ModelError("decoder.prednet must be a mapping")
+        _check_keys(prednet, _PREDNET_KEYS, "decoder.prednet")
+        _check_keys(joint_cfg, _JOINT_KEYS, "joint")
+        jointnet = joint_cfg.get("jointnet") or {}
+        if not isinstance(jointnet, dict):
+            raise ModelError("joint.jointnet must be a mapping")
+        _check_keys(jointnet, _JOINTNET_KEYS, "joint.jointnet")
+        if dec_cfg.get("normalization_mode") is not None:
+            raise ModelError(f"unsupported decoder.normalization_mode={dec_cfg['normalization_mode']!r}")
+        if prednet.get("t_max") is not None:
+            raise ModelError(f"unsupported decoder.prednet.t_max={prednet['t_max']!r} (chrono init)")
+
+        preprocessor = NemoMelPreprocessor.from_config(cfg["preprocessor"])
+        encoder = ConformerEncoder.from_config(cfg["encoder"])
+        if int(encoder.cfg.feat_in) != preprocessor.num_features:
+            raise ModelError(
+                f"encoder.feat_in={encoder.cfg.feat_in} does not match "
+                f"preprocessor.features={preprocessor.num_features}"
+            )
+        vocab = tokenizer.vocab_size
+        for path, value in (
+            ("decoder.vocab_size", dec_cfg.get("vocab_size")),
+            ("joint.num_classes", joint_cfg.get("num_classes")),
+        ):
+            if value is not None and int(value) != vocab:
+                raise ModelError(f"{path}={value} does not match the vocabulary size {vocab}")
+        vocabulary = joint_cfg.get("vocabulary")
+        if isinstance(vocabulary, list) and len(vocabulary) != vocab:
+            raise ModelError(f"joint.vocabulary has {len(vocabulary)} entries, the tokenizer {vocab}")
+
+        durations = transducer_durations(cfg)
+        extra = int(joint_cfg.get("num_extra_outputs", 0) or 0)
+        n_dur = len(durations) if durations else 0
+        if extra != n_dur:
+            what = f"{n_dur} TDT durations" if durations else "an RNN-T model (no TDT durations)"
+            raise ModelError(f"joint.num_extra_outputs={extra} but the config describes {what}")
+
+        pred_hidden = int(prednet.get("pred_hidden", (cfg.get("model_defaults") or {}).get("pred_hidden", 0)))
+        layers = int(prednet.get("pred_rnn_layers", 1))
+        rnn_hidden = int(prednet.get("rnn_hidden_size", -1) or -1)
+        if pred_hidden < 1 or layers < 1:
+            raise ModelError(f"bad decoder.prednet pred_hidden={pred_hidden} / pred_rnn_layers={layers}")
+        if 0 < rnn_hidden < pred_hidden:
+            raise ModelError(f"unsupported decoder.prednet.rnn_hidden_size={rnn_hidden} < pred_hidden")
+        enc_hidden = int(jointnet.get("encoder_hidden", encoder.output_dim))
+        if enc_hidden != encoder.output_dim:
+            raise ModelError(
+                f"joint.jointnet.encoder_hidden={enc_hidden} does not match the encoder output size "
+                f"{encoder.output_dim}"
+            )
+        j_pred = int(jointnet.get("pred_hidden", pred_hidden))
+        if j_pred != pred_hidden:
+            raise ModelError(
+                f"joint.jointnet.pred_hidden={j_pred} does not match decoder pred_hidden {pred_hidden}"
+            )
+        activation = str(jointnet.get("activation", "relu")).lower()
+        if activation not in _ACTIVATIONS:
+            raise ModelError(
+                f"unsupported joint.jointnet.activation={activation!r} (supported: {', '.join(_ACTIVATIONS)})"
+            )
+        joint_hidden = int(jointnet.get("joint_hidden", 0))
+        if joint_hidden < 1:
+            raise ModelError(f"bad joint.jointnet.joint_hidden={jointnet.get('joint_hidden')!r}")
+        decoder = PredictionNetwork(
+            vocab,
+            pred_hidden,
+            layers,
+            blank_as_pad=bool(dec_cfg.get("blank_as_pad", True)),
+            rnn_hidden=rnn_hidden,
+        )
+        joint = TransducerJoint(
+            encoder.output_dim,
+            pred_hidden,
+            joint_hidden,
+            vocab,
+            num_extra_outputs=extra,
+            activation=activation,
+            dropout=float(jointnet.get("dropout", 0.0) or 0.0),
+        )
+        files = dict(tokenizer_files or {})
+        model_path = str((cfg.get("tokenizer") or {}).get("model_path", ""))
+        if tokenizer.model_bytes is not None and model_path.startswith("nemo:"):
+            files.setdefault(model_path.removeprefix("nemo:"), tokenizer.model_bytes)
+        return cls(preprocessor, encoder, decoder, joint, tokenizer, durations, cfg, files)
+
+    # ----------------------------------------------------------------- AcousticModel protocol
+    @property
+    def sample_rate(self) -> int:
+        return self.preprocessor.sample_rate
+
+    @property
+    def units(self) -> list[str]:
+        return self.tokenizer.units
+
+    @property
+    def blank_id(self) -> int:
+        return len(self.tokenizer.units)
+
+    @property
+    def subsampling_factor(self) -> int:
+        return self.encoder.subsampling_factor
+
+    @property
+    def frame_shift(self) -> float:
+        """Seconds per encoder frame: hop seconds x subsampling factor."""
+        return self.preprocessor.hop_length / self.sample_rate * self.subsampling_factor
+
+    @property
+    def is_tdt(self) -> bool:
+        return self.durations is not None
+
+    @property
+    def model_class(self) -> str:
+        return model_class_name(self.config) or (
+            "EncDecRNNTBPEModel" if self.tokenizer.kind == "bpe" else "EncDecRNNTModel"
+        )
+
+    def features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, S] padded waveforms at ``sample_rate`` -> ([B, F, T] log-mel features, [B] frame counts)."""
+        return self.preprocessor(waveforms, lengths)
+
+    def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
+        """Features -> ModelOutput with ``encoder_out`` [B, T', D], ``log_probs=None`` and
+        ``extra["transducer"] = self`` (the prediction and joint networks for the decoder)."""
+        enc, enc_len = self.encoder(feats, feat_lengths)
+        return ModelOutput(
+            log_probs=None,
+            lengths=enc_len,
+            frame_shift=self.frame_shift,
+            blank_id=self.blank_id,
+            units=self.units,
+            encoder_out=enc.transpose(1, 2),
+            extra={"transducer": self},
+        )
+
+    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
+        feats, feat_len = self.features(waveforms, lengths)
+        return self.forward_features(feats, feat_len)
+
+    def tokens_to_words(self, tokens: list[int]) -> list[tuple[str, int, int]]:
+        """Unit ids -> [(word, first token index, last token index)]."""
+        return self.tokenizer.words_of(tokens)
+
+    # ----------------------------------------------------------------- TransducerNetwork protocol
+    def project_encoder(self, encoder_out: torch.Tensor) -> torch.Tensor:
+        """[B, T, D] -> [B, T, J] (precomputed once per batch, paper 003 section 3.4)."""
+        return self.joint.project_encoder(encoder_out)
+
+    def initial_prediction_state(self, batch: int, device: torch.device) -> PredState:
+        return self.decoder.initial_state(batch, device, self.joint.pred.weight.dtype)
+
+    def predict(self, labels: torch.Tensor, state: PredState) -> tuple[torch.Tensor, PredState]:
+        """One prediction-network step for a batch of labels (blank = SOS)."""
+        return self.decoder(labels, state)
+
+    def project_prediction(self, pred_out: torch.Tensor) -> torch.Tensor:
+        return self.joint.project_prediction(pred_out)
+
+    def joint_after_projection(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor:
+        return self.joint.joint_after_projection(enc_proj, pred_proj)
+
+    def describe(self) -> dict:
+        """Summary for ``asrdecode info``."""
+        enc = self.encoder.cfg
+        fe = self.preprocessor.featurizer
+        lstm = self.decoder.prediction["dec_rnn"].lstm
+        return {
+            "type": "nemo-transducer",
+            "class": self.model_class,
+            "transducer": "tdt" if self.is_tdt else "rnnt",
+            "file": self.source,
+            "parameters": sum(p.numel() for p in self.parameters()),
+            "sample_rate": self.sample_rate,
+            "features": {
+                "type": "nemo-mel",
+                "n_mels": fe.nfilt,
+                "n_fft": fe.n_fft,
+                "win_length": fe.win_length,
+                "hop_length": fe.hop_length,
+                "normalize": fe.normalize,
+            },
+            "encoder": {
+                "type": "conformer",
+                "layers": enc.n_layers,
+                "d_model": enc.d_model,
+                "heads": enc.n_heads,
+                "subsampling": enc.subsampling,
+                "subsampling_factor": enc.subsampling_factor,
+                "self_attention_model": enc.self_attention_model,
+                "att_context_size": list(enc.context),
+            },
+            "prediction_network": {"type": "lstm", "layers": lstm.num_layers, "hidden": lstm.hidden_size},
+            "joint": {
+                "hidden": self.joint.enc.out_features,
+                "outputs": self.joint.joint_net[-1].out_features,
+            },
+            "durations": self.durations,
+            "tokenizer": self.tokenizer.describe(),
+            "num_outputs": self.blank_id + 1,
+            "blank_id": self.blank_id,
+            "frame_shift": self.frame_shift,
+        }
