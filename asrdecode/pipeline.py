@@ -270,6 +270,24 @@ class Transcriber:
                 duration=self._duration(utt),
             )
 
+    def _write_lattices(self, utts, results: list[DecodeResult]) -> None:
+        """Per-utterance Kaldi text lattice (`<utt>.lat.txt`, lat.ark,t style) + OpenFst word lattice.
+
+        One file pair per utterance, rewritten if a resumed run decodes it again, so a kill mid-run
+        never leaves duplicates.
+        """
+        from urllib.parse import quote
+
+        for utt, res in zip(utts, results, strict=True):
+            lattice = res.lattice
+            if lattice is None or not hasattr(lattice, "to_kaldi_text"):
+                continue
+            folder = self.out_dir / "lattices"
+            folder.mkdir(parents=True, exist_ok=True)
+            stem = quote(utt.utt_id, safe="")
+            (folder / f"{stem}.lat.txt").write_text(lattice.to_kaldi_text(utt.utt_id), encoding="utf-8")
+            lattice.word_fst().write(str(folder / f"{stem}.fst"))
+
     def _duration(self, utt) -> float:
         if utt.duration is not None:
             return float(utt.duration)
@@ -322,8 +340,11 @@ class Transcriber:
             else:
                 out = self._model_output(waves)
                 seconds = [w.shape[0] / self.model.sample_rate for w in waves]
+            if any(u.boost for u in utts):
+                out.extra["boost"] = [u.boost for u in utts]
             with self.timer.stage("decode"):
                 results: list[DecodeResult] = self.decoder.decode(out)
+            self._write_lattices(utts, results)
             if self.cfg.output.save_logprobs and out.log_probs is not None:
                 self._save_logprobs(utts, out)
             self.writer.write_results(utts, results, seconds, ctm=self.cfg.output.ctm)

@@ -8,11 +8,13 @@ from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
 from asrdecode.decoders.transducer_greedy import TransducerGreedyDecoder
+from asrdecode.decoders.wfst import WfstDecoder
 from asrdecode.errors import ConfigError
 
 DECODERS: dict[str, type] = {
     CtcGreedyDecoder.name: CtcGreedyDecoder,
     TransducerGreedyDecoder.name: TransducerGreedyDecoder,
+    WfstDecoder.name: WfstDecoder,
 }
 
 __all__ = [

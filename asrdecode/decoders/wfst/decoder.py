@@ -1,0 +1,559 @@
+"""`wfst`: batched WFST beam search over a TLG/HCLG (paper 001; Kaldi CUDA decoder, prior-art D).
+
+`WfstDecoder(config, context).decode(output)` decodes a whole batch with the token-passing core
+(`asrdecode.decoders.wfst.core`), then traces each utterance's best token back on the host and
+turns the arcs into words, word times and costs:
+
+* total cost = graph cost (arc weights + final cost) + acoustic cost (``-acoustic_scale *
+  logprob`` summed over the path) + word-boost costs; `DecodeResult.score = -total`,
+  ``acoustic_score = -acoustic``, ``lm_score = -(graph + boost)``.
+* word times come from the frames of the word's units (first unit's first frame to the last
+  unit's last frame + 1, × the model's frame shift). Which units belong to which word: split
+  the 1-best unit sequence with the lexicon (``decoder.lexicon`` or ``lexicon.txt`` in the graph
+  folder), else with the model's own token→word rule (``DecoderContext.words_of``, e.g. BPE
+  word-start marks) when it yields exactly the decoded words; else (no lexicon, custom units)
+  from where the word label sits on the path: determinized graphs may emit a label a few units
+  late, so those times are approximate.
+* utterances whose search reached no final state fall back to the best token (as Kaldi's
+  ``GetBestPath``); they are listed in ``decoder.last_info["not_final"]``.
+
+Streaming (paper 001 sec. 3.1): `init_streams`, `decode_chunk`, `finalize`; each stream's tokens
+are saved in a state buffer between chunks (gather by stream id, scatter back), so chunked
+decoding equals offline decoding frame for frame.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions, TokenPassing, Tokens
+from asrdecode.decoders.wfst.lattice import build_lattice
+from asrdecode.errors import ConfigError, GraphError
+from asrdecode.graph.format import DeviceGraph
+from asrdecode.models.base import ModelOutput
+
+log = logging.getLogger("asrdecode.decoders.wfst")
+
+
+@dataclass
+class WfstConfig:
+    """Options of the `wfst` decoder (Kaldi / riva names, so tuned values port).
+
+    graph: a graph folder from `asrdecode build-graph` (graph.pt + words.txt) or a graph.pt /
+      OpenFst .fst file (words.txt next to it).
+    lexicon: `word unit unit ...` file used only to split the 1-best units into words for word
+      times (default: lexicon.txt in the graph folder if present).
+    beam, max_active, min_active, beam_delta: Kaldi FasterDecoder pruning (see core.cutoff).
+    lattice_beam: reserved for lattice generation (tokens kept within this of the best).
+    acoustic_scale: multiplies the model log-probs. blank_penalty: subtracted from the blank
+      log-prob before scaling (NeMo/riva name).
+    nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
+    lattice: keep lattices (DecodeResult.lattice = a `StateLattice`; see wfst/lattice.py).
+    boost: global word boosts, word -> log-score bonus (positive favours the word; paper 001
+      sec. 3.2 recommends at most half the beam). Per-utterance boosts come in
+      ``ModelOutput.extra["boost"]`` (a list with one dict or None per utterance).
+    max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
+    host_copy_frames: frames of back-pointers collected on the device per host copy.
+    """
+
+    graph: str = ""
+    lexicon: str = ""
+    beam: float = 16.0
+    max_active: int = 10000
+    min_active: int = 200
+    beam_delta: float = 0.5
+    lattice_beam: float = 8.0
+    acoustic_scale: float = 1.0
+    blank_penalty: float = 0.0
+    nbest: int = 1
+    lattice: bool = False
+    boost: dict = field(default_factory=dict)
+    max_epsilon_passes: int = 64
+    host_copy_frames: int = 32
+
+    def search_options(self) -> SearchOptions:
+        return SearchOptions(
+            beam=self.beam,
+            max_active=self.max_active,
+            min_active=self.min_active,
+            beam_delta=self.beam_delta,
+            max_epsilon_passes=self.max_epsilon_passes,
+            host_copy_frames=self.host_copy_frames,
+        )
+
+
+def _read_words(path: Path) -> dict[int, str]:
+    table: dict[int, str] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            f = line.split()
+            if len(f) == 2:
+                table[int(f[1])] = f[0]
+    return table
+
+
+def _graph_folder(spec: str) -> Path | None:
+    if not spec:
+        return None
+    p = Path(spec)
+    return p if p.is_dir() else p.parent
+
+
+def read_pronunciations(lexicon: Path, units_txt: Path) -> dict[str, list[tuple[int, ...]]]:
+    """word -> unit-column sequences, from a lexicon file and the graph's units.txt (id = column+1)."""
+    column = {sym: i - 1 for i, sym in _read_words(units_txt).items() if i > 0}
+    prons: dict[str, list[tuple[int, ...]]] = {}
+    with open(lexicon, encoding="utf-8") as fh:
+        for line in fh:
+            f = line.split()
+            if len(f) < 2:
+                continue
+            names = ["<space>" if u == " " else u for u in f[1:]]
+            if all(u in column for u in names):
+                prons.setdefault(f[0], []).append(tuple(column[u] for u in names))
+    return prons
+
+
+def load_graph(spec: str) -> tuple[DeviceGraph, dict[int, str]]:
+    """A graph folder / graph.pt / .fst path -> (DeviceGraph on CPU, word id -> word)."""
+    if not spec:
+        raise ConfigError("decoder.graph must point to a graph folder (asrdecode build-graph) or graph.pt")
+    p = Path(spec)
+    folder = p if p.is_dir() else p.parent
+    if p.is_dir():
+        if (p / "graph.pt").is_file():
+            graph = DeviceGraph.load(p / "graph.pt")
+        else:
+            fsts = sorted(p.glob("*.fst"))
+            if not fsts:
+                raise GraphError(f"{p}: no graph.pt or .fst graph in this folder")
+            graph = _from_fst(fsts[0])
+    elif p.suffix == ".fst":
+        graph = _from_fst(p)
+    else:
+        graph = DeviceGraph.load(p)
+    words_file = folder / "words.txt"
+    words = _read_words(words_file) if words_file.is_file() else {}
+    if not words:
+        log.warning("wfst: no words.txt next to %s; words are printed as ids", spec)
+    return graph, words
+
+
+def _from_fst(path: Path) -> DeviceGraph:
+    from asrdecode.graph.openfst import read_fst
+
+    return DeviceGraph.from_kaldifst(read_fst(path))
+
+
+@dataclass
+class _Stream:
+    frames: int = 0
+    boost: dict[str, float] | None = None
+
+
+class WfstDecoder:
+    """Batched WFST decoder; see the module docstring. One instance decodes many batches."""
+
+    name: ClassVar[str] = "wfst"
+    config_type: ClassVar[type] = WfstConfig
+
+    def __init__(
+        self,
+        config: WfstConfig,
+        context: DecoderContext | None = None,
+        graph: DeviceGraph | None = None,
+        words: dict[int, str] | None = None,
+    ):
+        self.config = config
+        self.context = context
+        if graph is None:
+            graph, words = load_graph(config.graph)
+        self.graph_cpu = graph
+        self.words = words or {}
+        self.word_ids = {w: i for i, w in self.words.items()}
+        self._graphs: dict[str, SearchGraph] = {}
+        a = graph.arc_arrays()
+        self.h_src, self.h_ilabel, self.h_olabel = a["src"], a["ilabel"].astype(np.int64), a["olabel"]
+        self.h_weight, self.h_next = a["weight"].astype(np.float64), a["nextstate"]
+        self.h_final = graph.final.numpy().astype(np.float64)
+        self.last_info: dict[str, Any] = {}
+        self.prons: dict[str, list[tuple[int, ...]]] = {}
+        folder = _graph_folder(config.graph)
+        lexicon = Path(config.lexicon) if config.lexicon else (folder / "lexicon.txt" if folder else None)
+        if (
+            lexicon is not None
+            and lexicon.is_file()
+            and folder is not None
+            and (folder / "units.txt").is_file()
+        ):
+            self.prons = read_pronunciations(lexicon, folder / "units.txt")
+        elif config.lexicon:
+            raise ConfigError(
+                f"decoder.lexicon: {config.lexicon} not found (or no units.txt in the graph folder)"
+            )
+        self._streams: dict[int, _Stream] = {}
+        self._stream_search: TokenPassing | None = None
+        self._stream_tokens: Tokens | None = None
+        self._next_stream = 0
+
+    # ------------------------------------------------------------------ helpers
+    def graph_on(self, device: torch.device) -> SearchGraph:
+        """The search tables of the graph on `device` (converted once, then cached)."""
+        key = str(device)
+        if key not in self._graphs:
+            self._graphs[key] = SearchGraph(self.graph_cpu.to(device))
+        return self._graphs[key]
+
+    def _blank_column(self, output: ModelOutput | None) -> int:
+        if output is not None and output.blank_id >= 0:
+            return output.blank_id
+        if "blank_column" in self.graph_cpu.meta:
+            return int(self.graph_cpu.meta["blank_column"])
+        if self.context is not None and self.context.blank_id >= 0:
+            return self.context.blank_id
+        return -1
+
+    def _ac_costs(self, log_probs: torch.Tensor, blank: int) -> torch.Tensor:
+        """-acoustic_scale * (log-probs with the blank penalty), float32."""
+        lp = log_probs.float()
+        if self.config.blank_penalty and blank >= 0:
+            lp = lp.clone()
+            lp[..., blank] -= self.config.blank_penalty
+        return lp * (-self.config.acoustic_scale)
+
+    def _boosts(self, per_utt: list[dict | None] | None, n: int) -> tuple[list[dict[int, float]], list[str]]:
+        """Word -> bonus tables per utterance as word id -> cost; plus OOV boost words."""
+        tables, oov = [], []
+        for b in range(n):
+            merged = dict(self.config.boost)
+            if per_utt is not None and b < len(per_utt) and per_utt[b]:
+                merged.update(per_utt[b])
+            table = {}
+            for word, score in merged.items():
+                wid = self.word_ids.get(word)
+                if wid is None:
+                    oov.append(word)
+                else:
+                    table[wid] = -float(score)
+            tables.append(table)
+        return tables, sorted(set(oov))
+
+    def _boost_table(self, tables: list[dict[int, float]], device: torch.device) -> BoostTable | None:
+        if not any(tables):
+            return None
+        num_words = int(max(self.h_olabel.max(initial=0), max(self.words, default=0))) + 1
+        keys, costs = [], []
+        for b, t in enumerate(tables):
+            for wid, c in t.items():
+                keys.append(b * num_words + wid)
+                costs.append(c)
+        order = np.argsort(keys)
+        return BoostTable(
+            torch.tensor(np.asarray(keys, dtype=np.int64)[order], device=device),
+            torch.tensor(np.asarray(costs, dtype=np.float32)[order], device=device),
+            num_words,
+        )
+
+    # ------------------------------------------------------------------ offline
+    def decode(self, output: ModelOutput) -> list[DecodeResult]:
+        if output.log_probs is None:
+            raise ValueError("wfst needs log-probs; this model produced none")
+        lp = output.log_probs
+        device = lp.device
+        B, T, V = lp.shape
+        graph = self.graph_on(device)
+        blank = self._blank_column(output)
+        ac = self._ac_costs(lp, blank)
+        lengths = [int(x) for x in output.lengths.tolist()]
+        tables, oov = self._boosts(output.extra.get("boost") if output.extra else None, B)
+        boost = self._boost_table(tables, device)
+        want_lattice = self.config.lattice or self.config.nbest > 1
+        search = TokenPassing(
+            graph, self.config.search_options(), self.config.lattice_beam if want_lattice else None
+        )
+        tok = search.init(B, boost=boost)
+        done: list[Tokens] = []
+        ends: dict[int, list[int]] = {}
+        for b, n in enumerate(lengths):
+            ends.setdefault(min(n, T), []).append(b)
+        for t in range(T + 1):
+            if t in ends:
+                mask = torch.isin(tok.utt, torch.tensor(ends[t], device=device))
+                done.append(tok.select(mask))
+                tok = tok.select(~mask)
+            if t == T or not len(tok):
+                break
+            frames = torch.full((B,), t, dtype=torch.int64, device=device)
+            tok = search.step(tok, ac[:, t], frames, boost)
+        final_tok = Tokens.cat(done) if done else Tokens.empty(device)
+        results = self._results(search, final_tok, B, tables, blank, output.frame_shift)
+        self.last_info = {"stats": dict(search.stats), "oov_boost_words": oov, "not_final": self._not_final}
+        if want_lattice:
+            self._attach_lattices(search, results, [min(n, T) for n in lengths], tables)
+        if oov:
+            log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
+        if search.stats["epsilon_limit_hit"]:
+            log.warning("wfst: epsilon closure hit max_epsilon_passes; raise decoder.max_epsilon_passes")
+        return results
+
+    def _attach_lattices(
+        self, search: TokenPassing, results: list[DecodeResult], lengths: list[int], tables: list[dict]
+    ) -> None:
+        assert search.lattice is not None
+        arcs, nodes = search.lattice.host()
+        density = []
+        for b, res in enumerate(results):
+            a = arcs[arcs.utt == b] if arcs is not None else None
+            n = nodes[nodes.utt == b] if nodes is not None else None
+            lat = build_lattice(
+                a,
+                n,
+                lengths[b],
+                self.graph_cpu.start,
+                self.h_ilabel,
+                self.h_olabel,
+                self.h_weight,
+                self.h_final,
+                tables[b],
+                b not in self._not_final,
+                self.config.lattice_beam,
+                self.words,
+            )
+            res.lattice = lat
+            if lat is not None and self.config.nbest > 1:
+                res.nbest = [(w, -c) for w, c in lat.nbest(self.config.nbest)]
+            if lat is not None and self.config.lattice:
+                density.append(lat.density())
+        if density:
+            self.last_info["lattice_density"] = sum(density) / len(density)
+
+    def _results(
+        self,
+        search: TokenPassing,
+        tok: Tokens,
+        n: int,
+        tables: list[dict[int, float]],
+        blank: int,
+        shift: float,
+        use_final: bool = True,
+    ) -> list[DecodeResult]:
+        rec, total, reached = search.best_final(tok, n, use_final)
+        rec_h, total_h, reached_h = rec.tolist(), total.tolist(), reached.tolist()
+        data = search.backpointers.host()
+        self._not_final = [b for b in range(n) if use_final and rec_h[b] >= 0 and not reached_h[b]]
+        return [
+            self._one_result(data, search, rec_h[b], total_h[b], reached_h[b], tables[b], blank, shift)
+            for b in range(n)
+        ]
+
+    def _one_result(
+        self,
+        data: np.ndarray,
+        search: TokenPassing,
+        rec: int,
+        total: float,
+        reached: bool,
+        boost: dict[int, float],
+        blank: int,
+        shift: float,
+    ) -> DecodeResult:
+        if rec < 0:
+            return DecodeResult(words=[], score=float("-inf"))
+        path = search.backpointers.trace(rec)
+        arcs = data["arc"][path]
+        frames = data["frame"][path]
+        arcs_ok = arcs >= 0
+        arcs, frames = arcs[arcs_ok], frames[arcs_ok]
+        il, ol = self.h_ilabel[arcs], self.h_olabel[arcs]
+        last_state = int(self.h_next[arcs[-1]]) if len(arcs) else self.graph_cpu.start
+        graph_cost = float(self.h_weight[arcs].sum()) + (float(self.h_final[last_state]) if reached else 0.0)
+        boost_cost = float(sum(boost.get(int(o), 0.0) for o in ol if o > 0))
+        acoustic = total - graph_cost - boost_cost
+        emitting = il > 0
+        nonblank = emitting & (il - 1 != blank)
+        # tokens: non-blank emitting arcs that enter a unit (not self-loops)
+        selfloop = self.h_src[arcs] == self.h_next[arcs]
+        tok_mask = nonblank & ~selfloop
+        tokens = (il[tok_mask] - 1).tolist()
+        token_frames = frames[tok_mask].tolist()
+        word_pos = np.nonzero(ol > 0)[0]
+        word_ids = [int(o) for o in ol[word_pos]]
+        names = [self.words.get(w, str(w)) for w in word_ids]
+        # last frame of each token's run (self-loop continuations extend the current token)
+        token_end = list(token_frames)
+        k = -1
+        for i in np.nonzero(nonblank)[0]:
+            if tok_mask[i]:
+                k += 1
+            elif k >= 0:
+                token_end[k] = int(frames[i])
+        spans = self._word_spans(names, tokens)
+        words: list[Word] = []
+        if spans is not None:
+            for name, (a, b) in zip(names, spans, strict=True):
+                start, end = token_frames[a], token_end[b] + 1
+                words.append(Word(name, round(start * shift, 3), round(end * shift, 3)))
+        else:
+            for i, p in enumerate(word_pos):
+                q = word_pos[i + 1] if i + 1 < len(word_pos) else len(arcs)
+                seg = np.nonzero(nonblank[p:q])[0] + p
+                if len(seg):
+                    start, end = int(frames[seg[0]]), int(frames[seg[-1]]) + 1
+                else:
+                    em = np.nonzero(emitting[p:])[0]
+                    start = int(frames[p + em[0]]) if len(em) else max(int(frames[p]), 0)
+                    end = start + 1
+                words.append(Word(names[i], round(start * shift, 3), round(end * shift, 3)))
+        return DecodeResult(
+            words=words,
+            tokens=tokens,
+            token_frames=token_frames,
+            score=-total,
+            acoustic_score=-acoustic,
+            lm_score=-(graph_cost + boost_cost),
+        )
+
+    def _word_spans(self, names: list[str], tokens: list[int]) -> list[tuple[int, int]] | None:
+        """(first, last) token index of each decoded word, or None if no rule explains the units."""
+        if not names:
+            return []
+        if self.prons:
+            spans, i = [], 0
+            for w in names:
+                match = next((p for p in self.prons.get(w, ()) if tuple(tokens[i : i + len(p)]) == p), None)
+                if match is None:
+                    break
+                spans.append((i, i + len(match) - 1))
+                i += len(match)
+            if len(spans) == len(names) and i == len(tokens):
+                return spans
+        if self.context is not None and tokens:
+            try:
+                ww = self.context.words_of(tokens)
+            except Exception:  # a tokenizer that does not know these units
+                return None
+            if [w for w, _, _ in ww] == names:
+                return [(a, b) for _, a, b in ww]
+        return None
+
+    # ------------------------------------------------------------------ streaming
+    def init_streams(
+        self, count: int, boost: list[dict | None] | None = None, device: torch.device | str | None = None
+    ) -> list[int]:
+        """Open `count` new streams (optionally with per-stream word boosts); returns their ids.
+
+        All streams of a decoder share one state buffer on `device` (set by the first call,
+        default CPU); lattices are not kept for streams (1-best and partial hypotheses only)."""
+        if self._stream_search is None:
+            self._stream_search = TokenPassing(
+                self.graph_on(torch.device(device or "cpu")), self.config.search_options()
+            )
+            self._stream_tokens = Tokens.empty(self._stream_search.device)
+        ids = list(range(self._next_stream, self._next_stream + count))
+        self._next_stream += count
+        for i, sid in enumerate(ids):
+            self._streams[sid] = _Stream(boost=(boost[i] if boost else None))
+        search = self._stream_search
+        start = search.init(
+            count,
+            frames=torch.full((count,), -1, dtype=torch.int64, device=search.device),
+            boost=self._stream_boost(ids, search.device)[1],
+        )
+        start.utt = torch.tensor(ids, device=search.device)[start.utt]
+        self._stream_tokens = self._sorted(Tokens.cat([self._stream_tokens, start]))
+        return ids
+
+    @staticmethod
+    def _sorted(tok: Tokens) -> Tokens:
+        order = torch.argsort(tok.utt, stable=True)
+        return tok.select(order)
+
+    def _stream_boost(
+        self, ids: list[int], device: torch.device
+    ) -> tuple[list[dict[int, float]], BoostTable | None]:
+        tables, _ = self._boosts([self._streams[s].boost for s in ids], len(ids))
+        return tables, self._boost_table(tables, device)
+
+    def _gather(self, ids: list[int]) -> tuple[Tokens, torch.Tensor]:
+        """Tokens of `ids` (renumbered 0..len-1) and the mask of them in the state buffer."""
+        assert self._stream_tokens is not None
+        store = self._stream_tokens
+        dev = store.utt.device
+        idt = torch.tensor(ids, dtype=torch.int64, device=dev)
+        mask = torch.isin(store.utt, idt)
+        sub = store.select(mask)
+        lookup = torch.full((self._next_stream,), -1, dtype=torch.int64, device=dev)
+        lookup[idt] = torch.arange(len(ids), device=dev)
+        sub.utt = lookup[sub.utt]
+        return self._sorted(sub), mask
+
+    def _scatter(self, ids: list[int], mask: torch.Tensor, tok: Tokens) -> None:
+        assert self._stream_tokens is not None
+        idt = torch.tensor(ids, dtype=torch.int64, device=tok.utt.device)
+        tok = Tokens(idt[tok.utt], tok.state, tok.cost, tok.rec)
+        self._stream_tokens = self._sorted(Tokens.cat([self._stream_tokens.select(~mask), tok]))
+
+    def decode_chunk(
+        self,
+        stream_ids: list[int],
+        log_probs: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        frame_shift: float | None = None,
+    ) -> list[DecodeResult]:
+        """Advance the given streams by a chunk of log-probs [b, Tc, V] (lengths: valid frames per
+        stream, default Tc). Returns the partial best hypothesis of each stream (no final costs)."""
+        search = self._stream_search
+        if search is None:
+            raise RuntimeError("call init_streams first")
+        for s in stream_ids:
+            if s not in self._streams:
+                raise KeyError(f"unknown or finalized stream {s}")
+        b, Tc, V = log_probs.shape
+        lens = [Tc] * b if lengths is None else [int(x) for x in lengths.tolist()]
+        blank = self._blank_column(None)
+        ac = self._ac_costs(log_probs.to(search.device), blank)
+        tables, boost = self._stream_boost(stream_ids, search.device)
+        tok, mask = self._gather(stream_ids)
+        parked: list[Tokens] = []
+        for t in range(Tc):
+            stop = [i for i in range(b) if lens[i] == t]
+            if stop:
+                m = torch.isin(tok.utt, torch.tensor(stop, device=search.device))
+                parked.append(tok.select(m))
+                tok = tok.select(~m)
+            if not len(tok):
+                break
+            frames = torch.tensor([self._streams[s].frames + t for s in stream_ids], device=search.device)
+            tok = search.step(tok, ac[:, t], frames, boost)
+        tok = self._sorted(Tokens.cat([tok, *parked]))
+        for i, s in enumerate(stream_ids):
+            self._streams[s].frames += min(lens[i], Tc)
+        self._scatter(stream_ids, mask, tok)
+        shift = (
+            frame_shift if frame_shift is not None else (self.context.frame_shift if self.context else 1.0)
+        )
+        return self._results(search, tok, b, tables, blank, shift, use_final=False)
+
+    def finalize(self, stream_ids: list[int], frame_shift: float | None = None) -> list[DecodeResult]:
+        """Final results (with final costs) of the given streams; their state is released."""
+        search = self._stream_search
+        if search is None:
+            raise RuntimeError("call init_streams first")
+        tables, _ = self._stream_boost(stream_ids, search.device)
+        tok, mask = self._gather(stream_ids)
+        shift = (
+            frame_shift if frame_shift is not None else (self.context.frame_shift if self.context else 1.0)
+        )
+        results = self._results(search, tok, len(stream_ids), tables, self._blank_column(None), shift)
+        assert self._stream_tokens is not None
+        self._stream_tokens = self._stream_tokens.select(~mask)
+        for s in stream_ids:
+            del self._streams[s]
+        return results

@@ -1,0 +1,194 @@
+"""`wfst` with a huge beam equals exhaustive Viterbi (plain-Python DP) on tiny random WFSTs with
+epsilon arcs, and OpenFst's shortest path of (frame lattice o graph)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from wfst_ref import random_wfst, single_thread, to_kaldifst, viterbi_reference  # noqa: F401
+
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.graph import DeviceGraph
+from asrdecode.models.base import ModelOutput
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+V = 4  # model columns; ilabel i reads column i-1
+WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0}
+
+
+def device_graph(fst: dict) -> DeviceGraph:
+    a = np.array(fst["arcs"], dtype=np.float64).reshape(-1, 5)
+    g = DeviceGraph.from_arrays(
+        fst["num_states"],
+        fst["start"],
+        np.array(fst["final"]),
+        a[:, 0].astype(int),
+        a[:, 1].astype(int),
+        a[:, 2].astype(int),
+        a[:, 3],
+        a[:, 4].astype(int),
+    )
+    g.validate()
+    return g
+
+
+def decoder(fst: dict, **kw) -> WfstDecoder:
+    words = {i: f"w{i}" for i in range(1, 10)}
+    return WfstDecoder(WfstConfig(**{**WIDE, **kw}), graph=device_graph(fst), words=words)
+
+
+def log_probs(rng, T: int) -> np.ndarray:
+    x = rng.normal(size=(T, V)) * 2
+    return (x - np.log(np.exp(x).sum(-1, keepdims=True))).astype(np.float32)
+
+
+def run(dec: WfstDecoder, lps: list[np.ndarray], acoustic_scale: float = 1.0):
+    T = max(len(x) for x in lps)
+    batch = np.zeros((len(lps), T, V), dtype=np.float32)
+    for b, x in enumerate(lps):
+        batch[b, : len(x)] = x
+    out = ModelOutput(torch.from_numpy(batch), torch.tensor([len(x) for x in lps]), 0.04, -1, [])
+    return dec.decode(out)
+
+
+def shortest_path_reference(fst: dict, lp: np.ndarray):
+    """OpenFst: shortest path of (acceptor with one arc per frame and column) o graph."""
+    import kaldifst
+
+    acc = kaldifst.StdVectorFst()
+    for _ in range(len(lp) + 1):
+        acc.add_state()
+    acc.start = 0
+    acc.set_final(len(lp), 0.0)
+    for t in range(len(lp)):
+        for c in range(V):
+            acc.add_arc(t, kaldifst.StdArc(c + 1, c + 1, float(-lp[t, c]), t + 1))
+    g = to_kaldifst(fst)
+    kaldifst.arcsort(g, sort_type="ilabel")
+    composed = kaldifst.compose(acc, g)
+    if composed.num_states == 0:
+        return None
+    best = kaldifst.shortest_path(composed)
+    if best.num_states == 0:
+        return None
+    ok, _, olabels, w = kaldifst.get_linear_symbol_sequence(best)
+    return w.value, list(olabels)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_wfst_equals_exhaustive_viterbi(seed):
+    rng = np.random.default_rng(seed)
+    fst = random_wfst(rng, int(rng.integers(3, 9)), V, 6)
+    lp = log_probs(rng, int(rng.integers(1, 9)))
+    ref = viterbi_reference(fst, lp)
+    dec = decoder(fst)
+    (res,) = run(dec, [lp])
+    if ref is None:
+        # no final state reachable: Kaldi's fallback to the best token, flagged
+        assert dec.last_info["not_final"] == [0] or res.score == -math.inf
+        return
+    assert dec.last_info["not_final"] == []
+    assert -res.score == pytest.approx(ref[0], abs=1e-4)
+    assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
+    # cost split: acoustic = -sum of the path's log-probs, graph = weights + final
+    assert -(res.acoustic_score + res.lm_score) == pytest.approx(ref[0], abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_wfst_equals_openfst_shortest_path(seed):
+    rng = np.random.default_rng(1000 + seed)
+    fst = random_wfst(rng, int(rng.integers(4, 9)), V, 6)
+    lp = log_probs(rng, int(rng.integers(2, 7)))
+    ref = shortest_path_reference(fst, lp)
+    (res,) = run(decoder(fst), [lp])
+    if ref is None:
+        return
+    assert -res.score == pytest.approx(ref[0], abs=1e-4)
+    assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
+
+
+def test_acoustic_scale_and_batch_of_random_lengths():
+    rng = np.random.default_rng(7)
+    fst = random_wfst(rng, 7, V, 6)
+    lps = [log_probs(rng, n) for n in (5, 1, 8, 3, 0, 6)]
+    res = run(decoder(fst, acoustic_scale=0.5), lps)
+    for lp, r in zip(lps, res, strict=True):
+        ref = viterbi_reference(fst, lp, acoustic_scale=0.5)
+        if ref is None:
+            continue
+        assert -r.score == pytest.approx(ref[0], abs=1e-4)
+        assert [w.word for w in r.words] == [f"w{o}" for o in ref[1]]
+
+
+def test_epsilon_cycle_terminates():
+    """An epsilon cycle (positive weight) with outputs: closure stops, best path exact."""
+    fst = {
+        "num_states": 3,
+        "start": 0,
+        "final": [math.inf, math.inf, 0.5],
+        "arcs": [
+            (0, 1, 1, 0.2, 1),
+            (1, 0, 2, 0.1, 0),
+            (0, 0, 3, 0.3, 1),
+            (1, 2, 0, 0.1, 2),
+            (2, 0, 4, 0.0, 1),
+        ],
+    }
+    rng = np.random.default_rng(3)
+    lp = log_probs(rng, 6)
+    ref = viterbi_reference(fst, lp)
+    (res,) = run(decoder(fst), [lp])
+    assert -res.score == pytest.approx(ref[0], abs=1e-4)
+    assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
+
+
+def kaldi_get_cutoff(costs: list[float], beam: float, max_active: int, min_active: int, delta: float):
+    """Kaldi FasterDecoder::GetCutoff in plain Python (sorting instead of nth_element)."""
+    best = min(costs)
+    beam_cut = best + beam
+    srt = sorted(costs)
+    max_cut = srt[max_active] if len(srt) > max_active else math.inf
+    if max_cut < beam_cut:
+        return max_cut, max_cut - best + delta
+    min_cut = math.inf
+    if len(srt) > min_active:
+        min_cut = best if min_active == 0 else srt[min_active]
+    if min_cut > beam_cut:
+        return min_cut, min_cut - best + delta
+    return beam_cut, beam
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cutoff_per_utterance_matches_kaldi_rule(seed):
+    from asrdecode.decoders.wfst.core import SearchOptions, TokenPassing, Tokens
+
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 30, size=5)
+    utt = torch.repeat_interleave(torch.arange(5), torch.from_numpy(counts))
+    cost = torch.from_numpy(rng.uniform(0, 20, size=int(counts.sum())).astype(np.float32))
+    tok = Tokens(utt, torch.zeros_like(utt), cost, torch.zeros_like(utt))
+    fst = random_wfst(rng, 3, V, 2)
+    for beam, max_active, min_active in [(5.0, 10, 3), (30.0, 7, 0), (2.0, 100, 12), (8.0, 2**31 - 1, 0)]:
+        opts = SearchOptions(beam=beam, max_active=max_active, min_active=min_active, beam_delta=0.5)
+        cut, adaptive = TokenPassing(device_graph(fst), opts).cutoff(tok, 5)
+        for b in range(5):
+            ref = kaldi_get_cutoff(cost[utt == b].tolist(), beam, max_active, min_active, 0.5)
+            assert cut[b].item() == pytest.approx(ref[0], abs=1e-4)
+            assert adaptive[b].item() == pytest.approx(ref[1], abs=1e-4)
+
+
+def test_blank_penalty_equals_shifted_blank_logprob():
+    rng = np.random.default_rng(14)  # a case where the penalty changes the 1-best
+    fst = random_wfst(rng, 6, V, 6)
+    lp = log_probs(rng, 6)
+    shifted = lp.copy()
+    shifted[:, V - 1] -= 1.5  # blank = last column
+    ref = viterbi_reference(fst, shifted)
+    assert ref is not None and ref[1] != viterbi_reference(fst, lp)[1]
+    dec = decoder(fst, blank_penalty=1.5)
+    out = ModelOutput(torch.from_numpy(lp[None]), torch.tensor([6]), 0.04, V - 1, [])
+    (res,) = dec.decode(out)
+    assert -res.score == pytest.approx(ref[0], abs=1e-4)
+    assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]

@@ -1,0 +1,114 @@
+"""build-graph + transcribe --decoder wfst through the CLI, checked against kaldi-decoder's
+FasterDecoder on the same TLG and the log-probs the run saved."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import kaldifst
+import numpy as np
+import pytest
+from test_cli import AUDIO, MODEL, read_jsonl, run
+
+sys.path.insert(0, str(Path(__file__).parent / "decoders"))
+from wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def graph_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cli_wfst")
+    write_arpa(d / "lm.arpa", nemo_sentences())
+    out = d / "graph"
+    run("build-graph", f"arpa={d / 'lm.arpa'}", f"model={MODEL}", "lexicon_type=bpe", "--out", str(out))
+    return out
+
+
+def test_wfst_cli_matches_kaldi_faster_decoder(tmp_path, graph_dir):
+    out = tmp_path / "wfst"
+    run(
+        "transcribe",
+        str(AUDIO),
+        "--model",
+        str(MODEL),
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph_dir}",
+        "decoder.beam=12",
+        "threads=1",
+        "--save-logprobs",
+        "--out",
+        str(out),
+    )
+    rows = {r["utt_id"]: r for r in read_jsonl(out / "transcripts.jsonl")}
+    assert len(rows) == 6
+    words = {
+        int(i): w for w, i in (line.split() for line in (graph_dir / "words.txt").read_text().splitlines())
+    }
+    tlg = kaldifst.StdVectorFst(kaldifst.StdConstFst.read(str(graph_dir / "TLG.fst")))
+    for utt, row in rows.items():
+        lp = np.load(out / "logprobs" / f"{utt}.npy", allow_pickle=False)
+        ref = kaldi_best_path(tlg, lp, beam=12.0)
+        assert ref is not None
+        assert row["pred_text"] == " ".join(words[o] for o in ref[3] if o > 0)
+        assert row["score"] == pytest.approx(-ref[0], abs=2e-2)
+        for w in row["words"]:
+            assert 0 <= w["start"] <= w["end"] <= row["duration"] + 0.1
+
+
+def test_wfst_lattices_and_manifest_boost(tmp_path, graph_dir):
+    wavs = sorted(AUDIO.glob("*.wav"))
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        "".join(json.dumps({"audio_filepath": str(w), "utt_id": w.stem}) + "\n" for w in wavs)
+    )
+    out = tmp_path / "lat"
+    run(
+        "transcribe",
+        str(manifest),
+        "--model",
+        str(MODEL),
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph_dir}",
+        "decoder.lattice=true",
+        "decoder.lattice_beam=2",
+        "threads=1",
+        "--out",
+        str(out),
+    )
+    rows = {r["utt_id"]: r for r in read_jsonl(out / "transcripts.jsonl")}
+    for utt in rows:
+        text = (out / "lattices" / f"{utt}.lat.txt").read_text()
+        assert text.startswith(utt) and (out / "lattices" / f"{utt}.fst").is_file()
+    # boost a word that utterance 0 does not contain: it must appear, the others must not change
+    target = wavs[0].stem
+    vocab = [line.split()[0] for line in (graph_dir / "words.txt").read_text().splitlines()]
+    candidates = [
+        w for w in vocab if w not in rows[target]["pred_text"].split() and not w.startswith(("<", "#"))
+    ]
+    boost_word = candidates[0]
+    lines = []
+    for w in wavs:
+        rec = {"audio_filepath": str(w), "utt_id": w.stem}
+        if w.stem == target:
+            rec["boost"] = {boost_word: 60.0}
+        lines.append(json.dumps(rec))
+    manifest.write_text("\n".join(lines) + "\n")
+    out2 = tmp_path / "boost"
+    run(
+        "transcribe",
+        str(manifest),
+        "--model",
+        str(MODEL),
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph_dir}",
+        "threads=1",
+        "--out",
+        str(out2),
+    )
+    boosted = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out2 / "transcripts.jsonl")}
+    assert boost_word in boosted[target].split()
+    assert all(boosted[u] == rows[u]["pred_text"] for u in rows if u != target)
