@@ -94,6 +94,26 @@ def _report_table(report: dict) -> Table:
     return table
 
 
+def read_boost_file(path: Path) -> dict[str, float]:
+    """`word [score]` per line (# comments allowed) -> {word: score}; errors name file:line."""
+    from asrdecode.errors import InputError
+
+    if not path.is_file():
+        raise InputError(f"{path}: boost file not found")
+    table: dict[str, float] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        parts = line.split("#", 1)[0].split()
+        if not parts:
+            continue
+        if len(parts) > 2:
+            raise InputError(f"{path}:{number}: expected `word [score]`, got {line.strip()!r}")
+        try:
+            table[parts[0]] = float(parts[1]) if len(parts) == 2 else 5.0
+        except ValueError:
+            raise InputError(f"{path}:{number}: score {parts[1]!r} is not a number") from None
+    return table
+
+
 @main.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
 @click.argument("overrides", nargs=-1, metavar="[KEY.PATH=VALUE]...")
@@ -107,6 +127,12 @@ def _report_table(report: dict) -> Table:
 @click.option("--model", help="Shortcut for model.path=... (a .nemo file or embedded:<name>).")
 @click.option("--decoder", help="Shortcut for decoder.type=... (e.g. ctc-greedy).")
 @click.option("--device", help="Shortcut for device=... (auto, cpu, cuda, cuda:N).")
+@click.option(
+    "--boost",
+    "boost_file",
+    type=click.Path(path_type=Path),
+    help="Word boosting for WFST decoders: a file of `word [score]` lines (score 5.0 if omitted).",
+)
 @click.option("--overwrite", is_flag=True, help="Start fresh instead of resuming into --out.")
 @click.option("--strict", is_flag=True, help="Stop at the first unreadable input instead of skipping it.")
 @click.option(
@@ -118,6 +144,7 @@ def _report_table(report: dict) -> Table:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def transcribe(
     input_path,
+    boost_file,
     overrides,
     out_dir,
     config_file,
@@ -158,6 +185,8 @@ def transcribe(
         items.append(f"device={device}")
     if save_logprobs:
         items.append("output.save_logprobs=true")
+    if boost_file:
+        items.append(f"decoder.boost={json.dumps(read_boost_file(boost_file))}")
     cfg = build_config(config_file, items)
     if print_config:
         out_console.print(config_to_yaml(cfg), highlight=False, end="")

@@ -112,3 +112,59 @@ def test_wfst_lattices_and_manifest_boost(tmp_path, graph_dir):
     boosted = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out2 / "transcripts.jsonl")}
     assert boost_word in boosted[target].split()
     assert all(boosted[u] == rows[u]["pred_text"] for u in rows if u != target)
+
+
+def test_boost_file_option(tmp_path, graph_dir):
+    base = tmp_path / "base"
+    run(
+        "transcribe",
+        str(AUDIO),
+        "--model",
+        str(MODEL),
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph_dir}",
+        "threads=1",
+        "--out",
+        str(base),
+    )
+    before = {r["utt_id"]: r["pred_text"] for r in read_jsonl(base / "transcripts.jsonl")}
+    vocab = [line.split()[0] for line in (graph_dir / "words.txt").read_text().splitlines()]
+    word = next(
+        w for w in vocab if not w.startswith(("<", "#")) and all(w not in t.split() for t in before.values())
+    )
+    boost = tmp_path / "boost.txt"
+    boost.write_text(f"# hotwords\n{word} 60\n")
+    out = tmp_path / "boosted"
+    run(
+        "transcribe",
+        str(AUDIO),
+        "--model",
+        str(MODEL),
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph_dir}",
+        "threads=1",
+        "--boost",
+        str(boost),
+        "--out",
+        str(out),
+    )
+    after = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out / "transcripts.jsonl")}
+    assert any(word in t.split() for t in after.values())
+    boost.write_text(f"{word} lots\n")
+    proc = run(
+        "transcribe",
+        str(AUDIO),
+        "--model",
+        str(MODEL),
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph_dir}",
+        "--boost",
+        str(boost),
+        "--out",
+        str(tmp_path / "bad"),
+        check=False,
+    )
+    assert proc.returncode != 0 and "boost.txt:1" in proc.stderr and "Traceback" not in proc.stderr
