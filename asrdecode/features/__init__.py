@@ -1,4 +1,4 @@
-"""Feature extraction front ends: NeMo log-mel and Kaldi fbank/MFCC."""
+"""Feature extraction front ends: NeMo log-mel, Kaldi fbank/MFCC and CMU Sphinx MFCC."""
 
 from asrdecode.features.kaldi import (
     KaldiFbank,
@@ -14,6 +14,7 @@ from asrdecode.features.nemo_mel import (
     nemo_mel_filterbank,
     normalize_features,
 )
+from asrdecode.features.sphinx_mfcc import SphinxFeConfig, SphinxMFCC
 
 __all__ = [
     "FilterbankFeatures",
@@ -23,6 +24,8 @@ __all__ = [
     "KaldiMfccConfig",
     "NemoMelConfig",
     "NemoMelPreprocessor",
+    "SphinxFeConfig",
+    "SphinxMFCC",
     "kaldi_num_frames",
     "nemo_mel_filterbank",
     "normalize_features",

@@ -1,4 +1,4 @@
-"""Resolve `model.path` (a file or `embedded:<name>`) and load the right model class."""
+"""Resolve `model.path` (a file, a sphinx model folder or `embedded:<name>`); load the model class."""
 
 from __future__ import annotations
 
@@ -8,12 +8,33 @@ from asrdecode.errors import ModelError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 REPO_MODELS = Path(__file__).resolve().parent.parent.parent / "data" / "models"
+SPHINX_EMBEDDED = {"sphinx-en-us": ("en-us", "en-us")}  # name -> path inside pocketsphinx/model
+
+
+def _pocketsphinx_model(name: str) -> Path:
+    """`embedded:sphinx-en-us` -> the installed pocketsphinx package's model folder."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pocketsphinx")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"embedded:{name}: the pocketsphinx package is not installed")
+    folder = Path(list(spec.submodule_search_locations)[0], "model", *SPHINX_EMBEDDED[name])
+    if not (folder / "mdef").is_file():
+        raise ModelError(f"embedded:{name}: {folder} has no sphinx model (mdef missing)")
+    return folder
+
+
+def is_sphinx_folder(path: Path) -> bool:
+    """A folder holding a sphinx model definition (`mdef`)."""
+    return path.is_dir() and (path / "mdef").is_file()
 
 
 def resolve_model_path(spec: str) -> Path:
     """`embedded:demo_ctc_bpe` → the shipped file; anything else is a path that must exist."""
     if spec.startswith("embedded:"):
         name = spec.split(":", 1)[1]
+        if name in SPHINX_EMBEDDED:
+            return _pocketsphinx_model(name)
         for folder in (ASSETS, REPO_MODELS):
             candidate = folder / f"{name}.nemo"
             if candidate.is_file():
@@ -32,14 +53,17 @@ def load_model(spec: str, model_type: str = "auto"):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
     model_type: ``auto`` (a ``.nemo`` file: CTC or transducer by the class in its config; hybrid
-    RNNT-CTC models load their CTC head), ``nemo-ctc`` or ``nemo-transducer`` (RNN-T/TDT, or a hybrid's
-    transducer part).
+    RNNT-CTC models load their CTC head; a folder with an ``mdef``: sphinx), ``nemo-ctc``,
+    ``nemo-transducer`` (RNN-T/TDT, or a hybrid's transducer part) or ``sphinx`` (a pocketsphinx
+    PTM model folder, e.g. ``embedded:sphinx-en-us``).
     """
     path = resolve_model_path(spec)
     kind = model_type
     if kind == "auto":
         if path.suffix == ".nemo":
             kind = "nemo"
+        elif is_sphinx_folder(path):
+            kind = "sphinx"
         else:
             raise ModelError(f"{path}: cannot tell the model type from the name; set model.type")
     nemo_kinds = {"nemo": "auto", "nemo-ctc": "ctc", "nemo-transducer": "transducer"}
@@ -47,4 +71,10 @@ def load_model(spec: str, model_type: str = "auto"):
         from asrdecode.models.nemo import load_nemo
 
         return load_nemo(path, nemo_kinds[kind])
-    raise ModelError(f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc, nemo-transducer)")
+    if kind == "sphinx":
+        from asrdecode.models.sphinx import load_sphinx
+
+        return load_sphinx(path)
+    raise ModelError(
+        f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc, nemo-transducer, sphinx)"
+    )

@@ -1,0 +1,586 @@
+"""CMU Sphinx phonetically-tied-mixture (PTM) acoustic models, e.g. pocketsphinx's en-us model.
+
+Model folder: ``mdef`` (binary model definition, read by :func:`asrdecode.graph.sphinx.read_mdef`),
+``means`` / ``variances`` (s3 Gaussian files, [codebooks, streams, densities, dims]), ``sendump``
+(8-bit quantised -log mixture weights, [streams, densities, senones]), ``transition_matrices``,
+``feat.params`` (front-end options) and optionally ``noisedict``.
+
+Scoring (:class:`SphinxAcousticModel`), per frame and on any device:
+
+- Gaussian log-densities of every codebook/stream/density as one batched matmul: with
+  ``z = [x*x, x]`` per stream, ``log N = z @ [-1/(2 var); mean/var] + const`` gives
+  ``[B, T, codebooks, streams, densities]``;
+- senone log-likelihood = sum over streams of log-sum-exp over the senone's codebook densities of
+  ``log w + log N``: densities are shifted by their codebook/stream best, exponentiated and mixed
+  with the weights (probability domain) by a second batched matmul over blocks of senones that
+  share a codebook. ``topn=0`` is the exact full mixture; ``topn=N`` keeps only the N best densities
+  of each codebook/stream (pocketsphinx's top-N approximation, its default 4), the others count 0.
+
+Scores are natural-log likelihoods (not normalised per frame, no integer quantisation), so they
+differ from pocketsphinx's internal integer scores by a per-frame constant plus quantisation.
+Mixture weights: a ``sendump`` byte ``q`` stands for ``w = 1.0001 ** (-q * 1024)`` (pocketsphinx's
+8-bit log table: base 1.0001 shifted by 10 bits).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from asrdecode.errors import AsrDecodeError, ModelError
+from asrdecode.features.sphinx_mfcc import SphinxFeConfig, SphinxMFCC
+from asrdecode.models.base import ModelOutput
+
+__all__ = [
+    "SphinxModelData",
+    "SphinxAcousticModel",
+    "read_sphinx_model",
+    "read_s3_gaussians",
+    "read_sendump",
+    "read_feat_params",
+    "read_noisedict",
+    "parse_svspec",
+    "load_sphinx",
+    "MIXW_LOG_UNIT",
+]
+
+_S3_MAGIC = 0x11223344
+MIXW_LOG_UNIT = 1024 * math.log(1.0001)  # nats per sendump step
+VARFLOOR = 1e-4
+REQUIRED_FILES = ("mdef", "means", "variances", "sendump", "transition_matrices", "feat.params")
+
+
+def _read_bytes(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ModelError(f"{path}: {what} file not found") from None
+    except OSError as err:
+        raise ModelError(f"{path}: cannot read {what} ({err.strerror})") from None
+
+
+class _Reader:
+    """Bounds-checked little/big-endian reader over bytes; errors name the file."""
+
+    def __init__(self, data: bytes, path: Path, what: str, pos: int = 0, endian: str = "<") -> None:
+        self.data, self.path, self.what, self.pos, self.endian = data, path, what, pos, endian
+
+    def fail(self, msg: str) -> ModelError:
+        return ModelError(f"{self.path}: malformed {self.what}: {msg}")
+
+    def need(self, n: int, label: str) -> None:
+        if n < 0 or self.pos + n > len(self.data):
+            raise self.fail(
+                f"truncated while reading {label} (need {n} bytes at offset {self.pos}, "
+                f"file has {len(self.data)})"
+            )
+
+    def ints(self, n: int, label: str, unsigned: bool = False) -> tuple[int, ...]:
+        self.need(4 * n, label)
+        out = struct.unpack_from(f"{self.endian}{n}{'I' if unsigned else 'i'}", self.data, self.pos)
+        self.pos += 4 * n
+        return out
+
+    def array(self, dtype: str, count: int, label: str) -> np.ndarray:
+        size = np.dtype(dtype).itemsize
+        if count < 0:
+            raise self.fail(f"negative {label} count {count}")
+        self.need(size * count, label)
+        dt = np.dtype(dtype).newbyteorder(self.endian) if size > 1 else np.dtype(dtype)
+        out = np.frombuffer(self.data, dtype=dt, count=count, offset=self.pos)
+        self.pos += size * count
+        return out
+
+
+def _s3_header(data: bytes, path: Path, what: str) -> tuple[dict[str, str], _Reader]:
+    """s3 binary header: ``s3\\n``, ``key value`` lines, ``endhdr\\n``, uint32 byte-order magic."""
+    if not data.startswith(b"s3\n"):
+        raise ModelError(f"{path}: malformed {what}: not an s3 binary file (no 's3' header)")
+    end = data.find(b"endhdr\n")
+    if end < 0:
+        raise ModelError(f"{path}: malformed {what}: header has no 'endhdr'")
+    header: dict[str, str] = {}
+    for line in data[3:end].decode("latin-1").splitlines():
+        parts = line.split(None, 1)
+        if parts:
+            header[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+    reader = _Reader(data, path, what, end + len("endhdr\n"))
+    (magic,) = reader.ints(1, "byte-order magic", unsigned=True)
+    if magic != _S3_MAGIC:
+        if struct.unpack("<I", struct.pack(">I", magic))[0] != _S3_MAGIC:
+            raise reader.fail(f"bad byte-order magic {magic:#x}")
+        reader.endian = ">"
+    return header, reader
+
+
+def read_s3_gaussians(path: str | Path, what: str = "Gaussian parameters") -> np.ndarray:
+    """s3 ``means``/``variances`` -> float32 [n_mgau, n_feat, n_density, veclen] (equal stream
+    lengths required)."""
+    path = Path(path)
+    header, r = _s3_header(_read_bytes(path, what), path, what)
+    n_mgau, n_feat, n_density = r.ints(3, "dimensions")
+    if not (0 < n_mgau <= 1 << 16 and 0 < n_feat <= 64 and 0 < n_density <= 1 << 16):
+        raise r.fail(f"implausible dimensions {n_mgau} x {n_feat} x {n_density}")
+    veclen = r.ints(n_feat, "stream lengths")
+    if any(v <= 0 or v > 4096 for v in veclen):
+        raise r.fail(f"implausible stream lengths {list(veclen)}")
+    if len(set(veclen)) != 1:
+        raise r.fail(f"unequal stream lengths {list(veclen)} are not supported")
+    (count,) = r.ints(1, "value count")
+    expect = n_mgau * n_density * sum(veclen)
+    if count != expect:
+        raise r.fail(f"value count {count} != {n_mgau} x {n_density} x {sum(veclen)}")
+    values = r.array("f4", count, "values")
+    tail = len(r.data) - r.pos
+    if tail != (4 if "chksum0" in header else 0):
+        raise r.fail(f"{tail} unexpected trailing bytes")
+    arr = values.astype(np.float32).reshape(n_mgau, n_feat, n_density, veclen[0])
+    if not np.isfinite(arr).all():
+        raise r.fail("non-finite values")
+    return arr
+
+
+def read_sendump(path: str | Path) -> np.ndarray:
+    """pocketsphinx ``sendump`` -> uint8 [n_feat, n_density, n_sen] quantised -log weights."""
+    path = Path(path)
+    data = _read_bytes(path, "mixture weights (sendump)")
+    r = _Reader(data, path, "sendump")
+    (n,) = r.ints(1, "title length")
+    if not 1 <= n <= 999:
+        swapped = struct.unpack(">i", struct.pack("<i", n))[0]
+        if not 1 <= swapped <= 999:
+            raise r.fail(f"title length {n} out of range")
+        r.endian, n = ">", swapped
+    opts: dict[str, int] = {}
+    first = True
+    while True:
+        if not first:
+            (n,) = r.ints(1, "header string length")
+            if n == 0:
+                break
+            if not 0 < n <= 100_000:
+                raise r.fail(f"header string length {n} out of range")
+        first = False
+        r.need(n, "header string")
+        text = data[r.pos : r.pos + n].rstrip(b"\0").decode("latin-1")
+        r.pos += n
+        key, _, value = text.partition(" ")
+        if key in ("feature_count", "mixture_count", "model_count", "cluster_count", "cluster_bits"):
+            try:
+                opts[key] = int(value.split()[0])
+            except (ValueError, IndexError):
+                raise r.fail(f"bad header line {text!r}") from None
+    if opts.get("cluster_count", 0) not in (0,) or opts.get("cluster_bits", 8) != 8:
+        raise r.fail("clustered (4-bit) mixture weights are not supported")
+    n_feat = opts.get("feature_count", 1)
+    rows, cols = r.ints(2, "#codewords/#senones")
+    if not (0 < n_feat <= 64 and 0 < rows <= 1 << 16 and 0 < cols <= 1 << 24):
+        raise r.fail(f"implausible dimensions {n_feat} x {rows} x {cols}")
+    if "mixture_count" in opts and opts["mixture_count"] != rows:
+        raise r.fail(f"mixture_count {opts['mixture_count']} != {rows} rows")
+    if "model_count" in opts and opts["model_count"] != cols:
+        raise r.fail(f"model_count {opts['model_count']} != {cols} columns")
+    values = r.array("u1", n_feat * rows * cols, "weights")
+    if r.pos != len(data):
+        raise r.fail(f"{len(data) - r.pos} unexpected trailing bytes")
+    return values.reshape(n_feat, rows, cols).copy()
+
+
+def read_feat_params(path: str | Path) -> dict[str, str]:
+    """``-name value`` pairs (any whitespace layout) -> {name: value}."""
+    path = Path(path)
+    text = _read_bytes(path, "feature parameters").decode("utf-8", errors="replace")
+    tokens = text.split()
+    if len(tokens) % 2 or any(not t.startswith("-") for t in tokens[0::2]):
+        raise ModelError(f"{path}: malformed feat.params: expected '-name value' pairs")
+    return {k[1:]: v for k, v in zip(tokens[0::2], tokens[1::2], strict=True)}
+
+
+def read_noisedict(path: str | Path) -> dict[str, list[str]]:
+    """Filler dictionary ``word PHONE ...`` -> {word: phones}."""
+    path = Path(path)
+    out: dict[str, list[str]] = {}
+    text = _read_bytes(path, "noise dictionary").decode("utf-8", errors="replace")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) < 2:
+            raise ModelError(f"{path}:{lineno}: malformed noisedict: word '{fields[0]}' has no phones")
+        out[fields[0]] = fields[1:]
+    return out
+
+
+def parse_svspec(spec: str | None, dim: int, n_streams: int, veclen: int) -> list[list[int]]:
+    """``0-12/13-25/26-38`` -> feature indices per stream (default: consecutive blocks)."""
+    if not spec:
+        if n_streams * veclen != dim:
+            raise ModelError(f"{n_streams} streams x {veclen} dims do not cover {dim} feature dims")
+        return [list(range(i * veclen, (i + 1) * veclen)) for i in range(n_streams)]
+    streams: list[list[int]] = []
+    try:
+        for part in spec.split("/"):
+            idx: list[int] = []
+            for rng in part.split(","):
+                a, _, b = rng.partition("-")
+                idx.extend(range(int(a), int(b or a) + 1))
+            streams.append(idx)
+    except ValueError:
+        raise ModelError(f"feat.params: bad -svspec {spec!r}") from None
+    if len(streams) != n_streams or any(len(s) != veclen for s in streams):
+        raise ModelError(f"-svspec {spec!r} does not match {n_streams} streams of {veclen} dims")
+    if any(i < 0 or i >= dim for s in streams for i in s):
+        raise ModelError(f"-svspec {spec!r} indexes past the {dim} feature dims")
+    return streams
+
+
+@dataclass
+class SphinxModelData:
+    """A PTM model's parameters as numpy arrays (see module docstring for layouts)."""
+
+    folder: Path
+    ciphones: list[str]
+    n_senones: int
+    sen2cb: np.ndarray  # [n_sen] codebook (= base phone) of each senone
+    means: np.ndarray  # [n_cb, n_stream, n_density, veclen] float32
+    variances: np.ndarray  # same, floored at VARFLOOR
+    mixw_q: np.ndarray  # [n_stream, n_density, n_sen] uint8 (-log w in MIXW_LOG_UNIT steps)
+    transitions: np.ndarray  # [n_tmat, n_state, n_state + 1] row-normalised (pocketsphinx tmatfloor)
+    phone_tmat: np.ndarray  # [n_phone] transition matrix of each (tri)phone
+    phone_senones: np.ndarray  # [n_sseq, n_emit] senone sequences (mdef sseq)
+    feat_params: dict[str, str]
+    noisedict: dict[str, list[str]]
+    streams: list[list[int]]  # feature indices of each stream
+    zero_variances: int = 0
+    mdef: Any = field(default=None, repr=False)
+
+    @property
+    def n_codebooks(self) -> int:
+        return int(self.means.shape[0])
+
+    @property
+    def n_streams(self) -> int:
+        return int(self.means.shape[1])
+
+    @property
+    def n_density(self) -> int:
+        return int(self.means.shape[2])
+
+    @property
+    def log_mixw(self) -> np.ndarray:
+        """[n_stream, n_density, n_sen] natural-log mixture weights."""
+        return -self.mixw_q.astype(np.float64) * MIXW_LOG_UNIT
+
+    def senone_names(self) -> list[str]:
+        """``<base phone>/<senone id>`` for every senone column."""
+        return [f"{self.ciphones[int(cb)]}/{s}" for s, cb in enumerate(self.sen2cb)]
+
+
+def _read_mdef(path: Path):
+    from asrdecode.graph.sphinx import read_mdef
+
+    if not path.is_file():
+        raise ModelError(f"{path}: model definition file not found")
+    try:
+        return read_mdef(path)
+    except AsrDecodeError as err:
+        raise ModelError(str(err)) from None
+    except (ValueError, struct.error, IndexError, KeyError, RecursionError, UnicodeDecodeError) as err:
+        raise ModelError(f"{path}: malformed mdef ({type(err).__name__}: {err})") from None
+
+
+def _read_tmat(path: Path):
+    from asrdecode.graph.sphinx import read_tmat
+
+    if not path.is_file():
+        raise ModelError(f"{path}: transition matrices file not found")
+    try:
+        tmat = read_tmat(path)
+    except AsrDecodeError as err:
+        raise ModelError(str(err)) from None
+    except (ValueError, struct.error, IndexError) as err:
+        raise ModelError(f"{path}: malformed transition_matrices ({type(err).__name__}: {err})") from None
+    data = path.read_bytes()
+    end = data.find(b"endhdr\n") + len("endhdr\n") + 20
+    expect = end + 4 * tmat.size + (4 if b"chksum0" in data[:end] else 0)
+    if len(data) != expect or not np.isfinite(tmat).all():
+        raise ModelError(f"{path}: malformed transition_matrices: {len(data)} bytes, expected {expect}")
+    return tmat
+
+
+def read_sphinx_model(folder: str | Path, varfloor: float = VARFLOOR) -> SphinxModelData:
+    """Read and cross-check a pocketsphinx PTM model folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelError(f"{folder}: sphinx model folder not found")
+    for name in REQUIRED_FILES:
+        if not (folder / name).is_file():
+            raise ModelError(f"{folder / name}: required sphinx model file missing")
+    mdef = _read_mdef(folder / "mdef")
+    means = read_s3_gaussians(folder / "means", "means")
+    variances = read_s3_gaussians(folder / "variances", "variances")
+    if means.shape != variances.shape:
+        raise ModelError(f"{folder / 'variances'}: shape {variances.shape} != means {means.shape}")
+    if (variances < 0).any():
+        raise ModelError(f"{folder / 'variances'}: negative variances")
+    zero_var = int((variances < varfloor).sum())
+    variances = np.maximum(variances, np.float32(varfloor))
+    mixw = read_sendump(folder / "sendump")
+    tmat = _read_tmat(folder / "transition_matrices")
+    params = read_feat_params(folder / "feat.params")
+    noisedict = read_noisedict(folder / "noisedict") if (folder / "noisedict").is_file() else {}
+
+    n_ci = len(mdef.ciphones)
+    n_cb, n_stream, n_density, veclen = means.shape
+    if params.get("model", "ptm") != "ptm" or n_cb != n_ci:
+        raise ModelError(
+            f"{folder / 'means'}: {n_cb} codebooks for {n_ci} base phones; only phonetically-tied "
+            "(ptm) models are supported"
+        )
+    if mixw.shape != (n_stream, n_density, mdef.n_sen):
+        raise ModelError(
+            f"{folder / 'sendump'}: weights {list(mixw.shape)} do not match "
+            f"{n_stream} streams x {n_density} densities x {mdef.n_sen} senones"
+        )
+    if mdef.tmat.size and (mdef.tmat.min() < 0 or mdef.tmat.max() >= tmat.shape[0]):
+        raise ModelError(f"{folder / 'mdef'}: transition matrix ids exceed the {tmat.shape[0]} matrices")
+    if tmat.shape[1] != mdef.n_emit_state:
+        raise ModelError(
+            f"{folder / 'transition_matrices'}: {tmat.shape[1]} states, mdef has {mdef.n_emit_state}"
+        )
+    if mdef.sseq.size and (mdef.sseq.min() < 0 or mdef.sseq.max() >= mdef.n_sen):
+        raise ModelError(f"{folder / 'mdef'}: senone ids exceed n_sen={mdef.n_sen}")
+    # Senone -> base phone (= codebook), as pocketsphinx's sen2cimap: from every phone's senones.
+    sen2cb = np.full(mdef.n_sen, -1, dtype=np.int64)
+    for ci in range(n_ci):
+        sen2cb[mdef.sseq[mdef.ssid[ci]]] = ci
+    for (_wpos, ci, _lc, _rc), pid in mdef.tree.items():
+        if not 0 <= pid < mdef.n_phone:
+            raise ModelError(f"{folder / 'mdef'}: triphone id {pid} out of range")
+        sen2cb[mdef.sseq[mdef.ssid[pid]]] = ci
+    if (sen2cb < 0).any():
+        raise ModelError(f"{folder / 'mdef'}: {(sen2cb < 0).sum()} senones belong to no phone")
+    dim = n_stream * veclen
+    streams = parse_svspec(params.get("svspec"), dim, n_stream, veclen)
+    return SphinxModelData(
+        folder=folder,
+        ciphones=list(mdef.ciphones),
+        n_senones=int(mdef.n_sen),
+        sen2cb=sen2cb,
+        means=means,
+        variances=variances,
+        mixw_q=mixw,
+        transitions=tmat.astype(np.float32),
+        phone_tmat=mdef.tmat.copy(),
+        phone_senones=mdef.sseq.copy(),
+        feat_params=params,
+        noisedict=noisedict,
+        streams=streams,
+        zero_variances=zero_var,
+        mdef=mdef,
+    )
+
+
+class SphinxAcousticModel(nn.Module):
+    """A pocketsphinx PTM model as an ``AcousticModel``: waveforms -> MFCC -> senone log-likelihoods.
+
+    ``topn``: 0 = exact full mixtures, N > 0 = pocketsphinx's top-N densities per codebook/stream.
+    ``dtype``: precision of the Gaussian matmul (float32 is fast; float64 for exactness checks).
+    ``chunk_frames``: frames scored at once (memory ~ ``chunk * blocks * 3 * (128 + block_width)``
+    floats); ``block_width``: senones per block of the mixture matmul.
+    """
+
+    default_decoder = "wfst"
+    blank_id = -1
+
+    def __init__(
+        self,
+        data: SphinxModelData,
+        frontend: SphinxMFCC | None = None,
+        topn: int = 4,
+        dtype: torch.dtype = torch.float32,
+        chunk_frames: int = 256,
+        block_width: int = 64,
+    ) -> None:
+        super().__init__()
+        self.data = data
+        self.frontend = frontend or SphinxMFCC(SphinxFeConfig.from_feat_params(data.feat_params))
+        if self.frontend.feature_dim != sum(len(s) for s in data.streams):
+            raise ModelError(
+                f"{data.folder}: front end gives {self.frontend.feature_dim} dims, model streams need "
+                f"{sum(len(s) for s in data.streams)}"
+            )
+        if topn < 0 or topn > data.n_density:
+            raise ModelError(f"topn={topn} must be 0 (full mixture) .. {data.n_density}")
+        self.topn = int(topn)
+        self.compute_dtype = dtype
+        self.chunk_frames = int(chunk_frames)
+        self._units = data.senone_names()
+        n_cb, n_f, n_k, d = data.means.shape
+        mean = torch.from_numpy(data.means).double()
+        var = torch.from_numpy(data.variances).double()
+        # log N(x) = z @ A + c with z = [x^2, x] per stream: A = [-1/(2 var); mean/var].
+        a = torch.cat([-0.5 / var, mean / var], dim=-1)  # [cb, f, k, 2d]
+        a = a.permute(1, 3, 0, 2).reshape(n_f, 2 * d, n_cb * n_k)  # [f, 2d, cb*k]
+        const = -0.5 * (d * math.log(2 * math.pi) + torch.log(var).sum(-1) + (mean * mean / var).sum(-1))
+        self.register_buffer("gauss_a", a.to(dtype), persistent=False)
+        self.register_buffer(
+            "gauss_c", const.permute(1, 0, 2).reshape(n_f, n_cb * n_k).to(dtype), persistent=False
+        )
+        self.register_buffer("stream_idx", torch.tensor(data.streams, dtype=torch.int64), persistent=False)
+        sen2cb = torch.from_numpy(data.sen2cb)
+        self.register_buffer("sen2cb", sen2cb, persistent=False)
+        logw = torch.from_numpy(data.log_mixw)  # [f, k, s]
+        # Senones grouped by codebook into blocks of <= block_width columns; weights in the
+        # probability domain, zero for unused columns: [blocks, f, k, block_width].
+        order = torch.argsort(sen2cb, stable=True)
+        block_cb: list[int] = []
+        slot = torch.empty(len(sen2cb), dtype=torch.int64)
+        cols: list[torch.Tensor] = []
+        for cb in range(n_cb):
+            members = order[sen2cb[order] == cb]
+            for i in range(0, len(members), block_width):
+                part = members[i : i + block_width]
+                slot[part] = len(block_cb) * block_width + torch.arange(len(part))
+                block_cb.append(cb)
+                cols.append(part)
+        w_blk = torch.zeros(len(block_cb), n_f, n_k, block_width, dtype=torch.float64)
+        for b, part in enumerate(cols):
+            w_blk[b, :, :, : len(part)] = logw[:, :, part].exp()
+        self.register_buffer("block_cb", torch.tensor(block_cb, dtype=torch.int64), persistent=False)
+        self.register_buffer("block_w", w_blk.float(), persistent=False)
+        self.register_buffer("sen_slot", slot, persistent=False)
+
+    # ----------------------------------------------------------------- AcousticModel protocol
+    @property
+    def sample_rate(self) -> int:
+        return self.frontend.sample_rate
+
+    @property
+    def units(self) -> list[str]:
+        return self._units
+
+    @property
+    def frame_shift(self) -> float:
+        return self.frontend.cfg.frame_shift / self.frontend.cfg.samprate
+
+    @property
+    def num_senones(self) -> int:
+        return self.data.n_senones
+
+    def features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, S] waveforms in [-1, 1] -> ([B, 39, T] float32 features, [B] frame counts)."""
+        feats, n = self.frontend(waveforms, lengths)
+        return feats.transpose(1, 2), n
+
+    def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
+        """[B, 39, T] features -> ModelOutput with ``log_probs`` [B, T, n_senones] (natural-log
+        likelihoods; padding frames are 0)."""
+        x = feats.transpose(1, 2)
+        mask = torch.arange(x.shape[1], device=x.device)[None, :] < feat_lengths.to(x.device)[:, None]
+        scores = torch.zeros(*x.shape[:2], self.num_senones, dtype=torch.float32, device=x.device)
+        scores[mask] = self.senone_scores(x[mask][None])[0]  # padding frames are not scored
+        return ModelOutput(
+            log_probs=scores,
+            lengths=feat_lengths.to(torch.int64),
+            frame_shift=self.frame_shift,
+            blank_id=self.blank_id,
+            units=self.units,
+            extra={"topn": self.topn},
+        )
+
+    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
+        feats, n = self.features(waveforms, lengths)
+        return self.forward_features(feats, n)
+
+    def tokens_to_words(self, tokens: list[int]) -> list[tuple[str, int, int]]:
+        """HMM decoding takes words from the graph, not from senone ids."""
+        return []
+
+    # ----------------------------------------------------------------- scoring
+    def _gaussians(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, D] features -> [codebooks, streams, N, densities] Gaussian log-densities (float32)."""
+        n_cb, n_f, n_k, _ = self.data.means.shape
+        xs = x.to(self.compute_dtype)[:, self.stream_idx].transpose(0, 1)  # [f, N, d]
+        z = torch.cat([xs * xs, xs], dim=-1)  # [f, N, 2d]
+        g = torch.baddbmm(self.gauss_c[:, None, :], z, self.gauss_a)  # [f, N, cb*k]
+        return g.float().view(n_f, -1, n_cb, n_k).permute(2, 0, 1, 3).contiguous()
+
+    def gaussian_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, D] features -> [N, codebooks, streams, densities] Gaussian log-densities."""
+        return self._gaussians(x).permute(2, 0, 1, 3)
+
+    def mixture_scores(self, g: torch.Tensor) -> torch.Tensor:
+        """[codebooks, streams, N, densities] Gaussian log-densities -> [N, n_senones] senone
+        log-likelihoods.
+
+        Each codebook/stream's densities are shifted by their best (so the largest term is 1),
+        exponentiated, restricted to the top-N when ``topn > 0``, mixed with the senones' weights
+        by one batched matmul over blocks of senones of the same codebook, multiplied over streams
+        (each stream's mixture is >= its best density's weight >= e^-26, so the product of three
+        stays a normal float32) and taken back to the log domain for the real senone columns only.
+        """
+        if self.topn:
+            vals, idx = g.topk(self.topn, dim=-1)
+            best = vals[..., :1]
+            p = torch.zeros_like(g).scatter_(-1, idx, torch.exp(vals - best))
+        else:
+            best = g.amax(-1, keepdim=True)
+            p = torch.exp(g - best)
+        mix = torch.matmul(p[self.block_cb], self.block_w)  # [blocks, f, N, width]
+        prod = mix.prod(1)  # [blocks, N, width]
+        n = prod.shape[1]
+        sel = prod.permute(0, 2, 1).reshape(-1, n).index_select(0, self.sen_slot)  # [S, N]
+        offset = best.sum(1)[..., 0].index_select(0, self.sen2cb)  # [S, N]
+        return (torch.log(sel) + offset).T
+
+    def senone_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, D] features -> [B, T, n_senones] natural-log senone likelihoods."""
+        b, t, d = x.shape
+        flat = x.reshape(b * t, d)
+        out = torch.empty(b * t, self.sen2cb.numel(), dtype=torch.float32, device=x.device)
+        step = max(self.chunk_frames, 1)
+        for start in range(0, b * t, step):
+            out[start : start + step] = self.mixture_scores(self._gaussians(flat[start : start + step]))
+        return out.reshape(b, t, -1)
+
+    def describe(self) -> dict:
+        """Summary for ``asrdecode info``."""
+        d = self.data
+        fe = self.frontend.cfg
+        return {
+            "type": "sphinx",
+            "folder": str(d.folder),
+            "sample_rate": self.sample_rate,
+            "features": {
+                "type": "sphinx-mfcc",
+                **{k: getattr(fe, k) for k in ("nfilt", "lowerf", "upperf", "transform", "lifter")},
+                **{k: getattr(fe, k) for k in ("remove_noise", "feat", "cmn")},
+            },
+            "codebooks": d.n_codebooks,
+            "streams": d.n_streams,
+            "densities": d.n_density,
+            "stream_dims": [len(s) for s in d.streams],
+            "senones": d.n_senones,
+            "ciphones": len(d.ciphones),
+            "triphones": int(d.mdef.n_phone - len(d.ciphones)) if d.mdef is not None else None,
+            "transition_matrices": int(d.transitions.shape[0]),
+            "floored_variances": d.zero_variances,
+            "topn": self.topn,
+            "num_outputs": d.n_senones,
+            "blank_id": self.blank_id,
+            "frame_shift": self.frame_shift,
+        }
+
+
+def load_sphinx(folder: str | Path, topn: int = 4, dtype: torch.dtype = torch.float32) -> SphinxAcousticModel:
+    """Read a pocketsphinx PTM model folder into a :class:`SphinxAcousticModel`."""
+    data = read_sphinx_model(folder)
+    return SphinxAcousticModel(data, topn=topn, dtype=dtype)

@@ -1,0 +1,208 @@
+"""pocketsphinx en-us PTM model: file parsing, model facts, senone scoring vs a direct numpy
+evaluation, top-N vs full mixtures, batching, loading and malformed model folders."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrdecode.errors import ModelError
+from asrdecode.models.loading import load_model, resolve_model_path
+from asrdecode.models.sphinx import (
+    MIXW_LOG_UNIT,
+    SphinxAcousticModel,
+    read_feat_params,
+    read_s3_gaussians,
+    read_sendump,
+    read_sphinx_model,
+)
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sphinx"
+
+
+@pytest.fixture(scope="module")
+def folder() -> Path:
+    return resolve_model_path("embedded:sphinx-en-us")
+
+
+@pytest.fixture(scope="module")
+def data(folder):
+    return read_sphinx_model(folder)
+
+
+@pytest.fixture(scope="module")
+def models(data) -> dict[str, SphinxAcousticModel]:
+    return {
+        "topn": SphinxAcousticModel(data, topn=4),
+        "full": SphinxAcousticModel(data, topn=0),
+        "full64": SphinxAcousticModel(data, topn=0, dtype=torch.float64),
+    }
+
+
+@pytest.fixture(scope="module")
+def goforward(models) -> tuple[torch.Tensor, torch.Tensor]:
+    """[1, T, 39] features of goforward.raw ("go forward ten meters") and lengths."""
+    wav = torch.from_numpy(np.fromfile(FIX / "goforward.raw", dtype="<i2").astype(np.float32) / 32768)
+    feats, n = models["full"].features(wav[None], torch.tensor([wav.numel()]))
+    return feats.transpose(1, 2), n
+
+
+def test_model_facts(data, folder) -> None:
+    assert data.means.shape == data.variances.shape == (42, 3, 128, 13)
+    assert data.n_senones == 5126 and len(data.ciphones) == 42
+    assert data.mixw_q.shape == (3, 128, 5126) and data.mixw_q.dtype == np.uint8
+    assert data.transitions.shape == (42, 3, 4)
+    np.testing.assert_allclose(data.transitions.sum(-1), 1.0, atol=1e-6)
+    assert data.variances.min() >= np.float32(1e-4) and data.zero_variances > 0
+    assert data.streams == [list(range(0, 13)), list(range(13, 26)), list(range(26, 39))]
+    # Context-independent phone p owns senones 3p..3p+2; every senone has a codebook.
+    assert data.sen2cb[:126].tolist() == [p for p in range(42) for _ in range(3)]
+    assert data.sen2cb.min() == 0 and data.sen2cb.max() == 41
+    assert data.noisedict["<sil>"] == ["SIL"] and data.noisedict["[NOISE]"] == ["+NSN+"]
+    assert data.feat_params["lifter"] == "22" and data.feat_params["nfilt"] == "25"
+    # Dequantised mixture weights sum to ~1 per senone/stream (8-bit truncation loses a few %).
+    sums = np.exp(data.log_mixw).sum(1)
+    assert sums.min() > 0.85 and sums.max() <= 1.0 + 1e-9
+    assert abs(1024 * np.log(1.0001) - MIXW_LOG_UNIT) < 1e-12
+    # Parsers agree with the raw layout.
+    assert read_s3_gaussians(folder / "means").shape == (42, 3, 128, 13)
+    assert read_sendump(folder / "sendump").shape == (3, 128, 5126)
+    assert read_feat_params(folder / "feat.params")["feat"] == "1s_c_d_dd"
+
+
+def numpy_senone_scores(data, x: np.ndarray, topn: int = 0) -> np.ndarray:
+    """Slow reference: one frame, one senone, one stream at a time, float64."""
+    out = np.zeros(data.n_senones)
+    logw = data.log_mixw
+    means = data.means.astype(np.float64)
+    var = data.variances.astype(np.float64)
+    for s in range(data.n_senones):
+        cb = int(data.sen2cb[s])
+        total = 0.0
+        for f, idx in enumerate(data.streams):
+            xs = x[idx].astype(np.float64)
+            dens = -0.5 * (np.log(2 * np.pi * var[cb, f]) + (xs - means[cb, f]) ** 2 / var[cb, f]).sum(-1)
+            keep = np.argsort(-dens)[:topn] if topn else np.arange(len(dens))
+            terms = dens[keep] + logw[f, keep, s]
+            top = terms.max()
+            total += top + np.log(np.exp(terms - top).sum())
+        out[s] = total
+    return out
+
+
+@pytest.mark.parametrize("kind, topn", [("full", 0), ("full64", 0), ("topn", 4)])
+def test_batched_scores_equal_numpy_loop(data, models, goforward, kind: str, topn: int) -> None:
+    feats, _ = goforward
+    frames = [3, 120] if kind != "full64" else [60]
+    got = models[kind].senone_scores(feats[:, frames])[0].double().numpy()
+    for i, t in enumerate(frames):
+        want = numpy_senone_scores(data, feats[0, t].numpy(), topn)
+        err = np.abs(got[i] - want).max()
+        assert err < 5e-4, (kind, t, err)
+
+
+def test_topn_is_a_lower_bound_close_to_full(models, goforward) -> None:
+    """Top-4 drops mixture terms, so it never exceeds the full mixture; for the frame's best
+    senones it loses about half a nat (measured on goforward: median 0.47 over each frame's best
+    50, argmax agreement 85%, the top-4 winner is at most 8th in the full ranking)."""
+    feats, _ = goforward
+    full = models["full"].senone_scores(feats)[0]
+    top = models["topn"].senone_scores(feats)[0]
+    assert (top <= full + 1e-3).all()
+    gap = full - top
+    best = full.argsort(dim=-1, descending=True)[:, :50]
+    assert torch.gather(gap, 1, best).median() < 1.0
+    assert (full.argmax(-1) == top.argmax(-1)).float().mean() > 0.75
+    rank = (full > full.gather(1, top.argmax(-1, keepdim=True))).sum(-1)
+    assert rank.max() < 20
+
+
+def test_model_output_batch_equals_single(models) -> None:
+    model = models["topn"]
+    wav = torch.from_numpy(np.fromfile(FIX / "goforward.raw", dtype="<i2").astype(np.float32) / 32768)
+    parts = [wav[:16000], wav[8000:18000]]
+    lens = torch.tensor([16000, 10000])
+    batch = torch.zeros(2, 16000)
+    batch[0], batch[1, :10000] = parts[0], parts[1]
+    feats, n = model.features(batch, lens)
+    assert feats.shape[:2] == (2, 39)
+    out = model.forward_features(feats, n)
+    assert out.log_probs.shape == (2, int(n.max()), 5126)
+    assert out.blank_id == -1 and out.frame_shift == 0.01 and len(out.units) == 5126
+    assert out.units[0] == "+NSN+/0" and out.lengths.tolist() == n.tolist()
+    assert out.log_probs[1, n[1] :].abs().max() == 0
+    for b in range(2):
+        single = model(parts[b][None], lens[b : b + 1])
+        torch.testing.assert_close(out.log_probs[b, : n[b]], single.log_probs[0], atol=2e-3, rtol=0)
+
+
+def test_goforward_argmax_plausible(models, goforward) -> None:
+    """Frame-wise best senones of "go forward ten meters": silence first, and the base phones of
+    G OW F AO R W ER D T EH N M IY T ER Z appear in order (as a subsequence, W and the second T
+    left out) among the run-length-collapsed argmax phones."""
+    feats, _ = goforward
+    scores = models["topn"].senone_scores(feats)[0]
+    cb = models["topn"].data.sen2cb[scores.argmax(-1).numpy()]
+    names = [models["topn"].data.ciphones[c] for c in cb]
+    assert sum(n in ("SIL", "+NSN+", "+SPN+") for n in names[:8]) >= 6
+    runs = [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
+    it = iter(runs)
+    phones = ["G", "OW", "F", "AO", "R", "ER", "D", "T", "EH", "N", "M", "IY", "ER", "Z"]
+    assert all(any(r == p for r in it) for p in phones), runs
+
+
+def test_loading_and_describe(folder) -> None:
+    model = load_model("embedded:sphinx-en-us")
+    assert isinstance(model, SphinxAcousticModel) and model.default_decoder == "wfst"
+    assert load_model(str(folder), "sphinx").topn == 4
+    info = model.describe()
+    assert info["type"] == "sphinx" and info["senones"] == 5126 and info["features"]["nfilt"] == 25
+    assert model.tokens_to_words([1, 2, 3]) == [] and model.sample_rate == 16000
+
+
+def _copy_model(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.is_file():
+            shutil.copy(f, dst / f.name)
+    return dst
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: (d / "sendump").unlink(), "sendump: required sphinx model file missing"),
+        (lambda d: _truncate(d / "means", 1000), "means: malformed means: truncated"),
+        (lambda d: _truncate(d / "variances", 838000), "variances: malformed variances: truncated"),
+        (lambda d: _truncate(d / "sendump", 100000), "sendump: malformed sendump: truncated"),
+        (lambda d: _truncate(d / "mdef", 50000), "mdef"),
+        (lambda d: _truncate(d / "transition_matrices", 200), "transition_matrices"),
+        (lambda d: (d / "means").write_bytes((d / "means").read_bytes() + b"\0" * 8), "trailing bytes"),
+        (lambda d: (d / "feat.params").write_text("-nfilt\n"), "feat.params"),
+        (lambda d: (d / "feat.params").write_text("-agc max\n"), "agc"),
+        (lambda d: (d / "means").write_bytes(b"garbage"), "not an s3 binary file"),
+    ],
+)
+def test_bad_model_folders_give_one_line_errors(folder, tmp_path, damage, message: str) -> None:
+    bad = _copy_model(folder, tmp_path / "bad")
+    damage(bad)
+    with pytest.raises(ModelError) as info:
+        model = load_model(str(bad), "sphinx")
+        model.features(torch.zeros(1, 1600), torch.tensor([1600]))
+    text = str(info.value)
+    assert message in text and "\n" not in text, text
+
+
+def test_wrong_sizes_are_reported(folder, tmp_path) -> None:
+    bad = _copy_model(folder, tmp_path / "mismatch")
+    shutil.copy(FIX / "goforward.raw", bad / "sendump")  # a valid file of the wrong kind
+    with pytest.raises(ModelError, match="sendump"):
+        read_sphinx_model(bad)
+
+
+def _truncate(path: Path, size: int) -> None:
+    path.write_bytes(path.read_bytes()[:size])
