@@ -349,6 +349,11 @@ def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
     for item in overrides:
         path, value = parse_override(item)
         apply_override(tree, path, value)
+    from asrdecode.models.loading import resolve_packaged_path
+
+    for key in ("acoustic_model", "lexicon", "noisedict", "model"):
+        if isinstance(tree.get(key), str):
+            tree[key] = resolve_packaged_path(tree[key])
     cfg = dataclass_from_dict(GraphBuildConfig, tree)
     with console.status("building graph (cached when inputs are unchanged)"):
         meta = build_graph(cfg, out_dir, force=force)

@@ -24,6 +24,19 @@ def _pocketsphinx_model(name: str) -> Path:
     return folder
 
 
+def resolve_packaged_path(value: str) -> str:
+    """`embedded:sphinx-en-us[/REL]` -> a path inside the installed pocketsphinx model (for graph
+    configs: `embedded:sphinx-en-us` = the acoustic model folder, `embedded:sphinx-en-us/../X` =
+    files beside it such as `cmudict-en-us.dict`); any other value is returned unchanged."""
+    for name in SPHINX_EMBEDDED:
+        prefix = f"embedded:{name}"
+        if value == prefix or value.startswith(prefix + "/"):
+            folder = _pocketsphinx_model(name)
+            rest = value[len(prefix) :].lstrip("/")
+            return str((folder / rest).resolve()) if rest else str(folder)
+    return value
+
+
 def is_sphinx_folder(path: Path) -> bool:
     """A folder holding a sphinx model definition (`mdef`)."""
     return path.is_dir() and (path / "mdef").is_file()
