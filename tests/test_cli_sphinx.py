@@ -1,0 +1,66 @@
+"""Real speech through the CLI: pocketsphinx's en-us HMM + an HCLG + the wfst decoder on the
+pocketsphinx recording `goforward` (its transcript is the independent reference)."""
+
+import json
+import shutil
+from pathlib import Path
+
+from test_cli import read_jsonl, run
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIP = ROOT / "data" / "demo" / "real" / "ps_goforward.wav"
+# a unigram over a few words: the acoustic model must pick the right ones and their order
+ARPA = """\\data\\
+ngram 1=10
+
+\\1-grams:
+-0.8 </s>
+-99 <s>
+-1.0 go
+-1.0 forward
+-1.0 ten
+-1.0 meters
+-1.0 back
+-1.0 two
+-1.0 four
+-1.0 forty
+
+\\end\\
+"""
+
+
+def test_goforward_decodes_with_sphinx_hclg(tmp_path):
+    (tmp_path / "lm.arpa").write_text(ARPA)
+    graph = tmp_path / "hclg"
+    run(
+        "build-graph",
+        "kind=hclg-sphinx",
+        f"arpa={tmp_path / 'lm.arpa'}",
+        "acoustic_model=embedded:sphinx-en-us",
+        "lexicon=embedded:sphinx-en-us/../cmudict-en-us.dict",
+        "--out",
+        str(graph),
+    )
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    shutil.copy(CLIP, audio / CLIP.name)
+    out = tmp_path / "out"
+    run(
+        "transcribe",
+        str(audio),
+        "--model",
+        "embedded:sphinx-en-us",
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph}",
+        "decoder.acoustic_scale=0.1538",
+        "threads=1",
+        "--out",
+        str(out),
+    )
+    (row,) = read_jsonl(out / "transcripts.jsonl")
+    assert row["pred_text"] == "go forward ten meters"
+    times = [(w["start"], w["end"]) for w in row["words"]]
+    assert all(a < b for a, b in times) and all(times[i][1] <= times[i + 1][0] + 1e-6 for i in range(3))
+    assert times[0][0] >= 0.0 and times[-1][1] <= row["duration"] + 0.05
+    assert json.loads((out / "report.json").read_text())["decoder"] == "wfst"
