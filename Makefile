@@ -21,6 +21,9 @@ install: $(STAMP)
 demo: install
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --out $(OUT)/demo-synthetic --overwrite
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --out $(OUT)/demo-real --overwrite
+	$(BIN)/asrdecode build-graph --config configs/graph/demo-ctc-bpe-tlg.yaml --out $(OUT)/graphs/demo-ctc-bpe-tlg
+	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/wfst.yaml \
+		decoder.graph=$(OUT)/graphs/demo-ctc-bpe-tlg --out $(OUT)/demo-synthetic-wfst --overwrite
 
 ## test: install and run the whole suite
 test: install
