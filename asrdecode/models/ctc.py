@@ -12,6 +12,7 @@ from asrdecode.errors import ModelError
 from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
 from asrdecode.models.conformer import ConformerEncoder
+from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
 from asrdecode.models.tokenizer import Tokenizer
 
 __all__ = ["CTCHead", "NemoCTCModel", "CTC_CLASSES", "HYBRID_CLASSES", "model_class_name"]
@@ -72,7 +73,7 @@ class CTCHead(nn.Module):
         return torch.log_softmax(self.decoder_layers(encoder_out).transpose(1, 2), dim=-1)
 
 
-class NemoCTCModel(nn.Module):
+class NemoCTCModel(NemoModelBase):
     """A NeMo CTC model (``EncDecCTCModel[BPE]`` or a hybrid's CTC head) as an ``AcousticModel``."""
 
     default_decoder = "ctc-greedy"  # what `decoder.type: auto` picks
@@ -146,43 +147,15 @@ class NemoCTCModel(nn.Module):
             raise ModelError(
                 f"{dec_path}.feat_in={feat_in} does not match the encoder output size {encoder.output_dim}"
             )
-        files = dict(tokenizer_files or {})
-        model_path = str((cfg.get("tokenizer") or {}).get("model_path", ""))
-        if tokenizer.model_bytes is not None and model_path.startswith("nemo:"):
-            files.setdefault(model_path.removeprefix("nemo:"), tokenizer.model_bytes)
+        files = tokenizer_files_for(cfg, tokenizer, tokenizer_files)
         return cls(preprocessor, encoder, CTCHead(feat_in, num_classes), tokenizer, cfg, files)
 
     # ----------------------------------------------------------------- AcousticModel protocol
-    @property
-    def sample_rate(self) -> int:
-        return self.preprocessor.sample_rate
-
-    @property
-    def units(self) -> list[str]:
-        return self.tokenizer.units
-
-    @property
-    def blank_id(self) -> int:
-        return len(self.tokenizer.units)
-
-    @property
-    def subsampling_factor(self) -> int:
-        return self.encoder.subsampling_factor
-
-    @property
-    def frame_shift(self) -> float:
-        """Seconds per output frame: hop seconds x subsampling factor."""
-        return self.preprocessor.hop_length / self.sample_rate * self.subsampling_factor
-
     @property
     def model_class(self) -> str:
         return model_class_name(self.config) or (
             "EncDecCTCModelBPE" if self.tokenizer.kind == "bpe" else "EncDecCTCModel"
         )
-
-    def features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, S] padded waveforms at ``sample_rate`` -> ([B, F, T] log-mel features, [B] frame counts)."""
-        return self.preprocessor(waveforms, lengths)
 
     def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """Features -> ModelOutput with ``log_probs`` [B, T', V+1] and ``encoder_out`` [B, T', D]."""
@@ -197,47 +170,6 @@ class NemoCTCModel(nn.Module):
             encoder_out=enc.transpose(1, 2),
         )
 
-    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
-        """Waveforms -> ModelOutput (features + encoder + head, differentiable in training mode)."""
-        feats, feat_len = self.features(waveforms, lengths)
-        return self.forward_features(feats, feat_len)
-
-    def tokens_to_words(self, tokens: list[int]) -> list[tuple[str, int, int]]:
-        """Unit ids -> [(word, first token index, last token index)]."""
-        return self.tokenizer.words_of(tokens)
-
     def describe(self) -> dict:
         """Summary for ``asrdecode info``."""
-        enc = self.encoder.cfg
-        fe = self.preprocessor.featurizer
-        return {
-            "type": "nemo-ctc",
-            "class": self.model_class,
-            "file": self.source,
-            "parameters": sum(p.numel() for p in self.parameters()),
-            "sample_rate": self.sample_rate,
-            "features": {
-                "type": "nemo-mel",
-                "n_mels": fe.nfilt,
-                "n_fft": fe.n_fft,
-                "win_length": fe.win_length,
-                "hop_length": fe.hop_length,
-                "normalize": fe.normalize,
-            },
-            "encoder": {
-                "type": "conformer",
-                "layers": enc.n_layers,
-                "d_model": enc.d_model,
-                "heads": enc.n_heads,
-                "ff_expansion_factor": enc.ff_expansion_factor,
-                "subsampling": enc.subsampling,
-                "subsampling_factor": enc.subsampling_factor,
-                "self_attention_model": enc.self_attention_model,
-                "att_context_size": list(enc.context),
-                "conv_kernel_size": enc.conv_kernel_size,
-            },
-            "tokenizer": self.tokenizer.describe(),
-            "num_outputs": self.blank_id + 1,
-            "blank_id": self.blank_id,
-            "frame_shift": self.frame_shift,
-        }
+        return {"type": "nemo-ctc", "class": self.model_class, **self._describe_common()}

@@ -24,6 +24,7 @@ from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
 from asrdecode.models.conformer import ConformerEncoder
 from asrdecode.models.ctc import model_class_name
+from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
 from asrdecode.models.tokenizer import Tokenizer
 
 __all__ = [
@@ -259,7 +260,7 @@ class TransducerNetwork(Protocol):
     def joint_after_projection(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor: ...
 
 
-class NemoTransducerModel(nn.Module):
+class NemoTransducerModel(NemoModelBase):
     """A NeMo RNN-T or TDT model (``EncDecRNNTModel[BPE]``; a hybrid's transducer part) as an
     ``AcousticModel`` and a :class:`TransducerNetwork`."""
 
@@ -397,34 +398,10 @@ class NemoTransducerModel(nn.Module):
             activation=activation,
             dropout=float(jointnet.get("dropout", 0.0) or 0.0),
         )
-        files = dict(tokenizer_files or {})
-        model_path = str((cfg.get("tokenizer") or {}).get("model_path", ""))
-        if tokenizer.model_bytes is not None and model_path.startswith("nemo:"):
-            files.setdefault(model_path.removeprefix("nemo:"), tokenizer.model_bytes)
+        files = tokenizer_files_for(cfg, tokenizer, tokenizer_files)
         return cls(preprocessor, encoder, decoder, joint, tokenizer, durations, cfg, files)
 
     # ----------------------------------------------------------------- AcousticModel protocol
-    @property
-    def sample_rate(self) -> int:
-        return self.preprocessor.sample_rate
-
-    @property
-    def units(self) -> list[str]:
-        return self.tokenizer.units
-
-    @property
-    def blank_id(self) -> int:
-        return len(self.tokenizer.units)
-
-    @property
-    def subsampling_factor(self) -> int:
-        return self.encoder.subsampling_factor
-
-    @property
-    def frame_shift(self) -> float:
-        """Seconds per encoder frame: hop seconds x subsampling factor."""
-        return self.preprocessor.hop_length / self.sample_rate * self.subsampling_factor
-
     @property
     def is_tdt(self) -> bool:
         return self.durations is not None
@@ -434,10 +411,6 @@ class NemoTransducerModel(nn.Module):
         return model_class_name(self.config) or (
             "EncDecRNNTBPEModel" if self.tokenizer.kind == "bpe" else "EncDecRNNTModel"
         )
-
-    def features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, S] padded waveforms at ``sample_rate`` -> ([B, F, T] log-mel features, [B] frame counts)."""
-        return self.preprocessor(waveforms, lengths)
 
     def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """Features -> ModelOutput with ``encoder_out`` [B, T', D], ``log_probs=None`` and
@@ -452,14 +425,6 @@ class NemoTransducerModel(nn.Module):
             encoder_out=enc.transpose(1, 2),
             extra={"transducer": self},
         )
-
-    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
-        feats, feat_len = self.features(waveforms, lengths)
-        return self.forward_features(feats, feat_len)
-
-    def tokens_to_words(self, tokens: list[int]) -> list[tuple[str, int, int]]:
-        """Unit ids -> [(word, first token index, last token index)]."""
-        return self.tokenizer.words_of(tokens)
 
     # ----------------------------------------------------------------- TransducerNetwork protocol
     def project_encoder(self, encoder_out: torch.Tensor) -> torch.Tensor:
@@ -481,42 +446,16 @@ class NemoTransducerModel(nn.Module):
 
     def describe(self) -> dict:
         """Summary for ``asrdecode info``."""
-        enc = self.encoder.cfg
-        fe = self.preprocessor.featurizer
         lstm = self.decoder.prediction["dec_rnn"].lstm
         return {
             "type": "nemo-transducer",
             "class": self.model_class,
             "transducer": "tdt" if self.is_tdt else "rnnt",
-            "file": self.source,
-            "parameters": sum(p.numel() for p in self.parameters()),
-            "sample_rate": self.sample_rate,
-            "features": {
-                "type": "nemo-mel",
-                "n_mels": fe.nfilt,
-                "n_fft": fe.n_fft,
-                "win_length": fe.win_length,
-                "hop_length": fe.hop_length,
-                "normalize": fe.normalize,
-            },
-            "encoder": {
-                "type": "conformer",
-                "layers": enc.n_layers,
-                "d_model": enc.d_model,
-                "heads": enc.n_heads,
-                "subsampling": enc.subsampling,
-                "subsampling_factor": enc.subsampling_factor,
-                "self_attention_model": enc.self_attention_model,
-                "att_context_size": list(enc.context),
-            },
+            **self._describe_common(),
             "prediction_network": {"type": "lstm", "layers": lstm.num_layers, "hidden": lstm.hidden_size},
             "joint": {
                 "hidden": self.joint.enc.out_features,
                 "outputs": self.joint.joint_net[-1].out_features,
             },
             "durations": self.durations,
-            "tokenizer": self.tokenizer.describe(),
-            "num_outputs": self.blank_id + 1,
-            "blank_id": self.blank_id,
-            "frame_shift": self.frame_shift,
         }
