@@ -2,14 +2,16 @@
 
     .venv/bin/python scripts/bench/wfst_decode.py --out out/bench/wfst_decode.json
     .venv/bin/python scripts/bench/wfst_decode.py --graph out/graphs/my-tlg --logprobs lp.npz \
-        --beam 12 --batch 1 8 32 128
+        --beam 12 --batch 1 8 32 128 --compiled-threads 1 2
 
 Default inputs: a compact TLG for the NeMo fixture model (BPE units) built from the demo LM
 (data/demo/graph/lm.arpa, bigram) into out/bench/wfst-graph, and the fixture's real log-probs
 (tests/fixtures/nemo/reference/ctc_bpe.npz) repeated to `--utterances` utterances, or
-`--synthetic` peaky log-probs. Reports frames/second of asrdecode `wfst` at each batch size and of
-FasterDecoder (one utterance at a time, one core), their ratio, how many 1-best word sequences
-agree, arcs expanded per second and host syncs per frame. Timings are wall clock on a possibly
+`--synthetic` peaky log-probs. Reports frames/second and RTFx of asrdecode `wfst` with the
+compiled backend (numba, `--compiled-threads` worker threads, default 1 and 2) and the torch
+backend (at each `--batch` size), and of FasterDecoder (one utterance at a time, one core), their
+ratio, how many 1-best word sequences agree, arcs expanded per second and host syncs per frame.
+The numba compile (or cache load) happens before timing. Timings are wall clock on a possibly
 shared machine: compare ratios from one run, not absolute numbers across runs.
 """
 
@@ -85,15 +87,31 @@ def bench_kaldi(graph_dir: Path, lp: np.ndarray, lengths: np.ndarray, args) -> d
     return {"seconds": sec, "frames_per_second": float(lengths.sum()) / sec, "olabels": words}
 
 
-def bench_wfst(graph_dir: Path, lp: np.ndarray, lengths: np.ndarray, batch: int, args) -> dict:
+def bench_wfst(
+    graph_dir: Path,
+    lp: np.ndarray,
+    lengths: np.ndarray,
+    batch: int,
+    args,
+    backend: str = "torch",
+    threads: int = 0,
+) -> dict:
     from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
     from asrdecode.models.base import ModelOutput
 
     cfg = WfstConfig(
-        graph=str(graph_dir), beam=args.beam, max_active=args.max_active, min_active=args.min_active
+        graph=str(graph_dir),
+        beam=args.beam,
+        max_active=args.max_active,
+        min_active=args.min_active,
+        backend=backend,
+        threads=threads,
     )
     dec = WfstDecoder(cfg)
     dev = torch.device(args.device)
+    if backend == "compiled":  # compile / load the numba cache, start the worker threads
+        warm = ModelOutput(torch.from_numpy(lp[:2]), torch.from_numpy(lengths[:2]), 0.08, lp.shape[2] - 1, [])
+        dec.decode(warm)
     blank = lp.shape[2] - 1
     words, syncs, frames_stepped, arcs = [], 0, 0, 0
     order = np.argsort(-lengths, kind="stable")  # batches of similar length, as the pipeline does
@@ -114,8 +132,14 @@ def bench_wfst(graph_dir: Path, lp: np.ndarray, lengths: np.ndarray, batch: int,
     sec = time.perf_counter() - t
     words = [results[b] for b in range(len(lp))]
     return {
+        "decoder": f"compiled {threads} thread{'s' if threads > 1 else ''}"
+        if backend == "compiled"
+        else f"torch batch {batch}",
+        "backend": backend,
+        "threads": threads if backend == "compiled" else args.threads,
         "batch": batch,
         "seconds": sec,
+        "rtfx": float(lengths.sum()) * args.frame_shift / sec,
         "frames_per_second": float(lengths.sum()) / sec,
         "arcs_per_second": arcs / sec,
         "syncs_per_frame_step": syncs / max(frames_stepped, 1),
@@ -130,7 +154,12 @@ def main() -> None:
     ap.add_argument("--synthetic", action="store_true", help="peaky synthetic log-probs instead")
     ap.add_argument("--utterances", type=int, default=32)
     ap.add_argument("--frames", type=int, default=200, help="frames per synthetic utterance")
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--batch", type=int, nargs="*", default=[1, 32], help="torch backend batch sizes")
+    ap.add_argument(
+        "--compiled-threads", type=int, nargs="*", default=[1, 2], help="compiled backend threads"
+    )
+    ap.add_argument("--compiled-batch", type=int, default=32, help="utterances per decode() call (compiled)")
+    ap.add_argument("--frame-shift", type=float, default=0.08, help="seconds per log-prob frame (RTFx)")
     ap.add_argument("--beam", type=float, default=10.0)
     ap.add_argument("--max-active", type=int, default=10000)
     ap.add_argument("--min-active", type=int, default=200)
@@ -143,12 +172,15 @@ def main() -> None:
     graph_dir = Path(args.graph) if args.graph else default_graph(ROOT / "out" / "bench" / "wfst-graph")
     lp, lengths = load_logprobs(args)
     kaldi = bench_kaldi(graph_dir, lp, lengths, args)
-    rows = []
-    for batch in args.batch:
-        r = bench_wfst(graph_dir, lp, lengths, batch, args)
+    kaldi["rtfx"] = float(lengths.sum()) * args.frame_shift / kaldi["seconds"]
+    rows = [
+        bench_wfst(graph_dir, lp, lengths, args.compiled_batch, args, "compiled", n)
+        for n in args.compiled_threads
+    ]
+    rows += [bench_wfst(graph_dir, lp, lengths, batch, args, "torch") for batch in args.batch]
+    for r in rows:
         r["ratio_vs_kaldi"] = r["frames_per_second"] / kaldi["frames_per_second"]
         r["same_words_as_kaldi"] = sum(a == b for a, b in zip(r["olabels"], kaldi["olabels"], strict=True))
-        rows.append(r)
 
     meta = json.loads((graph_dir / "meta.json").read_text()) if (graph_dir / "meta.json").is_file() else {}
     report = {
@@ -166,6 +198,7 @@ def main() -> None:
         },
         "kaldi_faster_decoder": {k: v for k, v in kaldi.items() if k != "olabels"},
         "wfst": [{k: v for k, v in r.items() if k != "olabels"} for r in rows],
+        "summary": {r["decoder"]: round(r["ratio_vs_kaldi"], 3) for r in rows},
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -176,13 +209,16 @@ def main() -> None:
         f"{len(lp)} utterances, {int(lengths.sum())} frames, beam {args.beam}, max_active {args.max_active}"
     )
     print(
-        f"{'decoder':<28}{'frames/s':>12}{'vs kaldi':>10}{'same 1-best':>13}"
+        f"{'decoder':<28}{'frames/s':>12}{'RTFx':>9}{'vs kaldi':>10}{'same 1-best':>13}"
         f"{'Marcs/s':>10}{'syncs/frame':>13}"
     )
-    print(f"{'kaldi FasterDecoder (1 core)':<28}{kaldi['frames_per_second']:>12.0f}{1.0:>10.2f}{'-':>13}")
+    print(
+        f"{'kaldi FasterDecoder (1 core)':<28}{kaldi['frames_per_second']:>12.0f}{kaldi['rtfx']:>9.0f}"
+        f"{1.0:>10.2f}{'-':>13}"
+    )
     for r in rows:
         print(
-            f"{'wfst batch ' + str(r['batch']):<28}{r['frames_per_second']:>12.0f}"
+            f"{r['decoder']:<28}{r['frames_per_second']:>12.0f}{r['rtfx']:>9.0f}"
             f"{r['ratio_vs_kaldi']:>10.2f}"
             f"{str(r['same_words_as_kaldi']) + '/' + str(len(lp)):>13}{r['arcs_per_second'] / 1e6:>10.2f}"
             f"{r['syncs_per_frame_step']:>13.1f}"

@@ -200,7 +200,7 @@ def test_not_final_fallback_is_flagged(toy_dir):
 
 
 def test_sync_counter_reports_per_frame_syncs(toy_dir):
-    dec = WfstDecoder(WfstConfig(graph=str(toy_dir)))
+    dec = WfstDecoder(WfstConfig(graph=str(toy_dir), backend="torch"))
     dec.decode(batch([peaky("_cc_aa_bb__cc_")]))
     stats = dec.last_info["stats"]
     assert stats["frames"] == 14 and stats["syncs"] > 0 and stats["epsilon_limit_hit"] == 0

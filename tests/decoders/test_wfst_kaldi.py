@@ -70,10 +70,20 @@ def synthetic(seed: int, B: int, T: int, V: int, blank: int) -> np.ndarray:
 
 
 def compare(
-    graph_dir: Path, lp: np.ndarray, lengths: np.ndarray, beam: float, max_active: int, min_active: int
+    graph_dir: Path,
+    lp: np.ndarray,
+    lengths: np.ndarray,
+    beam: float,
+    max_active: int,
+    min_active: int,
+    backend: str = "torch",
 ):
+    """Decode with `backend` and check every utterance against FasterDecoder (the compiled backend
+    runs the same cases in test_wfst_compiled.py)."""
     fst = kaldifst.StdVectorFst(kaldifst.StdFst.read(str(next(graph_dir.glob("*LG.fst")))))
-    cfg = WfstConfig(graph=str(graph_dir), beam=beam, max_active=max_active, min_active=min_active)
+    cfg = WfstConfig(
+        graph=str(graph_dir), beam=beam, max_active=max_active, min_active=min_active, backend=backend
+    )
     dec = WfstDecoder(cfg)
     out = ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, lp.shape[2] - 1, [])
     results = dec.decode(out)

@@ -15,7 +15,7 @@ from asrdecode.models.base import ModelOutput
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 V = 4  # model columns; ilabel i reads column i-1
-WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0}
+WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0, "backend": "torch"}  # compiled: test_wfst_compiled
 
 
 def device_graph(fst: dict) -> DeviceGraph:
@@ -122,9 +122,9 @@ def test_acoustic_scale_and_batch_of_random_lengths():
         assert [w.word for w in r.words] == [f"w{o}" for o in ref[1]]
 
 
-def test_epsilon_cycle_terminates():
-    """An epsilon cycle (positive weight) with outputs: closure stops, best path exact."""
-    fst = {
+def epsilon_cycle_fst() -> dict:
+    """States 0 and 1 joined by an epsilon cycle (positive weight) with outputs."""
+    return {
         "num_states": 3,
         "start": 0,
         "final": [math.inf, math.inf, 0.5],
@@ -136,6 +136,11 @@ def test_epsilon_cycle_terminates():
             (2, 0, 4, 0.0, 1),
         ],
     }
+
+
+def test_epsilon_cycle_terminates():
+    """An epsilon cycle (positive weight) with outputs: closure stops, best path exact."""
+    fst = epsilon_cycle_fst()
     rng = np.random.default_rng(3)
     lp = log_probs(rng, 6)
     ref = viterbi_reference(fst, lp)

@@ -17,6 +17,15 @@ turns the arcs into words, word times and costs:
 * utterances whose search reached no final state fall back to the best token (as Kaldi's
   ``GetBestPath``); they are listed in ``decoder.last_info["not_final"]``.
 
+Backends (``decoder.backend``, issue 7): ``torch`` is the batched tensor search of
+`asrdecode.decoders.wfst.core` (any device; built for GPUs); ``compiled`` is the same 1-best search
+compiled with numba for CPUs (`asrdecode.decoders.wfst.compiled`: one utterance per call, the batch
+spread over ``decoder.threads`` worker threads); ``auto`` (default) picks ``compiled`` when the
+log-probs are on the CPU and ``torch`` otherwise. Both return results through the same path
+(words, word times, tokens, scores; same costs to float rounding). n-best, lattices and streaming
+are not compiled yet: with ``nbest > 1`` or ``lattice: true`` (and for `init_streams` /
+`decode_chunk`) the torch path runs whatever the backend says.
+
 Streaming (paper 001 sec. 3.1): `init_streams`, `decode_chunk`, `finalize`; each stream's tokens
 are saved in a state buffer between chunks (gather by stream id, scatter back), so chunked
 decoding equals offline decoding frame for frame.
@@ -41,6 +50,8 @@ from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst")
 
+BACKENDS = ("auto", "torch", "compiled")
+
 
 @dataclass
 class WfstConfig:
@@ -61,6 +72,8 @@ class WfstConfig:
       ``ModelOutput.extra["boost"]`` (a list with one dict or None per utterance).
     max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
     host_copy_frames: frames of back-pointers collected on the device per host copy.
+    backend: auto | torch | compiled (see the module docstring); auto = compiled on CPU, torch on CUDA.
+    threads: worker threads of the compiled backend (0 = the cores this process may use).
     """
 
     graph: str = ""
@@ -77,6 +90,8 @@ class WfstConfig:
     boost: dict = field(default_factory=dict)
     max_epsilon_passes: int = 64
     host_copy_frames: int = 32
+    backend: str = "auto"
+    threads: int = 0
 
     def search_options(self) -> SearchOptions:
         return SearchOptions(
@@ -202,6 +217,12 @@ class WfstDecoder:
         self._stream_search: TokenPassing | None = None
         self._stream_tokens: Tokens | None = None
         self._next_stream = 0
+        if config.backend not in BACKENDS:
+            raise ConfigError(f"decoder.backend: {config.backend!r} is not one of {', '.join(BACKENDS)}")
+        if config.threads < 0:
+            raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
+        self._compiled: Any = None
+        self._fallback_logged = False
 
     # ------------------------------------------------------------------ helpers
     def graph_on(self, device: torch.device) -> SearchGraph:
@@ -261,6 +282,69 @@ class WfstDecoder:
             num_words,
         )
 
+    # ------------------------------------------------------------------ backends
+    def backend_for(self, device: torch.device) -> str:
+        """The backend `decode` uses for log-probs on `device` ("torch" or "compiled")."""
+        want = self.config.backend
+        if want == "auto":
+            want = "compiled" if device.type == "cpu" else "torch"
+        if want == "compiled" and (self.config.lattice or self.config.nbest > 1):
+            if not self._fallback_logged:
+                log.info("wfst: n-best/lattices are not compiled yet; using the torch backend")
+                self._fallback_logged = True
+            return "torch"
+        return want
+
+    def compiled_search(self) -> Any:
+        """The numba search over this graph (built once; compiles on first use)."""
+        if self._compiled is None:
+            from asrdecode.decoders.wfst.compiled import CompiledSearch
+
+            self._compiled = CompiledSearch(self.graph_cpu, self.config.threads)
+        return self._compiled
+
+    def _decode_compiled(
+        self,
+        ac: torch.Tensor,
+        lengths: list[int],
+        tables: list[dict[int, float]],
+        oov: list[str],
+        blank: int,
+        shift: float,
+    ) -> list[DecodeResult]:
+        from asrdecode.decoders.wfst.compiled import STAT_ARCS, STAT_EPS_LIMIT, STAT_EPS_POPS, STAT_FRAMES
+
+        search = self.compiled_search()
+        T = ac.shape[1]
+        ac_h = ac.detach().to("cpu", torch.float32).contiguous().numpy()
+        acs = [ac_h[b, : min(n, T)] for b, n in enumerate(lengths)]
+        boosts = [search.boost_array(t) for t in tables]
+        c = self.config
+        eps_limit = max(c.max_epsilon_passes, 1) * max(self.graph_cpu.num_states, 1024)
+        paths = search.decode_batch(acs, boosts, c.beam, c.max_active, c.min_active, c.beam_delta, eps_limit)
+        self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
+        results = [
+            self._path_result(p.arcs, p.frames, p.total, p.reached_final, tables[b], blank, shift)
+            if p.found
+            else DecodeResult(words=[], score=float("-inf"))
+            for b, p in enumerate(paths)
+        ]
+        total = np.sum([p.stats for p in paths], axis=0) if paths else np.zeros(8, np.int64)
+        stats = {
+            "backend": "compiled",
+            "frames": int(total[STAT_FRAMES]),
+            "syncs": 0,
+            "arcs": int(total[STAT_ARCS]),
+            "epsilon_pops": int(total[STAT_EPS_POPS]),
+            "epsilon_limit_hit": int(total[STAT_EPS_LIMIT]),
+        }
+        self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
+        if oov:
+            log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
+        if stats["epsilon_limit_hit"]:
+            log.warning("wfst: epsilon closure hit its limit (negative-cost epsilon cycle in the graph?)")
+        return results
+
     # ------------------------------------------------------------------ offline
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         if output.log_probs is None:
@@ -268,11 +352,13 @@ class WfstDecoder:
         lp = output.log_probs
         device = lp.device
         B, T, V = lp.shape
-        graph = self.graph_on(device)
         blank = self._blank_column(output)
         ac = self._ac_costs(lp, blank)
         lengths = [int(x) for x in output.lengths.tolist()]
         tables, oov = self._boosts(output.extra.get("boost") if output.extra else None, B)
+        if self.backend_for(device) == "compiled":
+            return self._decode_compiled(ac, lengths, tables, oov, blank, output.frame_shift)
+        graph = self.graph_on(device)
         boost = self._boost_table(tables, device)
         want_lattice = self.config.lattice or self.config.nbest > 1
         search = TokenPassing(
@@ -294,7 +380,8 @@ class WfstDecoder:
             tok = search.step(tok, ac[:, t], frames, boost)
         final_tok = Tokens.cat(done) if done else Tokens.empty(device)
         results = self._results(search, final_tok, B, tables, blank, output.frame_shift)
-        self.last_info = {"stats": dict(search.stats), "oov_boost_words": oov, "not_final": self._not_final}
+        stats = {"backend": "torch", **search.stats}
+        self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
             self._attach_lattices(search, results, [min(n, T) for n in lengths], tables)
         if oov:
@@ -367,8 +454,19 @@ class WfstDecoder:
         if rec < 0:
             return DecodeResult(words=[], score=float("-inf"))
         path = search.backpointers.trace(rec)
-        arcs = data["arc"][path]
-        frames = data["frame"][path]
+        return self._path_result(data["arc"][path], data["frame"][path], total, reached, boost, blank, shift)
+
+    def _path_result(
+        self,
+        arcs: np.ndarray,
+        frames: np.ndarray,
+        total: float,
+        reached: bool,
+        boost: dict[int, float],
+        blank: int,
+        shift: float,
+    ) -> DecodeResult:
+        """DecodeResult of a 1-best path given as arc indices and their frames (either backend)."""
         arcs_ok = arcs >= 0
         arcs, frames = arcs[arcs_ok], frames[arcs_ok]
         il, ol = self.h_ilabel[arcs], self.h_olabel[arcs]

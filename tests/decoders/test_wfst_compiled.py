@@ -1,0 +1,228 @@
+"""`decoder.backend: compiled` (numba token passing, issue 7) against the references and the torch path.
+
+* tiny random WFSTs with epsilons (and epsilon cycles): exhaustive Viterbi (wfst_ref), and the
+  torch backend: same words, same costs (float32 bit for bit: both add in the same order);
+* built TLGs (NeMo BPE fixture, toy lexicon) with real and synthetic log-probs: kaldi-decoder's
+  FasterDecoder, on the same cases as test_wfst_kaldi.py (whose `compare` runs the torch backend);
+* batch == single utterances, 1 thread == 2 threads, word boosts, backend selection, the cutoff.
+
+The first test in a fresh checkout compiles the numba code (~15 s, cached in __pycache__).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from test_wfst_kaldi import NO_MAX, compare, nemo_graphs, synthetic, toy_graph_dirs  # noqa: F401
+from test_wfst_viterbi import V, device_graph, epsilon_cycle_fst, kaldi_get_cutoff, log_probs
+from wfst_ref import nemo_log_probs, random_wfst, single_thread, viterbi_reference  # noqa: F401
+
+from asrdecode.decoders import decoder_config_from_dict
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst.compiled import CompiledSearch, _cache_present, get_cutoff
+from asrdecode.errors import ConfigError
+from asrdecode.models.base import ModelOutput
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0}
+WORDS = {i: f"w{i}" for i in range(1, 10)}
+
+
+def batch_output(lps: list[np.ndarray], blank: int = -1) -> ModelOutput:
+    T = max(len(x) for x in lps)
+    x = np.zeros((len(lps), T, lps[0].shape[1]), dtype=np.float32)
+    for b, lp in enumerate(lps):
+        x[b, : len(lp)] = lp
+    return ModelOutput(torch.from_numpy(x), torch.tensor([len(lp) for lp in lps]), 0.04, blank, [])
+
+
+def decode(graph, lps, backend: str, words=WORDS, blank: int = -1, **kw):
+    cfg = WfstConfig(**{**WIDE, **kw, "backend": backend})
+    dec = WfstDecoder(cfg, graph=graph, words=words)
+    res = dec.decode(batch_output(lps, blank))
+    assert dec.last_info["stats"]["backend"] == backend
+    return dec, res
+
+
+def same(a, b) -> None:
+    """Identical results of the two backends (words with times, tokens, scores)."""
+    assert a.words == b.words
+    assert a.tokens == b.tokens and a.token_frames == b.token_frames
+    assert a.score == pytest.approx(b.score, abs=1e-5)
+    if math.isfinite(a.score):
+        assert a.acoustic_score == pytest.approx(b.acoustic_score, abs=1e-4)
+        assert a.lm_score == pytest.approx(b.lm_score, abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_wfst_equals_viterbi_and_torch(seed):
+    rng = np.random.default_rng(seed)
+    fst = random_wfst(rng, int(rng.integers(3, 9)), V, 6)
+    lp = log_probs(rng, int(rng.integers(1, 9)))
+    ref = viterbi_reference(fst, lp)
+    g = device_graph(fst)
+    dec, (res,) = decode(g, [lp], "compiled")
+    _, (tor,) = decode(g, [lp], "torch")
+    same(res, tor)
+    if ref is None:
+        assert dec.last_info["not_final"] == [0] or res.score == -math.inf
+        return
+    assert dec.last_info["not_final"] == []
+    assert -res.score == pytest.approx(ref[0], abs=1e-4)
+    assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
+    assert -(res.acoustic_score + res.lm_score) == pytest.approx(ref[0], abs=1e-4)
+
+
+def test_epsilon_cycle_terminates():
+    fst = epsilon_cycle_fst()
+    lp = log_probs(np.random.default_rng(3), 6)
+    ref = viterbi_reference(fst, lp)
+    _, (res,) = decode(device_graph(fst), [lp], "compiled")
+    assert -res.score == pytest.approx(ref[0], abs=1e-4)
+    assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
+
+
+def test_mixed_lengths_scale_and_blank_penalty_batch_equals_single():
+    """acoustic_scale and blank_penalty as the torch path; lengths 0..8 in one batch; 2 threads."""
+    rng = np.random.default_rng(7)
+    fst = random_wfst(rng, 7, V, 6)
+    g = device_graph(fst)
+    lps = [log_probs(rng, n) for n in (5, 1, 8, 3, 0, 6)]
+    kw = {"acoustic_scale": 0.5, "blank_penalty": 0.7}
+    _, res = decode(g, lps, "compiled", blank=V - 1, threads=2, **kw)
+    _, tor = decode(g, lps, "torch", blank=V - 1, **kw)
+    for b, lp in enumerate(lps):
+        same(res[b], tor[b])
+        if len(lp):
+            _, (one,) = decode(g, [lp], "compiled", blank=V - 1, threads=1, **kw)
+            assert one == res[b]
+        shifted = lp.copy()
+        shifted[:, V - 1] -= 0.7
+        ref = viterbi_reference(fst, shifted, acoustic_scale=0.5)
+        if ref is not None:
+            assert -res[b].score == pytest.approx(ref[0], abs=1e-4)
+            assert [w.word for w in res[b].words] == [f"w{o}" for o in ref[1]]
+
+
+@pytest.mark.parametrize("topology", ["compact", "normal"])
+@pytest.mark.parametrize("beam,max_active,min_active", [(16.0, NO_MAX, 0), (8.0, 10000, 20), (10.0, 50, 20)])
+def test_nemo_logprobs_match_kaldi(nemo_graphs, topology, beam, max_active, min_active):  # noqa: F811
+    lp, lengths, _ = nemo_log_probs()
+    compare(nemo_graphs[topology], lp, lengths, beam, max_active, min_active, backend="compiled")
+
+
+@pytest.mark.parametrize("topology", ["compact", "normal"])
+@pytest.mark.parametrize("beam,max_active,min_active", [(12.0, NO_MAX, 0), (14.0, 15, 10)])
+def test_synthetic_logprobs_match_kaldi(nemo_graphs, topology, beam, max_active, min_active):  # noqa: F811
+    lp = synthetic(0, 4, 60, 129, 128)
+    compare(nemo_graphs[topology], lp, np.array([60, 50, 37, 60]), beam, max_active, min_active, "compiled")
+
+
+@pytest.mark.parametrize("topology", ["compact", "normal"])
+def test_toy_tlg_matches_kaldi(toy_graph_dirs, topology):  # noqa: F811
+    for seed in range(4):
+        lp = synthetic(seed, 3, 25, 4, 3)
+        compare(toy_graph_dirs[topology], lp, np.array([25, 17, 9]), 16.0, 10000, 20, "compiled")
+
+
+@pytest.mark.parametrize("beam,max_active,min_active", [(12.0, 10000, 200), (10.0, 50, 20), (6.0, 30, 0)])
+def test_nemo_tlg_equals_torch_with_boosts_and_threads(nemo_graphs, beam, max_active, min_active):  # noqa: F811
+    """Binding max_active, per-utterance boosts: both backends give the same 1-best; the batch on
+    two threads equals each utterance decoded alone."""
+    lp, lengths, _ = nemo_log_probs()
+    graph_dir = nemo_graphs["compact"]
+    out = ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, 128, [])
+    opts = {"graph": str(graph_dir), "beam": beam, "max_active": max_active, "min_active": min_active}
+    torch_dec = WfstDecoder(WfstConfig(**opts, backend="torch"))
+    comp = WfstDecoder(WfstConfig(**opts, backend="compiled", threads=2))
+    words = sorted(comp.word_ids)
+    out.extra["boost"] = [
+        {words[(7 * b) % len(words)]: 3.0, words[b % len(words)]: 1.5} for b in range(len(lp))
+    ]
+    out.extra["boost"][1] = None
+    tor, res = torch_dec.decode(out), comp.decode(out)
+    assert comp.last_info["not_final"] == torch_dec.last_info["not_final"]
+    for b in range(len(lp)):
+        same(res[b], tor[b])
+        one = ModelOutput(
+            torch.from_numpy(lp[b : b + 1, : lengths[b]]), torch.tensor([lengths[b]]), 0.08, 128, []
+        )
+        one.extra["boost"] = [out.extra["boost"][b]]
+        assert comp.decode(one)[0] == res[b]
+
+
+def test_backend_selection_and_config(nemo_graphs):  # noqa: F811
+    cfg = decoder_config_from_dict({"type": "wfst", "graph": "g", "backend": "compiled", "threads": 2})
+    assert cfg.backend == "compiled" and cfg.threads == 2
+    d = str(nemo_graphs["compact"])
+    with pytest.raises(ConfigError, match="decoder.backend"):
+        WfstDecoder(WfstConfig(graph=d, backend="gpu"))
+    auto = WfstDecoder(WfstConfig(graph=d))
+    assert auto.backend_for(torch.device("cpu")) == "compiled"
+    assert auto.backend_for(torch.device("cuda")) == "torch"
+    # n-best / lattices are not compiled: the torch path runs them
+    lat = WfstDecoder(WfstConfig(graph=d, backend="compiled", nbest=3, beam=8.0, lattice_beam=4.0))
+    assert lat.backend_for(torch.device("cpu")) == "torch"
+    lp, lengths, _ = nemo_log_probs()
+    res = lat.decode(ModelOutput(torch.from_numpy(lp[:1]), torch.from_numpy(lengths[:1]), 0.08, 128, []))
+    assert lat.last_info["stats"]["backend"] == "torch" and res[0].nbest
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cutoff_matches_kaldi_rule(seed):
+    rng = np.random.default_rng(seed)
+    for n in (1, 5, 29, 300):
+        cost = rng.uniform(0, 20, size=n).astype(np.float32)
+        scratch = np.empty(n, np.float32)
+        for beam, max_active, min_active in [(5.0, 10, 3), (30.0, 7, 0), (2.0, 100, 12), (8.0, NO_MAX, 0)]:
+            cut, adaptive = get_cutoff(
+                cost, n, scratch, np.float32(beam), max_active, min_active, np.float32(0.5)
+            )
+            ref = kaldi_get_cutoff(cost.tolist(), beam, max_active, min_active, 0.5)
+            assert cut == pytest.approx(ref[0], abs=1e-4)
+            assert adaptive == pytest.approx(ref[1], abs=1e-4)
+
+
+def test_compiled_code_is_cached_on_disk():
+    CompiledSearch.ensure_compiled()
+    assert _cache_present()
+
+
+def test_thousands_of_active_tokens_equal_torch():
+    """A wide graph (start --eps--> 3000 states, random emitting and epsilon arcs among them) keeps
+    thousands of tokens per frame: the growable token, queue and record arrays of the compiled
+    search resize (regression: a buffer that is not swapped with the others must grow too)."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    arcs = [(0, 0, 0, float(rng.uniform(0, 2)), s) for s in range(1, n)]
+    for s in range(1, n):
+        for _ in range(2):
+            arcs.append(
+                (
+                    s,
+                    int(rng.integers(1, V + 1)),
+                    int(rng.integers(0, 7)),
+                    float(rng.uniform(0, 3)),
+                    int(rng.integers(1, n)),
+                )
+            )
+        if rng.random() < 0.3:
+            arcs.append((s, 0, int(rng.integers(0, 7)), float(rng.uniform(0, 1)), int(rng.integers(1, n))))
+    final = [math.inf] * n
+    for s in rng.choice(np.arange(1, n), size=50, replace=False):
+        final[int(s)] = float(rng.uniform(0, 2))
+    g = device_graph({"num_states": n, "start": 0, "final": final, "arcs": arcs})
+    lps = [log_probs(rng, 6), log_probs(rng, 4)]
+    dec, res = decode(g, lps, "compiled", threads=2)
+    _, tor = decode(g, lps, "torch")
+    for a, b in zip(res, tor, strict=True):
+        same(a, b)
+    assert dec.last_info["stats"]["arcs"] > 20000
+    # with max_active binding both backends prune the same way
+    kw = {"beam": 8.0, "max_active": 500, "min_active": 50}
+    _, res = decode(g, lps, "compiled", **kw)
+    _, tor = decode(g, lps, "torch", **kw)
+    for a, b in zip(res, tor, strict=True):
+        same(a, b)
