@@ -16,6 +16,21 @@ sys.path.insert(0, str(Path(__file__).parent / "decoders"))
 from wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
 
 
+def wfst(inputs: str, graph_dir: Path, *args: str, check: bool = True):
+    """`asrdecode transcribe INPUT --model <fixture> --decoder wfst decoder.graph=G ...`."""
+    return run(
+        "transcribe",
+        inputs,
+        "--model",
+        str(MODEL),
+        "--decoder",
+        "wfst",
+        f"decoder.graph={graph_dir}",
+        *args,
+        check=check,
+    )
+
+
 @pytest.fixture(scope="module")
 def graph_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("cli_wfst")
@@ -27,20 +42,7 @@ def graph_dir(tmp_path_factory) -> Path:
 
 def test_wfst_cli_matches_kaldi_faster_decoder(tmp_path, graph_dir):
     out = tmp_path / "wfst"
-    run(
-        "transcribe",
-        str(AUDIO),
-        "--model",
-        str(MODEL),
-        "--decoder",
-        "wfst",
-        f"decoder.graph={graph_dir}",
-        "decoder.beam=12",
-        "threads=1",
-        "--save-logprobs",
-        "--out",
-        str(out),
-    )
+    wfst(str(AUDIO), graph_dir, "decoder.beam=12", "threads=1", "--save-logprobs", "--out", str(out))
     rows = {r["utt_id"]: r for r in read_jsonl(out / "transcripts.jsonl")}
     assert len(rows) == 6
     words = {
@@ -64,14 +66,9 @@ def test_wfst_lattices_and_manifest_boost(tmp_path, graph_dir):
         "".join(json.dumps({"audio_filepath": str(w), "utt_id": w.stem}) + "\n" for w in wavs)
     )
     out = tmp_path / "lat"
-    run(
-        "transcribe",
+    wfst(
         str(manifest),
-        "--model",
-        str(MODEL),
-        "--decoder",
-        "wfst",
-        f"decoder.graph={graph_dir}",
+        graph_dir,
         "decoder.lattice=true",
         "decoder.lattice_beam=2",
         "threads=1",
@@ -97,18 +94,7 @@ def test_wfst_lattices_and_manifest_boost(tmp_path, graph_dir):
         lines.append(json.dumps(rec))
     manifest.write_text("\n".join(lines) + "\n")
     out2 = tmp_path / "boost"
-    run(
-        "transcribe",
-        str(manifest),
-        "--model",
-        str(MODEL),
-        "--decoder",
-        "wfst",
-        f"decoder.graph={graph_dir}",
-        "threads=1",
-        "--out",
-        str(out2),
-    )
+    wfst(str(manifest), graph_dir, "threads=1", "--out", str(out2))
     boosted = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out2 / "transcripts.jsonl")}
     assert boost_word in boosted[target].split()
     assert all(boosted[u] == rows[u]["pred_text"] for u in rows if u != target)
@@ -116,18 +102,7 @@ def test_wfst_lattices_and_manifest_boost(tmp_path, graph_dir):
 
 def test_boost_file_option(tmp_path, graph_dir):
     base = tmp_path / "base"
-    run(
-        "transcribe",
-        str(AUDIO),
-        "--model",
-        str(MODEL),
-        "--decoder",
-        "wfst",
-        f"decoder.graph={graph_dir}",
-        "threads=1",
-        "--out",
-        str(base),
-    )
+    wfst(str(AUDIO), graph_dir, "threads=1", "--out", str(base))
     before = {r["utt_id"]: r["pred_text"] for r in read_jsonl(base / "transcripts.jsonl")}
     vocab = [line.split()[0] for line in (graph_dir / "words.txt").read_text().splitlines()]
     word = next(
@@ -136,35 +111,9 @@ def test_boost_file_option(tmp_path, graph_dir):
     boost = tmp_path / "boost.txt"
     boost.write_text(f"# hotwords\n{word} 60\n")
     out = tmp_path / "boosted"
-    run(
-        "transcribe",
-        str(AUDIO),
-        "--model",
-        str(MODEL),
-        "--decoder",
-        "wfst",
-        f"decoder.graph={graph_dir}",
-        "threads=1",
-        "--boost",
-        str(boost),
-        "--out",
-        str(out),
-    )
+    wfst(str(AUDIO), graph_dir, "threads=1", "--boost", str(boost), "--out", str(out))
     after = {r["utt_id"]: r["pred_text"] for r in read_jsonl(out / "transcripts.jsonl")}
     assert any(word in t.split() for t in after.values())
     boost.write_text(f"{word} lots\n")
-    proc = run(
-        "transcribe",
-        str(AUDIO),
-        "--model",
-        str(MODEL),
-        "--decoder",
-        "wfst",
-        f"decoder.graph={graph_dir}",
-        "--boost",
-        str(boost),
-        "--out",
-        str(tmp_path / "bad"),
-        check=False,
-    )
+    proc = wfst(str(AUDIO), graph_dir, "--boost", str(boost), "--out", str(tmp_path / "bad"), check=False)
     assert proc.returncode != 0 and "boost.txt:1" in proc.stderr and "Traceback" not in proc.stderr
