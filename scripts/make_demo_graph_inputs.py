@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from asrdecode.lm import train_arpa
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "data" / "demo" / "graph"
@@ -41,21 +42,7 @@ def main() -> None:
     lines = [ln for ln in lines if ln and ln not in held_out]
     corpus = OUT / "corpus.txt"
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kaldingram.cli",
-            "train",
-            "--ngram-order",
-            "3",
-            "--text",
-            str(corpus),
-            "--lm",
-            str(OUT / "lm.arpa"),
-        ],
-        check=True,
-    )
+    train_arpa(corpus, OUT / "lm.arpa")
     words = {w for ln in lines for w in ln.split()}
     print(f"{len(lines)} sentences, {len(words)} words -> {OUT / 'lm.arpa'}")
 

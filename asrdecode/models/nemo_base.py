@@ -60,9 +60,6 @@ class NemoModelBase(nn.Module):
         """[B, S] padded waveforms at ``sample_rate`` -> ([B, F, T] log-mel features, [B] frame counts)."""
         return self.preprocessor(waveforms, lengths)
 
-    def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
-        raise NotImplementedError
-
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
         """Waveforms -> ModelOutput (differentiable in training mode)."""
         feats, feat_len = self.features(waveforms, lengths)

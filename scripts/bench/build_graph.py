@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from asrdecode.lm import train_arpa
+
 CHILD = """
 import json, sys, time, yaml
 from asrdecode.config import dataclass_from_dict
@@ -56,22 +58,7 @@ def synthetic_lm(vocab: int, folder: Path, sentences: int, seed: int = 0) -> Pat
     corpus = folder / f"corpus_{vocab}.txt"
     corpus.write_text("\n".join(lines) + "\n")
     arpa = folder / f"lm_{vocab}.arpa"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kaldingram.cli",
-            "train",
-            "--ngram-order",
-            "3",
-            "--text",
-            str(corpus),
-            "--lm",
-            str(arpa),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    train_arpa(corpus, arpa, quiet=True)
     return arpa
 
 
