@@ -197,3 +197,21 @@ def test_blank_penalty_equals_shifted_blank_logprob():
     (res,) = dec.decode(out)
     assert -res.score == pytest.approx(ref[0], abs=1e-4)
     assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
+
+
+@pytest.mark.parametrize("backend", ["torch", "compiled"])
+def test_word_insertion_penalty_equals_penalised_word_arcs(backend):
+    """`word_insertion_penalty` p = exhaustive Viterbi over the graph with p added to every arc
+    that outputs a word; on this case the penalty changes the 1-best to fewer words."""
+    p = 2.0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        fst = random_wfst(rng, 6, V, 6)
+        lp = log_probs(rng, 6)
+        penalised = {**fst, "arcs": [(s, i, o, w + (p if o else 0.0), n) for s, i, o, w, n in fst["arcs"]]}
+        ref, plain = viterbi_reference(penalised, lp), viterbi_reference(fst, lp)
+        if ref is not None and plain is not None and len(ref[1]) < len(plain[1]):
+            break
+    (res,) = run(decoder(fst, word_insertion_penalty=p, backend=backend), [lp])
+    assert -res.score == pytest.approx(ref[0], abs=1e-4)
+    assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]

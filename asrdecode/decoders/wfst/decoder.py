@@ -33,8 +33,9 @@ decoding equals offline decoding frame for frame.
 
 from __future__ import annotations
 
+
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -65,6 +66,8 @@ class WfstConfig:
     lattice_beam: reserved for lattice generation (tokens kept within this of the best).
     acoustic_scale: multiplies the model log-probs. blank_penalty: subtracted from the blank
       log-prob before scaling (NeMo/riva name).
+    word_insertion_penalty: cost added to every arc that outputs a word (Kaldi's
+      `--word-ins-penalty`; pocketsphinx's `wip` maps to -ln(wip) * acoustic_scale).
     nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
     lattice: keep lattices (DecodeResult.lattice = a `StateLattice`; see wfst/lattice.py).
     boost: global word boosts, word -> log-score bonus (positive favours the word; paper 001
@@ -85,6 +88,7 @@ class WfstConfig:
     lattice_beam: float = 8.0
     acoustic_scale: float = 1.0
     blank_penalty: float = 0.0
+    word_insertion_penalty: float = 0.0
     nbest: int = 1
     lattice: bool = False
     boost: dict = field(default_factory=dict)
@@ -190,6 +194,9 @@ class WfstDecoder:
         self.context = context
         if graph is None:
             graph, words = load_graph(config.graph)
+        if config.word_insertion_penalty:
+            penalty = (graph.olabel != 0).to(graph.weight.dtype) * config.word_insertion_penalty
+            graph = replace(graph, weight=graph.weight + penalty)
         self.graph_cpu = graph
         self.words = words or {}
         self.word_ids = {w: i for i, w in self.words.items()}
