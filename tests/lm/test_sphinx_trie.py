@@ -48,7 +48,7 @@ def test_probabilities_equal_pocketsphinx(trie_lm, lookup, order):
         theirs = np.array([reference.prob([trie_lm.vocab[w] for w in row[::-1]]) for row in words])
         assert np.abs(ours - theirs * SPHINX_UNIT).max() <= SPHINX_UNIT + 1e-6
     if order == 3:  # a trigram that is in the model, checked by name
-        i = int(np.flatnonzero((table.words[:, 0] == trie_lm.vocab.index("tell")))[0])
+        i = int(np.flatnonzero(table.words[:, 0] == trie_lm.vocab.index("tell"))[0])
         words = [trie_lm.vocab[w] for w in table.words[i]]
         assert lookup.log10_prob(table.words[i : i + 1])[0] == pytest.approx(
             reference.prob(words[::-1]) * SPHINX_UNIT, abs=SPHINX_UNIT

@@ -33,7 +33,6 @@ decoding equals offline decoding frame for frame.
 
 from __future__ import annotations
 
-
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
