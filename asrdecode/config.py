@@ -29,7 +29,8 @@ class ModelConfig:
     """Which acoustic model: a `.nemo` path or `embedded:<name>` (shipped with asrdecode)."""
 
     path: str = DEFAULT_MODEL
-    type: str = "auto"  # auto | nemo-ctc | nemo-transducer
+    type: str = "auto"  # auto | nemo-ctc | nemo-transducer | sphinx
+    topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture
 
 
 @dataclass

@@ -152,7 +152,8 @@ class Transcriber:
             from asrdecode.models.loading import load_model
 
             self.on_status(f"loading model {self.cfg.model.path}")
-            self.model = load_model(self.cfg.model.path, self.cfg.model.type).to(self.device).eval()
+            model_cfg = self.cfg.model
+            self.model = load_model(model_cfg.path, model_cfg.type, model_cfg.topn).to(self.device).eval()
             if self.cfg.features.type not in ("auto",):
                 raise ConfigError(
                     f"features.type '{self.cfg.features.type}' does not fit a NeMo model (it brings its own "

@@ -65,7 +65,9 @@ class GraphBuildConfig:
       eps-input arcs that carry a delayed word (from a #k disambiguator) stay. May grow big LMs.
     kind: `tlg` (CTC) or `hclg-sphinx` (pocketsphinx model: acoustic_model = folder with mdef,
       transition_matrices and noisedict; lexicon = its dictionary; silprob/fillprob = insertion
-      probabilities of silence / noise fillers between words, pocketsphinx's defaults).
+      probabilities of silence / noise fillers between words, pocketsphinx's defaults;
+      transition_scale = multiplier of HMM transition and silence/filler costs, 1/lw to score as
+      pocketsphinx does with decoder.acoustic_scale = 1/lw).
     """
 
     kind: str = "tlg"
@@ -85,6 +87,7 @@ class GraphBuildConfig:
     noisedict: str | None = None
     silprob: float = 0.005
     fillprob: float = 1e-8
+    transition_scale: float = 1.0
 
     def validate(self) -> None:
         if not self.arpa:
@@ -783,6 +786,7 @@ def _build_sphinx(
         noisedict=cfg.noisedict,
         silprob=cfg.silprob,
         fillprob=cfg.fillprob,
+        transition_scale=cfg.transition_scale,
     )
     check_arpa(cfg.arpa)
     meta = build_sphinx_hclg(scfg, out)

@@ -145,9 +145,12 @@ def compile_hclg(
     optional: tuple[tuple[int, float], ...] = (),
     unit_table: list[tuple[str, int]] | None = None,
     determinize: bool = True,
+    edge_silence: int | None = None,
 ) -> dict[str, Any]:
     """Shared HCLG recipe; `prons` use phone ids 1..num_phones, `optional` = (phone id, cost) that may
-    appear between words with no output (silence, fillers). Writes the graph folder, returns meta.
+    appear between words with no output (silence, fillers). `edge_silence`: a phone id that may
+    also start and end the utterance at no cost (pocketsphinx's `<s>`/`</s>` are silence).
+    Writes the graph folder, returns meta.
 
     determinize: as Kaldi's mkgraph, keep the disambiguation symbols through C and H, then
     HCLG = min(det(H o CLG)) on transition ids, mapped to pdf + 1 (disambiguation -> epsilon)
@@ -179,8 +182,8 @@ def compile_hclg(
         arpa_to_g(arpa_plain, tmp / "words.txt", tmp / "G.fst", -1)
         G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
         L = make_lexicon_fst(dis_prons, word_ids, first_disambig, n)
-        if optional:
-            L = _add_loops(L, optional)
+        if optional or edge_silence is not None:
+            L = _add_loops(L, optional, edge_silence)
         disambig = list(range(first_disambig, first_disambig + max_dis + 1)) if determinize else []
         LG = compile_lg(L, G, first_disambig, n, keep_disambig=determinize)
         CLG, windows = kaldifst.compose_context(disambig, 3, 1, LG)
@@ -244,15 +247,36 @@ def _map_ilabels(fst: Any, label_map: np.ndarray) -> Any:
     ).to_kaldifst()
 
 
-def _add_loops(L: Any, loops: tuple[tuple[int, float], ...]) -> Any:
-    """Optional units on L's loop state 0 (read between words, no output)."""
+def _add_loops(L: Any, loops: tuple[tuple[int, float], ...], edge_unit: int | None = None) -> Any:
+    """Optional units on L's loop state 0 (read between words, no output). With `edge_unit`, a
+    new start state (a copy of state 0's arcs plus `edge_unit` -> 0) and a new final state
+    (0 -> `edge_unit` -> it) let that unit begin and end the utterance at no cost."""
     g = DeviceGraph.from_kaldifst(L)
     a = g.arc_arrays()
-    extra = np.array([[0, u, 0, c, 0] for u, c in loops], dtype=np.float64)
+    rows = [[0, u, 0, c, 0] for u, c in loops]
+    num_states, start, final = g.num_states, g.start, g.final.numpy()
+    if edge_unit is not None:
+        first, last = num_states, num_states + 1
+        from_loop = a["src"] == 0
+        rows += [
+            [first, il, ol, w, ns]
+            for il, ol, w, ns in zip(
+                a["ilabel"][from_loop],
+                a["olabel"][from_loop],
+                a["weight"][from_loop],
+                a["nextstate"][from_loop],
+                strict=True,
+            )
+        ]
+        rows += [[first, u, 0, c, 0] for u, c in loops]
+        rows += [[first, edge_unit, 0, 0.0, 0], [0, edge_unit, 0, 0.0, last]]
+        num_states, start = num_states + 2, first
+        final = np.concatenate([final, [final[0], 0.0]]).astype(final.dtype)
+    extra = np.array(rows, dtype=np.float64).reshape(-1, 5)
     g2 = DeviceGraph.from_arrays(
-        g.num_states,
-        g.start,
-        g.final.numpy(),
+        num_states,
+        start,
+        final,
         np.concatenate([a["src"], extra[:, 0].astype(np.int64)]),
         np.concatenate([a["ilabel"].astype(np.int64), extra[:, 1].astype(np.int64)]),
         np.concatenate([a["olabel"].astype(np.int64), extra[:, 2].astype(np.int64)]),

@@ -184,7 +184,13 @@ def read_sphinx_dict(path: str | Path) -> list[tuple[str, list[str]]]:
 
 @dataclass
 class SphinxGraphConfig:
-    """pocketsphinx-model HCLG inputs (defaults = pocketsphinx's silprob/fillprob/tmatfloor)."""
+    """pocketsphinx-model HCLG inputs (defaults = pocketsphinx's silprob/fillprob/tmatfloor).
+
+    transition_scale multiplies the HMM transition costs and the silence/filler insertion costs
+    (Kaldi's `--transition-scale`). pocketsphinx adds these on the acoustic side, unweighted, and
+    only the LM is multiplied by its language weight `lw`; decoding with `acoustic_scale = 1/lw`
+    scores paths as pocketsphinx does when `transition_scale = 1/lw` too.
+    """
 
     model_dir: str
     dictionary: str
@@ -193,6 +199,7 @@ class SphinxGraphConfig:
     silprob: float = 0.005
     fillprob: float = 1e-8
     tmatfloor: float = 1e-4
+    transition_scale: float = 1.0
 
 
 def build_sphinx_hclg(cfg: SphinxGraphConfig, out_dir: str | Path) -> dict[str, Any]:
@@ -223,7 +230,7 @@ def build_sphinx_hclg(cfg: SphinxGraphConfig, out_dir: str | Path) -> dict[str, 
         if word in ("<s>", "</s>") or len(phones) != 1 or phones[0] not in ci:
             continue
         c = ci[phones[0]]
-        cost = -math.log(cfg.silprob if c == mdef.sil else cfg.fillprob)
+        cost = -math.log(cfg.silprob if c == mdef.sil else cfg.fillprob) * cfg.transition_scale
         if all(u != sym(c, 3) for u, _ in optional):
             optional.append((sym(c, 3), cost))
 
@@ -238,7 +245,9 @@ def build_sphinx_hclg(cfg: SphinxGraphConfig, out_dir: str | Path) -> dict[str, 
             pid = mdef.phone_id_nearest(c, lc, rc, wpos)
         senones = [int(s) for s in mdef.sseq[mdef.ssid[pid]]]
         exact = pid >= len(mdef.ciphones) and mdef.phone_id(c, lc, rc, wpos) == pid
-        return senones, tmat[mdef.tmat[pid]], not exact and not mdef.filler[c]
+        # p ** scale: H's cost -ln(p) becomes scale * -ln(p)
+        trans = tmat[mdef.tmat[pid]] ** cfg.transition_scale
+        return senones, trans, not exact and not mdef.filler[c]
 
     units = [("<eps>", 0)] + [
         (f"{name}_{WPOS[w]}", sym(c, w)) for c, name in enumerate(mdef.ciphones) for w in range(n_pos)
@@ -256,7 +265,16 @@ def build_sphinx_hclg(cfg: SphinxGraphConfig, out_dir: str | Path) -> dict[str, 
         "dictionary_words_with_unknown_phones": unknown,
         "silprob": cfg.silprob,
         "fillprob": cfg.fillprob,
+        "transition_scale": cfg.transition_scale,
     }
     return compile_hclg(
-        len(mdef.ciphones) * n_pos, prons, cfg.arpa, resolve, out_dir, meta, tuple(optional), units
+        len(mdef.ciphones) * n_pos,
+        prons,
+        cfg.arpa,
+        resolve,
+        out_dir,
+        meta,
+        tuple(optional),
+        units,
+        edge_silence=sym(mdef.sil, 3),
     )

@@ -62,13 +62,13 @@ def resolve_model_path(spec: str) -> Path:
     return path
 
 
-def load_model(spec: str, model_type: str = "auto"):
+def load_model(spec: str, model_type: str = "auto", topn: int = 4):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
     model_type: ``auto`` (a ``.nemo`` file: CTC or transducer by the class in its config; hybrid
     RNNT-CTC models load their CTC head; a folder with an ``mdef``: sphinx), ``nemo-ctc``,
     ``nemo-transducer`` (RNN-T/TDT, or a hybrid's transducer part) or ``sphinx`` (a pocketsphinx
-    PTM model folder, e.g. ``embedded:sphinx-en-us``).
+    PTM model folder, e.g. ``embedded:sphinx-en-us``; ``topn`` = its Gaussian selection, 0 = full).
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -87,7 +87,7 @@ def load_model(spec: str, model_type: str = "auto"):
     if kind == "sphinx":
         from asrdecode.models.sphinx import load_sphinx
 
-        return load_sphinx(path)
+        return load_sphinx(path, topn=topn)
     raise ModelError(
         f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc, nemo-transducer, sphinx)"
     )

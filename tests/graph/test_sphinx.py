@@ -152,3 +152,50 @@ def test_build_graph_kind_hclg_sphinx_is_cached(sphinx, tmp_path):
     assert build_graph(cfg, tmp_path / "g")["cached"] is True
     info = describe_graph(tmp_path / "g")
     assert info["kind"] == "HCLG" and info["words (vocabulary)"] == str(len(WORDS))
+
+
+def test_edge_silence_is_free_and_transition_scale_applies(sphinx):
+    """pocketsphinx's utterances begin and end in silence at no insertion cost, and its transition
+    and silence costs sit on the acoustic side (`transition_scale`). Decoded with kaldi-decoder:
+    adding silence frames at both edges must cost exactly their acoustic cost plus the scaled
+    transition costs of the silence HMM, and no -ln(silprob)."""
+    import kaldi_decoder
+
+    d, _ = sphinx
+    scale = 0.5
+    cfg = SphinxGraphConfig(
+        model_dir=str(d / "en-us"),
+        dictionary=str(d / "words.dict"),
+        arpa=str(d / "lm.arpa"),
+        transition_scale=scale,
+    )
+    build_sphinx_hclg(cfg, d / "graph-scaled")
+    fst = kaldifst.StdVectorFst(kaldifst.StdFst.read(str(d / "graph-scaled" / "HCLG.fst")))
+    table = read_symbols(d / "graph-scaled" / "words.txt")
+    m = read_mdef(d / "en-us" / "mdef")
+    tmat = read_tmat(d / "en-us" / "transition_matrices")[m.tmat[m.sil]]
+    sil = [int(s) for s in m.sseq[m.ssid[m.sil]]]
+    prons = {}
+    for line in (d / "words.dict").read_text().splitlines():
+        f = line.split()
+        prons.setdefault(f[0], f[1:])
+    words = ["go", "back"]
+    frames = [s for s in senones_for(m, [prons[w] for w in words]) for _ in range(2)]
+    edge = [s for s in sil for _ in range(2)]
+
+    def decode(seq: list[int]) -> tuple[list[str], float]:
+        lp = np.full((len(seq), 5126), math.log(1e-4), dtype=np.float32)
+        lp[np.arange(len(seq)), seq] = math.log(0.5)
+        dec = kaldi_decoder.FasterDecoder(fst, kaldi_decoder.FasterDecoderOptions(beam=40.0))
+        dec.decode(kaldi_decoder.DecodableCtc(lp))
+        ok, lat = dec.get_best_path()
+        assert ok
+        _, _, out, w = kaldifst.get_linear_symbol_sequence(lat)
+        return [table[o] for o in out], w.value1 + w.value2
+
+    plain_words, plain = decode(frames)
+    edge_words, with_edges = decode(edge + frames + edge)
+    assert plain_words == edge_words == words
+    sil_hmm = sum(-math.log(tmat[i, i]) - math.log(tmat[i, i + 1]) for i in range(3))  # 2 frames/state
+    expected = 2 * (len(edge) * -math.log(0.5) + scale * sil_hmm)
+    assert with_edges - plain == pytest.approx(expected, abs=1e-3)
