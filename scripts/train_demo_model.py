@@ -3,6 +3,15 @@
 
     .venv/bin/python scripts/train_demo_model.py --hours 8 --minutes 55     # end to end
     .venv/bin/python scripts/train_demo_model.py --eval-only                # WER of the saved model
+    .venv/bin/python scripts/train_demo_model.py --arch rnnt --minutes 50 --threads 1   # RNN-T demo
+    .venv/bin/python scripts/train_demo_model.py --arch tdt --minutes 50 --threads 1    # TDT demo
+
+`--arch rnnt|tdt` trains a FastConformer transducer (NeMo EncDecRNNTBPEModel layout: LSTM prediction
+network + joint) with torchaudio's rnnt_loss (RNN-T) or asrdecode.models.transducer_loss.tdt_loss
+(TDT). Its encoder, front end and tokenizer are taken from --init-from (default: the embedded CTC
+demo model), which is what lets it converge in well under an hour on one CPU thread. Checkpoints go
+to data/cache/train_<arch>/, the model to data/models/demo_<arch>_bpe.nemo; WERs use greedy
+label-looping transducer decoding.
 
 End to end: synthesises the corpus if data/cache/synth holds less than --hours of audio
 (scripts/make_synthetic_speech.py), trains a sentencepiece BPE tokenizer on the training
@@ -15,12 +24,14 @@ model), and at the end of the budget writes --out (.nemo) and its .json sidecar 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import random
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +41,20 @@ import sentencepiece as spm
 import soundfile as sf
 import torch
 import torch.nn.functional as F
+import torchaudio.functional as AF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from demo_common import CACHE, DATA, REPO, SAMPLE_RATE, read_manifest  # noqa: E402
 
 from asrdecode.models.ctc import NemoCTCModel  # noqa: E402
 from asrdecode.models.tokenizer import WORD_START, Tokenizer  # noqa: E402
+from asrdecode.models.transducer import NemoTransducerModel  # noqa: E402
 
 SYNTH = CACHE / "synth"
-WORK = CACHE / "train"
-DEFAULT_OUT = DATA / "models" / "demo_ctc_bpe.nemo"
+WORK = CACHE / "train"  # the CTC run's folder; transducers use train_<arch>
+DEFAULT_INIT = REPO / "asrdecode" / "assets" / "demo_ctc_bpe.nemo"
+# torchaudio 2.9 marks rnnt_loss deprecated (maintenance phase) but keeps it; say it once, not per step
+warnings.filterwarnings("once", message=".*rnnt_loss has been deprecated.*")
 EVAL_SETS = {
     "synthetic": DATA / "demo" / "synthetic" / "manifest.jsonl",
     "real": DATA / "demo" / "real" / "manifest.jsonl",
@@ -293,8 +308,111 @@ def model_config(vocab: list[str], args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def greedy_texts(model: NemoCTCModel, waves: list[torch.Tensor], batch_seconds: float = 60.0) -> list[str]:
-    """Greedy CTC transcripts: argmax per frame -> merge repeats -> drop blank -> detokenise."""
+def transducer_config(ctc_cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """NeMo-style EncDecRNNTBPEModel config around a CTC model's front end, encoder and tokenizer:
+    a one-layer LSTM prediction network and a joint network (+ TDT durations for --arch tdt)."""
+    cfg = copy.deepcopy(ctc_cfg)
+    vocab = list(cfg.pop("decoder")["vocabulary"])
+    d_model = int(cfg["encoder"]["d_model"])
+    cfg["model_defaults"] = {
+        "enc_hidden": d_model,
+        "pred_hidden": args.pred_hidden,
+        "joint_hidden": args.joint_hidden,
+    }
+    cfg["decoder"] = {
+        "_target_": "nemo.collections.asr.modules.RNNTDecoder",
+        "normalization_mode": None,
+        "random_state_sampling": False,
+        "blank_as_pad": True,
+        "vocab_size": len(vocab),
+        "prednet": {"pred_hidden": args.pred_hidden, "pred_rnn_layers": 1, "t_max": None, "dropout": 0.0},
+    }
+    cfg["joint"] = {
+        "_target_": "nemo.collections.asr.modules.RNNTJoint",
+        "log_softmax": None,
+        "preserve_memory": False,
+        "fuse_loss_wer": False,
+        "num_classes": len(vocab),
+        "vocabulary": vocab,
+        "jointnet": {
+            "joint_hidden": args.joint_hidden,
+            "activation": "relu",
+            "dropout": 0.1,
+            "encoder_hidden": d_model,
+            "pred_hidden": args.pred_hidden,
+        },
+    }
+    greedy = {"max_symbols": 10}
+    if args.arch == "tdt":
+        durations = [int(d) for d in args.durations.split(",")]
+        cfg["model_defaults"]["tdt_durations"] = durations
+        cfg["joint"]["num_extra_outputs"] = len(durations)
+        cfg["loss"] = {
+            "loss_name": "tdt",
+            "tdt_kwargs": {"durations": durations, "sigma": args.sigma, "omega": 0.0},
+        }
+        cfg["decoding"] = {"strategy": "greedy_batch", "model_type": "tdt", "durations": durations,
+                           "greedy": greedy}  # fmt: skip
+    else:
+        cfg["loss"] = {"loss_name": "default"}
+        cfg["decoding"] = {"strategy": "greedy_batch", "greedy": greedy}
+    cfg["target"] = "nemo.collections.asr.models.rnnt_bpe_models.EncDecRNNTBPEModel"
+    return cfg
+
+
+def transducer_loss(
+    model: NemoTransducerModel, encoder_out: torch.Tensor, enc_lengths: torch.Tensor, tgt: list[list[int]],
+    sigma: float = 0.0,
+) -> torch.Tensor:  # fmt: skip
+    """Per-token transducer NLL of a batch: teacher-forced prediction network (blank = SOS), full
+    joint lattice [B, T, U+1, V+1(+durations)], then torchaudio's rnnt_loss (RNN-T) or our tdt_loss."""
+    b, u_max, blank = len(tgt), max(len(t) for t in tgt), model.blank_id
+    labels = torch.full((b, u_max + 1), blank, dtype=torch.long)
+    targets = torch.zeros((b, u_max), dtype=torch.int32)
+    for i, t in enumerate(tgt):
+        labels[i, 1 : 1 + len(t)] = torch.tensor(t)
+        targets[i, : len(t)] = torch.tensor(t, dtype=torch.int32)
+    tgt_len = torch.tensor([len(t) for t in tgt], dtype=torch.int32)
+    pred, _ = model.decoder.forward_sequence(labels)
+    logits = model.joint(encoder_out[:, : int(enc_lengths.max())], pred)  # rnnt_loss: T = max length
+    if model.durations is None:
+        nll = AF.rnnt_loss(
+            logits.float().contiguous(), targets, enc_lengths.to(torch.int32), tgt_len,
+            blank=blank, reduction="none",
+        )  # fmt: skip
+    else:
+        from asrdecode.models.transducer_loss import tdt_loss
+
+        nll = tdt_loss(
+            logits[..., : blank + 1], logits[..., blank + 1 :], targets.long(), enc_lengths, tgt_len.long(),
+            durations=model.durations, blank=blank, sigma=sigma, reduction="none",
+        )  # fmt: skip
+    return nll.sum() / tgt_len.sum()
+
+
+def greedy_token_ids(
+    model: NemoCTCModel | NemoTransducerModel, x: torch.Tensor, lens: torch.Tensor
+) -> list[list[int]]:
+    """Greedy tokens of a padded batch: CTC argmax -> merge repeats -> drop blank, or (transducers)
+    label-looping greedy decoding (paper 003 Alg. 3)."""
+    res = model(x, lens)
+    if isinstance(model, NemoTransducerModel):
+        from asrdecode.decoders.transducer_greedy import greedy_label_looping
+
+        hyps, _ = greedy_label_looping(model, res.encoder_out, res.lengths)
+        return [hyps.transcript[row, : int(hyps.lengths[row])].tolist() for row in range(x.shape[0])]
+    best = res.log_probs.argmax(-1)
+    out = []
+    for row in range(x.shape[0]):
+        ids = torch.unique_consecutive(best[row, : int(res.lengths[row])]).tolist()
+        out.append([t for t in ids if t != res.blank_id])
+    return out
+
+
+def greedy_texts(
+    model: NemoCTCModel | NemoTransducerModel, waves: list[torch.Tensor], batch_seconds: float = 60.0
+) -> list[str]:
+    """Greedy transcripts (see greedy_token_ids), detokenised."""
     was_training = model.training
     model.eval()
     order = sorted(range(len(waves)), key=lambda i: len(waves[i]))
@@ -307,11 +425,8 @@ def greedy_texts(model: NemoCTCModel, waves: list[torch.Tensor], batch_seconds: 
                 j += 1
             idx = order[i:j]
             x, lens = pad_batch([waves[k] for k in idx])
-            res = model(x, lens)
-            best = res.log_probs.argmax(-1)
-            for row, k in enumerate(idx):
-                ids = torch.unique_consecutive(best[row, : int(res.lengths[row])]).tolist()
-                out[k] = model.tokenizer.decode([t for t in ids if t != res.blank_id])
+            for k, ids in zip(idx, greedy_token_ids(model, x, lens), strict=True):
+                out[k] = model.tokenizer.decode(ids)
             i = j
     model.train(was_training)
     return out
@@ -322,7 +437,7 @@ def wer(refs: list[str], hyps: list[str]) -> float:
     return float(jiwer.wer(refs, [h if h.strip() else "<empty>" for h in hyps]))
 
 
-def evaluate_manifest(model: NemoCTCModel, manifest: Path) -> dict[str, Any]:
+def evaluate_manifest(model: NemoCTCModel | NemoTransducerModel, manifest: Path) -> dict[str, Any]:
     """WER of greedy decoding on one manifest, plus a few examples."""
     rows = read_manifest(manifest)
     hyps = greedy_texts(model, [load_audio(r["audio_path"]) for r in rows])
@@ -341,7 +456,11 @@ def evaluate_manifest(model: NemoCTCModel, manifest: Path) -> dict[str, Any]:
 
 
 def export_nemo(
-    model: NemoCTCModel, cfg: dict[str, Any], files: dict[str, bytes], out: Path, info: dict[str, Any]
+    model: NemoCTCModel | NemoTransducerModel,
+    cfg: dict[str, Any],
+    files: dict[str, bytes],
+    out: Path,
+    info: dict[str, Any],
 ) -> bool:
     """Write the .nemo and its .json sidecar; False (with a message) if nemo.py is not there yet."""
     try:
@@ -389,20 +508,35 @@ def train(args: argparse.Namespace) -> None:
     hours = sum(r["duration"] for r in rows) / 3600
     log(f"training data: {len(rows)} utterances, {hours:.2f} h; dev probe: {len(dev_rows)} utterances")
 
-    files = train_tokenizer([r["text"] for r in rows], args.vocab, WORK / "tokenizer")
-    tokenizer = Tokenizer.from_sentencepiece(files["tokenizer.model"])
-    cfg = model_config(tokenizer.units, args)
-    model = NemoCTCModel.from_config(cfg, tokenizer, files)
+    transducer = args.arch != "ctc"
+    model: NemoCTCModel | NemoTransducerModel
+    if transducer:  # front end, encoder and tokenizer from the CTC model; new prediction + joint nets
+        from asrdecode.models.nemo import load_nemo
+
+        init = load_nemo(args.init_from, kind="ctc")
+        files, tokenizer = dict(init.tokenizer_files), init.tokenizer
+        cfg = transducer_config(init.config, args)
+        model = NemoTransducerModel.from_config(cfg, tokenizer, files)
+        model.preprocessor.load_state_dict(init.preprocessor.state_dict())
+        model.encoder.load_state_dict(init.encoder.state_dict())
+        log(f"encoder, front end and tokenizer initialised from {args.init_from}")
+        del init
+    else:
+        files = train_tokenizer([r["text"] for r in rows], args.vocab, WORK / "tokenizer")
+        tokenizer = Tokenizer.from_sentencepiece(files["tokenizer.model"])
+        cfg = model_config(tokenizer.units, args)
+        model = NemoCTCModel.from_config(cfg, tokenizer, files)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f} M parameters, vocab {len(tokenizer.units)} + blank")
 
     targets = [tokenizer.encode(r["text"]) for r in rows]
     # CTC needs at least one output frame per token (+1 between repeats): drop impossible items
+    # (a transducer can emit any number of tokens per frame)
     keep = []
     for i, (r, t) in enumerate(zip(rows, targets, strict=True)):
         frames = int(r["duration"] * 100) // args.subsampling
         repeats = sum(1 for a, b in zip(t, t[1:], strict=False) if a == b)
-        if len(t) > 0 and len(t) + repeats <= frames:
+        if len(t) > 0 and (transducer or len(t) + repeats <= frames):
             keep.append(i)
     if len(keep) < len(rows):
         log(f"dropping {len(rows) - len(keep)} utterances too fast for the output frame rate")
@@ -412,7 +546,14 @@ def train(args: argparse.Namespace) -> None:
     dev_waves = [load_audio(r["audio_path"]) for r in dev_rows]
     dev_refs = [r["text"] for r in dev_rows]
 
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=1e-3)
+    encoder_params = list(model.encoder.parameters())
+    encoder_ids = {id(p) for p in encoder_params}
+    other_params = [p for p in model.parameters() if id(p) not in encoder_ids]
+    groups = [
+        {"params": encoder_params, "lr_scale": args.encoder_lr_scale if transducer else 1.0},
+        {"params": other_params, "lr_scale": 1.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98), weight_decay=1e-3)
     step, epoch, seen_seconds, train_seconds = 0, 0, 0.0, 0.0
     history: list[dict[str, Any]] = []  # dev-WER probes, kept across --resume
     segments: list[dict[str, Any]] = []  # one entry per (re)started run: command, first step
@@ -443,7 +584,23 @@ def train(args: argparse.Namespace) -> None:
     def info(final: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         return {
             "final": final,
-            "model": "FastConformer-CTC (NeMo EncDecCTCModelBPE layout)",
+            "model": {
+                "ctc": "FastConformer-CTC (NeMo EncDecCTCModelBPE layout)",
+                "rnnt": "FastConformer-RNN-T (NeMo EncDecRNNTBPEModel layout)",
+                "tdt": f"FastConformer-TDT, durations {model.durations} (NeMo EncDecRNNTBPEModel layout)",
+            }[args.arch],
+            **(
+                {
+                    "init_from": str(Path(args.init_from).resolve().relative_to(REPO)),
+                    "init": "preprocessor, encoder and tokenizer copied from init_from (the CTC demo "
+                    "model); prediction and joint networks random",
+                    "encoder_lr_scale": args.encoder_lr_scale,
+                    "prediction_hidden": args.pred_hidden,
+                    "joint_hidden": args.joint_hidden,
+                }
+                if transducer
+                else {}
+            ),
             "parameters": n_params,
             "vocab_size": len(tokenizer.units),
             "encoder": {
@@ -487,6 +644,7 @@ def train(args: argparse.Namespace) -> None:
                 "rng": rng.getstate(),
                 "g": g.get_state(),
                 "config": cfg,
+                "tokenizer_files": files,
                 "history": history,
                 "segments": segments,
             },
@@ -510,17 +668,20 @@ def train(args: argparse.Namespace) -> None:
             spec_augment(feats, flens, g)
             res = model.forward_features(feats, flens)
             tgt = [targets[i] for i in batch]
-            loss = F.ctc_loss(
-                res.log_probs.transpose(0, 1),
-                torch.tensor([t for seq in tgt for t in seq]),
-                res.lengths,
-                torch.tensor([len(t) for t in tgt]),
-                blank=res.blank_id,
-                reduction="mean",
-                zero_infinity=True,
-            )
+            if transducer:
+                loss = transducer_loss(model, res.encoder_out, res.lengths, tgt, sigma=args.sigma)
+            else:
+                loss = F.ctc_loss(
+                    res.log_probs.transpose(0, 1),
+                    torch.tensor([t for seq in tgt for t in seq]),
+                    res.lengths,
+                    torch.tensor([len(t) for t in tgt]),
+                    blank=res.blank_id,
+                    reduction="mean",
+                    zero_infinity=True,
+                )
             for group in opt.param_groups:
-                group["lr"] = lr_at(
+                group["lr"] = group.get("lr_scale", 1.0) * lr_at(
                     step, train_seconds / budget if args.max_steps == 0 else step / args.max_steps
                 )
             opt.zero_grad(set_to_none=True)
@@ -581,10 +742,11 @@ def train(args: argparse.Namespace) -> None:
 def export_only(args: argparse.Namespace) -> None:
     """Turn data/cache/train/ckpt.pt into --out (for a run that ended before nemo.py existed)."""
     state = torch.load(WORK / "ckpt.pt", weights_only=False)
-    files = {
+    files = state.get("tokenizer_files") or {
         n: (WORK / "tokenizer" / n).read_bytes() for n in ("tokenizer.model", "tokenizer.vocab", "vocab.txt")
     }
-    model = NemoCTCModel.from_config(
+    model_type = NemoCTCModel if args.arch == "ctc" else NemoTransducerModel
+    model = model_type.from_config(
         state["config"], Tokenizer.from_sentencepiece(files["tokenizer.model"]), files
     )
     model.load_state_dict(state["model"])
@@ -607,7 +769,18 @@ def main() -> None:
         "--minutes", type=float, default=55.0, help="wall-clock training budget (incl. dev probes)"
     )
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: time budget only)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--arch", choices=["ctc", "rnnt", "tdt"], default="ctc", help="model type to train")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="the .nemo to write (default data/models/demo_<arch>_bpe.nemo)"
+    )
+    ap.add_argument(
+        "--init-from", type=Path, default=DEFAULT_INIT, help="rnnt/tdt: CTC .nemo giving encoder + tokenizer"
+    )
+    ap.add_argument("--encoder-lr-scale", type=float, default=0.5, help="rnnt/tdt: encoder lr factor")
+    ap.add_argument("--pred-hidden", type=int, default=160, help="rnnt/tdt: LSTM size")
+    ap.add_argument("--joint-hidden", type=int, default=160, help="rnnt/tdt: joint hidden size")
+    ap.add_argument("--durations", default="0,1,2,3,4", help="tdt: durations (frames)")
+    ap.add_argument("--sigma", type=float, default=0.0, help="tdt: logit under-normalisation (TDT paper)")
     ap.add_argument("--d-model", type=int, default=144)
     ap.add_argument("--layers", type=int, default=5)
     ap.add_argument("--ff", type=int, default=4, help="ff_expansion_factor")
@@ -628,6 +801,11 @@ def main() -> None:
     ap.add_argument("--export-only", action="store_true", help="write --out from the last checkpoint")
     ap.add_argument("--eval-only", action="store_true", help="WER of --out on data/demo/{synthetic,real}")
     args = ap.parse_args()
+    global WORK
+    if args.arch != "ctc":
+        WORK = CACHE / f"train_{args.arch}"
+    if args.out is None:
+        args.out = DATA / "models" / f"demo_{args.arch}_bpe.nemo"
     torch.set_num_threads(args.threads)
     if args.eval_only:
         for name, res in eval_saved(args.out).items():
