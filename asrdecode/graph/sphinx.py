@@ -75,6 +75,13 @@ def read_mdef(path: str | Path) -> SphinxMdef:
     """Binary mdef (BMDF, version 1) as written by sphinx3/pocketsphinx (little-endian only)."""
     path = Path(path)
     try:
+        return _read_mdef(path)
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError) as err:
+        raise GraphError(f"{path}: truncated or malformed mdef ({err})") from None
+
+
+def _read_mdef(path: Path) -> SphinxMdef:
+    try:
         data = path.read_bytes()
     except OSError as err:
         raise GraphError(f"{path}: cannot read mdef ({err.strerror})") from None
@@ -142,6 +149,13 @@ def read_tmat(path: str | Path, floor: float = 1e-4) -> np.ndarray:
     """s3 binary transition matrices [n_tmat, n_state, n_state+1], normalised and floored as
     pocketsphinx does (non-zero entries floored at `floor`, rows renormalised)."""
     path = Path(path)
+    try:
+        return _read_tmat(path, floor)
+    except (struct.error, ValueError) as err:
+        raise GraphError(f"{path}: truncated or malformed transition matrices ({err})") from None
+
+
+def _read_tmat(path: Path, floor: float) -> np.ndarray:
     data = path.read_bytes()
     end = data.find(b"endhdr\n")
     if not data.startswith(b"s3\n") or end < 0:
