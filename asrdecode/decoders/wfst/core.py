@@ -2,50 +2,56 @@
 
 This is the search of paper 001 (sec. 3: ExpandArcs → Prune → D2H copy per frame, built on the
 Kaldi CUDA decoder, prior-art D.1) written as plain torch tensor code that runs on any device.
-A *token* is (utterance, graph state, cost, record id); all utterances of a batch live in one
-flat token list, kept sorted by (utterance, state) after every recombination.
+A *token* is (utterance, graph state, cost, record id). All utterances of a batch live in one
+fixed-capacity `TokenBuffer` sorted by key ``utt * num_states + state``: live tokens first, empty
+slots (key ``SENT``, utterance ``num_utts``, cost inf) after them. Every per-frame tensor has a
+size fixed by the capacities (tokens N, emitting arcs A, epsilon arcs E), never by the data, so
+the frame is a fixed sequence of kernels (capturable with CUDA graphs, ``cuda_graphs``) with
+masked updates instead of boolean indexing.
 
 Per frame (`TokenPassing.step`), with the pruning rules of Kaldi's FasterDecoder so that results
 are comparable token for token:
 
 1. **Cutoff** (Kaldi ``GetCutoff``) per utterance: ``best + beam``; if the utterance has more than
-   ``max_active`` tokens and the ``max_active+1``-th best cost is tighter, that value (found by
-   selection, ``torch.kthvalue`` on a [B, max tokens] view, never a full sort); ``min_active``
-   widens it the same way. The *adaptive beam* (``cutoff - best + beam_delta`` when max/min-active
-   decided) prunes the new tokens of this frame.
+   ``max_active`` tokens and the ``max_active+1``-th best cost is tighter, that value; ``min_active``
+   widens it the same way. The k-th best of every utterance comes from one fixed-size sort of
+   (utterance, order-preserving cost bits). The *adaptive beam* (``cutoff - best + beam_delta``
+   when max/min-active decided) prunes the new tokens of this frame.
 2. **Parallel arc expansion** (paper 000, Alg. 3): per surviving token the number of emitting arcs
-   ``split[s] - offsets[s]``; a prefix sum gives each token's slice of the output array, and
-   ``repeat_interleave`` + ``arange`` give (source token, arc) for every expanded arc.
+   ``split[s] - offsets[s]``, an inclusive prefix sum, and for every slot j of the A-slot arc array
+   ``searchsorted(prefix, j)`` gives its source token (slots past the total are masked).
    ``cost = token cost + arc weight + acoustic cost`` where the acoustic cost is
    ``-acoustic_scale * logprob[b, t, ilabel-1]`` (precomputed per frame by the caller), plus an
-   optional per-utterance word boost on the arc's olabel (paper 001 sec. 3.2, fig. 5).
+   optional per-utterance word boost on the arc's olabel (paper 001 sec. 3.2, fig. 5). With
+   ``kernel: triton`` one fused kernel does this step (`kernels.py`).
 3. **Prune** new arcs at ``best_new + adaptive_beam`` per utterance.
-4. **Recombination** (paper 000, Alg. 4, sort-based instead of a hash table): key
-   ``utt * num_states + state``; ``torch.unique`` groups equal keys, ``scatter_reduce(amin)`` picks
-   the best cost and then the first index holding it. Memory is proportional to live tokens.
-5. **Epsilon closure** (Kaldi ``ProcessNonemitting``): repeatedly expand the epsilon-input arcs
-   (``split[s]:offsets[s+1]``) of tokens that are new or improved, drop arcs above the cutoff of
-   step 3, recombine with the existing tokens (an existing token wins ties), until no token
-   improves (Bellman-Ford; at most ``max_epsilon_passes`` passes).
+4. **Recombination** (paper 000, Alg. 4, as a fixed-size sort table instead of a hash table): a
+   stable sort of the keys (pruned arcs get ``SENT``), segment ids by a prefix sum over key
+   changes, ``scatter_reduce(amin)`` for the best cost of each segment and then the first index
+   holding it (ties to the earliest arc, as before). Memory ∝ capacities, not graph size.
+5. **Epsilon closure** (Kaldi ``ProcessNonemitting``) as Bellman-Ford passes over the epsilon-input
+   arcs of the *frontier* (new or improved tokens): recombine the candidates, look them up among
+   the existing tokens (``searchsorted``), improve in place (an existing token wins ties) or insert
+   (merge by one sort of N + E keys). The passes run in batches of K without looking at the data
+   (an empty frontier makes a pass a no-op); K adapts to the passes the previous frame needed.
 
-Every kept token gets a *record* (predecessor record, arc index, frame, cost) in `Backpointers`;
-records are collected per frame as device tensors and copied to host memory in one batched copy
-every ``host_copy_frames`` frames, so the device holds only the current frame's tokens.
+Host synchronisations: one small read per batch of passes (normally one per frame) returns the
+sizes the frame needed, the frontier size and the record count. If a size exceeded its capacity
+(*overflow*) the frame is discarded and rerun with larger buffers, so results never depend on the
+capacities; capacities also shrink when far too large (they are powers of two, so few shapes occur
+and a CUDA graph per shape is reused). Counted in ``stats["syncs"]``; see the README for the list.
 
-Host synchronisations per frame (counted in ``stats["syncs"]``; free on CPU, each one a stall
-on a GPU): data-dependent sizes need the host to know a count. Per frame:
-``max tokens`` .item() for max/min-active (1, skipped when both are off), the emitting arc count
-.item() (1), the beam-pruning nonzero (1), the recombination ``unique`` (1); then per epsilon
-pass: arc count (1), pruning nonzero (1), ``unique`` (1), improved-or-new nonzero (1), inserted
-count (1), next frontier nonzero (1) - the last pass stops after 1-2. Measured on a BPE TLG with
-a bigram LM: 28-30 syncs per frame (about 4 epsilon passes). Improvements are scattered through
-a dummy slot instead of a nonzero. Fixed-capacity buffers (paper 001 sec. 3, CUDA graphs) would
-remove them; not implemented.
+Every kept token gets a *record* (predecessor record, arc index, frame, cost) in `Backpointers`, a
+double-buffered device arena written by masked ``index_copy_`` at ids from a device counter and
+copied to host memory in one batched copy every ``host_copy_frames`` frames (pinned, non-blocking
+with ``pinned_copies`` on CUDA), so the device holds only the recent frames.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,6 +59,8 @@ import torch
 from asrdecode.graph.format import DeviceGraph
 
 INF = float("inf")
+SENT = torch.iinfo(torch.int64).max  # key of an empty token slot (sorts after every real key)
+_BITS = 2**32
 
 
 def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -60,9 +68,27 @@ def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.index_select(0, index)
 
 
+def _pow2(n: int, floor: int = 16) -> int:
+    return max(floor, 1 << max(int(n) - 1, 0).bit_length())
+
+
+def _fit(x: torch.Tensor, n: int, fill: float | int) -> torch.Tensor:
+    """x cut or padded (with `fill`) to length n (sizes known on the host)."""
+    if len(x) >= n:
+        return x[:n]
+    return torch.cat([x, x.new_full((n - len(x),), fill)])
+
+
+def ordered_bits(cost: torch.Tensor) -> torch.Tensor:
+    """float32 -> int64 in [0, 2**32) with the same order (for sorting costs inside an int key)."""
+    bits = cost.contiguous().view(torch.int32).long()
+    return torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF)) + 2**31
+
+
 @dataclass
 class SearchOptions:
-    """Pruning options with Kaldi's (FasterDecoder / CudaDecoder) names and meaning."""
+    """Pruning options with Kaldi's (FasterDecoder / CudaDecoder) names and meaning, and the
+    device switches: cuda_graphs, pinned_copies (CUDA only), kernel (torch | triton)."""
 
     beam: float = 16.0
     max_active: int = 10000
@@ -70,11 +96,14 @@ class SearchOptions:
     beam_delta: float = 0.5
     max_epsilon_passes: int = 64
     host_copy_frames: int = 32
+    cuda_graphs: bool = False
+    pinned_copies: bool = False
+    kernel: str = "torch"
 
 
 @dataclass
 class Tokens:
-    """A flat token list for a batch, sorted by (utt, state) after recombination.
+    """A compact token list for a batch, sorted by (utt, state).
 
     utt, state, rec: int64 [N]; cost: float32 [N] (total cost so far, lower is better).
     """
@@ -103,46 +132,173 @@ class Tokens:
         return Tokens(z, z.clone(), torch.zeros(0, dtype=torch.float32, device=device), z.clone())
 
 
+@dataclass
+class TokenBuffer:
+    """Fixed-capacity tokens of `num_utts` utterances sorted by key; the first `count` slots are
+    live (count is exact on the host after every step), the rest are empty (key SENT, utt
+    num_utts, state 0, cost inf, rec -1)."""
+
+    key: torch.Tensor
+    utt: torch.Tensor
+    state: torch.Tensor
+    cost: torch.Tensor
+    rec: torch.Tensor
+    num_utts: int
+    count: int
+
+    FIELDS = ("key", "utt", "state", "cost", "rec")
+
+    @property
+    def capacity(self) -> int:
+        return int(self.key.shape[0])
+
+    def __len__(self) -> int:
+        return self.count
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(self, f) for f in self.FIELDS)
+
+    def compact(self) -> Tokens:
+        """The live tokens as a compact `Tokens` (copies; no sync: the count is known)."""
+        n = self.count
+        return Tokens(*(getattr(self, f)[:n].clone() for f in ("utt", "state", "cost", "rec")))
+
+    @staticmethod
+    def from_tokens(tok: Tokens, num_utts: int, num_states: int, capacity: int) -> TokenBuffer:
+        """Pad compact tokens (any order) into a key-sorted buffer of at least `capacity` slots."""
+        n = len(tok)
+        cap = max(capacity, _pow2(n))
+        key = tok.utt * num_states + tok.state
+        order = torch.argsort(key, stable=True)
+        return TokenBuffer(
+            _fit(_take(key, order), cap, SENT),
+            _fit(_take(tok.utt, order), cap, num_utts),
+            _fit(_take(tok.state, order), cap, 0),
+            _fit(_take(tok.cost, order), cap, INF),
+            _fit(_take(tok.rec, order), cap, -1),
+            num_utts,
+            n,
+        )
+
+
 class Backpointers:
     """Append-only arena of token records: prev record (-1 = root), arc index (-1 = start), frame, cost.
 
-    `add` takes device tensors and returns their global ids; pending device chunks are moved to
-    host memory in one concatenated copy by `flush` (called by the search every few frames).
+    Records are written on the device by `add` (masked; ids from the device counter `count`, so no
+    sync) into one of two preallocated arenas; `flush` starts one batched copy of the arena to
+    host memory (pinned + non_blocking when `pinned`) and switches to the other arena, and the
+    copy is finished (converted to numpy) at the next flush: double buffering. `size` is the
+    number of committed records (set by the search after each sync; `count` may run ahead inside
+    a frame and is rolled back when a frame is redone).
     """
-
-    def __init__(self) -> None:
-        self.size = 0
-        self._pending: list[tuple[torch.Tensor, ...]] = []
-        self._host: list[np.ndarray] = []  # structured chunks
-        self._merged: np.ndarray | None = None
 
     DTYPE = np.dtype([("prev", "<i8"), ("arc", "<i8"), ("frame", "<i8"), ("cost", "<f4")])
 
+    def __init__(
+        self, device: torch.device | str = "cpu", capacity: int = 4096, pinned: bool = False
+    ) -> None:
+        self.device = torch.device(device)
+        self.pinned = pinned and self.device.type == "cuda"
+        self.size = 0
+        self.count = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.base = torch.zeros((), dtype=torch.int64, device=self.device)  # record id of arena slot 0
+        self._base = 0
+        self._cur = 0
+        self._alloc(capacity)
+        self._copying: tuple[list[torch.Tensor], Any, int] | None = None
+        self._host: list[np.ndarray] = []
+        self._merged: np.ndarray | None = None
+
+    def _alloc(self, capacity: int) -> None:
+        self.capacity = capacity
+        dev = self.device
+
+        def arena() -> tuple[torch.Tensor, ...]:
+            i64 = torch.full((capacity + 1,), -1, dtype=torch.int64, device=dev)  # last slot: dump
+            return i64, i64.clone(), i64.clone(), torch.zeros(capacity + 1, dtype=torch.float32, device=dev)
+
+        self._arenas = [arena(), arena()]
+        self._pinned_bufs = (
+            [tuple(torch.empty(capacity, dtype=a.dtype, pin_memory=True) for a in ar) for ar in self._arenas]
+            if self.pinned
+            else None
+        )
+
+    @property
+    def arena_key(self) -> tuple[int, int]:
+        """Identifies the arena the next records go to (part of a captured graph's key)."""
+        return self._cur, self.capacity
+
     def add(
-        self, prev: torch.Tensor, arc: torch.Tensor, frame: torch.Tensor, cost: torch.Tensor
+        self,
+        valid: torch.Tensor,
+        prev: torch.Tensor,
+        arc: torch.Tensor,
+        frame: torch.Tensor,
+        cost: torch.Tensor,
     ) -> torch.Tensor:
-        n = int(prev.shape[0])
-        ids = torch.arange(self.size, self.size + n, dtype=torch.int64, device=prev.device)
-        self.size += n
-        if n:
-            self._pending.append((prev, arc, frame, cost))
+        """Record the entries where `valid`; returns their ids (-1 elsewhere). Fixed-size, no sync."""
+        rank = torch.cumsum(valid, 0) - 1
+        ids = torch.where(valid, self.count + rank, -1)
+        pos = torch.where(valid, ids - self.base, self.capacity).clamp_(max=self.capacity)
+        for col, val in zip(self._arenas[self._cur], (prev, arc, frame, cost), strict=True):
+            col.index_copy_(0, pos, val.to(col.dtype))
+        self.count.add_(valid.sum())
         return ids
 
-    def flush(self) -> None:
-        if not self._pending:
+    def free(self) -> int:
+        return self.capacity - (self.size - self._base)
+
+    def reserve(self, n: int) -> None:
+        """Make room for `n` more records in the current arena (flush and/or grow; frame boundary)."""
+        if self.free() >= n:
             return
-        cols = [torch.cat([p[i] for p in self._pending]) for i in range(4)]
-        self._pending = []
-        prev, arc, frame = (c.to("cpu", torch.int64).numpy() for c in cols[:3])
-        cost = cols[3].to("cpu", torch.float32).numpy()
-        chunk = np.empty(len(prev), dtype=self.DTYPE)
-        chunk["prev"], chunk["arc"], chunk["frame"], chunk["cost"] = prev, arc, frame, cost
+        self.flush()
+        if n > self.capacity:
+            self._finish()
+            self._alloc(_pow2(2 * n))
+
+    def rollback(self) -> None:
+        """Forget records added since the last commit (a frame that is redone)."""
+        self.count.fill_(self.size)
+
+    def flush(self) -> None:
+        """Start copying the committed records of the current arena to the host; switch arenas."""
+        n = self.size - self._base
+        if n == 0:
+            return
+        self._finish()
+        cols = [c[:n] for c in self._arenas[self._cur]]
+        if self._pinned_bufs is not None:
+            host = [buf[:n] for buf in self._pinned_bufs[self._cur]]
+            for h, c in zip(host, cols, strict=True):
+                h.copy_(c, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            host, event = [c.to("cpu", copy=True) for c in cols], None
+        self._copying = (host, event, n)
+        self._cur ^= 1
+        self._base = self.size
+        self.base.fill_(self._base)
+
+    def _finish(self) -> None:
+        if self._copying is None:
+            return
+        host, event, n = self._copying
+        self._copying = None
+        if event is not None:
+            event.synchronize()
+        chunk = np.empty(n, dtype=self.DTYPE)
+        for name, h in zip(("prev", "arc", "frame", "cost"), host, strict=True):
+            chunk[name] = h.numpy()
         self._host.append(chunk)
         self._merged = None
 
     def host(self) -> np.ndarray:
-        """All records as one structured numpy array (index = record id)."""
+        """All committed records as one structured numpy array (index = record id)."""
         self.flush()
+        self._finish()
         if self._merged is None or len(self._merged) != self.size:
             self._merged = np.concatenate(self._host) if self._host else np.empty(0, dtype=self.DTYPE)
             self._host = [self._merged]
@@ -197,11 +353,15 @@ class SearchGraph:
         self.nextstate = graph.nextstate.long()
         self.weight = graph.weight.float()
         self.final = graph.final.float()
+        n_eps = self.n_eps.cpu()
+        self.has_epsilons = bool(n_eps.sum() > 0)
+        self.max_out_degree = int(max(self.n_emit.max().item(), n_eps.max().item())) if self.num_states else 0
 
 
 class LatticeArcs:
     """Arcs kept for lattice generation and the token set of every frame (node costs), collected
-    as device tensors and copied to host in batches.
+    as fixed-size device tensors with a keep mask and copied to host in batches (the mask is
+    applied there).
 
     Every arc that survives the *search* beam is kept: a path within `lattice_beam` of the best
     at the end may be far from the best at some frame, so lattice-beam pruning needs backward
@@ -222,13 +382,17 @@ class LatticeArcs:
         self._nodes: list[tuple[torch.Tensor, ...]] = []
         self._host: dict[str, list[np.ndarray]] = {"arcs": [], "nodes": []}
 
-    def add_arcs(self, *cols: torch.Tensor) -> None:
-        if len(cols[0]):
-            self._arcs.append(cols)
+    def add_arcs(self, keep: torch.Tensor, *cols: torch.Tensor) -> None:
+        self._arcs.append((keep, *cols))
 
-    def add_nodes(self, *cols: torch.Tensor) -> None:
-        if len(cols[0]):
-            self._nodes.append(cols)
+    def add_nodes(self, keep: torch.Tensor, *cols: torch.Tensor) -> None:
+        self._nodes.append((keep, *cols))
+
+    def mark(self) -> tuple[int, int]:
+        return len(self._arcs), len(self._nodes)
+
+    def truncate(self, mark: tuple[int, int]) -> None:
+        del self._arcs[mark[0] :], self._nodes[mark[1] :]
 
     def flush(self) -> None:
         for name, pending, fields in (
@@ -236,24 +400,69 @@ class LatticeArcs:
             ("nodes", self._nodes, self.NODE_FIELDS),
         ):
             if pending:
-                cols = [torch.cat([p[i] for p in pending]).cpu().numpy() for i in range(len(fields))]
-                self._host[name].append(np.rec.fromarrays(cols, names=list(fields)))
+                cols = [
+                    torch.cat([p[i] for p in pending]).to("cpu", copy=True).numpy()
+                    for i in range(len(fields) + 1)
+                ]
+                keep = cols[0]
+                self._host[name].append(np.rec.fromarrays([c[keep] for c in cols[1:]], names=list(fields)))
                 pending.clear()
 
     def host(self) -> tuple[np.recarray | None, np.recarray | None]:
         self.flush()
         out = []
         for name in ("arcs", "nodes"):
-            chunks = self._host[name]
+            chunks = [c for c in self._host[name] if len(c)]
             if len(chunks) > 1:
-                chunks[:] = [np.concatenate(chunks).view(np.recarray)]
+                chunks = [np.concatenate(chunks).view(np.recarray)]
+            self._host[name] = chunks
             out.append(chunks[0] if chunks else None)
         return out[0], out[1]
 
 
+class CapturedStep:
+    """Runs a frame function over static input buffers; with CUDA graphs enabled (CUDA only) the
+    function is captured once per key (capacities, batch, arena) and replayed.
+
+    Without graphs (CPU, or switch off) the function runs eagerly on its inputs: the same tensor
+    code, the same buffers. The functions never read device values on the host, so they are
+    capturable; their only side effects are the masked writes into the record arena at positions
+    past the committed records (harmless when a warm-up or replay is discarded).
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._graphs: dict[Any, tuple[tuple[torch.Tensor, ...], Any, Any]] = {}
+
+    def run(self, key: Any, fn: Callable[..., tuple[torch.Tensor, ...]], inputs: tuple[torch.Tensor, ...]):
+        if not self.enabled:
+            return fn(*inputs)
+        entry = self._graphs.get(key)
+        if entry is None:
+            static = tuple(x.clone() for x in inputs)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up run, as torch.cuda.graphs requires
+                fn(*static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = fn(*static)
+            entry = self._graphs[key] = (static, graph, out)
+        static, graph, out = entry
+        for s, x in zip(static, inputs, strict=True):
+            s.copy_(x)
+        graph.replay()
+        return out
+
+
+# info vector read once per batch of passes
+_NEED_TOK, _NEED_ARC, _NEED_EPS, _ARCS, _PASSES, _FRONT, _RECS, _COUNT = range(8)
+
+
 class TokenPassing:
     """The batched search over one graph (see the module docstring); holds the record arena,
-    optional lattice arcs and statistics of the current batch (or stream set)."""
+    optional lattice arcs, the capacities and statistics of the current batch (or stream set)."""
 
     def __init__(
         self,
@@ -262,14 +471,28 @@ class TokenPassing:
         lattice_beam: float | None = None,
     ) -> None:
         self.g = graph if isinstance(graph, SearchGraph) else SearchGraph(graph)
-        self.options = options or SearchOptions()
+        self.options = o = options or SearchOptions()
         self.device = self.g.device
         self.num_states = self.g.num_states
         self.lattice_beam = lattice_beam
-        self.backpointers = Backpointers()
+        cuda = self.device.type == "cuda"
+        self.backpointers = Backpointers(self.device, pinned=o.pinned_copies and cuda)
         self.lattice: LatticeArcs | None = LatticeArcs() if lattice_beam is not None else None
-        self.stats = {"frames": 0, "syncs": 0, "epsilon_passes": 0, "epsilon_limit_hit": 0, "arcs": 0}
+        # lattices append per-frame tensors on the host side: those frames run eagerly
+        self.runner = CapturedStep(o.cuda_graphs and cuda and self.lattice is None)
+        self.kernel = o.kernel
+        self.stats = {
+            "frames": 0,
+            "syncs": 0,
+            "epsilon_passes": 0,
+            "epsilon_limit_hit": 0,
+            "arcs": 0,
+            "redone_frames": 0,
+        }
+        self.capacity = {"tok": 64, "arc": 256, "eps": 64}
+        self._passes_per_sync = 1 if self.g.has_epsilons else 0
         self._frames_since_flush = 0
+        self._aranges: dict[int, torch.Tensor] = {}
 
     @property
     def final(self) -> torch.Tensor:
@@ -278,67 +501,89 @@ class TokenPassing:
     def _sync(self, n: int = 1) -> None:
         self.stats["syncs"] += n
 
+    def _read(self, info: torch.Tensor) -> list[int]:
+        """The one host read of a batch of passes (a blocking copy: a sync on a GPU)."""
+        self._sync()
+        return info.to("cpu", copy=True).tolist()
+
+    def _arange(self, n: int) -> torch.Tensor:
+        if n not in self._aranges:
+            self._aranges[n] = torch.arange(n, device=self.device)
+        return self._aranges[n]
+
     # ------------------------------------------------------------------ building blocks
-    def _expand(self, n_arcs: torch.Tensor, first_arc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Paper 000 Alg. 3: (source token index, arc index) of every arc of every token.
+    def _expand(
+        self, n_arcs: torch.Tensor, first_arc: torch.Tensor, cap: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Paper 000 Alg. 3 into `cap` slots: (source token, arc, valid, total) per slot.
 
         n_arcs: arcs to expand per token (0 for pruned tokens); first_arc: their first arc.
         """
-        total = int(n_arcs.sum().item())
-        self._sync()
-        if total == 0:
-            z = torch.zeros(0, dtype=torch.int64, device=self.device)
-            return z, z
-        src = torch.repeat_interleave(
-            torch.arange(len(n_arcs), device=self.device), n_arcs, output_size=total
-        )
-        start = torch.cumsum(n_arcs, 0) - n_arcs  # exclusive prefix sum = output offset of each token
-        arc = _take(first_arc - start, src) + torch.arange(total, device=self.device)
-        self.stats["arcs"] += total
-        return src, arc
+        end = torch.cumsum(n_arcs, 0)  # inclusive prefix sum: end of each token's slice
+        total = end[-1]
+        j = self._arange(cap)
+        src = torch.searchsorted(end, j, right=True).clamp_(max=len(n_arcs) - 1)
+        valid = j < total
+        arc = _take(first_arc, src) + j - (_take(end, src) - _take(n_arcs, src))
+        return src, torch.where(valid, arc, 0), valid, total
 
     def _recombine(self, key: torch.Tensor, cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Paper 000 Alg. 4 (sort-based): (sorted unique keys, index of the best entry of each).
+        """Paper 000 Alg. 4 as a fixed-size sort table: (segment keys, index of the best entry).
 
-        Ties go to the lowest index, so callers put existing tokens before new candidates.
+        key: SENT for entries that take no part. Segment i holds the i-th smallest distinct key
+        (SENT after the last one); ties in cost go to the lowest index, so callers put existing
+        tokens before new candidates.
         """
-        uniq, inv = torch.unique(key, sorted=True, return_inverse=True)
-        self._sync()
-        m = len(uniq)
+        m = len(key)
+        skey, perm = torch.sort(key, stable=True)
+        first = torch.ones(m, dtype=torch.int64, device=self.device)
+        first[1:] = (skey[1:] != skey[:-1]).long()
+        seg = torch.cumsum(first, 0) - 1
+        scost = _take(cost, perm)
         best = torch.full((m,), INF, dtype=cost.dtype, device=self.device)
-        best.scatter_reduce_(0, inv, cost, reduce="amin", include_self=True)
-        idx = torch.arange(len(key), device=self.device)
-        arg = torch.full((m,), len(key), dtype=torch.int64, device=self.device)
-        is_best = cost == _take(best, inv)
-        arg.scatter_reduce_(0, inv, torch.where(is_best, idx, len(key)), reduce="amin", include_self=True)
-        return uniq, arg
+        best.scatter_reduce_(0, seg, scost, reduce="amin")
+        arg = torch.full((m,), m, dtype=torch.int64, device=self.device)
+        arg.scatter_reduce_(0, seg, torch.where(scost == _take(best, seg), perm, m), reduce="amin")
+        seg_key = torch.full((m,), SENT, dtype=torch.int64, device=self.device).scatter_(0, seg, skey)
+        return seg_key, arg.clamp_(max=m - 1)
 
     def _segment_min(self, utt: torch.Tensor, cost: torch.Tensor, num_utts: int) -> torch.Tensor:
         out = torch.full((num_utts,), INF, dtype=cost.dtype, device=self.device)
         return out.scatter_reduce_(0, utt, cost, reduce="amin", include_self=True)
 
-    def cutoff(self, tok: Tokens, num_utts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def cutoff(self, tok: Tokens | TokenBuffer, num_utts: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Kaldi FasterDecoder::GetCutoff per utterance: (cutoff [B], adaptive beam [B])."""
+        return self._cutoff(tok.utt, tok.cost, num_utts)
+
+    def _cutoff(
+        self, utt: torch.Tensor, cost: torch.Tensor, num_utts: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """GetCutoff on fixed-size tensors; utt == num_utts marks empty slots (cost inf)."""
         o = self.options
-        best = self._segment_min(tok.utt, tok.cost, num_utts)
+        B, n = num_utts, len(cost)
+        best = self._segment_min(utt, cost, B + 1)[:B]
         beam_cut = best + o.beam
         beam = torch.full_like(best, o.beam)
-        if not len(tok) or (o.max_active >= 2**31 - 1 and o.min_active <= 0):
+        if not n or (o.max_active >= 2**31 - 1 and o.min_active <= 0):
             return beam_cut, beam
-        counts = torch.bincount(tok.utt, minlength=num_utts)
-        max_n = int(counts.max().item())
-        self._sync()
+        counts = torch.zeros(B + 1, dtype=torch.int64, device=self.device)
+        counts = counts.scatter_add_(0, utt, torch.ones_like(utt))[:B]
         inf = torch.full_like(best, INF)
         max_cut, min_cut = inf, inf
-        if max_n > min(o.max_active, max(o.min_active, 0)):
-            dense = torch.full((num_utts, max_n), INF, dtype=tok.cost.dtype, device=self.device)
+        need_max = o.max_active + 1 <= n
+        need_min = o.min_active > 0 and o.min_active + 1 <= n
+        if need_max or need_min:
+            # every utterance's costs in ascending order, utterance after utterance
+            ranked = _take(cost, torch.argsort(utt * _BITS + ordered_bits(cost)))
             first = torch.cumsum(counts, 0) - counts
-            pos = torch.arange(len(tok), device=self.device) - _take(first, tok.utt)
-            dense[tok.utt, pos] = tok.cost  # tokens are sorted by utt
-            if max_n > o.max_active:
-                max_cut = dense.kthvalue(o.max_active + 1, dim=1).values
-            if o.min_active > 0 and max_n > o.min_active:
-                min_cut = dense.kthvalue(o.min_active + 1, dim=1).values
+
+            def kth(k: int) -> torch.Tensor:
+                return torch.where(counts >= k, _take(ranked, (first + (k - 1)).clamp_(max=n - 1)), inf)
+
+            if need_max:
+                max_cut = kth(o.max_active + 1)
+            if need_min:
+                min_cut = kth(o.min_active + 1)
         if o.min_active <= 0:
             min_cut = torch.where(counts > 0, best, inf)
         use_max = max_cut < beam_cut
@@ -352,79 +597,289 @@ class TokenPassing:
         adaptive = torch.where(counts > 0, adaptive, beam)
         return cut, adaptive
 
-    # ------------------------------------------------------------------ search
+    # ------------------------------------------------------------------ device bodies (no syncs)
+    def _emitting(self, tok, ac, frames_ext, boost, B: int, N: int, A: int, info: torch.Tensor):
+        """Cutoff, emitting expansion, beam pruning, recombination into N slots, records."""
+        g, S = self.g, self.num_states
+        key, utt, state, cost, rec = tok
+        V = ac.shape[1]
+        cut, adaptive = self._cutoff(utt, cost, B)
+        neg = cut.new_full((1,), -INF)
+        alive = cost < _take(torch.cat([cut, neg]), utt)
+        n = torch.where(alive, _take(g.n_emit, state), 0)
+        if self.kernel == "triton" and boost is None:
+            from asrdecode.decoders.wfst.kernels import emitting_arcs_triton as emitting_arcs
+        else:
+            from asrdecode.decoders.wfst.kernels import emitting_arcs_torch as emitting_arcs
+        src, arc, valid, u, c, best, total = emitting_arcs(
+            self, n, _take(g.first_emit, state), utt, cost, ac.reshape(-1), V, B, A, boost
+        )
+        next_cut = torch.cat([best[:B] + adaptive, neg])
+        keep = c < _take(next_cut, u)  # u == B (invalid slot) meets -inf
+        dst = _take(g.nextstate, arc)
+        ug = u.clamp(max=B - 1)
+        if self.lattice is not None:  # every arc that survived the search beam (see LatticeArcs)
+            ac_v = _take(ac.reshape(-1), (ug * V + _take(g.column, arc)).clamp_(min=0))
+            self.lattice.add_arcs(keep, ug, _take(frames_ext, ug), _take(state, src), dst, arc, ac_v)
+        seg_key, win = self._recombine(torch.where(keep, ug * S + dst, SENT), c)
+        o_key = _fit(seg_key, N, SENT)
+        w = _fit(win, N, 0)
+        ok = o_key != SENT
+        o_src, o_arc = _take(src, w), _take(arc, w)
+        o_utt = torch.where(ok, _take(ug, w), B)
+        o_cost = torch.where(ok, _take(c, w), INF)
+        o_state = torch.where(ok, _take(dst, w), 0)
+        o_rec = self.backpointers.add(ok, _take(rec, o_src), o_arc, _take(frames_ext, o_utt), o_cost)
+        m = (seg_key != SENT).sum()
+        info[_NEED_TOK] = m
+        info[_NEED_ARC] = total
+        info[_ARCS] = total
+        info[_COUNT] = m.clamp(max=N)
+        return (o_key, o_utt, o_state, o_cost, o_rec), ok, next_cut
+
+    def _epsilon_pass(self, tok, front, cut, frames_ext, boost, B: int, E: int, info: torch.Tensor):
+        """One Bellman-Ford pass over the epsilon arcs of the frontier (Kaldi ProcessNonemitting)."""
+        g, S = self.g, self.num_states
+        key, utt, state, cost, rec = tok
+        N = len(key)
+        info[_PASSES] += front.any().long()
+        ok = front & (cost <= _take(cut, utt))
+        n = torch.where(ok, _take(g.n_eps, state), 0)
+        src, arc, valid, total = self._expand(n, _take(g.split, state), E)
+        u = _take(utt, src).clamp_(max=B - 1)
+        c = _take(cost, src) + _take(g.weight, arc)
+        if boost is not None:
+            c = c + boost.lookup(u, _take(g.olabel, arc))
+        keep = valid & (c <= _take(cut, u))
+        dst = _take(g.nextstate, arc)
+        if self.lattice is not None:
+            self.lattice.add_arcs(
+                keep, u, _take(frames_ext, u), _take(state, src), dst, arc, torch.zeros_like(c)
+            )
+        seg_key, win = self._recombine(torch.where(keep, u * S + dst, SENT), c)
+        cand = seg_key != SENT
+        c_src, c_arc, c_u, c_cost, c_dst = (_take(x, win) for x in (src, arc, u, c, dst))
+        # look the candidates up among the existing tokens
+        pos = torch.searchsorted(key, seg_key).clamp_(max=N - 1)
+        found = cand & (_take(key, pos) == seg_key)
+        better = found & (c_cost < _take(cost, pos))
+        ins = cand & ~found
+        c_rec = self.backpointers.add(better | ins, _take(rec, c_src), c_arc, _take(frames_ext, c_u), c_cost)
+        # improvements scatter into their slot, everything else into a dump slot N
+        slot = torch.where(better, pos, N)
+        cost = torch.cat([cost, cost.new_zeros(1)]).index_copy_(0, slot, c_cost)[:N]
+        rec = torch.cat([rec, rec.new_zeros(1)]).index_copy_(0, slot, c_rec)[:N]
+        improved = torch.zeros(N + 1, dtype=torch.bool, device=self.device).index_fill_(0, slot, True)[:N]
+        # inserts: merge the new keys into the sorted token keys, keep the first N
+        skey, order = torch.sort(torch.cat([key, torch.where(ins, seg_key, SENT)]), stable=True)
+        order = order[:N]
+        new = (
+            skey[:N],
+            _take(torch.cat([utt, torch.where(ins, c_u, B)]), order),
+            _take(torch.cat([state, torch.where(ins, c_dst, 0)]), order),
+            _take(torch.cat([cost, torch.where(ins, c_cost, INF)]), order),
+            _take(torch.cat([rec, torch.where(ins, c_rec, -1)]), order),
+        )
+        front = _take(torch.cat([improved, ins]), order)
+        count = info[_COUNT] + ins.sum()
+        info[_NEED_TOK] = torch.maximum(info[_NEED_TOK], count)
+        info[_NEED_EPS] = torch.maximum(info[_NEED_EPS], total)
+        info[_ARCS] += total
+        info[_COUNT] = count.clamp(max=N)
+        return new, front
+
+    def _frame_fn(self, B: int, N: int, A: int, E: int, K: int, boost: BoostTable | None) -> Callable:
+        def frame(key, utt, state, cost, rec, ac, frames_ext):
+            info = torch.zeros(8, dtype=torch.int64, device=self.device)
+            tok, front, cut = self._emitting(
+                (key, utt, state, cost, rec), ac, frames_ext, boost, B, N, A, info
+            )
+            for _ in range(K):
+                tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, E, info)
+            info[_FRONT] = front.sum()
+            info[_RECS] = self.backpointers.count
+            return (*tok, front, cut, info)
+
+        return frame
+
+    def _passes_fn(self, B: int, E: int, K: int, boost: BoostTable | None) -> Callable:
+        def passes(key, utt, state, cost, rec, front, cut, frames_ext, count):
+            info = torch.zeros(8, dtype=torch.int64, device=self.device)
+            info[_COUNT] = count
+            tok = (key, utt, state, cost, rec)
+            for _ in range(K):
+                tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, E, info)
+            info[_FRONT] = front.sum()
+            info[_RECS] = self.backpointers.count
+            return (*tok, front, cut, info)
+
+        return passes
+
+    # ------------------------------------------------------------------ host driver
+    def _drive(
+        self, first: Callable[[int, int, int, int], tuple], B: int, frames_ext, boost, passes_done: int
+    ):
+        """Run a frame (emitting part + epsilon passes) with the host loop around it: one read per
+        batch of passes, redo with larger capacities on overflow. `first(N, A, E, K)` runs the
+        first batch and returns its outputs; returns (TokenBuffer fields, front, info totals)."""
+        o = self.options
+        bp = self.backpointers
+        lat_mark = self.lattice.mark() if self.lattice is not None else None
+        max_passes = o.max_epsilon_passes if self.g.has_epsilons else 0
+        while True:
+            cap = self.capacity
+            N, A, E = cap["tok"], cap["arc"], cap["eps"]
+            K = min(self._passes_per_sync, max_passes)
+            bp.reserve(N + max(K, 4) * E)
+            out = first(N, A, E, K)
+            info = self._read(out[-1])
+            needs = [info[_NEED_TOK], info[_NEED_ARC], info[_NEED_EPS]]
+            arcs, npass, done = info[_ARCS], info[_PASSES], K
+            while info[_FRONT] > 0 and done < max_passes and self._fits(needs, N, A, E):
+                k = min(max(K, 1), max_passes - done)
+                if bp.capacity - (info[_RECS] - bp._base) < k * E:
+                    needs.append(-1)  # arena full inside a frame: redo after a flush
+                    break
+                count = torch.tensor(info[_COUNT], device=self.device)
+                fn = self._passes_fn(B, E, k, boost)
+                out = self.runner.run(
+                    ("passes", B, N, E, k, id(boost), bp.arena_key), fn, (*out[:-1], frames_ext, count)
+                )
+                info = self._read(out[-1])
+                needs = [max(needs[0], info[_NEED_TOK]), needs[1], max(needs[2], info[_NEED_EPS])]
+                arcs, npass, done = arcs + info[_ARCS], npass + info[_PASSES], done + k
+            if self._fits(needs, N, A, E):
+                break
+            # overflow: forget this attempt, grow what was too small, run the frame again
+            self.stats["redone_frames"] += 1
+            bp.rollback()
+            if self.lattice is not None:
+                self.lattice.truncate(lat_mark)
+            if len(needs) > 3:
+                bp.reserve(N + max_passes * E)
+            for name, need in zip(("tok", "arc", "eps"), needs[:3], strict=True):
+                if need > cap[name]:
+                    cap[name] = _pow2(2 * need)
+        bp.size = info[_RECS]
+        self.stats["arcs"] += arcs
+        self.stats["epsilon_passes"] += npass
+        if info[_FRONT] > 0:
+            self.stats["epsilon_limit_hit"] += 1
+        self._adapt(needs, npass)
+        key, utt, state, cost, rec = out[:5]
+        return TokenBuffer(key, utt, state, cost, rec, B, info[_COUNT]), out[6]
+
+    @staticmethod
+    def _fits(needs: list[int], N: int, A: int, E: int) -> bool:
+        return len(needs) == 3 and needs[0] <= N and needs[1] <= A and needs[2] <= E
+
+    def _adapt(self, needs: list[int], passes: int) -> None:
+        """Next frame's capacities (powers of two, 2x what this frame used, shrink below 1/8) and
+        epsilon passes per sync (what this frame needed)."""
+        for name, need in zip(("tok", "arc", "eps"), needs[:3], strict=True):
+            cap = self.capacity[name]
+            if need * 8 < cap or need * 2 > cap:
+                self.capacity[name] = _pow2(2 * need)
+        if self.g.has_epsilons:
+            self._passes_per_sync = max(1, passes)
+
     def init(
         self, num_utts: int, frames: torch.Tensor | None = None, boost: BoostTable | None = None
-    ) -> Tokens:
+    ) -> TokenBuffer:
         """One start token per utterance (record with no predecessor), then the epsilon closure."""
         dev = self.device
-        utt = torch.arange(num_utts, device=dev)
-        state = torch.full((num_utts,), self.g.start, dtype=torch.int64, device=dev)
-        cost = torch.zeros(num_utts, dtype=torch.float32, device=dev)
+        B = num_utts
         if frames is None:
-            frames = torch.full((num_utts,), -1, dtype=torch.int64, device=dev)
-        neg = torch.full((num_utts,), -1, dtype=torch.int64, device=dev)
-        rec = self.backpointers.add(neg, neg, frames, cost)
-        tok = Tokens(utt, state, cost, rec)
-        cut = torch.full((num_utts,), INF, device=dev)
-        tok = self.closure(tok, cut, frames, boost, torch.zeros(num_utts, device=dev))
-        self._record_nodes(tok, frames)
+            frames = torch.full((B,), -1, dtype=torch.int64, device=dev)
+        frames_ext = torch.cat([frames, frames.new_full((1,), -1)])
+        ones = torch.ones(B, dtype=torch.bool, device=dev)
+        neg = torch.full((B,), -1, dtype=torch.int64, device=dev)
+        cost0 = torch.zeros(B, dtype=torch.float32, device=dev)
+        self.backpointers.reserve(B)
+        rec = self.backpointers.add(ones, neg, neg, frames, cost0)
+        self.backpointers.size += B
+        utt = torch.arange(B, device=dev)
+        state = torch.full((B,), self.g.start, dtype=torch.int64, device=dev)
+        start = Tokens(utt, state, cost0, rec)
+        cut = torch.cat([torch.full((B,), INF, device=dev), torch.full((1,), -INF, device=dev)])
+        self.capacity["tok"] = max(self.capacity["tok"], _pow2(2 * B))
+
+        def first(N: int, A: int, E: int, K: int) -> tuple:
+            buf = TokenBuffer.from_tokens(start, B, self.num_states, N)
+            N2 = buf.capacity
+            if N2 != N:
+                self.capacity["tok"] = N = N2
+            front = buf.key != SENT
+            count = torch.tensor(B, device=dev)
+            fn = self._passes_fn(B, E, K, boost)
+            return fn(*buf.tensors(), front, cut, frames_ext, count)
+
+        if not self.g.has_epsilons:
+            tok = TokenBuffer.from_tokens(start, B, self.num_states, self.capacity["tok"])
+        else:
+            tok, _ = self._drive(first, B, frames_ext, boost, 0)
+        self._record_nodes(tok, frames_ext)
         return tok
 
-    def _record_nodes(self, tok: Tokens, frames: torch.Tensor) -> None:
+    def _record_nodes(self, tok: TokenBuffer, frames_ext: torch.Tensor) -> None:
         if self.lattice is not None:
-            self.lattice.add_nodes(tok.utt, _take(frames, tok.utt), tok.state, tok.cost)
+            self.lattice.add_nodes(tok.key != SENT, tok.utt, _take(frames_ext, tok.utt), tok.state, tok.cost)
 
     def step(
         self,
-        tok: Tokens,
+        tok: TokenBuffer,
         ac_cost: torch.Tensor,
         frames: torch.Tensor,
         boost: BoostTable | None = None,
-    ) -> Tokens:
+    ) -> TokenBuffer:
         """Advance every utterance in `tok` by one frame.
 
         ac_cost: [B, V] acoustic costs of this frame (``-acoustic_scale * logprob``, blank penalty
         applied); frames: [B] int64 frame index of each utterance (for the records).
         """
-        g = self.g
-        num_utts, V = ac_cost.shape
+        B = tok.num_utts
         self.stats["frames"] += 1
-        if not len(tok):
+        if not tok.count:
             return tok
-        cut, adaptive = self.cutoff(tok, num_utts)
-        alive = tok.cost < _take(cut, tok.utt)
-        n = torch.where(alive, _take(g.n_emit, tok.state), 0)
-        src, arc = self._expand(n, _take(g.first_emit, tok.state))
-        if not len(arc):
-            return Tokens.empty(self.device)
-        u = _take(tok.utt, src)
-        ac = _take(ac_cost.reshape(-1), u * V + _take(g.column, arc))
-        cost = _take(tok.cost, src) + _take(g.weight, arc) + ac
-        if boost is not None:
-            cost = cost + boost.lookup(u, _take(g.olabel, arc))
-        best = self._segment_min(u, cost, num_utts)
-        next_cut = best + adaptive
-        keep = torch.nonzero(cost < _take(next_cut, u)).squeeze(1)
-        self._sync()
-        k_arc, k_u, k_cost = (_take(x, keep) for x in (arc, u, cost))
-        k_dst = _take(g.nextstate, k_arc)
-        if self.lattice is not None:  # every arc that survived the search beam (see LatticeArcs)
-            k_src = _take(src, keep)
-            self.lattice.add_arcs(
-                k_u, _take(frames, k_u), _take(tok.state, k_src), k_dst, k_arc, _take(ac, keep)
-            )
-        _, win = self._recombine(k_u * self.num_states + k_dst, k_cost)
-        src = _take(src, _take(keep, win))
-        arc, u, cost, dst = (_take(x, win) for x in (k_arc, k_u, k_cost, k_dst))
-        rec = self.backpointers.add(_take(tok.rec, src), arc, _take(frames, u), cost)
-        new = Tokens(u, dst, cost, rec)
-        new = self.closure(new, next_cut, frames, boost, best)
-        self._record_nodes(new, frames)
-        self._frames_since_flush += 1
         if self._frames_since_flush >= self.options.host_copy_frames:
             self.flush()
+        frames_ext = torch.cat([frames, frames.new_full((1,), -1)])
+        bp = self.backpointers
+
+        def first(N: int, A: int, E: int, K: int) -> tuple:
+            fn = self._frame_fn(B, N, A, E, K, boost)
+            key = ("frame", B, tok.capacity, N, A, E, K, id(boost), bp.arena_key)
+            return self.runner.run(key, fn, (*tok.tensors(), ac_cost, frames_ext))
+
+        new, _ = self._drive(first, B, frames_ext, boost, 0)
+        self._record_nodes(new, frames_ext)
+        self._frames_since_flush += 1
         return new
+
+    def retire(self, tok: TokenBuffer, utts: list[int]) -> tuple[Tokens, TokenBuffer]:
+        """Take the tokens of utterances `utts` out of the buffer (they have no more frames):
+        (their compact tokens, the buffer without them). One sync (the count taken out)."""
+        ids = torch.tensor(utts, dtype=torch.int64, device=self.device)
+        gone = torch.isin(tok.utt, ids)
+        out = tok.compact().select(gone[: tok.count])
+        self._sync()
+        order = torch.argsort(torch.where(gone, SENT, tok.key), stable=True)
+        keep = ~_take(gone, order)
+        B = tok.num_utts
+        new = TokenBuffer(
+            torch.where(keep, _take(tok.key, order), SENT),
+            torch.where(keep, _take(tok.utt, order), B),
+            torch.where(keep, _take(tok.state, order), 0),
+            torch.where(keep, _take(tok.cost, order), INF),
+            torch.where(keep, _take(tok.rec, order), -1),
+            B,
+            tok.count - len(out),
+        )
+        return out, new
+
+    def load(self, tok: Tokens, num_utts: int) -> TokenBuffer:
+        """Compact tokens (e.g. a stream state) into a buffer for `step`."""
+        return TokenBuffer.from_tokens(tok, num_utts, self.num_states, self.capacity["tok"])
 
     def flush(self) -> None:
         """Copy pending back-pointers (and lattice arcs) to host memory in one batch."""
@@ -432,100 +887,6 @@ class TokenPassing:
         if self.lattice is not None:
             self.lattice.flush()
         self._frames_since_flush = 0
-
-    def closure(
-        self,
-        tok: Tokens,
-        cut: torch.Tensor,
-        frames: torch.Tensor,
-        boost: BoostTable | None = None,
-        best: torch.Tensor | None = None,
-    ) -> Tokens:
-        """Kaldi ProcessNonemitting as Bellman-Ford passes over epsilon-input arcs.
-
-        Each pass expands the epsilon arcs of the tokens that are new or improved (the frontier),
-        drops arcs above `cut`, recombines the candidates among themselves (unique), and looks
-        them up in the sorted key list of the existing tokens (searchsorted): a candidate that
-        improves a token replaces its cost and record in place; one for a new state is inserted.
-        `tok` must be sorted by key; the result is too.
-        """
-        g = self.g
-        S = self.num_states
-        key = tok.utt * S + tok.state
-        frontier = torch.arange(len(tok), device=self.device)
-        for _ in range(self.options.max_epsilon_passes):
-            if not len(frontier):
-                return tok
-            self.stats["epsilon_passes"] += 1
-            f_utt, f_state, f_cost = (_take(x, frontier) for x in (tok.utt, tok.state, tok.cost))
-            f_rec = _take(tok.rec, frontier)
-            n = torch.where(f_cost <= _take(cut, f_utt), _take(g.n_eps, f_state), 0)
-            src, arc = self._expand(n, _take(g.split, f_state))
-            if not len(arc):
-                return tok
-            u = _take(f_utt, src)
-            cost = _take(f_cost, src) + _take(g.weight, arc)
-            if boost is not None:
-                cost = cost + boost.lookup(u, _take(g.olabel, arc))
-            keep = torch.nonzero(cost <= _take(cut, u)).squeeze(1)
-            self._sync()
-            if not len(keep):
-                return tok
-            src, arc, u, cost = (_take(x, keep) for x in (src, arc, u, cost))
-            dst = _take(g.nextstate, arc)
-            if self.lattice is not None:
-                self.lattice.add_arcs(
-                    u, _take(frames, u), _take(f_state, src), dst, arc, torch.zeros_like(cost)
-                )
-            ckey, win = self._recombine(u * S + dst, cost)
-            src, arc, u, cost, dst = (_take(x, win) for x in (src, arc, u, cost, dst))
-            # look the candidates up among the existing tokens
-            pos = torch.searchsorted(key, ckey)
-            pos_c = pos.clamp(max=max(len(key) - 1, 0))
-            found = (
-                (pos < len(key)) & (_take(key, pos_c) == ckey)
-                if len(key)
-                else torch.zeros_like(ckey, dtype=torch.bool)
-            )
-            better = found & (cost < _take(tok.cost, pos_c)) if len(key) else found
-            take = torch.nonzero(better | ~found).squeeze(1)
-            self._sync()
-            if not len(take):
-                return tok
-            src, arc, u, cost, dst, found, pos_c, ckey = (
-                _take(x, take) for x in (src, arc, u, cost, dst, found, pos_c, ckey)
-            )
-            rec = self.backpointers.add(_take(f_rec, src), arc, _take(frames, u), cost)
-            # in-place improvements
-            # improvements scatter into their slot; inserts go to a dummy slot N (no sync)
-            N = len(tok)
-            slot = torch.where(found, pos_c, N)
-            t_cost = torch.cat([tok.cost, tok.cost.new_zeros(1)]).index_copy_(0, slot, cost)[:N]
-            t_rec = torch.cat([tok.rec, tok.rec.new_zeros(1)]).index_copy_(0, slot, rec)[:N]
-            is_front = torch.zeros(N + 1, dtype=torch.bool, device=self.device)
-            is_front[slot] = True
-            is_front = is_front[:N]
-            ins = torch.nonzero(~found).squeeze(1)
-            self._sync()
-            if len(ins):
-                all_key = torch.cat([key, _take(ckey, ins)])
-                order = torch.argsort(all_key)
-                key = _take(all_key, order)
-                tok = Tokens(
-                    _take(torch.cat([tok.utt, _take(u, ins)]), order),
-                    _take(torch.cat([tok.state, _take(dst, ins)]), order),
-                    _take(torch.cat([t_cost, _take(cost, ins)]), order),
-                    _take(torch.cat([t_rec, _take(rec, ins)]), order),
-                )
-                is_front = _take(
-                    torch.cat([is_front, torch.ones(len(ins), dtype=torch.bool, device=self.device)]), order
-                )
-            else:
-                tok = Tokens(tok.utt, tok.state, t_cost, t_rec)
-            frontier = torch.nonzero(is_front).squeeze(1)
-            self._sync()
-        self.stats["epsilon_limit_hit"] += 1
-        return tok
 
     def best_final(
         self, tok: Tokens, num_utts: int, use_final: bool = True

@@ -377,9 +377,8 @@ class WfstDecoder:
             ends.setdefault(min(n, T), []).append(b)
         for t in range(T + 1):
             if t in ends:
-                mask = torch.isin(tok.utt, torch.tensor(ends[t], device=device))
-                done.append(tok.select(mask))
-                tok = tok.select(~mask)
+                finished, tok = search.retire(tok, ends[t])
+                done.append(finished)
             if t == T or not len(tok):
                 break
             frames = torch.full((B,), t, dtype=torch.int64, device=device)
@@ -569,7 +568,7 @@ class WfstDecoder:
             count,
             frames=torch.full((count,), -1, dtype=torch.int64, device=search.device),
             boost=self._stream_boost(ids, search.device)[1],
-        )
+        ).compact()
         start.utt = torch.tensor(ids, device=search.device)[start.utt]
         self._stream_tokens = self._sorted(Tokens.cat([self._stream_tokens, start]))
         return ids
@@ -625,18 +624,18 @@ class WfstDecoder:
         ac = self._ac_costs(log_probs.to(search.device), blank)
         tables, boost = self._stream_boost(stream_ids, search.device)
         tok, mask = self._gather(stream_ids)
+        buf = search.load(tok, b)
         parked: list[Tokens] = []
         for t in range(Tc):
             stop = [i for i in range(b) if lens[i] == t]
             if stop:
-                m = torch.isin(tok.utt, torch.tensor(stop, device=search.device))
-                parked.append(tok.select(m))
-                tok = tok.select(~m)
-            if not len(tok):
+                finished, buf = search.retire(buf, stop)
+                parked.append(finished)
+            if not len(buf):
                 break
             frames = torch.tensor([self._streams[s].frames + t for s in stream_ids], device=search.device)
-            tok = search.step(tok, ac[:, t], frames, boost)
-        tok = self._sorted(Tokens.cat([tok, *parked]))
+            buf = search.step(buf, ac[:, t], frames, boost)
+        tok = self._sorted(Tokens.cat([buf.compact(), *parked]))
         for i, s in enumerate(stream_ids):
             self._streams[s].frames += min(lens[i], Tc)
         self._scatter(stream_ids, mask, tok)
