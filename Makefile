@@ -24,6 +24,9 @@ demo: install
 	$(BIN)/asrdecode build-graph --config configs/graph/demo-ctc-bpe-tlg.yaml --out $(OUT)/graphs/demo-ctc-bpe-tlg
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/wfst.yaml \
 		decoder.graph=$(OUT)/graphs/demo-ctc-bpe-tlg --out $(OUT)/demo-synthetic-wfst --overwrite
+	$(BIN)/asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out $(OUT)/graphs/sphinx-en-us
+	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/sphinx-en-us.yaml \
+		decoder.graph=$(OUT)/graphs/sphinx-en-us --out $(OUT)/demo-real-sphinx --overwrite
 
 ## test: install and run the whole suite
 test: install

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """Export pocketsphinx 5.1.1's `en-us.lm.bin` to ARPA, plus a vocabulary-limited, pruned version.
 
-    .venv/bin/python scripts/export_sphinx_lm.py            # data/lm/sphinx-en-us-10k.arpa.gz (~1 min)
+    .venv/bin/python scripts/export_sphinx_lm.py            # data/lm/sphinx-en-us-72k.arpa.gz (~1 min)
     .venv/bin/python scripts/export_sphinx_lm.py --full     # + data/cache/sphinx-en-us.arpa.gz (35 MB)
     .venv/bin/python scripts/export_sphinx_lm.py --vocab 20000 --prune 1e-7
 
-pocketsphinx's own `NGramModel.write(path, 'arpa')` crashes on this file in 5.1.1 (its trie header
-declares 6 more bigrams than it holds, and the writer sorts the uninitialised ones), and its
-values need a scale correction in some builds, so the binary trie is decoded by
-`asrdecode.lm.sphinx_trie` and the log10 scale is fixed from `<s>` (-99 by ARPA convention).
-Every export is checked against pocketsphinx's own `NGramModel.prob` on sampled n-grams (explicit
-ones and random word tuples that back off); the script fails if any differs by more than one
-logmath unit (4.3e-5 in log10) plus float rounding.
+pocketsphinx 5.1.1's own `NGramModel.write(path, 'arpa')` multiplies every log10 value by a
+constant that changes from run to run, and dies (SIGSEGV) at the end of the bigrams, before any
+trigram (its trie header declares 6 more bigrams than the trie holds). So the binary trie is
+decoded by `asrdecode.lm.sphinx_trie` (log10 scale from `<s>`, -99 by ARPA convention) and checked
+two ways; the script fails if either disagrees:
+- against `NGramModel.prob` on sampled n-grams of every order (explicit ones and random word tuples
+  that back off), within one logmath unit (4.3e-5 in log10: pocketsphinx rounds to whole units);
+- against what pocketsphinx's writer printed before dying (run in a child process: all unigrams and
+  ~2.05M bigrams with backoffs, `asrdecode.lm.sphinx_arpa_dump`), its factor recovered from `<s>`,
+  within its 4 printed decimals.
 
-The limited LM keeps the `--vocab` most probable unigrams that the model's dictionary
-(`cmudict-en-us.dict`) can pronounce, renormalises (`limit_vocabulary`), then entropy-prunes with
-kaldingram (`--prune`, relative perplexity change). Vocabulary choice uses unigram probability only.
+The graph LM keeps the words that the model's dictionary (`cmudict-en-us.dict`) can pronounce (all
+of them by default, or the `--vocab` most probable), renormalises (`limit_vocabulary`), then
+entropy-prunes with kaldingram (`--prune`, relative perplexity change) so that an HCLG builds on a
+2-core machine. Vocabulary choice uses unigram probability only.
 """
 
 from __future__ import annotations
@@ -25,17 +29,26 @@ import gzip
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from asrdecode.graph.arpa import check_arpa
+from asrdecode.lm.sphinx_arpa_dump import (
+    compare_with_dump,
+    dump_scale,
+    read_arpa_dump,
+    run_pocketsphinx_writer,
+)
 from asrdecode.lm.sphinx_trie import NgramLookup, TrieLM, limit_vocabulary, read_trie_lm, write_arpa
 from asrdecode.models.loading import resolve_packaged_path
 
 LOG10_PER_SPHINX_UNIT = float(np.log10(1.0001))  # pocketsphinx's default logmath base
 TOLERANCE = LOG10_PER_SPHINX_UNIT + 1e-5
+WRITER_DECIMALS_HALF = 0.5e-4  # pocketsphinx prints log10 values with 4 decimals
+FLOAT32_SLACK = 99 * 2.0**-23  # float32 rounding of values down to -99 (when the writer's factor != 1)
 
 
 def compare_with_pocketsphinx(
@@ -58,6 +71,32 @@ def compare_with_pocketsphinx(
             theirs = np.array([reference.prob([vocab[w] for w in row[::-1]]) for row in words])
             worst[f"{k + 1}-gram {name}"] = float(np.abs(ours - theirs * LOG10_PER_SPHINX_UNIT).max())
     return worst
+
+
+def check_with_pocketsphinx_writer(lm: TrieLM, lm_bin: Path) -> None:
+    """Compare `lm` with whatever pocketsphinx's own ARPA writer gets out before it crashes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dump_path = Path(tmp) / "pocketsphinx.arpa"
+        t0 = time.time()
+        rc = run_pocketsphinx_writer(lm_bin, dump_path)
+        dump = read_arpa_dump(dump_path, max_order=len(lm.orders))
+    factor = dump_scale(dump)
+    state = "complete" if dump.complete else f"exit code {rc}, output truncated"
+    print(
+        f"  pocketsphinx NGramModel.write ({state}, {time.time() - t0:.0f} s): "
+        f"every log10 value x {factor:.6g}"
+    )
+    tol = WRITER_DECIMALS_HALF / factor + FLOAT32_SLACK
+    bad = []
+    for order, c in sorted(compare_with_dump(lm, dump, factor).items()):
+        print(
+            f"    {order}-grams: {c.compared:,} lines, max |diff| prob {c.max_prob_diff:.2e}, "
+            f"backoff {c.max_backoff_diff:.2e} (tolerance {tol:.2g}); {c.missing} not in ours"
+        )
+        if c.missing or max(c.max_prob_diff, c.max_backoff_diff) > tol:
+            bad.append(order)
+    if bad or 1 not in dump.ngrams:
+        sys.exit(f"{lm_bin}: export disagrees with pocketsphinx's ARPA writer on orders {bad or [1]}")
 
 
 def dictionary_words(path: Path) -> set[str]:
@@ -88,7 +127,7 @@ def main() -> None:
     ap.add_argument("--lm-bin", type=Path, default=root / "en-us.lm.bin")
     ap.add_argument("--dict", type=Path, default=root / "cmudict-en-us.dict")
     ap.add_argument("--out", type=Path, default=Path("data/lm"))
-    ap.add_argument("--vocab", type=int, default=10000, help="words kept in the limited LM")
+    ap.add_argument("--vocab", type=int, default=0, help="words kept (most probable first); 0 = all")
     ap.add_argument(
         "--prune", type=float, default=3e-6, help="kaldingram entropy-pruning threshold (0 = none)"
     )
@@ -96,6 +135,11 @@ def main() -> None:
     ap.add_argument("--full-out", type=Path, default=Path("data/cache/sphinx-en-us.arpa.gz"))
     ap.add_argument(
         "--samples", type=int, default=2000, help="n-grams per order checked against pocketsphinx"
+    )
+    ap.add_argument(
+        "--no-writer-check",
+        action="store_true",
+        help="skip the comparison with pocketsphinx's own (crashing) ARPA writer (~20 s)",
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -114,6 +158,8 @@ def main() -> None:
         sys.exit(
             f"{args.lm_bin}: export differs from pocketsphinx by {max(worst.values()):.3g} > {TOLERANCE:.3g}"
         )
+    if not args.no_writer_check:
+        check_with_pocketsphinx_writer(lm, args.lm_bin)
     if args.full:
         args.full_out.parent.mkdir(parents=True, exist_ok=True)
         full = write_arpa(lm, args.full_out)
@@ -122,9 +168,9 @@ def main() -> None:
     pronounceable = dictionary_words(args.dict)
     uni = lm.orders[0].log10_prob
     ranked = [lm.vocab[i] for i in np.argsort(-uni, kind="stable") if lm.vocab[i] in pronounceable]
-    keep = set(ranked[: args.vocab])
+    keep = set(ranked[: args.vocab] if args.vocab > 0 else ranked)
     limited = limit_vocabulary(lm, keep)
-    name = f"sphinx-en-us-{args.vocab // 1000}k"
+    name = f"sphinx-en-us-{len(keep) // 1000}k"
     stage = write_arpa(limited, args.out / f"{name}-unpruned.arpa")
     pruned = args.out / f"{name}-pruned.arpa"
     if args.prune > 0:
@@ -150,7 +196,7 @@ def main() -> None:
     if real.exists():
         oov, total = oov_rate(set(limited.vocab), real)
         print(
-            f"  OOV rate of {real} against the {args.vocab}-word vocabulary: "
+            f"  OOV rate of {real} against the {len(keep)}-word vocabulary: "
             f"{oov}/{total} = {oov / total:.1%}"
         )
 

@@ -5,6 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from test_cli import read_jsonl, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,3 +65,30 @@ def test_goforward_decodes_with_sphinx_hclg(tmp_path):
     assert all(a < b for a, b in times) and all(times[i][1] <= times[i + 1][0] + 1e-6 for i in range(3))
     assert times[0][0] >= 0.0 and times[-1][1] <= row["duration"] + 0.05
     assert json.loads((out / "report.json").read_text())["decoder"] == "wfst"
+
+
+def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
+    """configs/sphinx-en-us.yaml and configs/graph/sphinx-en-us.yaml load through the typed config
+    loaders and carry pocketsphinx's defaults in asrdecode's cost convention: lw 6.5 ->
+    acoustic_scale = transition_scale = 1/6.5; wip 0.65 -> word_insertion_penalty -ln(0.65)/6.5;
+    silprob 0.005, fillprob 1e-8; and the graph LM is the committed export of en-us.lm.bin."""
+    import math
+
+    import yaml
+
+    from asrdecode.config import build_config, dataclass_from_dict
+    from asrdecode.decoders.wfst import WfstConfig
+    from asrdecode.graph import GraphBuildConfig
+    from asrdecode.graph.arpa import check_arpa
+
+    run_cfg = build_config(ROOT / "configs/sphinx-en-us.yaml")
+    dec = WfstConfig(**{k: v for k, v in run_cfg.decoder.items() if k != "type"})
+    graph_yaml = yaml.safe_load((ROOT / "configs/graph/sphinx-en-us.yaml").read_text())
+    graph = dataclass_from_dict(GraphBuildConfig, graph_yaml)
+    lw, wip = 6.5, 0.65
+    assert run_cfg.model.type == "sphinx" and run_cfg.model.topn == 4
+    assert dec.acoustic_scale == pytest.approx(1 / lw, abs=1e-4)
+    assert graph.transition_scale == pytest.approx(1 / lw, abs=1e-4)
+    assert dec.word_insertion_penalty == pytest.approx(-math.log(wip) / lw, abs=1e-4)
+    assert (graph.silprob, graph.fillprob) == (0.005, 1e-8)
+    assert check_arpa(ROOT / graph.arpa).counts[1] > 72000  # every pronounceable word of en-us.lm.bin
