@@ -4,7 +4,8 @@
   torch backend: same words, same costs (float32 bit for bit: both add in the same order);
 * built TLGs (NeMo BPE fixture, toy lexicon) with real and synthetic log-probs: kaldi-decoder's
   FasterDecoder, on the same cases as test_wfst_kaldi.py (whose `compare` runs the torch backend);
-* batch == single utterances, 1 thread == 2 threads, word boosts, backend selection, the cutoff.
+* batch == single utterances, 1 thread == 2 threads, word boosts, backend selection, the cutoff;
+* lattices and n-best: the same state lattice as the torch path (random WFSTs, built TLG).
 
 The first test in a fresh checkout compiles the numba code (~15 s, cached in __pycache__).
 """
@@ -162,12 +163,12 @@ def test_backend_selection_and_config(nemo_graphs):  # noqa: F811
     auto = WfstDecoder(WfstConfig(graph=d))
     assert auto.backend_for(torch.device("cpu")) == "compiled"
     assert auto.backend_for(torch.device("cuda")) == "torch"
-    # n-best / lattices are not compiled: the torch path runs them
+    # n-best / lattices are compiled too
     lat = WfstDecoder(WfstConfig(graph=d, backend="compiled", nbest=3, beam=8.0, lattice_beam=4.0))
-    assert lat.backend_for(torch.device("cpu")) == "torch"
+    assert lat.backend_for(torch.device("cpu")) == "compiled"
     lp, lengths, _ = nemo_log_probs()
     res = lat.decode(ModelOutput(torch.from_numpy(lp[:1]), torch.from_numpy(lengths[:1]), 0.08, 128, []))
-    assert lat.last_info["stats"]["backend"] == "torch" and res[0].nbest
+    assert lat.last_info["stats"]["backend"] == "compiled" and res[0].nbest
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -226,3 +227,77 @@ def test_thousands_of_active_tokens_equal_torch():
     _, tor = decode(g, lps, "torch", **kw)
     for a, b in zip(res, tor, strict=True):
         same(a, b)
+
+
+def same_lattice(a, b) -> None:
+    """The same pruned state-level lattice (node numbering is canonical: frame, then state)."""
+    assert (a is None) == (b is None)
+    if a is None:
+        return
+    assert a.num_nodes == b.num_nodes and a.num_frames == b.num_frames
+
+    def arcs(lat):
+        return sorted(
+            zip(
+                lat.src.tolist(),
+                lat.dst.tolist(),
+                lat.ilabel.tolist(),
+                lat.olabel.tolist(),
+                np.round(lat.graph, 3).tolist(),
+                np.round(lat.acoustic, 3).tolist(),
+                strict=True,
+            )
+        )
+
+    assert arcs(a) == arcs(b)
+    assert sorted(a.final) == sorted(b.final)
+    for s in a.final:
+        assert a.final[s] == pytest.approx(b.final[s], abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_wfst_lattice_and_nbest_equal_torch(seed):
+    """Compiled lattices keep the same arcs and nodes as the torch path: same state lattice, same
+    n-best; its 1-best is the decoder's 1-best."""
+    rng = np.random.default_rng(900 + seed)
+    fst = random_wfst(rng, int(rng.integers(3, 8)), V, 5)
+    lp = log_probs(rng, int(rng.integers(1, 7)))
+    g = device_graph(fst)
+    kw = {"lattice_beam": 5.0, "nbest": 4, "lattice": True}
+    _, (res,) = decode(g, [lp], "compiled", **kw)
+    _, (tor,) = decode(g, [lp], "torch", **kw)
+    same(res, tor)
+    same_lattice(res.lattice, tor.lattice)
+    assert [w for w, _ in res.nbest] == [w for w, _ in tor.nbest]
+    assert [c for _, c in res.nbest] == pytest.approx([c for _, c in tor.nbest], abs=1e-4)
+    if res.nbest:
+        assert res.nbest[0][0] == [w.word for w in res.words]
+        assert res.nbest[0][1] == pytest.approx(res.score, abs=1e-3)
+
+
+@pytest.mark.parametrize("beam,max_active,lattice_beam", [(10.0, 10000, 4.0), (12.0, 60, 6.0)])
+def test_nemo_tlg_lattices_equal_torch(nemo_graphs, beam, max_active, lattice_beam):  # noqa: F811
+    """Real log-probs on a built TLG, binding max_active, boosts, two threads: the compiled
+    lattices equal the torch path's, and the lattice 1-best is the decoder 1-best."""
+    lp, lengths, _ = nemo_log_probs()
+    out = ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, 128, [])
+    opts = {
+        "graph": str(nemo_graphs["compact"]),
+        "beam": beam,
+        "max_active": max_active,
+        "min_active": 20,
+        "lattice_beam": lattice_beam,
+        "nbest": 3,
+        "lattice": True,
+    }
+    torch_dec = WfstDecoder(WfstConfig(**opts, backend="torch"))
+    comp = WfstDecoder(WfstConfig(**opts, backend="compiled", threads=2))
+    words = sorted(comp.word_ids)
+    out.extra["boost"] = [{words[(5 * b) % len(words)]: 2.0} for b in range(len(lp))]
+    tor, res = torch_dec.decode(out), comp.decode(out)
+    assert comp.last_info["lattice_density"] == pytest.approx(torch_dec.last_info["lattice_density"])
+    for a, b in zip(res, tor, strict=True):
+        same(a, b)
+        same_lattice(a.lattice, b.lattice)
+        assert a.nbest[0][0] == [w.word for w in a.words]
+        assert [w for w, _ in a.nbest] == [w for w, _ in b.nbest]

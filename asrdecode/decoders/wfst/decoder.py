@@ -22,9 +22,8 @@ Backends (``decoder.backend``, issue 7): ``torch`` is the batched tensor search 
 compiled with numba for CPUs (`asrdecode.decoders.wfst.compiled`: one utterance per call, the batch
 spread over ``decoder.threads`` worker threads); ``auto`` (default) picks ``compiled`` when the
 log-probs are on the CPU and ``torch`` otherwise. Both return results through the same path
-(words, word times, tokens, scores; same costs to float rounding). n-best, lattices and streaming
-are not compiled yet: with ``nbest > 1`` or ``lattice: true`` (and for `init_streams` /
-`decode_chunk`) the torch path runs whatever the backend says.
+(words, word times, tokens, scores; same costs to float rounding), and the same lattice data
+(arcs within the search beam and every frame's tokens) for lattices and n-best.
 
 Streaming (paper 001 sec. 3.1): `init_streams`, `decode_chunk`, `finalize`; each stream's tokens
 are saved in a state buffer between chunks (gather by stream id, scatter back), so chunked
@@ -228,7 +227,6 @@ class WfstDecoder:
         if config.threads < 0:
             raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
         self._compiled: Any = None
-        self._fallback_logged = False
 
     # ------------------------------------------------------------------ helpers
     def graph_on(self, device: torch.device) -> SearchGraph:
@@ -294,11 +292,6 @@ class WfstDecoder:
         want = self.config.backend
         if want == "auto":
             want = "compiled" if device.type == "cpu" else "torch"
-        if want == "compiled" and (self.config.lattice or self.config.nbest > 1):
-            if not self._fallback_logged:
-                log.info("wfst: n-best/lattices are not compiled yet; using the torch backend")
-                self._fallback_logged = True
-            return "torch"
         return want
 
     def compiled_search(self) -> Any:
@@ -327,7 +320,10 @@ class WfstDecoder:
         boosts = [search.boost_array(t) for t in tables]
         c = self.config
         eps_limit = max(c.max_epsilon_passes, 1) * max(self.graph_cpu.num_states, 1024)
-        paths = search.decode_batch(acs, boosts, c.beam, c.max_active, c.min_active, c.beam_delta, eps_limit)
+        want_lattice = c.lattice or c.nbest > 1
+        paths = search.decode_batch(
+            acs, boosts, c.beam, c.max_active, c.min_active, c.beam_delta, eps_limit, lattice=want_lattice
+        )
         self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
         results = [
             self._path_result(p.arcs, p.frames, p.total, p.reached_final, tables[b], blank, shift)
@@ -345,6 +341,9 @@ class WfstDecoder:
             "epsilon_limit_hit": int(total[STAT_EPS_LIMIT]),
         }
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
+        if want_lattice:
+            data = [(p.lattice_arcs, p.lattice_nodes) for p in paths]
+            self._attach_lattices(data, results, [len(a) for a in acs], tables)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if stats["epsilon_limit_hit"]:
@@ -388,7 +387,16 @@ class WfstDecoder:
         stats = {"backend": "torch", **search.stats}
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
-            self._attach_lattices(search, results, [min(n, T) for n in lengths], tables)
+            assert search.lattice is not None
+            arcs, nodes = search.lattice.host()
+            data = [
+                (
+                    arcs[arcs.utt == b] if arcs is not None else None,
+                    nodes[nodes.utt == b] if nodes is not None else None,
+                )
+                for b in range(B)
+            ]
+            self._attach_lattices(data, results, [min(n, T) for n in lengths], tables)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if search.stats["epsilon_limit_hit"]:
@@ -396,14 +404,16 @@ class WfstDecoder:
         return results
 
     def _attach_lattices(
-        self, search: TokenPassing, results: list[DecodeResult], lengths: list[int], tables: list[dict]
+        self,
+        data: list[tuple[np.recarray | None, np.recarray | None]],
+        results: list[DecodeResult],
+        lengths: list[int],
+        tables: list[dict],
     ) -> None:
-        assert search.lattice is not None
-        arcs, nodes = search.lattice.host()
+        """Lattice (and n-best) of each utterance from its search arcs and nodes (either backend)."""
         density = []
         for b, res in enumerate(results):
-            a = arcs[arcs.utt == b] if arcs is not None else None
-            n = nodes[nodes.utt == b] if nodes is not None else None
+            a, n = data[b]
             lat = build_lattice(
                 a,
                 n,
