@@ -49,6 +49,7 @@ with ``pinned_copies`` on CUDA), so the device holds only the recent frames.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,17 @@ def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def _pow2(n: int, floor: int = 16) -> int:
     return max(floor, 1 << max(int(n) - 1, 0).bit_length())
+
+
+def _bucket(n: int, floor: int = 16) -> int:
+    """Smallest capacity >= n among floor * 2**(k/4): few distinct shapes (CUDA graphs are
+    captured per shape) with at most 19% slack."""
+    if n <= floor:
+        return floor
+    k = math.ceil(4 * math.log2(n / floor))
+    while math.ceil(floor * 2 ** (k / 4)) < n:
+        k += 1
+    return math.ceil(floor * 2 ** (k / 4))
 
 
 def _fit(x: torch.Tensor, n: int, fill: float | int) -> torch.Tensor:
@@ -457,7 +469,20 @@ class CapturedStep:
 
 
 # info vector read once per batch of passes
-_NEED_TOK, _NEED_ARC, _NEED_EPS, _ARCS, _PASSES, _FRONT, _RECS, _COUNT = range(8)
+_NEED_TOK, _NEED_ARC, _NEED_KEEP, _NEED_EPS, _NEED_FRONT, _NEED_EPS1, _NEED_FRONT1 = range(7)
+_ARCS, _PASSES, _FRONT, _RECS, _COUNT = range(7, 12)
+_INFO = 12
+# info[i] = what the frame needed of CAPACITIES[i]; eps1/front1: the first epsilon pass after the
+# emitting step (every new token is in its frontier), eps/front: the others (small frontiers)
+CAPACITIES = (
+    "tok",
+    "arc",
+    "keep",
+    "eps",
+    "front",
+    "eps1",
+    "front1",
+)  # info[i] = what the frame needed of CAPACITIES[i]
 
 
 class TokenPassing:
@@ -489,7 +514,9 @@ class TokenPassing:
             "arcs": 0,
             "redone_frames": 0,
         }
-        self.capacity = {"tok": 64, "arc": 256, "eps": 64}
+        self.capacity = dict.fromkeys(CAPACITIES, 64)
+        self.peak = dict(self.capacity)  # largest capacities used (what the next batch starts from)
+        self._low = dict.fromkeys(CAPACITIES, 0)  # frames in a row with a capacity 4x too large
         self._passes_per_sync = 1 if self.g.has_epsilons else 0
         self._frames_since_flush = 0
         self._aranges: dict[int, torch.Tensor] = {}
@@ -497,6 +524,18 @@ class TokenPassing:
     @property
     def final(self) -> torch.Tensor:
         return self.g.final
+
+    def tuning(self) -> dict[str, Any]:
+        """What `inherit` needs: capacities and epsilon passes per sync at the end of this search."""
+        return {"graph": self.g, "capacity": dict(self.peak), "passes": self._passes_per_sync}
+
+    def inherit(self, tuning: dict[str, Any] | None) -> TokenPassing:
+        """Start from the capacities (the largest a previous search used) and passes per sync of
+        a previous search on the same graph: fewer overflow reruns on the first frames."""
+        if tuning is not None and tuning["graph"] is self.g:
+            self.capacity = dict(tuning["capacity"])
+            self._passes_per_sync = tuning["passes"]
+        return self
 
     def _sync(self, n: int = 1) -> None:
         self.stats["syncs"] += n
@@ -521,11 +560,24 @@ class TokenPassing:
         """
         end = torch.cumsum(n_arcs, 0)  # inclusive prefix sum: end of each token's slice
         total = end[-1]
+        start = end - n_arcs
         j = self._arange(cap)
-        src = torch.searchsorted(end, j, right=True).clamp_(max=len(n_arcs) - 1)
+        # each token with arcs marks the slot where its slice starts; a running max spreads it
+        tid = self._arange(len(n_arcs))
+        mark = torch.zeros(cap + 1, dtype=torch.int64, device=self.device)
+        mark.index_copy_(0, torch.where(n_arcs > 0, start, cap).clamp_(max=cap), tid)
+        src = torch.cummax(mark[:cap], 0).values
         valid = j < total
-        arc = _take(first_arc, src) + j - (_take(end, src) - _take(n_arcs, src))
+        arc = _take(first_arc - start, src) + j
         return src, torch.where(valid, arc, 0), valid, total
+
+    def _compact(self, mask: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Positions of the true entries of `mask` in order, in `cap` slots: (index, valid, count)."""
+        rank = torch.cumsum(mask, 0) - 1
+        idx = torch.zeros(cap + 1, dtype=torch.int64, device=self.device)
+        idx.index_copy_(0, torch.where(mask, rank, cap).clamp_(max=cap), self._arange(len(mask)))
+        count = mask.sum()
+        return idx[:cap], self._arange(cap) < count, count
 
     def _recombine(self, key: torch.Tensor, cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Paper 000 Alg. 4 as a fixed-size sort table: (segment keys, index of the best entry).
@@ -598,8 +650,9 @@ class TokenPassing:
         return cut, adaptive
 
     # ------------------------------------------------------------------ device bodies (no syncs)
-    def _emitting(self, tok, ac, frames_ext, boost, B: int, N: int, A: int, info: torch.Tensor):
+    def _emitting(self, tok, ac, frames_ext, boost, B: int, caps: dict[str, int], info: torch.Tensor):
         """Cutoff, emitting expansion, beam pruning, recombination into N slots, records."""
+        N, A = caps["tok"], caps["arc"]
         g, S = self.g, self.num_states
         key, utt, state, cost, rec = tok
         V = ac.shape[1]
@@ -616,12 +669,15 @@ class TokenPassing:
         )
         next_cut = torch.cat([best[:B] + adaptive, neg])
         keep = c < _take(next_cut, u)  # u == B (invalid slot) meets -inf
+        # the survivors, in order, into the `keep` slots (beam pruning removes most arcs)
+        kidx, kvalid, kcount = self._compact(keep, caps["keep"])
+        src, arc, c = _take(src, kidx), _take(arc, kidx), _take(c, kidx)
+        ug = _take(u, kidx).clamp_(max=B - 1)
         dst = _take(g.nextstate, arc)
-        ug = u.clamp(max=B - 1)
         if self.lattice is not None:  # every arc that survived the search beam (see LatticeArcs)
             ac_v = _take(ac.reshape(-1), (ug * V + _take(g.column, arc)).clamp_(min=0))
-            self.lattice.add_arcs(keep, ug, _take(frames_ext, ug), _take(state, src), dst, arc, ac_v)
-        seg_key, win = self._recombine(torch.where(keep, ug * S + dst, SENT), c)
+            self.lattice.add_arcs(kvalid, ug, _take(frames_ext, ug), _take(state, src), dst, arc, ac_v)
+        seg_key, win = self._recombine(torch.where(kvalid, ug * S + dst, SENT), c)
         o_key = _fit(seg_key, N, SENT)
         w = _fit(win, N, 0)
         ok = o_key != SENT
@@ -633,19 +689,35 @@ class TokenPassing:
         m = (seg_key != SENT).sum()
         info[_NEED_TOK] = m
         info[_NEED_ARC] = total
+        info[_NEED_KEEP] = kcount
         info[_ARCS] = total
         info[_COUNT] = m.clamp(max=N)
         return (o_key, o_utt, o_state, o_cost, o_rec), ok, next_cut
 
-    def _epsilon_pass(self, tok, front, cut, frames_ext, boost, B: int, E: int, info: torch.Tensor):
+    def _epsilon_pass(
+        self,
+        tok,
+        front,
+        cut,
+        frames_ext,
+        boost,
+        B: int,
+        caps: dict[str, int],
+        info: torch.Tensor,
+        first: bool,
+    ):
         """One Bellman-Ford pass over the epsilon arcs of the frontier (Kaldi ProcessNonemitting)."""
         g, S = self.g, self.num_states
         key, utt, state, cost, rec = tok
         N = len(key)
         info[_PASSES] += front.any().long()
-        ok = front & (cost <= _take(cut, utt))
-        n = torch.where(ok, _take(g.n_eps, state), 0)
-        src, arc, valid, total = self._expand(n, _take(g.split, state), E)
+        # the frontier tokens under the cut, in order, into the `front` slots
+        F, E = (caps["front1"], caps["eps1"]) if first else (caps["front"], caps["eps"])
+        fidx, fvalid, fcount = self._compact(front & (cost <= _take(cut, utt)), F)
+        f_state = _take(state, fidx)
+        n = torch.where(fvalid, _take(g.n_eps, f_state), 0)
+        src, arc, valid, total = self._expand(n, _take(g.split, f_state), E)
+        src = _take(fidx, src)
         u = _take(utt, src).clamp_(max=B - 1)
         c = _take(cost, src) + _take(g.weight, arc)
         if boost is not None:
@@ -660,7 +732,8 @@ class TokenPassing:
         cand = seg_key != SENT
         c_src, c_arc, c_u, c_cost, c_dst = (_take(x, win) for x in (src, arc, u, c, dst))
         # look the candidates up among the existing tokens
-        pos = torch.searchsorted(key, seg_key).clamp_(max=N - 1)
+        smaller = torch.searchsorted(key, seg_key)  # existing keys below each candidate
+        pos = smaller.clamp(max=N - 1)
         found = cand & (_take(key, pos) == seg_key)
         better = found & (c_cost < _take(cost, pos))
         ins = cand & ~found
@@ -670,45 +743,56 @@ class TokenPassing:
         cost = torch.cat([cost, cost.new_zeros(1)]).index_copy_(0, slot, c_cost)[:N]
         rec = torch.cat([rec, rec.new_zeros(1)]).index_copy_(0, slot, c_rec)[:N]
         improved = torch.zeros(N + 1, dtype=torch.bool, device=self.device).index_fill_(0, slot, True)[:N]
-        # inserts: merge the new keys into the sorted token keys, keep the first N
-        skey, order = torch.sort(torch.cat([key, torch.where(ins, seg_key, SENT)]), stable=True)
-        order = order[:N]
+        # inserts: merge the two sorted key lists by scatter. An existing token moves right by
+        # the number of inserts sorting before it; an insert lands at (existing keys below it) +
+        # (inserts before it). Slots past N (overflow) and empty slots go to a dump slot N.
+        before = torch.zeros(N + 1, dtype=torch.int64, device=self.device)
+        before.scatter_add_(0, torch.where(ins, smaller, N), ins.long())
+        old_to = torch.where(key != SENT, self._arange(N) + torch.cumsum(before[:N], 0), N).clamp_(max=N)
+        ins_to = torch.where(ins, smaller + torch.cumsum(ins, 0) - 1, N).clamp_(max=N)
+
+        def merged(old: torch.Tensor, cand: torch.Tensor, fill: float | int | bool) -> torch.Tensor:
+            out = old.new_full((N + 1,), fill)
+            return out.index_copy_(0, old_to, old).index_copy_(0, ins_to, cand)[:N]
+
         new = (
-            skey[:N],
-            _take(torch.cat([utt, torch.where(ins, c_u, B)]), order),
-            _take(torch.cat([state, torch.where(ins, c_dst, 0)]), order),
-            _take(torch.cat([cost, torch.where(ins, c_cost, INF)]), order),
-            _take(torch.cat([rec, torch.where(ins, c_rec, -1)]), order),
+            merged(key, seg_key, SENT),
+            merged(utt, c_u, B),
+            merged(state, c_dst, 0),
+            merged(cost, c_cost, INF),
+            merged(rec, c_rec, -1),
         )
-        front = _take(torch.cat([improved, ins]), order)
+        front = merged(improved, ins, False)
         count = info[_COUNT] + ins.sum()
         info[_NEED_TOK] = torch.maximum(info[_NEED_TOK], count)
-        info[_NEED_EPS] = torch.maximum(info[_NEED_EPS], total)
+        need_eps, need_front = (_NEED_EPS1, _NEED_FRONT1) if first else (_NEED_EPS, _NEED_FRONT)
+        info[need_eps] = torch.maximum(info[need_eps], total)
+        info[need_front] = torch.maximum(info[need_front], fcount)
         info[_ARCS] += total
         info[_COUNT] = count.clamp(max=N)
         return new, front
 
-    def _frame_fn(self, B: int, N: int, A: int, E: int, K: int, boost: BoostTable | None) -> Callable:
+    def _frame_fn(self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None) -> Callable:
         def frame(key, utt, state, cost, rec, ac, frames_ext):
-            info = torch.zeros(8, dtype=torch.int64, device=self.device)
+            info = torch.zeros(_INFO, dtype=torch.int64, device=self.device)
             tok, front, cut = self._emitting(
-                (key, utt, state, cost, rec), ac, frames_ext, boost, B, N, A, info
+                (key, utt, state, cost, rec), ac, frames_ext, boost, B, caps, info
             )
-            for _ in range(K):
-                tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, E, info)
+            for k in range(K):
+                tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, k == 0)
             info[_FRONT] = front.sum()
             info[_RECS] = self.backpointers.count
             return (*tok, front, cut, info)
 
         return frame
 
-    def _passes_fn(self, B: int, E: int, K: int, boost: BoostTable | None) -> Callable:
+    def _passes_fn(self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None) -> Callable:
         def passes(key, utt, state, cost, rec, front, cut, frames_ext, count):
-            info = torch.zeros(8, dtype=torch.int64, device=self.device)
+            info = torch.zeros(_INFO, dtype=torch.int64, device=self.device)
             info[_COUNT] = count
             tok = (key, utt, state, cost, rec)
             for _ in range(K):
-                tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, E, info)
+                tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, False)
             info[_FRONT] = front.sum()
             info[_RECS] = self.backpointers.count
             return (*tok, front, cut, info)
@@ -716,50 +800,47 @@ class TokenPassing:
         return passes
 
     # ------------------------------------------------------------------ host driver
-    def _drive(
-        self, first: Callable[[int, int, int, int], tuple], B: int, frames_ext, boost, passes_done: int
-    ):
+    def _drive(self, first: Callable[[dict[str, int], int], tuple], B: int, frames_ext, boost):
         """Run a frame (emitting part + epsilon passes) with the host loop around it: one read per
-        batch of passes, redo with larger capacities on overflow. `first(N, A, E, K)` runs the
-        first batch and returns its outputs; returns (TokenBuffer fields, front, info totals)."""
+        batch of passes, redo with larger capacities on overflow. `first(caps, K)` runs the first
+        batch and returns its outputs; returns (the new TokenBuffer, the cut used)."""
         o = self.options
         bp = self.backpointers
         lat_mark = self.lattice.mark() if self.lattice is not None else None
         max_passes = o.max_epsilon_passes if self.g.has_epsilons else 0
         while True:
-            cap = self.capacity
-            N, A, E = cap["tok"], cap["arc"], cap["eps"]
+            caps = dict(self.capacity)
+            N, E = caps["tok"], max(caps["eps"], caps["eps1"])
             K = min(self._passes_per_sync, max_passes)
             bp.reserve(N + max(K, 4) * E)
-            out = first(N, A, E, K)
+            out = first(caps, K)
             info = self._read(out[-1])
-            needs = [info[_NEED_TOK], info[_NEED_ARC], info[_NEED_EPS]]
-            arcs, npass, done = info[_ARCS], info[_PASSES], K
-            while info[_FRONT] > 0 and done < max_passes and self._fits(needs, N, A, E):
-                k = min(max(K, 1), max_passes - done)
-                if bp.capacity - (info[_RECS] - bp._base) < k * E:
-                    needs.append(-1)  # arena full inside a frame: redo after a flush
+            needs = info[: len(CAPACITIES)]
+            arcs, npass, done, arena_full = info[_ARCS], info[_PASSES], K, False
+            while info[_FRONT] > 0 and done < max_passes and self._fits(needs, caps):
+                k = min(max(K // 2, 1), max_passes - done)
+                if bp.capacity - (info[_RECS] - bp._base) < N + k * E:
+                    arena_full = True  # redo the frame after a flush
                     break
                 count = torch.tensor(info[_COUNT], device=self.device)
-                fn = self._passes_fn(B, E, k, boost)
-                out = self.runner.run(
-                    ("passes", B, N, E, k, id(boost), bp.arena_key), fn, (*out[:-1], frames_ext, count)
-                )
+                fn = self._passes_fn(B, caps, k, boost)
+                key = ("passes", B, *caps.values(), k, id(boost), bp.arena_key)
+                out = self.runner.run(key, fn, (*out[:-1], frames_ext, count))
                 info = self._read(out[-1])
-                needs = [max(needs[0], info[_NEED_TOK]), needs[1], max(needs[2], info[_NEED_EPS])]
+                needs = [max(a, b) for a, b in zip(needs, info[: len(CAPACITIES)], strict=True)]
                 arcs, npass, done = arcs + info[_ARCS], npass + info[_PASSES], done + k
-            if self._fits(needs, N, A, E):
+            if self._fits(needs, caps) and not arena_full:
                 break
             # overflow: forget this attempt, grow what was too small, run the frame again
             self.stats["redone_frames"] += 1
             bp.rollback()
             if self.lattice is not None:
                 self.lattice.truncate(lat_mark)
-            if len(needs) > 3:
+            if arena_full:
                 bp.reserve(N + max_passes * E)
-            for name, need in zip(("tok", "arc", "eps"), needs[:3], strict=True):
-                if need > cap[name]:
-                    cap[name] = _pow2(2 * need)
+            for name, need in zip(CAPACITIES, needs, strict=True):
+                if need > caps[name]:
+                    self.capacity[name] = _bucket(need + need // 4)
         bp.size = info[_RECS]
         self.stats["arcs"] += arcs
         self.stats["epsilon_passes"] += npass
@@ -770,16 +851,20 @@ class TokenPassing:
         return TokenBuffer(key, utt, state, cost, rec, B, info[_COUNT]), out[6]
 
     @staticmethod
-    def _fits(needs: list[int], N: int, A: int, E: int) -> bool:
-        return len(needs) == 3 and needs[0] <= N and needs[1] <= A and needs[2] <= E
+    def _fits(needs: list[int], caps: dict[str, int]) -> bool:
+        return all(need <= caps[name] for name, need in zip(CAPACITIES, needs, strict=True))
 
     def _adapt(self, needs: list[int], passes: int) -> None:
-        """Next frame's capacities (powers of two, 2x what this frame used, shrink below 1/8) and
-        epsilon passes per sync (what this frame needed)."""
-        for name, need in zip(("tok", "arc", "eps"), needs[:3], strict=True):
+        """Next frame's capacities (25% headroom over what this frame used; grown when the use
+        passes 9/10, shrunk after 16 frames below 1/4) and epsilon passes per sync (what this
+        frame needed)."""
+        for name, need in zip(CAPACITIES, needs, strict=True):
             cap = self.capacity[name]
-            if need * 8 < cap or need * 2 > cap:
-                self.capacity[name] = _pow2(2 * need)
+            self._low[name] = self._low[name] + 1 if need * 4 < cap else 0
+            if self._low[name] >= 16 or need * 10 > cap * 9:
+                self.capacity[name] = _bucket(need + need // 4)
+                self._low[name] = 0
+            self.peak[name] = max(self.peak[name], self.capacity[name])
         if self.g.has_epsilons:
             self._passes_per_sync = max(1, passes)
 
@@ -804,20 +889,17 @@ class TokenPassing:
         cut = torch.cat([torch.full((B,), INF, device=dev), torch.full((1,), -INF, device=dev)])
         self.capacity["tok"] = max(self.capacity["tok"], _pow2(2 * B))
 
-        def first(N: int, A: int, E: int, K: int) -> tuple:
-            buf = TokenBuffer.from_tokens(start, B, self.num_states, N)
-            N2 = buf.capacity
-            if N2 != N:
-                self.capacity["tok"] = N = N2
+        def first(caps: dict[str, int], K: int) -> tuple:
+            buf = TokenBuffer.from_tokens(start, B, self.num_states, caps["tok"])
             front = buf.key != SENT
             count = torch.tensor(B, device=dev)
-            fn = self._passes_fn(B, E, K, boost)
+            fn = self._passes_fn(B, caps, K, boost)
             return fn(*buf.tensors(), front, cut, frames_ext, count)
 
         if not self.g.has_epsilons:
             tok = TokenBuffer.from_tokens(start, B, self.num_states, self.capacity["tok"])
         else:
-            tok, _ = self._drive(first, B, frames_ext, boost, 0)
+            tok, _ = self._drive(first, B, frames_ext, boost)
         self._record_nodes(tok, frames_ext)
         return tok
 
@@ -846,12 +928,12 @@ class TokenPassing:
         frames_ext = torch.cat([frames, frames.new_full((1,), -1)])
         bp = self.backpointers
 
-        def first(N: int, A: int, E: int, K: int) -> tuple:
-            fn = self._frame_fn(B, N, A, E, K, boost)
-            key = ("frame", B, tok.capacity, N, A, E, K, id(boost), bp.arena_key)
+        def first(caps: dict[str, int], K: int) -> tuple:
+            fn = self._frame_fn(B, caps, K, boost)
+            key = ("frame", B, tok.capacity, *caps.values(), K, id(boost), bp.arena_key)
             return self.runner.run(key, fn, (*tok.tensors(), ac_cost, frames_ext))
 
-        new, _ = self._drive(first, B, frames_ext, boost, 0)
+        new, _ = self._drive(first, B, frames_ext, boost)
         self._record_nodes(new, frames_ext)
         self._frames_since_flush += 1
         return new

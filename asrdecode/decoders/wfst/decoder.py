@@ -173,6 +173,9 @@ def _from_fst(path: Path) -> DeviceGraph:
 class _Stream:
     frames: int = 0
     boost: dict[str, float] | None = None
+    workspace: Any = None  # compiled backend: the stream's search state (compiled.Workspace)
+    boost_ids: dict[int, float] = field(default_factory=dict)
+    boost_array: Any = None
 
 
 class WfstDecoder:
@@ -222,11 +225,13 @@ class WfstDecoder:
         self._stream_search: TokenPassing | None = None
         self._stream_tokens: Tokens | None = None
         self._next_stream = 0
+        self._stream_backend: str | None = None
         if config.backend not in BACKENDS:
             raise ConfigError(f"decoder.backend: {config.backend!r} is not one of {', '.join(BACKENDS)}")
         if config.threads < 0:
             raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
         self._compiled: Any = None
+        self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
 
     # ------------------------------------------------------------------ helpers
     def graph_on(self, device: torch.device) -> SearchGraph:
@@ -368,7 +373,7 @@ class WfstDecoder:
         want_lattice = self.config.lattice or self.config.nbest > 1
         search = TokenPassing(
             graph, self.config.search_options(), self.config.lattice_beam if want_lattice else None
-        )
+        ).inherit(self._tuning.get(str(device)))
         tok = search.init(B, boost=boost)
         done: list[Tokens] = []
         ends: dict[int, list[int]] = {}
@@ -382,6 +387,7 @@ class WfstDecoder:
                 break
             frames = torch.full((B,), t, dtype=torch.int64, device=device)
             tok = search.step(tok, ac[:, t], frames, boost)
+        self._tuning[str(device)] = search.tuning()
         final_tok = Tokens.cat(done) if done else Tokens.empty(device)
         results = self._results(search, final_tok, B, tables, blank, output.frame_shift)
         stats = {"backend": "torch", **search.stats}
@@ -563,7 +569,12 @@ class WfstDecoder:
         """Open `count` new streams (optionally with per-stream word boosts); returns their ids.
 
         All streams of a decoder share one state buffer on `device` (set by the first call,
-        default CPU); lattices are not kept for streams (1-best and partial hypotheses only)."""
+        default CPU); lattices are not kept for streams (1-best and partial hypotheses only).
+        With the compiled backend each stream keeps its own search workspace."""
+        if self._stream_backend is None:
+            self._stream_backend = self.backend_for(torch.device(device or "cpu"))
+        if self._stream_backend == "compiled":
+            return self._init_streams_compiled(count, boost)
         if self._stream_search is None:
             self._stream_search = TokenPassing(
                 self.graph_on(torch.device(device or "cpu")), self.config.search_options()
@@ -622,6 +633,8 @@ class WfstDecoder:
     ) -> list[DecodeResult]:
         """Advance the given streams by a chunk of log-probs [b, Tc, V] (lengths: valid frames per
         stream, default Tc). Returns the partial best hypothesis of each stream (no final costs)."""
+        if self._stream_backend == "compiled":
+            return self._decode_chunk_compiled(stream_ids, log_probs, lengths, frame_shift)
         search = self._stream_search
         if search is None:
             raise RuntimeError("call init_streams first")
@@ -656,6 +669,8 @@ class WfstDecoder:
 
     def finalize(self, stream_ids: list[int], frame_shift: float | None = None) -> list[DecodeResult]:
         """Final results (with final costs) of the given streams; their state is released."""
+        if self._stream_backend == "compiled":
+            return self._stream_results_compiled(stream_ids, frame_shift, final=True)
         search = self._stream_search
         if search is None:
             raise RuntimeError("call init_streams first")
@@ -669,4 +684,72 @@ class WfstDecoder:
         self._stream_tokens = self._stream_tokens.select(~mask)
         for s in stream_ids:
             del self._streams[s]
+        return results
+
+    # ------------------------------------------------------------------ streaming, compiled backend
+    def _eps_limit(self) -> int:
+        return max(self.config.max_epsilon_passes, 1) * max(self.graph_cpu.num_states, 1024)
+
+    def _init_streams_compiled(self, count: int, boost: list[dict | None] | None) -> list[int]:
+        from asrdecode.decoders.wfst.compiled import Workspace
+
+        search = self.compiled_search()
+        ids = list(range(self._next_stream, self._next_stream + count))
+        self._next_stream += count
+        for i, sid in enumerate(ids):
+            st = _Stream(boost=(boost[i] if boost else None), workspace=Workspace())
+            st.boost_ids = self._boosts([st.boost], 1)[0][0]
+            st.boost_array = search.boost_array(st.boost_ids)
+            search.begin(st.workspace, st.boost_array, self._eps_limit())
+            self._streams[sid] = st
+        return ids
+
+    def _decode_chunk_compiled(
+        self,
+        stream_ids: list[int],
+        log_probs: torch.Tensor,
+        lengths: torch.Tensor | None,
+        frame_shift: float | None,
+    ) -> list[DecodeResult]:
+        for s in stream_ids:
+            if s not in self._streams:
+                raise KeyError(f"unknown or finalized stream {s}")
+        b, Tc, _ = log_probs.shape
+        lens = [Tc] * b if lengths is None else [int(x) for x in lengths.tolist()]
+        ac = self._ac_costs(log_probs.detach().cpu(), self._blank_column(None)).contiguous().numpy()
+        search, c = self.compiled_search(), self.config
+        for i, s in enumerate(stream_ids):
+            st = self._streams[s]
+            n = min(lens[i], Tc)
+            search.advance(
+                st.workspace, ac[i, :n], c.beam, c.max_active, c.min_active, c.beam_delta,
+                st.boost_array, self._eps_limit(),
+            )  # fmt: skip
+            st.frames += n
+        return self._stream_results_compiled(stream_ids, frame_shift, final=False)
+
+    def _stream_results_compiled(
+        self, stream_ids: list[int], frame_shift: float | None, final: bool
+    ) -> list[DecodeResult]:
+        """Best path of each stream: partial (no final costs) or final (then the streams are released)."""
+        search = self.compiled_search()
+        shift = (
+            frame_shift if frame_shift is not None else (self.context.frame_shift if self.context else 1.0)
+        )
+        blank = self._blank_column(None)
+        results = []
+        self._not_final = []
+        for b, s in enumerate(stream_ids):
+            st = self._streams[s]
+            p = search.best(st.workspace, use_final=final)
+            if final and p.found and not p.reached_final:
+                self._not_final.append(b)
+            results.append(
+                self._path_result(p.arcs, p.frames, p.total, p.reached_final, st.boost_ids, blank, shift)
+                if p.found
+                else DecodeResult(words=[], score=float("-inf"))
+            )
+        if final:
+            for s in stream_ids:
+                del self._streams[s]
         return results
