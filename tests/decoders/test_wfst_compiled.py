@@ -5,7 +5,8 @@
 * built TLGs (NeMo BPE fixture, toy lexicon) with real and synthetic log-probs: kaldi-decoder's
   FasterDecoder, on the same cases as test_wfst_kaldi.py (whose `compare` runs the torch backend);
 * batch == single utterances, 1 thread == 2 threads, word boosts, backend selection, the cutoff;
-* lattices and n-best: the same state lattice as the torch path (random WFSTs, built TLG).
+* lattices and n-best: the same state lattice as the torch path (random WFSTs, built TLG);
+* streaming: chunked == offline, partial hypotheses == the torch path's.
 
 The first test in a fresh checkout compiles the numba code (~15 s, cached in __pycache__).
 """
@@ -301,3 +302,51 @@ def test_nemo_tlg_lattices_equal_torch(nemo_graphs, beam, max_active, lattice_be
         same_lattice(a.lattice, b.lattice)
         assert a.nbest[0][0] == [w.word for w in a.words]
         assert [w for w, _ in a.nbest] == [w for w, _ in b.nbest]
+
+
+def stream_chunks(dec: WfstDecoder, lp, lengths, utts, chunk: int, boost=None) -> tuple[list, list]:
+    """Decode utterances `utts` as streams in chunks of `chunk` frames: (partials per chunk, finals)."""
+    ids = dec.init_streams(len(utts), boost=boost)
+    pos = dict.fromkeys(ids, 0)
+    length = dict(zip(ids, [int(lengths[u]) for u in utts], strict=True))
+    utt = dict(zip(ids, utts, strict=True))
+    partials = []
+    while any(pos[s] < length[s] for s in ids):
+        active = [s for s in ids if pos[s] < length[s]]
+        x = np.zeros((len(active), chunk, lp.shape[2]), np.float32)
+        n = []
+        for i, s in enumerate(active):
+            piece = lp[utt[s], pos[s] : min(pos[s] + chunk, length[s])]
+            x[i, : len(piece)] = piece
+            n.append(len(piece))
+            pos[s] += len(piece)
+        partials.append(dec.decode_chunk(active, torch.from_numpy(x), torch.tensor(n), frame_shift=0.08))
+    return partials, dec.finalize(ids, frame_shift=0.08)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16])
+def test_streaming_chunks_equal_offline_and_torch_partials(nemo_graphs, chunk):  # noqa: F811
+    """Compiled streams (own workspace each, boosts): chunked == offline, and every partial
+    hypothesis equals the torch path's streaming partial."""
+    lp, lengths, _ = nemo_log_probs()
+    opts = {"graph": str(nemo_graphs["compact"]), "beam": 10.0, "max_active": 80, "min_active": 10}
+    comp = WfstDecoder(WfstConfig(**opts, backend="compiled"))
+    tor = WfstDecoder(WfstConfig(**opts, backend="torch"))
+    utts = [0, 3, 5, 2]
+    words = sorted(comp.word_ids)
+    boost = [{words[3]: 2.0}, None, {words[11]: 1.0}, None]
+    out = ModelOutput(torch.from_numpy(lp[utts]), torch.from_numpy(lengths[utts]), 0.08, 128, [])
+    out.extra["boost"] = boost
+    offline = comp.decode(out)
+    partials, finals = stream_chunks(comp, lp, lengths, utts, chunk, boost)
+    t_partials, t_finals = stream_chunks(tor, lp, lengths, utts, chunk, boost)
+    for res, ref, tres in zip(finals, offline, t_finals, strict=True):
+        assert res == ref
+        same(res, tres)
+    assert len(partials) == len(t_partials)
+    for p, q in zip(partials, t_partials, strict=True):
+        for a, b in zip(p, q, strict=True):
+            same(a, b)
+    assert comp._stream_backend == "compiled" and tor._stream_backend == "torch"
+    with pytest.raises(KeyError):
+        comp.decode_chunk([0], torch.from_numpy(lp[:1, :3]))
