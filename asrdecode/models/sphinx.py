@@ -8,13 +8,15 @@ Model folder: ``mdef`` (binary model definition, read by :func:`asrdecode.graph.
 Scoring (:class:`SphinxAcousticModel`), per frame and on any device:
 
 - Gaussian log-densities of every codebook/stream/density as one batched matmul: with
-  ``z = [x*x, x]`` per stream, ``log N = z @ [-1/(2 var); mean/var] + const`` gives
-  ``[B, T, codebooks, streams, densities]``;
+  ``z = [x*x; x]`` per stream, ``log N = [-1/(2 var), mean/var] @ z + const`` gives
+  ``[streams, densities, codebooks, frames]`` (frames innermost, so that every reduction over
+  the densities is an elementwise pass over contiguous slices);
 - senone log-likelihood = sum over streams of log-sum-exp over the senone's codebook densities of
   ``log w + log N``: densities are shifted by their codebook/stream best, exponentiated and mixed
-  with the weights (probability domain) by a second batched matmul over blocks of senones that
-  share a codebook. ``topn=0`` is the exact full mixture; ``topn=N`` keeps only the N best densities
-  of each codebook/stream (pocketsphinx's top-N approximation, its default 4), the others count 0.
+  with the weights (probability domain) by one batched matmul per codebook over its senones
+  (senones sorted by codebook, no padding). ``topn=0`` is the exact full mixture; ``topn=N`` keeps
+  only the N best densities of each codebook/stream (pocketsphinx's top-N approximation, its
+  default 4; found by a max/min selection network, :func:`top_values`), the others count 0.
 
 Scores are natural-log likelihoods (not normalised per frame, no integer quantisation), so they
 differ from pocketsphinx's internal integer scores by a per-frame constant plus quantisation.
@@ -49,11 +51,13 @@ __all__ = [
     "parse_svspec",
     "load_sphinx",
     "MIXW_LOG_UNIT",
+    "top_values",
 ]
 
 _S3_MAGIC = 0x11223344
 MIXW_LOG_UNIT = 1024 * math.log(1.0001)  # nats per sendump step
 VARFLOOR = 1e-4
+DENSITY_FLOOR = 60.0  # nats below a codebook's best density that still count (see _densities)
 REQUIRED_FILES = ("mdef", "means", "variances", "sendump", "transition_matrices", "feat.params")
 
 
@@ -388,13 +392,55 @@ def read_sphinx_model(folder: str | Path, varfloor: float = VARFLOOR) -> SphinxM
     )
 
 
+def top_values(x: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n`` largest values along dim 1 of ``x`` [A, K, ...], descending: [A, n, ...].
+
+    A selection network of elementwise max/min over slices along dim 1 (contiguous inner
+    dims): K is cut into n slices of K/n lanes, each lane's n values are sorted by a bitonic
+    network of compare-exchanges, then pairs of lanes' sorted n-lists are merged (the top n of
+    two sorted lists is the bitonic list ``max(a_i, b_{n-1-i})``, re-sorted by a bitonic
+    half-cleaner). About 3 elementwise passes
+    over ``x`` for n = 4, far cheaper than ``topk`` along a strided dim. ``n`` must be a power
+    of two dividing K (else falls back to ``topk``).
+    """
+    k = x.shape[1]
+    if n < 1 or n & (n - 1) or k % n or (k // n) & (k // n - 1):
+        return x.topk(n, dim=1).values
+    lists = list(x.view(x.shape[0], n, k // n, *x.shape[2:]).unbind(1))  # n slices of [A, K/n, ...]
+    lists = _bitonic_sort(lists)
+    while lists[0].shape[1] > 1:
+        h = lists[0].shape[1] // 2
+        merged = [torch.maximum(lists[i][:, :h], lists[n - 1 - i][:, h:]) for i in range(n)]
+        lists = _bitonic_clean(merged)
+    return torch.cat(lists, 1)
+
+
+def _bitonic_clean(v: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Sort a bitonic list of tensors (elementwise) descending by half-cleaners."""
+    if len(v) == 1:
+        return v
+    h = len(v) // 2
+    hi = [torch.maximum(v[i], v[i + h]) for i in range(h)]
+    lo = [torch.minimum(v[i], v[i + h]) for i in range(h)]
+    return _bitonic_clean(hi) + _bitonic_clean(lo)
+
+
+def _bitonic_sort(v: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Sort a list of tensors (elementwise) descending: sort halves opposite ways, then clean."""
+    if len(v) == 1:
+        return v
+    h = len(v) // 2
+    return _bitonic_clean(_bitonic_sort(v[:h]) + _bitonic_sort(v[h:])[::-1])
+
+
 class SphinxAcousticModel(nn.Module):
     """A pocketsphinx PTM model as an ``AcousticModel``: waveforms -> MFCC -> senone log-likelihoods.
 
     ``topn``: 0 = exact full mixtures, N > 0 = pocketsphinx's top-N densities per codebook/stream.
-    ``dtype``: precision of the Gaussian matmul (float32 is fast; float64 for exactness checks).
-    ``chunk_frames``: frames scored at once (memory ~ ``chunk * blocks * 3 * (128 + block_width)``
-    floats); ``block_width``: senones per block of the mixture matmul.
+    ``dtype``: precision of the Gaussian and mixture matmuls (float32 is fast; float64 for
+    exactness checks). ``chunk_frames``: frames scored at once; the working set is about
+    ``chunk * 3 * (42 * 128 + 5126)`` floats (~20 MB at 128), small enough to stay in the
+    allocator's reuse range (no page faults per chunk) and mostly in the CPU caches.
     """
 
     default_decoder = "wfst"
@@ -406,8 +452,7 @@ class SphinxAcousticModel(nn.Module):
         frontend: SphinxMFCC | None = None,
         topn: int = 4,
         dtype: torch.dtype = torch.float32,
-        chunk_frames: int = 256,
-        block_width: int = 64,
+        chunk_frames: int = 128,
     ) -> None:
         super().__init__()
         self.data = data
@@ -426,37 +471,27 @@ class SphinxAcousticModel(nn.Module):
         n_cb, n_f, n_k, d = data.means.shape
         mean = torch.from_numpy(data.means).double()
         var = torch.from_numpy(data.variances).double()
-        # log N(x) = z @ A + c with z = [x^2, x] per stream: A = [-1/(2 var); mean/var].
+        # log N(x) = A @ z + c with z = [x^2, x] per stream: A = [-1/(2 var), mean/var]; rows are
+        # (density, codebook) so that the densities of one codebook are a strided column.
         a = torch.cat([-0.5 / var, mean / var], dim=-1)  # [cb, f, k, 2d]
-        a = a.permute(1, 3, 0, 2).reshape(n_f, 2 * d, n_cb * n_k)  # [f, 2d, cb*k]
+        a = a.permute(1, 2, 0, 3).reshape(n_f, n_k * n_cb, 2 * d)  # [f, k*cb, 2d]
         const = -0.5 * (d * math.log(2 * math.pi) + torch.log(var).sum(-1) + (mean * mean / var).sum(-1))
-        self.register_buffer("gauss_a", a.to(dtype), persistent=False)
+        self.register_buffer("gauss_a", a.to(dtype).contiguous(), persistent=False)
         self.register_buffer(
-            "gauss_c", const.permute(1, 0, 2).reshape(n_f, n_cb * n_k).to(dtype), persistent=False
+            "gauss_c", const.permute(1, 2, 0).reshape(n_f, n_k * n_cb, 1).to(dtype), persistent=False
         )
         self.register_buffer("stream_idx", torch.tensor(data.streams, dtype=torch.int64), persistent=False)
         sen2cb = torch.from_numpy(data.sen2cb)
         self.register_buffer("sen2cb", sen2cb, persistent=False)
-        logw = torch.from_numpy(data.log_mixw)  # [f, k, s]
-        # Senones grouped by codebook into blocks of <= block_width columns; weights in the
-        # probability domain, zero for unused columns: [blocks, f, k, block_width].
+        # Senones sorted by codebook: codebook c owns sorted rows cb_bounds[c] .. cb_bounds[c+1];
+        # mixture weights in the probability domain, [streams, sorted senones, densities].
         order = torch.argsort(sen2cb, stable=True)
-        block_cb: list[int] = []
-        slot = torch.empty(len(sen2cb), dtype=torch.int64)
-        cols: list[torch.Tensor] = []
-        for cb in range(n_cb):
-            members = order[sen2cb[order] == cb]
-            for i in range(0, len(members), block_width):
-                part = members[i : i + block_width]
-                slot[part] = len(block_cb) * block_width + torch.arange(len(part))
-                block_cb.append(cb)
-                cols.append(part)
-        w_blk = torch.zeros(len(block_cb), n_f, n_k, block_width, dtype=torch.float64)
-        for b, part in enumerate(cols):
-            w_blk[b, :, :, : len(part)] = logw[:, :, part].exp()
-        self.register_buffer("block_cb", torch.tensor(block_cb, dtype=torch.int64), persistent=False)
-        self.register_buffer("block_w", w_blk.float(), persistent=False)
-        self.register_buffer("sen_slot", slot, persistent=False)
+        counts = torch.bincount(sen2cb, minlength=n_cb)
+        self.cb_bounds = [0, *torch.cumsum(counts, 0).tolist()]
+        self.register_buffer("sorted_cb", sen2cb[order].contiguous(), persistent=False)
+        self.register_buffer("sorted_pos", torch.argsort(order), persistent=False)  # senone -> row
+        logw = torch.from_numpy(data.log_mixw)[:, :, order].transpose(1, 2)  # [f, S, k]
+        self.register_buffer("mixw", logw.exp().to(dtype).contiguous(), persistent=False)
 
     # ----------------------------------------------------------------- AcousticModel protocol
     @property
@@ -484,9 +519,11 @@ class SphinxAcousticModel(nn.Module):
         """[B, 39, T] features -> ModelOutput with ``log_probs`` [B, T, n_senones] (natural-log
         likelihoods; padding frames are 0)."""
         x = feats.transpose(1, 2)
-        mask = torch.arange(x.shape[1], device=x.device)[None, :] < feat_lengths.to(x.device)[:, None]
-        scores = torch.zeros(*x.shape[:2], self.num_senones, dtype=torch.float32, device=x.device)
-        scores[mask] = self.senone_scores(x[mask][None])[0]  # padding frames are not scored
+        lengths = feat_lengths.tolist()
+        scores = torch.empty(*x.shape[:2], self.num_senones, dtype=torch.float32, device=x.device)
+        for b, n in enumerate(lengths):  # padding frames are not scored
+            self._score_into(x[b, :n], scores[b, :n])
+            scores[b, n:] = 0.0
         return ModelOutput(
             log_probs=scores,
             lengths=feat_lengths.to(torch.int64),
@@ -506,49 +543,72 @@ class SphinxAcousticModel(nn.Module):
 
     # ----------------------------------------------------------------- scoring
     def _gaussians(self, x: torch.Tensor) -> torch.Tensor:
-        """[N, D] features -> [codebooks, streams, N, densities] Gaussian log-densities (float32)."""
+        """[N, D] features -> [streams, densities, codebooks, N] Gaussian log-densities."""
         n_cb, n_f, n_k, _ = self.data.means.shape
-        xs = x.to(self.compute_dtype)[:, self.stream_idx].transpose(0, 1)  # [f, N, d]
-        z = torch.cat([xs * xs, xs], dim=-1)  # [f, N, 2d]
-        g = torch.baddbmm(self.gauss_c[:, None, :], z, self.gauss_a)  # [f, N, cb*k]
-        return g.float().view(n_f, -1, n_cb, n_k).permute(2, 0, 1, 3).contiguous()
+        xs = x.to(self.compute_dtype)[:, self.stream_idx].permute(1, 2, 0)  # [f, d, N]
+        z = torch.cat([xs * xs, xs], dim=1)  # [f, 2d, N]
+        return torch.baddbmm(self.gauss_c, self.gauss_a, z).view(n_f, n_k, n_cb, -1)
 
     def gaussian_scores(self, x: torch.Tensor) -> torch.Tensor:
         """[N, D] features -> [N, codebooks, streams, densities] Gaussian log-densities."""
-        return self._gaussians(x).permute(2, 0, 1, 3)
+        return self._gaussians(x).permute(3, 2, 0, 1)
+
+    def _densities(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gaussian log-densities [f, k, cb, N] (overwritten) -> (p, best): p = exp(g - best) with
+        best = each codebook/stream's top log-density, zero outside its top-N when ``topn > 0``.
+
+        Shifted log-densities are clamped at ``-DENSITY_FLOOR`` before ``exp``: an exp that
+        underflows is ~60x slower on CPUs, and the terms changed weigh < 128 e^-60 against a
+        mixture >= e^-26 (the smallest mixture weight), far below float32 resolution.
+        """
+        if not self.topn:
+            best = g.amax(1, keepdim=True)
+            return g.sub_(best).clamp_(min=-DENSITY_FLOOR).exp_(), best
+        top = top_values(g, self.topn)  # [f, topn, cb, N], descending
+        best, last = top[:, :1], top[:, -1:]
+        dropped = g < last
+        if (dropped.shape[1] - dropped.sum(1) > self.topn).any():
+            # ties at the N-th value (the model has duplicate densities): keep the lowest-index
+            # ones so that exactly N count, as a sort would
+            tie = g == last
+            allowed = self.topn - (g > last).sum(1, keepdim=True)
+            dropped |= tie & (tie.cumsum(1) > allowed)
+        return g.sub_(best).clamp_(min=-DENSITY_FLOOR).exp_().masked_fill_(dropped, 0.0), best
 
     def mixture_scores(self, g: torch.Tensor) -> torch.Tensor:
-        """[codebooks, streams, N, densities] Gaussian log-densities -> [N, n_senones] senone
-        log-likelihoods.
+        """[streams, densities, codebooks, N] Gaussian log-densities -> [n_senones, N] senone
+        log-likelihoods (``g`` is used as scratch space).
 
         Each codebook/stream's densities are shifted by their best (so the largest term is 1),
-        exponentiated, restricted to the top-N when ``topn > 0``, mixed with the senones' weights
-        by one batched matmul over blocks of senones of the same codebook, multiplied over streams
-        (each stream's mixture is >= its best density's weight >= e^-26, so the product of three
-        stays a normal float32) and taken back to the log domain for the real senone columns only.
+        exponentiated, restricted to the top-N when ``topn > 0`` and mixed with the weights of
+        the codebook's senones by one batched (over streams) matmul per codebook; the stream
+        mixtures are multiplied (each is >= its best density's weight >= e^-26, so the product of
+        three stays a normal float32) and taken back to the log domain.
         """
-        if self.topn:
-            vals, idx = g.topk(self.topn, dim=-1)
-            best = vals[..., :1]
-            p = torch.zeros_like(g).scatter_(-1, idx, torch.exp(vals - best))
-        else:
-            best = g.amax(-1, keepdim=True)
-            p = torch.exp(g - best)
-        mix = torch.matmul(p[self.block_cb], self.block_w)  # [blocks, f, N, width]
-        prod = mix.prod(1)  # [blocks, N, width]
-        n = prod.shape[1]
-        sel = prod.permute(0, 2, 1).reshape(-1, n).index_select(0, self.sen_slot)  # [S, N]
-        offset = best.sum(1)[..., 0].index_select(0, self.sen2cb)  # [S, N]
-        return (torch.log(sel) + offset).T
+        p, best = self._densities(g)
+        n_f, n = p.shape[0], p.shape[-1]
+        mix = torch.empty(n_f, self.mixw.shape[1], n, dtype=p.dtype, device=p.device)
+        bounds = self.cb_bounds
+        for c in range(len(bounds) - 1):
+            a, b = bounds[c], bounds[c + 1]
+            mix[:, a:b] = torch.bmm(self.mixw[:, a:b], p[:, :, c])
+        prod = mix[0]
+        for f in range(1, n_f):
+            prod.mul_(mix[f])
+        offset = best.sum(0)[0].index_select(0, self.sorted_cb)  # [S, N]
+        return prod.log_().add_(offset).index_select(0, self.sorted_pos)
+
+    def _score_into(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """[N, D] features -> ``out`` [N, n_senones] (float32), in chunks of ``chunk_frames``."""
+        step = max(self.chunk_frames, 1)
+        for start in range(0, x.shape[0], step):
+            out[start : start + step] = self.mixture_scores(self._gaussians(x[start : start + step])).T
 
     def senone_scores(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, D] features -> [B, T, n_senones] natural-log senone likelihoods."""
         b, t, d = x.shape
-        flat = x.reshape(b * t, d)
-        out = torch.empty(b * t, self.sen2cb.numel(), dtype=torch.float32, device=x.device)
-        step = max(self.chunk_frames, 1)
-        for start in range(0, b * t, step):
-            out[start : start + step] = self.mixture_scores(self._gaussians(flat[start : start + step]))
+        out = torch.empty(b * t, self.num_senones, dtype=torch.float32, device=x.device)
+        self._score_into(x.reshape(b * t, d), out)
         return out.reshape(b, t, -1)
 
     def describe(self) -> dict:

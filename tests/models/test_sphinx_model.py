@@ -19,6 +19,7 @@ from asrdecode.models.sphinx import (
     read_s3_gaussians,
     read_sendump,
     read_sphinx_model,
+    top_values,
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sphinx"
@@ -119,6 +120,30 @@ def test_topn_is_a_lower_bound_close_to_full(models, goforward) -> None:
     assert (full.argmax(-1) == top.argmax(-1)).float().mean() > 0.75
     rank = (full > full.gather(1, top.argmax(-1, keepdim=True))).sum(-1)
     assert rank.max() < 20
+
+
+@pytest.mark.parametrize("shape, n", [((3, 128, 5, 7), 4), ((2, 128, 9), 8), ((2, 64, 3), 2), ((4, 32), 1)])
+def test_top_values_equal_sorting(shape, n: int) -> None:
+    x = torch.from_numpy(np.random.default_rng(n).standard_normal(shape).astype(np.float32))
+    want = -np.sort(-x.numpy(), axis=1)[:, :n]
+    assert np.array_equal(top_values(x, n).numpy(), want)
+
+
+def test_topn_keeps_exactly_n_densities_on_ties(models) -> None:
+    """Tied N-th values (float32 coincidences happen on real speech): exactly N densities per
+    codebook/stream/frame count, the lowest-index ones among the tied, as a stable sort picks."""
+    model = models["topn"]
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((3, 128, 42, 6)).astype(np.float32) * 5 - 40
+    g[:, 7] = g[:, 50] = g[:, 90] = g[:, 100] = g.max(1) - 1.0  # four-way tie from the 2nd place
+    g[1, 3, 0, 0] = g[1, 7, 0, 0] + 0.5  # one column: a tie for 3rd/4th place instead
+    p, best = model._densities(torch.from_numpy(g.copy()))
+    order = np.argsort(-g, axis=1, kind="stable")[:, :4]
+    want = np.zeros_like(g)
+    np.put_along_axis(want, order, np.exp(np.take_along_axis(g, order, 1) - g.max(1, keepdims=True)), 1)
+    assert ((p > 0).sum(1) == 4).all()
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(best[:, 0].numpy(), g.max(1))
 
 
 def test_model_output_batch_equals_single(models) -> None:
