@@ -197,41 +197,43 @@ class Backpointers:
     """Append-only arena of token records: prev record (-1 = root), arc index (-1 = start), frame, cost.
 
     Records are written on the device by `add` (masked; ids from the device counter `count`, so no
-    sync) into one of two preallocated arenas; `flush` starts one batched copy of the arena to
-    host memory (pinned + non_blocking when `pinned`) and switches to the other arena, and the
-    copy is finished (converted to numpy) at the next flush: double buffering. `size` is the
-    number of committed records (set by the search after each sync; `count` may run ahead inside
-    a frame and is rolled back when a frame is redone).
+    sync) into one of two preallocated arenas, each one int64 tensor [4, capacity + 1] (the cost
+    stored as its float32 bits) so that `flush` moves a whole batch of frames to host memory in
+    one copy (pinned + non_blocking when `pinned`), then switches to the other arena; the copy is
+    finished (converted to numpy) at the next flush: double buffering. `size` is the number of
+    committed records (set by the search after each sync; `count` may run ahead inside a frame
+    and is rolled back when a frame is redone). `on_sync` is called for each blocking copy.
     """
 
     DTYPE = np.dtype([("prev", "<i8"), ("arc", "<i8"), ("frame", "<i8"), ("cost", "<f4")])
 
     def __init__(
-        self, device: torch.device | str = "cpu", capacity: int = 4096, pinned: bool = False
+        self,
+        device: torch.device | str = "cpu",
+        capacity: int = 4096,
+        pinned: bool = False,
+        on_sync: Callable[[], None] | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.pinned = pinned and self.device.type == "cuda"
+        self.on_sync = on_sync
         self.size = 0
         self.count = torch.zeros((), dtype=torch.int64, device=self.device)
         self.base = torch.zeros((), dtype=torch.int64, device=self.device)  # record id of arena slot 0
         self._base = 0
         self._cur = 0
         self._alloc(capacity)
-        self._copying: tuple[list[torch.Tensor], Any, int] | None = None
+        self._copying: tuple[torch.Tensor, Any, int] | None = None
         self._host: list[np.ndarray] = []
         self._merged: np.ndarray | None = None
 
     def _alloc(self, capacity: int) -> None:
         self.capacity = capacity
-        dev = self.device
-
-        def arena() -> tuple[torch.Tensor, ...]:
-            i64 = torch.full((capacity + 1,), -1, dtype=torch.int64, device=dev)  # last slot: dump
-            return i64, i64.clone(), i64.clone(), torch.zeros(capacity + 1, dtype=torch.float32, device=dev)
-
-        self._arenas = [arena(), arena()]
+        self._arenas = [
+            torch.full((4, capacity + 1), -1, dtype=torch.int64, device=self.device) for _ in range(2)
+        ]  # last column: dump slot for masked entries
         self._pinned_bufs = (
-            [tuple(torch.empty(capacity, dtype=a.dtype, pin_memory=True) for a in ar) for ar in self._arenas]
+            [torch.empty((4, capacity), dtype=torch.int64, pin_memory=True) for _ in range(2)]
             if self.pinned
             else None
         )
@@ -253,8 +255,8 @@ class Backpointers:
         rank = torch.cumsum(valid, 0) - 1
         ids = torch.where(valid, self.count + rank, -1)
         pos = torch.where(valid, ids - self.base, self.capacity).clamp_(max=self.capacity)
-        for col, val in zip(self._arenas[self._cur], (prev, arc, frame, cost), strict=True):
-            col.index_copy_(0, pos, val.to(col.dtype))
+        bits = cost.float().contiguous().view(torch.int32).long()
+        self._arenas[self._cur].index_copy_(1, pos, torch.stack([prev, arc, frame.long(), bits]))
         self.count.add_(valid.sum())
         return ids
 
@@ -280,15 +282,16 @@ class Backpointers:
         if n == 0:
             return
         self._finish()
-        cols = [c[:n] for c in self._arenas[self._cur]]
+        cols = self._arenas[self._cur][:, :n]
         if self._pinned_bufs is not None:
-            host = [buf[:n] for buf in self._pinned_bufs[self._cur]]
-            for h, c in zip(host, cols, strict=True):
-                h.copy_(c, non_blocking=True)
+            host = self._pinned_bufs[self._cur][:, :n]
+            host.copy_(cols, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
         else:
-            host, event = [c.to("cpu", copy=True) for c in cols], None
+            host, event = cols.to("cpu", copy=True), None
+            if self.on_sync is not None:
+                self.on_sync()
         self._copying = (host, event, n)
         self._cur ^= 1
         self._base = self.size
@@ -301,9 +304,10 @@ class Backpointers:
         self._copying = None
         if event is not None:
             event.synchronize()
+        cols = host.numpy()
         chunk = np.empty(n, dtype=self.DTYPE)
-        for name, h in zip(("prev", "arc", "frame", "cost"), host, strict=True):
-            chunk[name] = h.numpy()
+        chunk["prev"], chunk["arc"], chunk["frame"] = cols[0], cols[1], cols[2]
+        chunk["cost"] = cols[3].astype(np.int32).view(np.float32)
         self._host.append(chunk)
         self._merged = None
 
@@ -389,7 +393,8 @@ class LatticeArcs:
     ARC_FIELDS = ("utt", "frame", "src", "dst", "arc", "ac")
     NODE_FIELDS = ("utt", "frame", "state", "cost")
 
-    def __init__(self) -> None:
+    def __init__(self, on_sync: Callable[[int], None] | None = None) -> None:
+        self.on_sync = on_sync  # called with the number of blocking copies of a flush
         self._arcs: list[tuple[torch.Tensor, ...]] = []
         self._nodes: list[tuple[torch.Tensor, ...]] = []
         self._host: dict[str, list[np.ndarray]] = {"arcs": [], "nodes": []}
@@ -416,6 +421,8 @@ class LatticeArcs:
                     torch.cat([p[i] for p in pending]).to("cpu", copy=True).numpy()
                     for i in range(len(fields) + 1)
                 ]
+                if self.on_sync is not None:
+                    self.on_sync(len(cols))
                 keep = cols[0]
                 self._host[name].append(np.rec.fromarrays([c[keep] for c in cols[1:]], names=list(fields)))
                 pending.clear()
@@ -501,8 +508,8 @@ class TokenPassing:
         self.num_states = self.g.num_states
         self.lattice_beam = lattice_beam
         cuda = self.device.type == "cuda"
-        self.backpointers = Backpointers(self.device, pinned=o.pinned_copies and cuda)
-        self.lattice: LatticeArcs | None = LatticeArcs() if lattice_beam is not None else None
+        self.backpointers = Backpointers(self.device, pinned=o.pinned_copies and cuda, on_sync=self._sync)
+        self.lattice: LatticeArcs | None = LatticeArcs(self._sync) if lattice_beam is not None else None
         # lattices append per-frame tensors on the host side: those frames run eagerly
         self.runner = CapturedStep(o.cuda_graphs and cuda and self.lattice is None)
         self.kernel = o.kernel

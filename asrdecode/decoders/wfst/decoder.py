@@ -42,6 +42,7 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions, TokenPassing, Tokens
+from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
 from asrdecode.decoders.wfst.lattice import build_lattice
 from asrdecode.errors import ConfigError, GraphError
 from asrdecode.graph.format import DeviceGraph
@@ -75,6 +76,13 @@ class WfstConfig:
     host_copy_frames: frames of back-pointers collected on the device per host copy.
     backend: auto | torch | compiled (see the module docstring); auto = compiled on CPU, torch on CUDA.
     threads: worker threads of the compiled backend (0 = the cores this process may use).
+    cuda_graphs: torch backend on CUDA: capture each frame's fixed-shape work (one graph per
+      capacity set) with torch.cuda.graphs and replay it (paper 001 sec. 3, item 1). Frames that
+      keep lattices run eagerly. Ignored (with a note) on the CPU.
+    pinned_copies: torch backend on CUDA: back-pointers go to pinned host buffers with
+      non-blocking copies, double-buffered (paper 001 sec. 3, item 2). Ignored on the CPU.
+    kernel: auto | torch | triton: the emitting-arc expansion of the torch backend as tensor ops or
+      one fused Triton kernel (wfst/kernels.py); auto = triton on CUDA, torch elsewhere.
     """
 
     graph: str = ""
@@ -94,8 +102,21 @@ class WfstConfig:
     host_copy_frames: int = 32
     backend: str = "auto"
     threads: int = 0
+    cuda_graphs: bool = False
+    pinned_copies: bool = False
+    kernel: str = "auto"
 
-    def search_options(self) -> SearchOptions:
+    def search_options(self, device: torch.device | str = "cpu") -> SearchOptions:
+        """The search options for a torch search on `device` (device switches resolved)."""
+        device = torch.device(device)
+        cuda = device.type == "cuda"
+        kernel = self.kernel
+        if kernel == "auto":
+            kernel = "triton" if cuda and triton_available(device) else "torch"
+        elif kernel == "triton" and not triton_available(device):
+            raise ConfigError(
+                f"decoder.kernel: triton needs a CUDA device or TRITON_INTERPRET=1 (device is {device})"
+            )
         return SearchOptions(
             beam=self.beam,
             max_active=self.max_active,
@@ -103,6 +124,9 @@ class WfstConfig:
             beam_delta=self.beam_delta,
             max_epsilon_passes=self.max_epsilon_passes,
             host_copy_frames=self.host_copy_frames,
+            cuda_graphs=self.cuda_graphs and cuda,
+            pinned_copies=self.pinned_copies and cuda,
+            kernel=kernel,
         )
 
 
@@ -230,7 +254,10 @@ class WfstDecoder:
             raise ConfigError(f"decoder.backend: {config.backend!r} is not one of {', '.join(BACKENDS)}")
         if config.threads < 0:
             raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
+        if config.kernel not in KERNELS:
+            raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None
+        self._device_note_logged = False
         self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
 
     # ------------------------------------------------------------------ helpers
@@ -290,6 +317,17 @@ class WfstDecoder:
             torch.tensor(np.asarray(costs, dtype=np.float32)[order], device=device),
             num_words,
         )
+
+    def _search_options(self, device: torch.device) -> SearchOptions:
+        switches = self.config.cuda_graphs or self.config.pinned_copies
+        if device.type != "cuda" and switches and not self._device_note_logged:
+            log.info(
+                "wfst: decoder.cuda_graphs / decoder.pinned_copies apply to CUDA only; "
+                "ignored on %s (the same buffers run eagerly)",
+                device,
+            )
+            self._device_note_logged = True
+        return self.config.search_options(device)
 
     # ------------------------------------------------------------------ backends
     def backend_for(self, device: torch.device) -> str:
@@ -372,7 +410,7 @@ class WfstDecoder:
         boost = self._boost_table(tables, device)
         want_lattice = self.config.lattice or self.config.nbest > 1
         search = TokenPassing(
-            graph, self.config.search_options(), self.config.lattice_beam if want_lattice else None
+            graph, self._search_options(device), self.config.lattice_beam if want_lattice else None
         ).inherit(self._tuning.get(str(device)))
         tok = search.init(B, boost=boost)
         done: list[Tokens] = []
@@ -577,7 +615,8 @@ class WfstDecoder:
             return self._init_streams_compiled(count, boost)
         if self._stream_search is None:
             self._stream_search = TokenPassing(
-                self.graph_on(torch.device(device or "cpu")), self.config.search_options()
+                self.graph_on(torch.device(device or "cpu")),
+                self._search_options(torch.device(device or "cpu")),
             )
             self._stream_tokens = Tokens.empty(self._stream_search.device)
         ids = list(range(self._next_stream, self._next_stream + count))

@@ -20,6 +20,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import torch
+import triton
+import triton.language as tl  # a module global: the interpreter patches the kernel's `tl` here
 
 if TYPE_CHECKING:
     from asrdecode.decoders.wfst.core import BoostTable, TokenPassing
@@ -60,63 +62,54 @@ _KERNEL: Any = None
 
 def triton_available(device: torch.device) -> bool:
     """Triton kernels can run here: a CUDA device, or the interpreter (TRITON_INTERPRET=1)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _emitting_arcs_kernel(
+    end_ptr, n_ptr, first_ptr, utt_ptr, cost_ptr, weight_ptr, column_ptr, ac_ptr,
+    src_out, arc_out, u_out, c_out, best_ptr,
+    N, V, B, cap,
+    SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """One program per BLOCK arc slots (jitted by `_kernel`)."""
+    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+    inside = j < cap
+    total = tl.load(end_ptr + N - 1)
+    valid = inside & (j < total)
+    # source token: first i with end[i] > j (binary search over the inclusive prefix sum)
+    lo = tl.zeros([BLOCK], dtype=tl.int64)
+    hi = tl.zeros([BLOCK], dtype=tl.int64) + N
+    for _ in tl.static_range(SEARCH_STEPS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        e = tl.load(end_ptr + tl.minimum(mid, N - 1), mask=inside & active, other=0)
+        right = e <= j
+        lo = tl.where(active & right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    src = tl.minimum(lo, N - 1)
+    e = tl.load(end_ptr + src, mask=inside, other=0)
+    n = tl.load(n_ptr + src, mask=inside, other=0)
+    arc = tl.load(first_ptr + src, mask=inside, other=0) + j - (e - n)
+    arc = tl.where(valid, arc, 0)
+    u = tl.minimum(tl.load(utt_ptr + src, mask=inside, other=0), B - 1)
+    col = tl.load(column_ptr + arc, mask=inside, other=0)
+    ac = tl.load(ac_ptr + tl.maximum(u * V + col, 0), mask=valid, other=0.0)
+    c = tl.load(cost_ptr + src, mask=inside, other=0.0) + tl.load(weight_ptr + arc, mask=inside, other=0.0)
+    c = c + ac
+    c = tl.where(valid, c, float("inf"))
+    u = tl.where(valid, u, B)
+    tl.store(src_out + j, src, mask=inside)
+    tl.store(arc_out + j, arc, mask=inside)
+    tl.store(u_out + j, u, mask=inside)
+    tl.store(c_out + j, c, mask=inside)
+    tl.atomic_min(best_ptr + u, c, mask=valid)
 
 
 def _kernel() -> Any:
     """The jitted kernel, built on first use (so TRITON_INTERPRET set before that use applies)."""
     global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def emitting_arcs_kernel(
-        end_ptr, n_ptr, first_ptr, utt_ptr, cost_ptr, weight_ptr, column_ptr, ac_ptr,
-        src_out, arc_out, u_out, c_out, best_ptr,
-        N, V, B, cap,
-        SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr,
-    ):  # fmt: skip
-        j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
-        inside = j < cap
-        total = tl.load(end_ptr + N - 1)
-        valid = inside & (j < total)
-        # source token: first i with end[i] > j (binary search over the inclusive prefix sum)
-        lo = tl.zeros([BLOCK], dtype=tl.int64)
-        hi = tl.zeros([BLOCK], dtype=tl.int64) + N
-        for _ in tl.static_range(SEARCH_STEPS):
-            active = lo < hi
-            mid = (lo + hi) // 2
-            e = tl.load(end_ptr + tl.minimum(mid, N - 1), mask=inside & active, other=0)
-            right = e <= j
-            lo = tl.where(active & right, mid + 1, lo)
-            hi = tl.where(active & ~right, mid, hi)
-        src = tl.minimum(lo, N - 1)
-        e = tl.load(end_ptr + src, mask=inside, other=0)
-        n = tl.load(n_ptr + src, mask=inside, other=0)
-        arc = tl.load(first_ptr + src, mask=inside, other=0) + j - (e - n)
-        arc = tl.where(valid, arc, 0)
-        u = tl.minimum(tl.load(utt_ptr + src, mask=inside, other=0), B - 1)
-        col = tl.load(column_ptr + arc, mask=inside, other=0)
-        ac = tl.load(ac_ptr + tl.maximum(u * V + col, 0), mask=valid, other=0.0)
-        c = tl.load(cost_ptr + src, mask=inside, other=0.0) + tl.load(
-            weight_ptr + arc, mask=inside, other=0.0
-        )
-        c = c + ac
-        c = tl.where(valid, c, float("inf"))
-        u = tl.where(valid, u, B)
-        tl.store(src_out + j, src, mask=inside)
-        tl.store(arc_out + j, arc, mask=inside)
-        tl.store(u_out + j, u, mask=inside)
-        tl.store(c_out + j, c, mask=inside)
-        tl.atomic_min(best_ptr + u, c, mask=valid)
-
-    _KERNEL = emitting_arcs_kernel
+    if _KERNEL is None:
+        _KERNEL = triton.jit(_emitting_arcs_kernel)
     return _KERNEL
 
 
@@ -146,13 +139,9 @@ def emitting_arcs_triton(
     best = torch.full((B + 1,), INF, dtype=torch.float32, device=dev)
     block = 128
     steps = max(1, math.ceil(math.log2(N + 1)) + 1)
-    _kernel()[(triton_cdiv(cap, block),)](
+    _kernel()[(triton.cdiv(cap, block),)](
         end, n_arcs, first_arc, utt, cost.contiguous(), g.weight, g.column, ac_flat.contiguous(),
         src, arc, u, c, best, N, V, B, cap, SEARCH_STEPS=steps, BLOCK=block,
     )  # fmt: skip
     valid = u < B
     return src, arc, valid, u, c, best, end[-1]
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
