@@ -22,7 +22,7 @@ from wfst_ref import nemo_log_probs, random_wfst, single_thread, viterbi_referen
 
 from asrdecode.decoders import decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst.compiled import CompiledSearch, _cache_present, get_cutoff
+from asrdecode.decoders.wfst.compiled import STAT_RECORDS, CompiledSearch, _cache_present, get_cutoff
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 
@@ -350,3 +350,19 @@ def test_streaming_chunks_equal_offline_and_torch_partials(nemo_graphs, chunk): 
     assert comp._stream_backend == "compiled" and tor._stream_backend == "torch"
     with pytest.raises(KeyError):
         comp.decode_chunk([0], torch.from_numpy(lp[:1, :3]))
+
+
+def test_record_garbage_collection_keeps_the_best_path(nemo_graphs):  # noqa: F811
+    """Back-pointer records no live token leads back to are dropped (collected every frame here):
+    the same best path and cost as without collection, with far fewer records kept."""
+    lp, lengths, _ = nemo_log_probs()
+    dec = WfstDecoder(WfstConfig(graph=str(nemo_graphs["compact"]), backend="compiled", threads=1))
+    search = dec.compiled_search()
+    acs = [-lp[b, : lengths[b]] for b in range(len(lp))]
+    for ac in [*acs, np.concatenate(acs)]:  # the last one: all clips in one
+        ref = search.decode_one(ac, 10.0, 10000, 20, 0.5, gc_records=1 << 40)
+        got = search.decode_one(ac, 10.0, 10000, 20, 0.5, gc_records=1)
+        assert np.array_equal(got.arcs, ref.arcs) and np.array_equal(got.frames, ref.frames)
+        assert got.total == ref.total and got.reached_final == ref.reached_final
+        assert got.stats[STAT_RECORDS] < ref.stats[STAT_RECORDS]
+    assert got.stats[STAT_RECORDS] * 3 < ref.stats[STAT_RECORDS]

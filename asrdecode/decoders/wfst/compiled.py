@@ -32,7 +32,10 @@ ones a CPU decoder uses (Kaldi's FasterDecoder, prior-art D; paper 000 sec. 2):
 * **epsilon closure** as Kaldi's ``ProcessNonemitting``: a LIFO queue of tokens, tokens and
   candidates above the cutoff are not expanded (``<=`` keeps), an improved token is queued again;
 * **back-pointers** in flat arrays (previous record, arc, frame), appended for every kept token
-  and every epsilon improvement (paper 001 sec. 3, "D2H copy of back-pointers" becomes a no-op);
+  and every epsilon improvement (paper 001 sec. 3, "D2H copy of back-pointers" becomes a no-op),
+  garbage-collected when they pass max(1M, 4x the live ones): records no current token leads
+  back to are dropped (Kaldi frees such tokens by reference counting), so memory stays bounded
+  on long utterances and streams;
   the 1-best is traced back in the compiled code and returned as (arc, frame) arrays, which the
   decoder turns into words, word times and scores exactly as for the torch path;
 * **final costs**: the best token after adding final costs if some token is in a final state,
@@ -40,7 +43,11 @@ ones a CPU decoder uses (Kaldi's FasterDecoder, prior-art D; paper 000 sec. 2):
 
 Costs are float32 and added in the same order as the torch path, so both backends give the same
 costs bit for bit on the same path (Kaldi accumulates in double: equal within float rounding).
-Not (yet) compiled: n-best, lattices and streaming; the decoder runs those on the torch path.
+Lattices (for n-best too): every emitting candidate below the frame's final bound and every
+epsilon arc below the cutoff is kept with its source/destination state and frame, and every
+frame's tokens after the closure as nodes: the data the torch path's `core.LatticeArcs` keeps, so
+`lattice.build_lattice` makes the same state lattice from either backend. Streaming: a workspace
+per stream, `search_advance` per chunk; frames continue where the last chunk ended.
 """
 
 from __future__ import annotations
@@ -172,8 +179,34 @@ WORKSPACE_DTYPES = (
     + (np.int32, np.int32, np.float32)
 )
 # counters of a workspace (int64 array)
-C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME = range(5)
-NUM_COUNTERS = 5
+C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME, C_GC_AT, C_GC_MIN = range(7)
+NUM_COUNTERS = 7
+GC_MIN_RECORDS = 1 << 20  # back-pointer records before the first garbage collection
+
+
+@numba.njit(nogil=True, cache=True)
+def _collect_records(cur_rec, n, rec_prev, rec_arc, rec_frame, nrec) -> int:
+    """Drop the back-pointer records no current token leads back to (Kaldi frees such tokens by
+    reference counting); compacts in place, keeps the order (a record's predecessor comes
+    first), renumbers the tokens' records. Returns the number of records kept."""
+    new_id = np.full(nrec, -1, np.int64)
+    for i in range(n):
+        r = cur_rec[i]
+        while r >= 0 and new_id[r] == -1:
+            new_id[r] = -2
+            r = rec_prev[r]
+    k = 0
+    for r in range(nrec):
+        if new_id[r] == -2:
+            p = rec_prev[r]
+            rec_prev[k] = new_id[p] if p >= 0 else -1
+            rec_arc[k] = rec_arc[r]
+            rec_frame[k] = rec_frame[r]
+            new_id[r] = k
+            k += 1
+    for i in range(n):
+        cur_rec[i] = new_id[cur_rec[i]]
+    return k
 
 
 @numba.njit(nogil=True, cache=True)
@@ -449,9 +482,9 @@ def _close_frame(states, arcs, boost, cut, frame, slot, eps_limit, lattice, ws, 
 
 
 @numba.njit(nogil=True, cache=True)
-def search_init(states, arcs, start, boost, slot, eps_limit, lattice, ws, ctr, stats):
+def search_init(states, arcs, start, boost, slot, eps_limit, lattice, ws, ctr, stats, gc_at):
     """Start a search: one start token (a record with no predecessor, frame -1) and its epsilon
-    closure. Returns the workspace."""
+    closure. gc_at: records before the first garbage collection. Returns the workspace."""
     rec_prev, rec_arc, rec_frame = ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME]
     rec_prev[0] = -1
     rec_arc[0] = -1
@@ -461,6 +494,8 @@ def search_init(states, arcs, start, boost, slot, eps_limit, lattice, ws, ctr, s
     ctr[C_LAT_ARCS] = 0
     ctr[C_NODES] = 0
     ctr[C_NEXT_FRAME] = 0
+    ctr[C_GC_AT] = gc_at
+    ctr[C_GC_MIN] = gc_at
     if start >= 0:
         ws[W_CUR_STATE][0] = start
         ws[W_CUR_COST][0] = np.float32(0.0)
@@ -533,6 +568,12 @@ def search_advance(
             ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST],
         )  # fmt: skip
         ws = _close_frame(states, arcs, boost, cut, frame, slot, eps_limit, lattice, ws, ctr, stats)
+        if ctr[C_RECORDS] > ctr[C_GC_AT]:  # memory: keep only the records live tokens lead back to
+            kept = _collect_records(
+                ws[W_CUR_REC], ctr[C_TOKENS], ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], ctr[C_RECORDS]
+            )
+            ctr[C_RECORDS] = kept
+            ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * kept)
     return ws
 
 
@@ -711,7 +752,7 @@ class CompiledSearch:
             slot = np.full(1, -1, np.int32)
             boost = np.zeros(0, np.float32)
             f32 = np.float32
-            w.arrays = search_init(states, arcs, 0, boost, slot, 100, True, w.arrays, w.ctr, w.stats)
+            w.arrays = search_init(states, arcs, 0, boost, slot, 100, True, w.arrays, w.ctr, w.stats, 1)
             w.arrays = search_advance(
                 states, arcs, np.zeros((2, 1), f32), f32(1.0), 10, 1, f32(0.5), boost, slot, 100, True,
                 w.arrays, w.ctr, w.stats,
@@ -742,13 +783,16 @@ class CompiledSearch:
         return arr
 
     # ---------------------------------------------------------------- search
-    def begin(self, w: Workspace, boost: np.ndarray, eps_limit: int = 1 << 40) -> None:
-        """Start a search in workspace `w` (start token + epsilon closure)."""
+    def begin(
+        self, w: Workspace, boost: np.ndarray, eps_limit: int = 1 << 40, gc_records: int = GC_MIN_RECORDS
+    ) -> None:
+        """Start a search in workspace `w` (start token + epsilon closure); back-pointer records
+        are garbage-collected when there are more than max(`gc_records`, 4x the live ones)."""
         self.ensure_compiled()
         w.stats[:] = 0
         w.arrays = search_init(
             self.states, self.arcs, self.start, boost, self._slot(), int(eps_limit), w.lattice,
-            w.arrays, w.ctr, w.stats,
+            w.arrays, w.ctr, w.stats, int(gc_records),
         )  # fmt: skip
 
     def advance(
@@ -790,12 +834,13 @@ class CompiledSearch:
         boost: np.ndarray | None = None,
         eps_limit: int = 1 << 40,
         lattice: bool = False,
+        gc_records: int = GC_MIN_RECORDS,
     ) -> CompiledPath:
         """1-best (and lattice data) of one utterance; ac: float32 [T, V] acoustic costs."""
         w = self._workspace()
         w.lattice = lattice
         boost = boost if boost is not None else np.zeros(0, np.float32)
-        self.begin(w, boost, eps_limit)
+        self.begin(w, boost, eps_limit, gc_records)
         self.advance(w, ac, beam, max_active, min_active, beam_delta, boost, eps_limit)
         path = self.best(w)
         if lattice:
