@@ -161,6 +161,37 @@ def load_npz(path: Path, utterances: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([lp] * reps)[:utterances], np.concatenate([lengths] * reps)[:utterances]
 
 
+def sphinx_loglikes(cache: Path) -> tuple[np.ndarray, np.ndarray, list[list[str]]]:
+    """Senone log-likelihoods of the real recordings (data/demo/real) from the pocketsphinx en-us
+    HMM on our device code (top-4 Gaussians, as configs/sphinx-en-us.yaml); cached in `cache`."""
+    if not cache.is_file():
+        import soundfile
+
+        from asrdecode.audio.batching import pad_batch
+        from asrdecode.models.loading import load_model
+
+        rows = [
+            json.loads(ln) for ln in (ROOT / "data/demo/real/manifest.jsonl").read_text().splitlines() if ln
+        ]
+        waves = [
+            soundfile.read(ROOT / "data/demo/real" / r["audio_filepath"], dtype="float32")[0] for r in rows
+        ]
+        model = load_model("embedded:sphinx-en-us", "sphinx", 4).eval()
+        with torch.no_grad():
+            batch, lens = pad_batch(waves)
+            feats, feat_lens = model.features(batch, lens)
+            out = model.forward_features(feats, feat_lens)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(
+            cache,
+            log_probs=out.log_probs.float().numpy(),
+            lengths=out.lengths.numpy(),
+            text=np.array([r["text"] for r in rows]),
+        )
+    d = np.load(cache)
+    return d["log_probs"].astype(np.float32), d["lengths"], [str(t).split() for t in d["text"]]
+
+
 # ------------------------------------------------------------------ kaldi-decoder
 _KALDI: dict = {}
 
@@ -436,7 +467,15 @@ def print_case(c: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", nargs="*", default=["demo", "20k"], help="demo, 20k (ignored with --graph)")
+    ap.add_argument(
+        "--cases",
+        nargs="*",
+        default=["demo", "20k", "sphinx"],
+        help="demo, 20k, sphinx (ignored with --graph)",
+    )
+    ap.add_argument(
+        "--sphinx-batch", type=int, nargs="*", default=[16], help="torch batch sizes, sphinx case"
+    )
     ap.add_argument("--graph", help="your own graph folder (graph.pt, *.fst, words.txt)")
     ap.add_argument("--logprobs", help="npz with log_probs [B,T,V] and encoder_len/lengths (with --graph)")
     ap.add_argument("--frame-shift", type=float, default=0.08, help="seconds per frame (with --graph)")
@@ -482,6 +521,19 @@ def main() -> None:
             run_case("20k-word TLG (chars, trigram)", graph_dir, lp, lengths, 0.04, args, sents, arpa)
         )
         print_case(cases[-1])
+
+    sphinx_dir = ROOT / "out" / "graphs" / "sphinx-en-us"
+    if not args.graph and "sphinx" in args.cases and (sphinx_dir / "HCLG.fst").is_file():
+        # pocketsphinx's weights as configs/sphinx-en-us.yaml: acoustic scale 1/6.5 applied to the
+        # log-likelihoods for every decoder (no word insertion penalty: Kaldi's graph has none)
+        lp, lengths, refs = sphinx_loglikes(ROOT / "out" / "bench" / "sphinx-loglikes.npz")
+        lp = lp * np.float32(1 / 6.5)
+        sub = argparse.Namespace(**{**vars(args), "batch": args.sphinx_batch})
+        sub.beam, sub.max_active, sub.min_active = 14.0, 5000, 200
+        cases.append(run_case("sphinx en-us HCLG (real speech)", sphinx_dir, lp, lengths, 0.01, sub, refs))
+        print_case(cases[-1])
+    elif not args.graph and "sphinx" in args.cases:
+        print(f"no {sphinx_dir}/HCLG.fst (asrdecode build-graph --config configs/graph/sphinx-en-us.yaml)")
 
     report = {
         "machine": {
