@@ -146,23 +146,33 @@ class Tokens:
 
 @dataclass
 class TokenBuffer:
-    """Fixed-capacity tokens of `num_utts` utterances sorted by key; the first `count` slots are
-    live (count is exact on the host after every step), the rest are empty (key SENT, utt
-    num_utts, state 0, cost inf, rec -1)."""
+    """Fixed-capacity tokens of `num_utts` utterances sorted by key ``utt * num_states + state``;
+    the first `count` slots are live (count is exact on the host after every step), the rest are
+    empty (key SENT, cost inf, rec -1). Utterance and state are derived from the key (fewer
+    arrays to move when tokens are merged)."""
 
     key: torch.Tensor
-    utt: torch.Tensor
-    state: torch.Tensor
     cost: torch.Tensor
     rec: torch.Tensor
     num_utts: int
+    num_states: int
     count: int
 
-    FIELDS = ("key", "utt", "state", "cost", "rec")
+    FIELDS = ("key", "cost", "rec")
 
     @property
     def capacity(self) -> int:
         return int(self.key.shape[0])
+
+    @property
+    def utt(self) -> torch.Tensor:
+        """Utterance of each slot (num_utts for empty slots)."""
+        return torch.where(self.key != SENT, self.key // self.num_states, self.num_utts)
+
+    @property
+    def state(self) -> torch.Tensor:
+        """Graph state of each slot (0 for empty slots)."""
+        return torch.where(self.key != SENT, self.key % self.num_states, 0)
 
     def __len__(self) -> int:
         return self.count
@@ -184,11 +194,10 @@ class TokenBuffer:
         order = torch.argsort(key, stable=True)
         return TokenBuffer(
             _fit(_take(key, order), cap, SENT),
-            _fit(_take(tok.utt, order), cap, num_utts),
-            _fit(_take(tok.state, order), cap, 0),
             _fit(_take(tok.cost, order), cap, INF),
             _fit(_take(tok.rec, order), cap, -1),
             num_utts,
+            num_states,
             n,
         )
 
@@ -661,7 +670,10 @@ class TokenPassing:
         """Cutoff, emitting expansion, beam pruning, recombination into N slots, records."""
         N, A = caps["tok"], caps["arc"]
         g, S = self.g, self.num_states
-        key, utt, state, cost, rec = tok
+        key, cost, rec = tok
+        live = key != SENT
+        utt = torch.where(live, key // S, B)
+        state = torch.where(live, key % S, 0)
         V = ac.shape[1]
         cut, adaptive = self._cutoff(utt, cost, B)
         neg = cut.new_full((1,), -INF)
@@ -691,7 +703,6 @@ class TokenPassing:
         o_src, o_arc = _take(src, w), _take(arc, w)
         o_utt = torch.where(ok, _take(ug, w), B)
         o_cost = torch.where(ok, _take(c, w), INF)
-        o_state = torch.where(ok, _take(dst, w), 0)
         o_rec = self.backpointers.add(ok, _take(rec, o_src), o_arc, _take(frames_ext, o_utt), o_cost)
         m = (seg_key != SENT).sum()
         info[_NEED_TOK] = m
@@ -699,7 +710,7 @@ class TokenPassing:
         info[_NEED_KEEP] = kcount
         info[_ARCS] = total
         info[_COUNT] = m.clamp(max=N)
-        return (o_key, o_utt, o_state, o_cost, o_rec), ok, next_cut
+        return (o_key, o_cost, o_rec), ok, next_cut
 
     def _epsilon_pass(
         self,
@@ -715,17 +726,20 @@ class TokenPassing:
     ):
         """One Bellman-Ford pass over the epsilon arcs of the frontier (Kaldi ProcessNonemitting)."""
         g, S = self.g, self.num_states
-        key, utt, state, cost, rec = tok
+        key, cost, rec = tok
         N = len(key)
         info[_PASSES] += front.any().long()
-        # the frontier tokens under the cut, in order, into the `front` slots
+        # the frontier tokens, in order, into the `front` slots; those under the cut expand
         F, E = (caps["front1"], caps["eps1"]) if first else (caps["front"], caps["eps"])
-        fidx, fvalid, fcount = self._compact(front & (cost <= _take(cut, utt)), F)
-        f_state = _take(state, fidx)
-        n = torch.where(fvalid, _take(g.n_eps, f_state), 0)
-        src, arc, valid, total = self._expand(n, _take(g.split, f_state), E)
-        src = _take(fidx, src)
-        u = _take(utt, src).clamp_(max=B - 1)
+        fidx, fvalid, fcount = self._compact(front, F)
+        f_key = _take(key, fidx)
+        f_utt = torch.where(fvalid, f_key // S, B)
+        f_state = torch.where(fvalid, f_key % S, 0)
+        f_ok = fvalid & (_take(cost, fidx) <= _take(cut, f_utt))
+        n = torch.where(f_ok, _take(g.n_eps, f_state), 0)
+        src_f, arc, valid, total = self._expand(n, _take(g.split, f_state), E)
+        src = _take(fidx, src_f)
+        u = _take(f_utt, src_f).clamp_(max=B - 1)
         c = _take(cost, src) + _take(g.weight, arc)
         if boost is not None:
             c = c + boost.lookup(u, _take(g.olabel, arc))
@@ -733,11 +747,11 @@ class TokenPassing:
         dst = _take(g.nextstate, arc)
         if self.lattice is not None:
             self.lattice.add_arcs(
-                keep, u, _take(frames_ext, u), _take(state, src), dst, arc, torch.zeros_like(c)
+                keep, u, _take(frames_ext, u), _take(f_state, src_f), dst, arc, torch.zeros_like(c)
             )
         seg_key, win = self._recombine(torch.where(keep, u * S + dst, SENT), c)
         cand = seg_key != SENT
-        c_src, c_arc, c_u, c_cost, c_dst = (_take(x, win) for x in (src, arc, u, c, dst))
+        c_src, c_arc, c_u, c_cost = (_take(x, win) for x in (src, arc, u, c))
         # look the candidates up among the existing tokens
         smaller = torch.searchsorted(key, seg_key)  # existing keys below each candidate
         pos = smaller.clamp(max=N - 1)
@@ -745,31 +759,27 @@ class TokenPassing:
         better = found & (c_cost < _take(cost, pos))
         ins = cand & ~found
         c_rec = self.backpointers.add(better | ins, _take(rec, c_src), c_arc, _take(frames_ext, c_u), c_cost)
-        # improvements scatter into their slot, everything else into a dump slot N
-        slot = torch.where(better, pos, N)
-        cost = torch.cat([cost, cost.new_zeros(1)]).index_copy_(0, slot, c_cost)[:N]
-        rec = torch.cat([rec, rec.new_zeros(1)]).index_copy_(0, slot, c_rec)[:N]
-        improved = torch.zeros(N + 1, dtype=torch.bool, device=self.device).index_fill_(0, slot, True)[:N]
-        # inserts: merge the two sorted key lists by scatter. An existing token moves right by
-        # the number of inserts sorting before it; an insert lands at (existing keys below it) +
-        # (inserts before it). Slots past N (overflow) and empty slots go to a dump slot N.
+        # merge the two sorted key lists by scatter: an existing token moves right by the number
+        # of inserts sorting before it; an insert lands at (existing keys below it) + (inserts
+        # before it); an improvement overwrites its token at the token's new place. Everything
+        # else (empty slots, overflow past N) goes to a dump slot N.
         before = torch.zeros(N + 1, dtype=torch.int64, device=self.device)
         before.scatter_add_(0, torch.where(ins, smaller, N), ins.long())
         old_to = torch.where(key != SENT, self._arange(N) + torch.cumsum(before[:N], 0), N).clamp_(max=N)
         ins_to = torch.where(ins, smaller + torch.cumsum(ins, 0) - 1, N).clamp_(max=N)
+        imp_to = torch.where(better, _take(old_to, pos), N)
 
-        def merged(old: torch.Tensor, cand: torch.Tensor, fill: float | int | bool) -> torch.Tensor:
-            out = old.new_full((N + 1,), fill)
-            return out.index_copy_(0, old_to, old).index_copy_(0, ins_to, cand)[:N]
+        def merged(old: torch.Tensor, cand: torch.Tensor, fill: float | int, improve: bool) -> torch.Tensor:
+            out = old.new_full((N + 1,), fill).index_copy_(0, old_to, old).index_copy_(0, ins_to, cand)
+            return (out.index_copy_(0, imp_to, cand) if improve else out)[:N]
 
         new = (
-            merged(key, seg_key, SENT),
-            merged(utt, c_u, B),
-            merged(state, c_dst, 0),
-            merged(cost, c_cost, INF),
-            merged(rec, c_rec, -1),
+            merged(key, seg_key, SENT, False),
+            merged(cost, c_cost, INF, True),
+            merged(rec, c_rec, -1, True),
         )
-        front = merged(improved, ins, False)
+        front = torch.zeros(N + 1, dtype=torch.bool, device=self.device)
+        front = front.index_fill_(0, ins_to, True).index_fill_(0, imp_to, True)[:N]
         count = info[_COUNT] + ins.sum()
         info[_NEED_TOK] = torch.maximum(info[_NEED_TOK], count)
         need_eps, need_front = (_NEED_EPS1, _NEED_FRONT1) if first else (_NEED_EPS, _NEED_FRONT)
@@ -780,11 +790,9 @@ class TokenPassing:
         return new, front
 
     def _frame_fn(self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None) -> Callable:
-        def frame(key, utt, state, cost, rec, ac, frames_ext):
+        def frame(key, cost, rec, ac, frames_ext):
             info = torch.zeros(_INFO, dtype=torch.int64, device=self.device)
-            tok, front, cut = self._emitting(
-                (key, utt, state, cost, rec), ac, frames_ext, boost, B, caps, info
-            )
+            tok, front, cut = self._emitting((key, cost, rec), ac, frames_ext, boost, B, caps, info)
             for k in range(K):
                 tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, k == 0)
             info[_FRONT] = front.sum()
@@ -794,10 +802,10 @@ class TokenPassing:
         return frame
 
     def _passes_fn(self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None) -> Callable:
-        def passes(key, utt, state, cost, rec, front, cut, frames_ext, count):
+        def passes(key, cost, rec, front, cut, frames_ext, count):
             info = torch.zeros(_INFO, dtype=torch.int64, device=self.device)
             info[_COUNT] = count
-            tok = (key, utt, state, cost, rec)
+            tok = (key, cost, rec)
             for _ in range(K):
                 tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, False)
             info[_FRONT] = front.sum()
@@ -854,8 +862,8 @@ class TokenPassing:
         if info[_FRONT] > 0:
             self.stats["epsilon_limit_hit"] += 1
         self._adapt(needs, npass)
-        key, utt, state, cost, rec = out[:5]
-        return TokenBuffer(key, utt, state, cost, rec, B, info[_COUNT]), out[6]
+        key, cost, rec = out[:3]
+        return TokenBuffer(key, cost, rec, B, self.num_states, info[_COUNT]), out[4]
 
     @staticmethod
     def _fits(needs: list[int], caps: dict[str, int]) -> bool:
@@ -957,11 +965,10 @@ class TokenPassing:
         B = tok.num_utts
         new = TokenBuffer(
             torch.where(keep, _take(tok.key, order), SENT),
-            torch.where(keep, _take(tok.utt, order), B),
-            torch.where(keep, _take(tok.state, order), 0),
             torch.where(keep, _take(tok.cost, order), INF),
             torch.where(keep, _take(tok.rec, order), -1),
             B,
+            tok.num_states,
             tok.count - len(out),
         )
         return out, new
