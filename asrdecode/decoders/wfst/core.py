@@ -69,6 +69,27 @@ def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.index_select(0, index)
 
 
+_CONSTANTS: dict[tuple[Any, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _const(value: float | int | bool, like: torch.Tensor) -> torch.Tensor:
+    """A cached 0-dim device tensor (a Python scalar in torch.where costs an extra op each time)."""
+    key = (value, like.dtype, like.device)
+    t = _CONSTANTS.get(key)
+    if t is None:
+        t = _CONSTANTS[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
+    return t
+
+
+def _where(cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
+    """torch.where with Python scalars taken from the constant cache."""
+    if not isinstance(b, torch.Tensor):
+        b = _const(b, a)
+    elif not isinstance(a, torch.Tensor):
+        a = _const(a, b)
+    return torch.where(cond, a, b)
+
+
 def _pow2(n: int, floor: int = 16) -> int:
     return max(floor, 1 << max(int(n) - 1, 0).bit_length())
 
@@ -94,7 +115,7 @@ def _fit(x: torch.Tensor, n: int, fill: float | int) -> torch.Tensor:
 def ordered_bits(cost: torch.Tensor) -> torch.Tensor:
     """float32 -> int64 in [0, 2**32) with the same order (for sorting costs inside an int key)."""
     bits = cost.contiguous().view(torch.int32).long()
-    return torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF)) + 2**31
+    return _where(bits >= 0, bits, -(bits & 0x7FFFFFFF)) + 2**31
 
 
 @dataclass
@@ -167,12 +188,12 @@ class TokenBuffer:
     @property
     def utt(self) -> torch.Tensor:
         """Utterance of each slot (num_utts for empty slots)."""
-        return torch.where(self.key != SENT, self.key // self.num_states, self.num_utts)
+        return _where(self.key != SENT, self.key // self.num_states, self.num_utts)
 
     @property
     def state(self) -> torch.Tensor:
         """Graph state of each slot (0 for empty slots)."""
-        return torch.where(self.key != SENT, self.key % self.num_states, 0)
+        return _where(self.key != SENT, self.key % self.num_states, 0)
 
     def __len__(self) -> int:
         return self.count
@@ -262,8 +283,8 @@ class Backpointers:
     ) -> torch.Tensor:
         """Record the entries where `valid`; returns their ids (-1 elsewhere). Fixed-size, no sync."""
         rank = torch.cumsum(valid, 0) - 1
-        ids = torch.where(valid, self.count + rank, -1)
-        pos = torch.where(valid, ids - self.base, self.capacity).clamp_(max=self.capacity)
+        ids = _where(valid, self.count + rank, -1)
+        pos = _where(valid, ids - self.base, self.capacity).clamp_(max=self.capacity)
         bits = cost.float().contiguous().view(torch.int32).long()
         self._arenas[self._cur].index_copy_(1, pos, torch.stack([prev, arc, frame.long(), bits]))
         self.count.add_(valid.sum())
@@ -357,7 +378,7 @@ class BoostTable:
         key = utt * self.num_words + olabel
         pos = torch.searchsorted(self.keys, key).clamp_(max=max(int(self.keys.shape[0]) - 1, 0))
         hit = (self.keys[pos] == key) & (olabel > 0)
-        return torch.where(hit, self.cost[pos], torch.zeros_like(self.cost[pos]))
+        return _where(hit, self.cost[pos], torch.zeros_like(self.cost[pos]))
 
 
 class SearchGraph:
@@ -501,6 +522,26 @@ CAPACITIES = (
 )  # info[i] = what the frame needed of CAPACITIES[i]
 
 
+class _Info:
+    """Per-batch counters kept as lists of device scalars and stacked once into the info vector
+    (fewer small ops than updating a vector in place)."""
+
+    def __init__(self, count: torch.Tensor) -> None:
+        self.count = count  # live tokens (device scalar)
+        self.values: dict[int, list[torch.Tensor]] = {}
+
+    def put(self, index: int, value: torch.Tensor) -> None:
+        self.values.setdefault(index, []).append(value)
+
+    def vector(self, front: torch.Tensor, records: torch.Tensor) -> torch.Tensor:
+        out = [self.count.new_zeros(())] * _INFO
+        for i, vals in self.values.items():
+            v = torch.stack(vals)
+            out[i] = v.sum() if i in (_ARCS, _PASSES) else v.amax()
+        out[_FRONT], out[_RECS], out[_COUNT] = front.sum(), records.clone(), self.count
+        return torch.stack(out)
+
+
 class TokenPassing:
     """The batched search over one graph (see the module docstring); holds the record arena,
     optional lattice arcs, the capacities and statistics of the current batch (or stream set)."""
@@ -529,6 +570,7 @@ class TokenPassing:
             "epsilon_limit_hit": 0,
             "arcs": 0,
             "redone_frames": 0,
+            "epsilon_passes_run": 0,  # including passes on an empty frontier (batches of K)
         }
         self.capacity = dict.fromkeys(CAPACITIES, 64)
         self.peak = dict(self.capacity)  # largest capacities used (what the next batch starts from)
@@ -581,17 +623,17 @@ class TokenPassing:
         # each token with arcs marks the slot where its slice starts; a running max spreads it
         tid = self._arange(len(n_arcs))
         mark = torch.zeros(cap + 1, dtype=torch.int64, device=self.device)
-        mark.index_copy_(0, torch.where(n_arcs > 0, start, cap).clamp_(max=cap), tid)
+        mark.index_copy_(0, _where(n_arcs > 0, start, cap).clamp_(max=cap), tid)
         src = torch.cummax(mark[:cap], 0).values
         valid = j < total
         arc = _take(first_arc - start, src) + j
-        return src, torch.where(valid, arc, 0), valid, total
+        return src, _where(valid, arc, 0), valid, total
 
     def _compact(self, mask: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Positions of the true entries of `mask` in order, in `cap` slots: (index, valid, count)."""
         rank = torch.cumsum(mask, 0) - 1
         idx = torch.zeros(cap + 1, dtype=torch.int64, device=self.device)
-        idx.index_copy_(0, torch.where(mask, rank, cap).clamp_(max=cap), self._arange(len(mask)))
+        idx.index_copy_(0, _where(mask, rank, cap).clamp_(max=cap), self._arange(len(mask)))
         count = mask.sum()
         return idx[:cap], self._arange(cap) < count, count
 
@@ -611,7 +653,7 @@ class TokenPassing:
         best = torch.full((m,), INF, dtype=cost.dtype, device=self.device)
         best.scatter_reduce_(0, seg, scost, reduce="amin")
         arg = torch.full((m,), m, dtype=torch.int64, device=self.device)
-        arg.scatter_reduce_(0, seg, torch.where(scost == _take(best, seg), perm, m), reduce="amin")
+        arg.scatter_reduce_(0, seg, _where(scost == _take(best, seg), perm, m), reduce="amin")
         seg_key = torch.full((m,), SENT, dtype=torch.int64, device=self.device).scatter_(0, seg, skey)
         return seg_key, arg.clamp_(max=m - 1)
 
@@ -646,39 +688,39 @@ class TokenPassing:
             first = torch.cumsum(counts, 0) - counts
 
             def kth(k: int) -> torch.Tensor:
-                return torch.where(counts >= k, _take(ranked, (first + (k - 1)).clamp_(max=n - 1)), inf)
+                return _where(counts >= k, _take(ranked, (first + (k - 1)).clamp_(max=n - 1)), inf)
 
             if need_max:
                 max_cut = kth(o.max_active + 1)
             if need_min:
                 min_cut = kth(o.min_active + 1)
         if o.min_active <= 0:
-            min_cut = torch.where(counts > 0, best, inf)
+            min_cut = _where(counts > 0, best, inf)
         use_max = max_cut < beam_cut
         use_min = ~use_max & (min_cut > beam_cut)
-        cut = torch.where(use_max, max_cut, torch.where(use_min, min_cut, beam_cut))
-        adaptive = torch.where(
+        cut = _where(use_max, max_cut, _where(use_min, min_cut, beam_cut))
+        adaptive = _where(
             use_max,
             max_cut - best + o.beam_delta,
-            torch.where(use_min, min_cut - best + o.beam_delta, beam),
+            _where(use_min, min_cut - best + o.beam_delta, beam),
         )
-        adaptive = torch.where(counts > 0, adaptive, beam)
+        adaptive = _where(counts > 0, adaptive, beam)
         return cut, adaptive
 
     # ------------------------------------------------------------------ device bodies (no syncs)
-    def _emitting(self, tok, ac, frames_ext, boost, B: int, caps: dict[str, int], info: torch.Tensor):
+    def _emitting(self, tok, ac, frames_ext, boost, B: int, caps: dict[str, int], info: _Info):
         """Cutoff, emitting expansion, beam pruning, recombination into N slots, records."""
         N, A = caps["tok"], caps["arc"]
         g, S = self.g, self.num_states
         key, cost, rec = tok
         live = key != SENT
-        utt = torch.where(live, key // S, B)
-        state = torch.where(live, key % S, 0)
+        utt = _where(live, key // S, B)
+        state = _where(live, key % S, 0)
         V = ac.shape[1]
         cut, adaptive = self._cutoff(utt, cost, B)
         neg = cut.new_full((1,), -INF)
         alive = cost < _take(torch.cat([cut, neg]), utt)
-        n = torch.where(alive, _take(g.n_emit, state), 0)
+        n = _where(alive, _take(g.n_emit, state), 0)
         if self.kernel == "triton" and boost is None:
             from asrdecode.decoders.wfst.kernels import emitting_arcs_triton as emitting_arcs
         else:
@@ -696,20 +738,20 @@ class TokenPassing:
         if self.lattice is not None:  # every arc that survived the search beam (see LatticeArcs)
             ac_v = _take(ac.reshape(-1), (ug * V + _take(g.column, arc)).clamp_(min=0))
             self.lattice.add_arcs(kvalid, ug, _take(frames_ext, ug), _take(state, src), dst, arc, ac_v)
-        seg_key, win = self._recombine(torch.where(kvalid, ug * S + dst, SENT), c)
+        seg_key, win = self._recombine(_where(kvalid, ug * S + dst, SENT), c)
         o_key = _fit(seg_key, N, SENT)
         w = _fit(win, N, 0)
         ok = o_key != SENT
         o_src, o_arc = _take(src, w), _take(arc, w)
-        o_utt = torch.where(ok, _take(ug, w), B)
-        o_cost = torch.where(ok, _take(c, w), INF)
+        o_utt = _where(ok, _take(ug, w), B)
+        o_cost = _where(ok, _take(c, w), INF)
         o_rec = self.backpointers.add(ok, _take(rec, o_src), o_arc, _take(frames_ext, o_utt), o_cost)
         m = (seg_key != SENT).sum()
-        info[_NEED_TOK] = m
-        info[_NEED_ARC] = total
-        info[_NEED_KEEP] = kcount
-        info[_ARCS] = total
-        info[_COUNT] = m.clamp(max=N)
+        info.put(_NEED_TOK, m)
+        info.put(_NEED_ARC, total)
+        info.put(_NEED_KEEP, kcount)
+        info.put(_ARCS, total)
+        info.count = m.clamp(max=N)
         return (o_key, o_cost, o_rec), ok, next_cut
 
     def _epsilon_pass(
@@ -721,22 +763,22 @@ class TokenPassing:
         boost,
         B: int,
         caps: dict[str, int],
-        info: torch.Tensor,
+        info: _Info,
         first: bool,
     ):
         """One Bellman-Ford pass over the epsilon arcs of the frontier (Kaldi ProcessNonemitting)."""
         g, S = self.g, self.num_states
         key, cost, rec = tok
         N = len(key)
-        info[_PASSES] += front.any().long()
+        info.put(_PASSES, front.any().long())
         # the frontier tokens, in order, into the `front` slots; those under the cut expand
         F, E = (caps["front1"], caps["eps1"]) if first else (caps["front"], caps["eps"])
         fidx, fvalid, fcount = self._compact(front, F)
         f_key = _take(key, fidx)
-        f_utt = torch.where(fvalid, f_key // S, B)
-        f_state = torch.where(fvalid, f_key % S, 0)
+        f_utt = _where(fvalid, f_key // S, B)
+        f_state = _where(fvalid, f_key % S, 0)
         f_ok = fvalid & (_take(cost, fidx) <= _take(cut, f_utt))
-        n = torch.where(f_ok, _take(g.n_eps, f_state), 0)
+        n = _where(f_ok, _take(g.n_eps, f_state), 0)
         src_f, arc, valid, total = self._expand(n, _take(g.split, f_state), E)
         src = _take(fidx, src_f)
         u = _take(f_utt, src_f).clamp_(max=B - 1)
@@ -749,7 +791,7 @@ class TokenPassing:
             self.lattice.add_arcs(
                 keep, u, _take(frames_ext, u), _take(f_state, src_f), dst, arc, torch.zeros_like(c)
             )
-        seg_key, win = self._recombine(torch.where(keep, u * S + dst, SENT), c)
+        seg_key, win = self._recombine(_where(keep, u * S + dst, SENT), c)
         cand = seg_key != SENT
         c_src, c_arc, c_u, c_cost = (_take(x, win) for x in (src, arc, u, c))
         # look the candidates up among the existing tokens
@@ -764,10 +806,10 @@ class TokenPassing:
         # before it); an improvement overwrites its token at the token's new place. Everything
         # else (empty slots, overflow past N) goes to a dump slot N.
         before = torch.zeros(N + 1, dtype=torch.int64, device=self.device)
-        before.scatter_add_(0, torch.where(ins, smaller, N), ins.long())
-        old_to = torch.where(key != SENT, self._arange(N) + torch.cumsum(before[:N], 0), N).clamp_(max=N)
-        ins_to = torch.where(ins, smaller + torch.cumsum(ins, 0) - 1, N).clamp_(max=N)
-        imp_to = torch.where(better, _take(old_to, pos), N)
+        before.scatter_add_(0, _where(ins, smaller, N), ins.long())
+        old_to = _where(key != SENT, self._arange(N) + torch.cumsum(before[:N], 0), N).clamp_(max=N)
+        ins_to = _where(ins, smaller + torch.cumsum(ins, 0) - 1, N).clamp_(max=N)
+        imp_to = _where(better, _take(old_to, pos), N)
 
         def merged(old: torch.Tensor, cand: torch.Tensor, fill: float | int, improve: bool) -> torch.Tensor:
             out = old.new_full((N + 1,), fill).index_copy_(0, old_to, old).index_copy_(0, ins_to, cand)
@@ -780,37 +822,32 @@ class TokenPassing:
         )
         front = torch.zeros(N + 1, dtype=torch.bool, device=self.device)
         front = front.index_fill_(0, ins_to, True).index_fill_(0, imp_to, True)[:N]
-        count = info[_COUNT] + ins.sum()
-        info[_NEED_TOK] = torch.maximum(info[_NEED_TOK], count)
+        count = info.count + ins.sum()
+        info.put(_NEED_TOK, count)
         need_eps, need_front = (_NEED_EPS1, _NEED_FRONT1) if first else (_NEED_EPS, _NEED_FRONT)
-        info[need_eps] = torch.maximum(info[need_eps], total)
-        info[need_front] = torch.maximum(info[need_front], fcount)
-        info[_ARCS] += total
-        info[_COUNT] = count.clamp(max=N)
+        info.put(need_eps, total)
+        info.put(need_front, fcount)
+        info.put(_ARCS, total)
+        info.count = count.clamp(max=N)
         return new, front
 
     def _frame_fn(self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None) -> Callable:
         def frame(key, cost, rec, ac, frames_ext):
-            info = torch.zeros(_INFO, dtype=torch.int64, device=self.device)
+            info = _Info(self.backpointers.count.new_zeros(()))
             tok, front, cut = self._emitting((key, cost, rec), ac, frames_ext, boost, B, caps, info)
             for k in range(K):
                 tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, k == 0)
-            info[_FRONT] = front.sum()
-            info[_RECS] = self.backpointers.count
-            return (*tok, front, cut, info)
+            return (*tok, front, cut, info.vector(front, self.backpointers.count))
 
         return frame
 
     def _passes_fn(self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None) -> Callable:
         def passes(key, cost, rec, front, cut, frames_ext, count):
-            info = torch.zeros(_INFO, dtype=torch.int64, device=self.device)
-            info[_COUNT] = count
+            info = _Info(count)
             tok = (key, cost, rec)
             for _ in range(K):
                 tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, False)
-            info[_FRONT] = front.sum()
-            info[_RECS] = self.backpointers.count
-            return (*tok, front, cut, info)
+            return (*tok, front, cut, info.vector(front, self.backpointers.count))
 
         return passes
 
@@ -859,6 +896,7 @@ class TokenPassing:
         bp.size = info[_RECS]
         self.stats["arcs"] += arcs
         self.stats["epsilon_passes"] += npass
+        self.stats["epsilon_passes_run"] += done
         if info[_FRONT] > 0:
             self.stats["epsilon_limit_hit"] += 1
         self._adapt(needs, npass)
@@ -960,13 +998,13 @@ class TokenPassing:
         gone = torch.isin(tok.utt, ids)
         out = tok.compact().select(gone[: tok.count])
         self._sync()
-        order = torch.argsort(torch.where(gone, SENT, tok.key), stable=True)
+        order = torch.argsort(_where(gone, SENT, tok.key), stable=True)
         keep = ~_take(gone, order)
         B = tok.num_utts
         new = TokenBuffer(
-            torch.where(keep, _take(tok.key, order), SENT),
-            torch.where(keep, _take(tok.cost, order), INF),
-            torch.where(keep, _take(tok.rec, order), -1),
+            _where(keep, _take(tok.key, order), SENT),
+            _where(keep, _take(tok.cost, order), INF),
+            _where(keep, _take(tok.rec, order), -1),
             B,
             tok.num_states,
             tok.count - len(out),
@@ -1003,14 +1041,14 @@ class TokenPassing:
         if use_final:
             fin = tok.cost + _take(self.g.final, tok.state)
             reached = torch.isfinite(self._segment_min(tok.utt, fin, num_utts))
-            score = torch.where(_take(reached, tok.utt), fin, tok.cost)
+            score = _where(_take(reached, tok.utt), fin, tok.cost)
         else:
             reached = torch.zeros(num_utts, dtype=torch.bool, device=dev)
             score = tok.cost
         best = self._segment_min(tok.utt, score, num_utts)
         idx = torch.arange(len(tok), device=dev)
         arg = torch.full((num_utts,), len(tok), dtype=torch.int64, device=dev)
-        arg.scatter_reduce_(0, tok.utt, torch.where(score == _take(best, tok.utt), idx, len(tok)), "amin")
+        arg.scatter_reduce_(0, tok.utt, _where(score == _take(best, tok.utt), idx, len(tok)), "amin")
         has = arg < len(tok)
-        rec = torch.where(has, _take(tok.rec, arg.clamp(max=len(tok) - 1)), -1)
+        rec = _where(has, _take(tok.rec, arg.clamp(max=len(tok) - 1)), -1)
         return rec, best, reached & has
