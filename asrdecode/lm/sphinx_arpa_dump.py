@@ -2,9 +2,12 @@
 
 In pocketsphinx 5.1.1, `NGramModel.write(path, 'arpa')` on the packaged `en-us.lm.bin`
 
-- multiplies every log10 value (probabilities and backoffs alike) by one constant that changes
-  from run to run (seen: 1, 2**31, ~1.76e13; upstream issue 502): `<s>`, whose ARPA log-prob is
-  -99 by convention, gives the factor back;
+- converts log values to log10 with the model's LogMath. `NGramModel.readfile` lets that LogMath
+  be freed while the model still points at it, so the writer then multiplies every value by
+  whatever the freed memory holds (seen: 1, 2**31, ~1.76e13, and -inf on CI; upstream issue 502).
+  The writer here builds the model with `NGramModel(Config(), LogMath(), path)` and keeps the
+  LogMath alive, which gives the true values (factor 1); `<s>`, whose ARPA log-prob is -99 by
+  convention, still gives the factor back, and a dump whose factor is unusable is an error;
 - writes all unigrams and then the bigrams, and dies (SIGSEGV) at the end of the bigram section,
   before any trigram: the trie header declares 6 bigrams more than the trie holds.
 
@@ -28,7 +31,9 @@ from asrdecode.lm.sphinx_trie import NgramLookup, TrieLM
 BOS_LOG10 = -99.0  # ARPA convention for the unpredictable <s>
 _WRITER = (
     "import sys, pocketsphinx as ps\n"
-    "ps.NGramModel.readfile(sys.argv[1]).write(sys.argv[2], ps.NGramModel.str_to_type('arpa'))\n"
+    "logmath = ps.LogMath()  # held for the model's lifetime (readfile frees its own: issue 502)\n"
+    "model = ps.NGramModel(ps.Config(), logmath, sys.argv[1])\n"
+    "model.write(sys.argv[2], ps.NGramModel.str_to_type('arpa'))\n"
 )
 
 
