@@ -300,7 +300,7 @@ class Backpointers:
         self.flush()
         if n > self.capacity:
             self._finish()
-            self._alloc(_pow2(2 * n))
+            self._alloc(_pow2(n + n // 2))
 
     def rollback(self) -> None:
         """Forget records added since the last commit (a frame that is redone)."""
@@ -577,6 +577,7 @@ class TokenPassing:
         self._low = dict.fromkeys(CAPACITIES, 0)  # frames in a row with a capacity 4x too large
         self._passes_per_sync = 1 if self.g.has_epsilons else 0
         self._frames_since_flush = 0
+        self._reserve_passes = 4  # epsilon passes' worth of records reserved per frame (doubles on need)
         self._aranges: dict[int, torch.Tensor] = {}
 
     @property
@@ -864,14 +865,14 @@ class TokenPassing:
             caps = dict(self.capacity)
             N, E = caps["tok"], max(caps["eps"], caps["eps1"])
             K = min(self._passes_per_sync, max_passes)
-            bp.reserve(N + max(K, 4) * E)
+            bp.reserve(N + max(self._reserve_passes, 2 * K) * E)
             out = first(caps, K)
             info = self._read(out[-1])
             needs = info[: len(CAPACITIES)]
             arcs, npass, done, arena_full = info[_ARCS], info[_PASSES], K, False
             while info[_FRONT] > 0 and done < max_passes and self._fits(needs, caps):
                 k = min(max(K // 2, 1), max_passes - done)
-                if bp.capacity - (info[_RECS] - bp._base) < N + k * E:
+                if bp.capacity - (info[_RECS] - bp._base) < k * E:
                     arena_full = True  # redo the frame after a flush
                     break
                 count = torch.tensor(info[_COUNT], device=self.device)
@@ -889,7 +890,7 @@ class TokenPassing:
             if self.lattice is not None:
                 self.lattice.truncate(lat_mark)
             if arena_full:
-                bp.reserve(N + max_passes * E)
+                self._reserve_passes = min(2 * self._reserve_passes, max(max_passes, 1))
             for name, need in zip(CAPACITIES, needs, strict=True):
                 if need > caps[name]:
                     self.capacity[name] = _bucket(need + need // 4)
