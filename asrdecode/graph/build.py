@@ -145,6 +145,11 @@ def read_units_file(path: str | Path) -> list[str]:
 
     Kaldi/icefall disambiguation entries (`#0`, `#1`...) are not model columns and are ignored.
     """
+    return [name for name, _ in read_units_entries(path)]
+
+
+def read_units_entries(path: str | Path) -> list[tuple[str, int]]:
+    """(symbol, line number) per model column, in column order (see `read_units_file`)."""
     path = Path(path)
     if not path.is_file():
         raise GraphError(f"{path}: units file not found")
@@ -167,25 +172,25 @@ def read_units_file(path: str | Path) -> list[str]:
         bad = next(e for e in entries if e[1] is None)
         raise GraphError(f"{path}:{bad[2]}: line has no id while other lines do")
     if not with_ids:
-        names = [e[0] for e in entries]
+        columns = [(sym, lineno) for sym, _, lineno in entries]
     else:
-        names_by_id: dict[int, str] = {}
+        by_id: dict[int, tuple[str, int]] = {}
         for sym, idx, lineno in with_ids:
-            if idx in names_by_id:
+            if idx in by_id:
                 raise GraphError(f"{path}:{lineno}: id {idx} is used twice")
-            names_by_id[idx] = sym
-        missing = sorted(set(range(len(names_by_id))) - set(names_by_id))
+            by_id[idx] = (sym, lineno)
+        missing = sorted(set(range(len(by_id))) - set(by_id))
         if missing:
-            raise GraphError(f"{path}: ids must be 0..{len(names_by_id) - 1}; id {missing[0]} is missing")
-        names = [names_by_id[i] for i in range(len(names_by_id))]
-    seen: set[str] = set()
-    for sym in names:
-        if sym in seen:
-            raise GraphError(f"{path}: unit '{sym}' appears twice")
-        seen.add(sym)
-    if not names:
+            raise GraphError(f"{path}: ids must be 0..{len(by_id) - 1}; id {missing[0]} is missing")
+        columns = [by_id[i] for i in range(len(by_id))]
+    first_line: dict[str, int] = {}
+    for sym, lineno in columns:
+        if sym in first_line:
+            raise GraphError(f"{path}:{lineno}: unit '{sym}' appears twice (first on line {first_line[sym]})")
+        first_line[sym] = lineno
+    if not columns:
         raise GraphError(f"{path}: no units")
-    return names
+    return columns
 
 
 def resolve_units(names: list[str], blank: str = "auto", source: str = "") -> Units:
@@ -249,16 +254,41 @@ def read_nemo_units(path: str | Path, tmp: Path) -> tuple[list[str], Path | None
 
 
 def check_units_agree(
-    file_units: list[str], model: Units, units_path: str | Path, model_path: str | Path
+    file_units: list[tuple[str, int]], model: Units, units_path: str | Path, model_path: str | Path
 ) -> None:
-    """A tokens.txt given next to a model must list the model's columns (blank entry optional)."""
-    names = [n for n in file_units if n not in BLANK_NAMES]
-    want = [n for c, n in enumerate(model.names) if c != model.blank_column]
-    for i, (a, b) in enumerate(zip(names, want, strict=False)):
-        if a != b:
-            raise GraphError(f"{units_path}: unit {i} is '{a}' but {model_path} has '{b}' there")
-    if len(names) != len(want):
-        raise GraphError(f"{units_path}: {len(names)} units but {model_path} has {len(want)}")
+    """A tokens.txt given next to a model must list the model's columns in order. Its blank entry is
+    optional, but where present it must sit at the model's blank column. `file_units` comes from
+    `read_units_entries`; a mismatch is a one-line error naming the file's line."""
+    where = f"{units_path}"
+    has_blank = any(sym in BLANK_NAMES for sym, _ in file_units)
+    want = [
+        (c, n)
+        for c, n in enumerate(model.names)
+        if has_blank or c != model.blank_column  # without a blank entry, skip the model's blank column
+    ]
+    for (sym, lineno), (col, name) in zip(file_units, want, strict=False):
+        is_blank = col == model.blank_column
+        if is_blank and sym not in BLANK_NAMES:
+            raise GraphError(
+                f"{where}:{lineno}: '{sym}' is at column {col}, where {model_path} has its blank"
+            )
+        if not is_blank and sym != name:
+            what = "a blank" if sym in BLANK_NAMES else f"'{sym}'"
+            blank_note = f" (its blank is column {model.blank_column})" if sym in BLANK_NAMES else ""
+            raise GraphError(
+                f"{where}:{lineno}: column {col} is {what} but {model_path} has '{name}' there{blank_note}"
+            )
+    if len(file_units) > len(want):
+        raise GraphError(
+            f"{where}:{file_units[len(want)][1]}: '{file_units[len(want)][0]}' is past the last column "
+            f"of {model_path} ({len(want)} units{' with' if has_blank else ' besides'} its blank)"
+        )
+    if len(file_units) < len(want):
+        col, name = want[len(file_units)]
+        raise GraphError(
+            f"{where}:{file_units[-1][1]}: the file ends after {len(file_units)} units; {model_path} "
+            f"has {len(want)}{' with' if has_blank else ' besides'} its blank (next: column {col} '{name}')"
+        )
 
 
 # ====================================================================== lexicon
@@ -637,7 +667,7 @@ def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False)
         nemo_units, nemo_sp = read_nemo_units(cfg.model, Path(nemo_tmp.name))
         units = resolve_units(nemo_units, "last", source=str(cfg.model))
         if cfg.units is not None:
-            check_units_agree(read_units_file(cfg.units), units, cfg.units, cfg.model)
+            check_units_agree(read_units_entries(cfg.units), units, cfg.units, cfg.model)
         if cfg.lexicon_type == "bpe" and sp_model is None:
             if nemo_sp is None:
                 raise GraphError(

@@ -13,7 +13,13 @@ from graph_toy import ARPA, toy_config, write_toy
 from asrdecode.errors import GraphError
 from asrdecode.graph import DeviceGraph, GraphBuildConfig, build_graph
 from asrdecode.graph.arpa import check_arpa
-from asrdecode.graph.build import read_symbols, read_units_file, resolve_units
+from asrdecode.graph.build import (
+    check_units_agree,
+    read_symbols,
+    read_units_entries,
+    read_units_file,
+    resolve_units,
+)
 
 
 def test_cache_skips_rebuild_and_config_change_rebuilds(tmp_path):
@@ -193,5 +199,44 @@ def test_units_and_bpe_spelling_from_nemo_model(tmp_path):
         units=str(tmp_path / "tokens.txt"),
         lexicon_type="bpe",
     )
-    with pytest.raises(GraphError, match=r"tokens.txt: unit 5 is 'XX' but .*ctc_bpe.nemo has"):
+    with pytest.raises(GraphError, match=r"tokens.txt:6: column 5 is 'XX' but .*ctc_bpe.nemo has"):
         build_graph(bad, tmp_path / "g2")
+
+
+MODEL_UNITS = ["a", "b", "c", "d"]  # a NeMo-style model: 4 units, blank added as column 4
+
+
+@pytest.mark.parametrize(
+    "lines,match",
+    [
+        # blank entry first although the model's blank is last: line 1 is the first wrong one
+        (["<blk> 0", "a 1", "b 2", "c 3", "d 4"], r"tokens.txt:1: column 0 is a blank but m.nemo has 'a'"),
+        # blank in the middle
+        (["a 0", "b 1", "<blk> 2", "c 3", "d 4"], r"tokens.txt:3: column 2 is a blank .*blank is column 4"),
+        # ids out of line order: the line of the wrong id is named, not its position in the file
+        (["b 1", "a 0", "d 2", "c 3"], r"tokens.txt:3: column 2 is 'd' but m.nemo has 'c'"),
+        # a unit where the model has its blank
+        (["a 0", "b 1", "c 2", "d 3", "e 4"], r"tokens.txt:5: 'e' is past the last column"),
+        (["a 0", "b 1", "c 2", "d 3", "<blk> 4", "e 5"], r"tokens.txt:6: 'e' is past the last column"),
+        (["a 0", "b 1", "c 2"], r"tokens.txt:3: the file ends after 3 units; m.nemo has 4 besides"),
+        (["a", "b", "x", "d"], r"tokens.txt:3: column 2 is 'x' but m.nemo has 'c'"),
+    ],
+)
+def test_token_file_disagreeing_with_model_names_the_line(tmp_path, lines, match):
+    p = tmp_path / "tokens.txt"
+    p.write_text("\n".join(lines) + "\n")
+    model = resolve_units(MODEL_UNITS, "last", source="m.nemo")
+    with pytest.raises(GraphError, match=match) as err:
+        check_units_agree(read_units_entries(p), model, p, "m.nemo")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "lines", [["a 0", "b 1", "c 2", "d 3"], ["a 0", "b 1", "c 2", "d 3", "<blk> 4"], ["a", "b", "c", "d"]]
+)
+def test_token_file_agreeing_with_model(tmp_path, lines):
+    p = tmp_path / "tokens.txt"
+    p.write_text("\n".join(lines) + "\n")
+    model = resolve_units(MODEL_UNITS, "last", source="m.nemo")
+    check_units_agree(read_units_entries(p), model, p, "m.nemo")  # raises on disagreement
+    assert [n for n, _ in read_units_entries(p)][:4] == MODEL_UNITS
