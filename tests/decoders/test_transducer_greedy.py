@@ -3,6 +3,10 @@ against a plain one-utterance implementation of paper 003 Algorithm 1, batch vs 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -314,3 +318,35 @@ def test_static_runner_padding_and_reuse(fixture):
             if name == "tdt_bpe":
                 assert hyps.durations[i, :n].tolist() == exp["durations"]
         assert state.frame_offset.tolist() == out.lengths.tolist()
+
+
+# ----------------------------------------------------------------- CLI, decoder named explicitly
+
+
+@pytest.mark.parametrize("name, loop", [("rnnt_bpe", "labels"), ("tdt_bpe", "frames")])
+def test_cli_explicit_transducer_greedy(tmp_path, name, loop):
+    """`asrdecode transcribe --decoder transducer-greedy` (not auto): NeMo's greedy texts, and word start
+    times = NeMo's token frames x frame shift (the first token of each word), for both loops."""
+    out = tmp_path / name
+    cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(FIX / "audio"), "--model"]
+    cmd += [str(FIX / f"{name}.nemo"), "--decoder", "transducer-greedy", "--out", str(out)]
+    cmd += [f"decoder.loop={loop}", "threads=1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["decoder"] == "transducer-greedy" and report["utterances"] == 6
+    rows = {}
+    for line in (out / "transcripts.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        rows[row["utt_id"]] = row
+    ref = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
+    model = load_nemo(FIX / f"{name}.nemo")
+    assert sorted(rows) == sorted(str(u) for u in ref["utt_ids"])
+    for b, utt in enumerate(ref["utt_ids"]):
+        exp = reference(ref, b)
+        row = rows[str(utt)]
+        assert row["pred_text"] == exp["text"], utt
+        spans = model.tokens_to_words(exp["tokens"])
+        assert [w["word"] for w in row["words"]] == [w for w, _, _ in spans]
+        starts = [round(exp["frames"][first] * model.frame_shift, 3) for _, first, _ in spans]
+        assert [w["start"] for w in row["words"]] == starts, utt
