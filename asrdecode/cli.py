@@ -335,8 +335,9 @@ def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
     """Build a decoding graph: TLG (CTC models) or HCLG (HMM models) from an ARPA LM + lexicon.
 
     \b
-    Writes graph.pt (asrdecode's device format), TLG.fst/HCLG.fst (OpenFst), words.txt,
-    units.txt and meta.json. Building is cached by the checksums of its inputs and config.
+    Writes graph.pt and graph.safetensors (asrdecode's device format; `format=pt|safetensors|both`),
+    TLG.fst/HCLG.fst (OpenFst), words.txt, units.txt and meta.json. The folder is replaced as a
+    whole when the build succeeds. Building is cached by the checksums of its inputs and config.
     \b
     Examples:
       asrdecode build-graph --config configs/graph/demo-ctc-bpe-tlg.yaml --out out/graphs/demo
@@ -378,8 +379,16 @@ def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
     "--tid2pdf", type=click.Path(path_type=Path), help="Kaldi transition-id -> pdf map (show-transitions)."
 )
 @click.option("--units", type=click.Path(path_type=Path), help="Optional units.txt to copy beside the graph.")
+@click.option(
+    "--format",
+    "save_format",
+    type=click.Choice(["pt", "safetensors", "both"]),
+    default="both",
+    show_default=True,
+    help="Device-format files to write: graph.pt, graph.safetensors or both.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def convert_graph_cmd(fst, words, out_dir, tid2pdf, units, debug) -> None:
+def convert_graph_cmd(fst, words, out_dir, tid2pdf, units, save_format, debug) -> None:
     """Convert an existing OpenFst TLG/HCLG (vector or const) into asrdecode's graph format.
 
     \b
@@ -389,7 +398,7 @@ def convert_graph_cmd(fst, words, out_dir, tid2pdf, units, debug) -> None:
     """
     from asrdecode.graph import convert_openfst_graph
 
-    convert_openfst_graph(fst, words, out_dir, tid2pdf=tid2pdf, units_txt=units)
+    convert_openfst_graph(fst, words, out_dir, tid2pdf=tid2pdf, units_txt=units, save_format=save_format)
     from asrdecode.graph import describe_graph
 
     for key, value in describe_graph(out_dir).items():

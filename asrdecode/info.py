@@ -37,7 +37,7 @@ def describe_dataset(path: str) -> dict:
 
 
 def describe(path: str) -> dict:
-    """Model (.nemo or embedded:NAME), graph folder (graph.pt) or data set."""
+    """Model (.nemo or embedded:NAME), graph folder (graph.pt / graph.safetensors) or data set."""
     if path.startswith("embedded:") or path.endswith(".nemo"):
         from asrdecode.models.loading import load_model, resolve_model_path
 
@@ -45,7 +45,7 @@ def describe(path: str) -> dict:
         return {"file": str(resolve_model_path(path)), **model.describe()}
     if not Path(path).exists():
         raise InputError(f"{path}: no such file or folder")
-    if Path(path).is_dir() and (Path(path) / "graph.pt").is_file():
+    if Path(path).is_dir() and any((Path(path) / f).is_file() for f in ("graph.pt", "graph.safetensors")):
         from asrdecode.graph import describe_graph
 
         return describe_graph(path)

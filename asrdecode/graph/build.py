@@ -14,25 +14,37 @@ L's input (units.txt) are the same numbers; disambiguation symbols follow the la
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from asrdecode import __version__
 from asrdecode.errors import GraphError
 from asrdecode.graph.arpa import ArpaSummary, check_arpa, plain_copy
-from asrdecode.graph.format import DeviceGraph
+from asrdecode.graph.format import (
+    FORMAT_VERSION,
+    GRAPH_FILES,
+    SAVE_FORMATS,
+    DeviceGraph,
+    find_graph_file,
+    graph_file_names,
+)
 
 log = logging.getLogger("asrdecode.graph")
 
@@ -41,7 +53,11 @@ TOPOLOGIES = ("normal", "compact", "minimal")
 LEXICON_TYPES = ("file", "bpe", "chars")
 BLANK_NAMES = ("<blk>", "<blank>", "<b>")
 RESERVED_WORDS = ("<eps>", "<s>", "</s>", "#0")
-BUILD_FILES = ("graph.pt", "TLG.fst", "words.txt", "units.txt", "meta.json")
+BUILD_FILES = ("TLG.fst", "words.txt", "units.txt", "meta.json")  # + graph.pt / graph.safetensors
+# Files a build owns: replaced as a whole, never carried over from an older build of the folder.
+OWNED_FILES = (*GRAPH_FILES, "TLG.fst", "HCLG.fst", "words.txt", "units.txt", "meta.json")
+# Bump when a change to the recipe changes what a build with the same inputs produces (cache key).
+RECIPE_VERSION = 1
 _DISAMBIG = re.compile(r"^#\d+$")
 
 
@@ -63,6 +79,8 @@ class GraphBuildConfig:
     max_order: highest ARPA order used (-1 = all).
     remove_epsilon: run rmepsilon on LG: drops eps:eps arcs (G backoff, removed #k with no word);
       eps-input arcs that carry a delayed word (from a #k disambiguator) stay. May grow big LMs.
+    format: device-format files written: `pt` (graph.pt, torch.load(weights_only=True)),
+      `safetensors` (graph.safetensors) or `both`; loaders take whichever is there.
     kind: `tlg` (CTC) or `hclg-sphinx` (pocketsphinx model: acoustic_model = folder with mdef,
       transition_matrices and noisedict; lexicon = its dictionary; silprob/fillprob = insertion
       probabilities of silence / noise fillers between words, pocketsphinx's defaults;
@@ -88,8 +106,11 @@ class GraphBuildConfig:
     silprob: float = 0.005
     fillprob: float = 1e-8
     transition_scale: float = 1.0
+    format: str = "both"
 
     def validate(self) -> None:
+        if self.format not in SAVE_FORMATS:
+            raise GraphError(f"graph config: format '{self.format}' is not one of {', '.join(SAVE_FORMATS)}")
         if not self.arpa:
             raise GraphError("graph config: 'arpa' (an ARPA language model) is required")
         if self.kind not in KINDS:
@@ -608,14 +629,23 @@ def _checksums(files: dict[str, str | None]) -> dict[str, dict[str, str]]:
 
 
 def _cache_key(cfg: GraphBuildConfig, inputs: dict[str, dict[str, str]]) -> dict[str, Any]:
-    """What decides whether a build can be reused: input checksums + config (without paths)."""
+    """What decides whether a build can be reused: input checksums, config (without paths) and the
+    code that builds and writes the graph (graph format, recipe and asrdecode versions)."""
     config = {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
         if k
         not in ("arpa", "model", "units", "lexicon", "sentencepiece_model", "acoustic_model", "noisedict")
     }
-    return {"config": config, "sha256": {k: v["sha256"] for k, v in inputs.items()}}
+    return {
+        "config": config,
+        "sha256": {k: v["sha256"] for k, v in inputs.items()},
+        "code": {
+            "format_version": FORMAT_VERSION,
+            "recipe_version": RECIPE_VERSION,
+            "asrdecode": __version__,
+        },
+    }
 
 
 def cached_meta(
@@ -625,6 +655,7 @@ def cached_meta(
     out = Path(out_dir)
     meta_path = out / "meta.json"
     files = BUILD_FILES if cfg.kind == "tlg" else tuple(f.replace("TLG", "HCLG") for f in BUILD_FILES)
+    files += graph_file_names(cfg.format)
     if not meta_path.is_file() or not all((out / f).is_file() for f in files):
         return None
     try:
@@ -636,14 +667,83 @@ def cached_meta(
     return meta
 
 
+@contextlib.contextmanager
+def staged_folder(out_dir: str | Path) -> Iterator[Path]:
+    """Write a graph folder atomically: files go into a fresh sibling folder (`.NAME.building-*`),
+    which replaces `out_dir` as a whole when the block ends normally (an atomic exchange where the OS
+    has one). On an exception the sibling is removed and `out_dir` stays as it was, so its meta.json
+    always describes its graph files. Files of `out_dir` a build does not own are carried over."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise GraphError(f"{out}: exists and is not a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    except OSError as err:
+        raise GraphError(f"{out}: cannot create the graph folder ({err.strerror})") from None
+    try:
+        yield stage
+        if out.is_dir():
+            _carry_over(out, stage)
+        _swap_into(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)  # the new files on failure, the old ones after a swap
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    """Hard-link (or copy) entries of `old` that a build does not own into `new`."""
+    for entry in old.iterdir():
+        if entry.name in OWNED_FILES or (new / entry.name).exists():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, new / entry.name, symlinks=True)
+            continue
+        try:
+            os.link(entry, new / entry.name, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(entry, new / entry.name, follow_symlinks=False)
+
+
+def _exchange_paths(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _swap_into(stage: Path, out: Path) -> None:
+    """Put `stage` at `out`; afterwards `stage` holds the old folder (if any), for the caller to delete."""
+    if not out.exists():
+        os.rename(stage, out)
+        return
+    if _exchange_paths(stage, out):
+        return
+    # no atomic exchange: two renames; in between `out` is briefly absent, never half-written
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.rename(out, old / out.name)
+    try:
+        os.rename(stage, out)
+    except OSError:
+        os.rename(old / out.name, out)  # put the old folder back
+        old.rmdir()
+        raise
+    os.rename(old / out.name, stage)
+    old.rmdir()
+
+
 def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
-    """Build TLG into `out_dir` (graph.pt, TLG.fst, words.txt, units.txt, meta.json); returns meta.
+    """Build TLG (or sphinx HCLG) into `out_dir` (graph.pt and/or graph.safetensors, TLG.fst, words.txt,
+    units.txt, meta.json); returns meta. The folder is replaced as a whole (`staged_folder`).
 
-    Skips the build (meta["cached"] = True) when meta.json records the same input checksums and
-    config, unless `force`.
+    Skips the build (meta["cached"] = True) when meta.json records the same input checksums,
+    config and code versions (`_cache_key`), unless `force`.
     """
-    import kaldifst
-
     cfg.validate()
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -653,12 +753,15 @@ def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False)
         if meta is not None:
             meta["cached"] = True
             return meta
-    if cfg.kind == "hclg-sphinx":
-        return _build_sphinx(cfg, out, inputs, t0)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise GraphError(f"{out}: cannot create the graph folder ({err.strerror})") from None
+    with staged_folder(out) as stage:
+        if cfg.kind == "hclg-sphinx":
+            return _build_sphinx(cfg, stage, inputs, t0)
+        return _build_tlg(cfg, stage, inputs, t0)
+
+
+def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, str]], t0: float) -> dict:
+    """The TLG recipe, writing the graph folder's files into `stage`."""
+    import kaldifst
 
     # units
     sp_model = cfg.sentencepiece_model
@@ -720,16 +823,16 @@ def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False)
     unit_table = [("<eps>", 0)] + [(_unit_symbol(nm), c + 1) for c, nm in enumerate(units.names)]
     unit_table += [(f"#{k}", first_disambig + k) for k in range(max_dis + 1)]
 
-    with tempfile.TemporaryDirectory(prefix="asrdecode-graph-", dir=out) as tmp_name:
+    write_symbols(stage / "words.txt", words)
+    write_symbols(stage / "units.txt", unit_table)
+    with tempfile.TemporaryDirectory(prefix="scratch-", dir=stage) as tmp_name:
         tmp = Path(tmp_name)
-        write_symbols(tmp / "words.txt", words)
-        write_symbols(tmp / "units.txt", unit_table)
         arpa_plain = Path(cfg.arpa)
         with open(arpa_plain, "rb") as fh:
             if fh.read(2) == b"\x1f\x8b":
                 arpa_plain = plain_copy(arpa_plain, tmp / "lm.arpa")
         t_g = time.perf_counter()
-        arpa_to_g(arpa_plain, tmp / "words.txt", tmp / "G.fst", cfg.max_order)
+        arpa_to_g(arpa_plain, stage / "words.txt", tmp / "G.fst", cfg.max_order)
         G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
         t_lg = time.perf_counter()
         L = make_lexicon_fst(prons, word_ids, first_disambig, word_disambig0, optional)
@@ -756,12 +859,13 @@ def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False)
         }
         graph = DeviceGraph.from_kaldifst(TLG, meta=meta_core)
         graph.validate()
-        graph.save(tmp / "graph.pt")
-        kaldifst.StdConstFst(TLG).write(str(tmp / "TLG.fst"))
+        graph_files = graph.save_folder(stage, cfg.format)
+        kaldifst.StdConstFst(TLG).write(str(stage / "TLG.fst"))
         summary = graph.summary()
         meta = {
             **meta_core,
-            "format": "asrdecode-graph v1",
+            "format": f"asrdecode-graph v{FORMAT_VERSION}",
+            "graph_files": list(graph_files),
             "inputs": inputs,
             "config": dataclasses.asdict(cfg),
             "cache_key": _cache_key(cfg, inputs),
@@ -798,9 +902,7 @@ def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False)
             },
             "cached": False,
         }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        for name in BUILD_FILES:
-            os.replace(tmp / name, out / name)
+        (stage / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
 
@@ -819,14 +921,13 @@ def _build_sphinx(
         transition_scale=cfg.transition_scale,
     )
     check_arpa(cfg.arpa)
-    meta = build_sphinx_hclg(scfg, out)
+    meta = build_sphinx_hclg(scfg, out, cfg.format)
     meta.update(
         {
             "inputs": inputs,
             "config": dataclasses.asdict(cfg),
             "cache_key": _cache_key(cfg, inputs),
             "cached": False,
-            "format": "asrdecode-graph v1",
         }
     )
     meta["seconds"]["total"] = round(time.perf_counter() - t0, 3)
@@ -843,11 +944,13 @@ def _num_arcs(fst: Any) -> int:
 def describe_graph(graph_dir: str | Path) -> dict[str, str]:
     """`asrdecode info GRAPH_DIR`: printable facts about a built or converted graph."""
     d = Path(graph_dir)
-    if not (d / "graph.pt").is_file():
-        raise GraphError(f"{d}: no graph.pt (not a graph folder)")
-    graph = DeviceGraph.load(d / "graph.pt")
+    path = find_graph_file(d)
+    if path is None:
+        raise GraphError(f"{d}: no graph.pt or graph.safetensors (not a graph folder)")
+    graph = DeviceGraph.load(path)
     s = graph.summary()
     info = {
+        "file": ", ".join(name for name in GRAPH_FILES if (d / name).is_file()),
         "kind": str(graph.meta.get("kind", "?")),
         "topology": str(graph.meta.get("topology", "-")),
         "states": f"{s['states']:,}",

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import struct
 import tempfile
 from dataclasses import dataclass, field
@@ -28,6 +30,26 @@ from asrdecode.errors import GraphError
 FORMAT_NAME = "asrdecode-graph"
 FORMAT_VERSION = 1
 _TENSORS = ("offsets", "split", "ilabel", "olabel", "nextstate", "weight", "final")
+# On-disk forms of the same arrays: torch's zip (read with weights_only=True) and safetensors (a JSON
+# header + raw little-endian arrays; reading it runs no code at all). A graph folder holds one or both.
+SAVE_FORMATS = ("pt", "safetensors", "both")
+GRAPH_FILES = ("graph.pt", "graph.safetensors")
+
+
+def graph_file_names(save_format: str) -> tuple[str, ...]:
+    """Files a graph folder gets for `save_format` (pt | safetensors | both)."""
+    if save_format not in SAVE_FORMATS:
+        raise GraphError(f"graph format '{save_format}' is not one of {', '.join(SAVE_FORMATS)}")
+    return {"pt": ("graph.pt",), "safetensors": ("graph.safetensors",), "both": GRAPH_FILES}[save_format]
+
+
+def find_graph_file(folder: str | Path) -> Path | None:
+    """The device-format file of a graph folder: graph.pt, else graph.safetensors, else None."""
+    for name in GRAPH_FILES:
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    return None
+
 
 # OpenFst binary header constants (fst/fst.h, fst/const-fst.h).
 _FST_MAGIC = 2125659606
@@ -148,47 +170,75 @@ class DeviceGraph:
 
     # ---------------------------------------------------------------- file io
     def save(self, path: str | Path) -> None:
-        """Write a plain dict of CPU tensors + JSON metadata (readable with torch.load(weights_only=True))."""
-        payload = {
+        """Write the CPU tensors + JSON metadata; `.safetensors` paths as safetensors, others with
+        torch.save as a plain dict (readable with torch.load(weights_only=True)). Atomic per file."""
+        path = Path(path)
+        tensors = {name: t.detach().cpu().contiguous() for name, t in self.tensors().items()}
+        header = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "start": int(self.start),
             "meta_json": json.dumps(self.meta, sort_keys=True),
-            "tensors": {name: t.detach().cpu().contiguous() for name, t in self.tensors().items()},
         }
-        path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        torch.save(payload, tmp)
+        if path.suffix == ".safetensors":
+            from safetensors.torch import save_file
+
+            save_file(tensors, str(tmp), metadata={k: str(v) for k, v in header.items()})
+        else:
+            torch.save({**header, "tensors": tensors}, tmp)
         os.replace(tmp, path)
+
+    def save_folder(self, folder: str | Path, save_format: str = "both") -> tuple[str, ...]:
+        """graph.pt and/or graph.safetensors into `folder`; returns the names written."""
+        names = graph_file_names(save_format)
+        for name in names:
+            self.save(Path(folder) / name)
+        return names
 
     @classmethod
     def load(cls, path: str | Path, device: torch.device | str = "cpu") -> DeviceGraph:
-        """Read a file written by `save` (safe loader: weights_only=True)."""
-        try:
-            payload = torch.load(Path(path), map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise GraphError(f"{path}: graph file not found") from None
-        except Exception as err:
-            raise GraphError(
-                f"{path}: not a readable asrdecode graph ({type(err).__name__}: {err})"
-            ) from None
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
+        """Read a file written by `save`: `.safetensors` with safetensors, anything else with
+        torch.load(weights_only=True). Neither runs code from the file; any bad file is a GraphError."""
+        path = Path(path)
+        if not path.is_file():
+            raise GraphError(f"{path}: graph file not found")
+        if path.suffix == ".safetensors":
+            header, tensors = _read_safetensors(path)
+        else:
+            try:
+                payload = torch.load(path, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError as err:
+                if "weights only" in str(err).lower():
+                    raise GraphError(
+                        f"{path}: refused: holds objects other than tensors and plain data "
+                        "(torch.load(weights_only=True) does not run code from graph files)"
+                    ) from None
+                raise GraphError(f"{path}: not a readable asrdecode graph ({_one_line(err)})") from None
+            except Exception as err:
+                raise GraphError(f"{path}: not a readable asrdecode graph ({_one_line(err)})") from None
+            if not isinstance(payload, dict):
+                raise GraphError(f"{path}: not an asrdecode graph file")
+            header, tensors = payload, payload.get("tensors")
+        if header.get("format") != FORMAT_NAME or not isinstance(tensors, dict):
             raise GraphError(f"{path}: not an asrdecode graph file")
-        if payload.get("version") != FORMAT_VERSION:
+        if str(header.get("version")) != str(FORMAT_VERSION):
             raise GraphError(
-                f"{path}: graph format version {payload.get('version')} is not supported "
+                f"{path}: graph format version {header.get('version')} is not supported "
                 f"(expected {FORMAT_VERSION}); rebuild the graph"
             )
-        tensors = payload["tensors"]
         missing = [n for n in _TENSORS if n not in tensors]
         if missing:
             raise GraphError(f"{path}: graph file lacks tensors {missing}")
-        graph = cls(
-            **{n: tensors[n] for n in _TENSORS},
-            start=int(payload["start"]),
-            meta=json.loads(payload["meta_json"]),
-        )
-        graph.validate()
+        try:
+            start, meta = int(header["start"]), json.loads(header["meta_json"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise GraphError(f"{path}: graph header is malformed ({_one_line(err)})") from None
+        graph = cls(**{n: tensors[n] for n in _TENSORS}, start=start, meta=meta)
+        try:
+            graph.validate()
+        except GraphError as err:
+            raise GraphError(f"{path}: {err}") from None
         return graph.to(device) if str(device) != "cpu" else graph
 
     # ---------------------------------------------------------------- numpy / OpenFst
@@ -338,6 +388,25 @@ class DeviceGraph:
         if fst is None:
             raise GraphError("could not convert the graph back to OpenFst")
         return fst if const else kaldifst.StdVectorFst(fst)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(err)).split())
+    return f"{type(err).__name__}: {text[:200]}"
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """(metadata, tensors) of a safetensors file; truncated or foreign files -> GraphError."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as fh:
+            header = dict(fh.metadata() or {})
+            available = set(fh.keys())
+            tensors = {name: fh.get_tensor(name) for name in _TENSORS if name in available}
+    except Exception as err:
+        raise GraphError(f"{path}: not a readable safetensors graph ({_one_line(err)})") from None
+    return header, tensors
 
 
 # -------------------------------------------------------------------- OpenFst ConstFst binary image

@@ -32,9 +32,10 @@ from asrdecode.graph.build import (
     arpa_to_g,
     compile_lg,
     make_lexicon_fst,
+    staged_folder,
     write_symbols,
 )
-from asrdecode.graph.format import DeviceGraph
+from asrdecode.graph.format import FORMAT_VERSION, DeviceGraph
 
 Triphone = tuple[str | None, str, str | None]
 
@@ -146,11 +147,13 @@ def compile_hclg(
     unit_table: list[tuple[str, int]] | None = None,
     determinize: bool = True,
     edge_silence: int | None = None,
+    save_format: str = "both",
 ) -> dict[str, Any]:
     """Shared HCLG recipe; `prons` use phone ids 1..num_phones, `optional` = (phone id, cost) that may
     appear between words with no output (silence, fillers). `edge_silence`: a phone id that may
     also start and end the utterance at no cost (pocketsphinx's `<s>`/`</s>` are silence).
-    Writes the graph folder, returns meta.
+    Writes the graph folder (atomically, `staged_folder`; graph.pt and/or graph.safetensors by
+    `save_format`), returns meta.
 
     determinize: as Kaldi's mkgraph, keep the disambiguation symbols through C and H, then
     HCLG = min(det(H o CLG)) on transition ids, mapped to pdf + 1 (disambiguation -> epsilon)
@@ -170,16 +173,17 @@ def compile_hclg(
         raise GraphError("no lexicon word is both in the LM and spelled with known phones")
     dis_prons, max_dis = add_disambig(prons)
     first_disambig = num_phones + 1
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="asrdecode-hclg-", dir=out) as tmp_name:
-        tmp = Path(tmp_name)
-        write_symbols(tmp / "words.txt", words)
+    with (
+        staged_folder(out_dir) as stage,
+        tempfile.TemporaryDirectory(prefix="scratch-", dir=stage) as scratch,
+    ):
+        tmp = Path(scratch)
+        write_symbols(stage / "words.txt", words)
         arpa_plain = Path(arpa)
         with open(arpa_plain, "rb") as fh:
             if fh.read(2) == b"\x1f\x8b":
                 arpa_plain = plain_copy(arpa_plain, tmp / "lm.arpa")
-        arpa_to_g(arpa_plain, tmp / "words.txt", tmp / "G.fst", -1)
+        arpa_to_g(arpa_plain, stage / "words.txt", tmp / "G.fst", -1)
         G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
         L = make_lexicon_fst(dis_prons, word_ids, first_disambig, n)
         if optional or edge_silence is not None:
@@ -210,12 +214,14 @@ def compile_hclg(
         }
         graph = DeviceGraph.from_kaldifst(HCLG, meta=dict(meta))
         graph.validate()
-        graph.save(tmp / "graph.pt")
-        kaldifst.StdConstFst(HCLG).write(str(tmp / "HCLG.fst"))
-        write_symbols(tmp / "units.txt", unit_table or [("<eps>", 0)])
+        graph_files = graph.save_folder(stage, save_format)
+        kaldifst.StdConstFst(HCLG).write(str(stage / "HCLG.fst"))
+        write_symbols(stage / "units.txt", unit_table or [("<eps>", 0)])
         covered = {w for w, _ in prons}
         meta.update(
             {
+                "format": f"asrdecode-graph v{FORMAT_VERSION}",
+                "graph_files": list(graph_files),
                 "context_windows": len(windows) - 1,
                 "triphones_backed_off": backed_off,
                 "words": {"count": len(lm_words), "with_pronunciation": len(covered)},
@@ -231,9 +237,7 @@ def compile_hclg(
                 "seconds": {"total": round(time.perf_counter() - t0, 3)},
             }
         )
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        for name in ("graph.pt", "HCLG.fst", "words.txt", "units.txt", "meta.json"):
-            (tmp / name).replace(out / name)
+        (stage / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
 
@@ -295,8 +299,9 @@ def build_hclg(
     topo: HmmTopology | None = None,
     silence: str | None = None,
     silence_prob: float = 0.5,
+    save_format: str = "both",
 ) -> dict[str, Any]:
-    """Generic HCLG into out_dir (graph.pt, HCLG.fst, words.txt, units.txt = phones, meta.json).
+    """Generic HCLG into out_dir (graph.pt/.safetensors, HCLG.fst, words.txt, units.txt = phones, meta.json).
 
     Triphone pdfs come from `tied` (CI fallback); one shared left-to-right HMM topology;
     optional `silence` between words at cost -ln(silence_prob).
@@ -328,4 +333,6 @@ def build_hclg(
         "dropped_lexicon_words": len(lexicon) - len(prons),
     }
     units = [("<eps>", 0)] + list(phone_id.items())
-    return compile_hclg(len(phones), prons, arpa, resolve, out_dir, meta, optional, units)
+    return compile_hclg(
+        len(phones), prons, arpa, resolve, out_dir, meta, optional, units, save_format=save_format
+    )

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.build import read_symbols
-from asrdecode.graph.format import DeviceGraph
+from asrdecode.graph.build import read_symbols, staged_folder
+from asrdecode.graph.format import FORMAT_VERSION, DeviceGraph, graph_file_names
 
 _TSTATE = re.compile(
     r"^Transition-state\s+(\d+):.*?(?:\bpdf\s*=\s*(\d+)|forward-pdf\s*=\s*(\d+)\s+"
@@ -141,17 +141,26 @@ def convert_openfst_graph(
     out_dir: str | Path,
     tid2pdf: str | Path | None = None,
     units_txt: str | Path | None = None,
+    save_format: str = "both",
 ) -> dict:
-    """Write a graph folder (graph.pt, words.txt, units.txt if given) for an existing OpenFst graph."""
+    """Write a graph folder (graph.pt and/or graph.safetensors by `save_format`, words.txt, units.txt
+    if given, meta.json) for an existing OpenFst graph; the folder is replaced as a whole."""
     import json
 
+    graph_file_names(save_format)  # reject a bad format before converting
     graph = load_openfst_graph(fst_path, words_txt, tid2pdf)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    graph.save(out / "graph.pt")
-    shutil.copyfile(words_txt, out / "words.txt")
-    if units_txt is not None:
-        shutil.copyfile(units_txt, out / "units.txt")
-    meta = {**graph.meta, "sizes": {"graph": graph.summary()}}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    if units_txt is not None and not Path(units_txt).is_file():
+        raise GraphError(f"{units_txt}: units file not found")
+    with staged_folder(out_dir) as stage:
+        files = graph.save_folder(stage, save_format)
+        shutil.copyfile(words_txt, stage / "words.txt")
+        if units_txt is not None:
+            shutil.copyfile(units_txt, stage / "units.txt")
+        meta = {
+            **graph.meta,
+            "format": f"asrdecode-graph v{FORMAT_VERSION}",
+            "graph_files": list(files),
+            "sizes": {"graph": graph.summary()},
+        }
+        (stage / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta

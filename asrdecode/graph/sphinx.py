@@ -216,8 +216,11 @@ class SphinxGraphConfig:
     transition_scale: float = 1.0
 
 
-def build_sphinx_hclg(cfg: SphinxGraphConfig, out_dir: str | Path) -> dict[str, Any]:
-    """HCLG for a pocketsphinx model folder (mdef, transition_matrices, noisedict)."""
+def build_sphinx_hclg(
+    cfg: SphinxGraphConfig, out_dir: str | Path, save_format: str = "both"
+) -> dict[str, Any]:
+    """HCLG for a pocketsphinx model folder (mdef, transition_matrices, noisedict) into `out_dir`;
+    `save_format`: graph.pt and/or graph.safetensors (pt | safetensors | both)."""
     model = Path(cfg.model_dir)
     mdef = read_mdef(model / "mdef")
     tmat = read_tmat(model / "transition_matrices", cfg.tmatfloor)
@@ -291,4 +294,5 @@ def build_sphinx_hclg(cfg: SphinxGraphConfig, out_dir: str | Path) -> dict[str, 
         tuple(optional),
         units,
         edge_silence=sym(mdef.sil, 3),
+        save_format=save_format,
     )

@@ -240,3 +240,94 @@ def test_token_file_agreeing_with_model(tmp_path, lines):
     model = resolve_units(MODEL_UNITS, "last", source="m.nemo")
     check_units_agree(read_units_entries(p), model, p, "m.nemo")  # raises on disagreement
     assert [n for n, _ in read_units_entries(p)][:4] == MODEL_UNITS
+
+
+# ---------------------------------------------------------------- atomic folder, cache key, formats
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _assert_meta_matches_graph(folder: Path) -> None:
+    """meta.json describes the graph files beside it (sizes recomputed from the loaded arrays)."""
+    meta = json.loads((folder / "meta.json").read_text())
+    for name in meta["graph_files"]:
+        g = DeviceGraph.load(folder / name)
+        assert g.summary() == meta["sizes"]["TLG"], name
+        assert g.meta["topology"] == meta["topology"]
+
+
+@pytest.mark.parametrize("where", ["save", "fst"])
+def test_interrupted_build_leaves_previous_graph_intact(tmp_path, monkeypatch, where):
+    import asrdecode.graph.build as build_mod
+
+    paths = write_toy(tmp_path / "in")
+    out = tmp_path / "g"
+    build_graph(toy_config(paths, topology="compact"), out)
+    (out / "notes.txt").write_text("mine")  # a user's file in the folder
+    before = _snapshot(out)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("interrupted")
+
+    if where == "save":  # after graph.pt is written, before graph.safetensors / TLG.fst / meta.json
+        real_save = DeviceGraph.save
+
+        def save_then_fail(self, path):
+            real_save(self, path)
+            raise RuntimeError("interrupted")
+
+        monkeypatch.setattr(DeviceGraph, "save", save_then_fail)
+    else:
+        monkeypatch.setattr(build_mod, "make_ctc_topo", fail)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        build_graph(toy_config(paths, topology="normal"), out)
+    monkeypatch.undo()
+    assert _snapshot(out) == before  # every file byte-identical, nothing added
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".g.")] == []  # no staging left over
+    _assert_meta_matches_graph(out)
+    assert build_graph(toy_config(paths, topology="compact"), out)["cached"] is True
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_rebuild_replaces_folder_keeps_user_files(tmp_path, monkeypatch, exchange):
+    import asrdecode.graph.build as build_mod
+
+    if not exchange:  # the two-rename path used where the OS has no atomic exchange
+        monkeypatch.setattr(build_mod, "_exchange_paths", lambda a, b: False)
+    paths = write_toy(tmp_path / "in")
+    out = tmp_path / "g"
+    build_graph(toy_config(paths, topology="compact"), out)
+    (out / "notes.txt").write_text("mine")
+    meta = build_graph(toy_config(paths, topology="normal", format="pt"), out)
+    assert meta["cached"] is False and meta["graph_files"] == ["graph.pt"]
+    names = sorted(p.name for p in out.iterdir())
+    # the stale graph.safetensors of the compact build is gone with the rest of that build
+    assert names == ["TLG.fst", "graph.pt", "meta.json", "notes.txt", "units.txt", "words.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+    _assert_meta_matches_graph(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g", "in"]
+
+
+def test_cache_key_holds_code_versions(tmp_path, monkeypatch):
+    import asrdecode
+    import asrdecode.graph.build as build_mod
+
+    paths = write_toy(tmp_path / "in")
+    cfg = toy_config(paths)
+    meta = build_graph(cfg, tmp_path / "g")
+    assert meta["cache_key"]["code"] == {
+        "format_version": build_mod.FORMAT_VERSION,
+        "recipe_version": build_mod.RECIPE_VERSION,
+        "asrdecode": asrdecode.__version__,
+    }
+    assert build_graph(cfg, tmp_path / "g")["cached"] is True
+    for attr, value in (("FORMAT_VERSION", 99), ("RECIPE_VERSION", 99), ("__version__", "9.9.9")):
+        with monkeypatch.context() as m:
+            m.setattr(build_mod, attr, value)
+            assert build_mod.cached_meta(cfg, tmp_path / "g") is None, attr
+    assert build_mod.cached_meta(cfg, tmp_path / "g") is not None
+    # the files the format asks for must be there too
+    (tmp_path / "g" / "graph.safetensors").unlink()
+    assert build_mod.cached_meta(cfg, tmp_path / "g") is None
+    with pytest.raises(GraphError, match="format 'npz' is not one of pt, safetensors, both"):
+        build_graph(toy_config(paths, format="npz"), tmp_path / "g")

@@ -1,6 +1,7 @@
 """build-graph / convert-graph / info through the CLI on the toy CTC setup."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,11 @@ def cli(*args, check=True):
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
+
+
+def info_rows(text: str) -> dict[str, str]:
+    """key -> value of the table `asrdecode info` prints."""
+    return {k.strip(): v.strip() for k, v in re.findall(r"│ ([^│\n]+?)\s*│ ([^│\n]+?)\s*│", text)}
 
 
 def test_build_graph_cached_info_and_convert(tmp_path):
@@ -32,13 +38,32 @@ def test_build_graph_cached_info_and_convert(tmp_path):
     again = cli("build-graph", "--config", str(cfg), "topology=normal", "--out", str(out))
     assert "True" in again.stdout  # cached: same inputs and config
     info = cli("info", str(out)).stdout
+    # states, arcs, epsilon share and bytes counted on the OpenFst file with kaldifst's iterators
     tlg = kaldifst.StdVectorFst(kaldifst.StdConstFst.read(str(out / "TLG.fst")))
-    n_arcs = sum(1 for s in range(tlg.num_states) for _ in kaldifst.ArcIterator(tlg, s))
-    assert f"{n_arcs:,}" in info and f"{tlg.num_states:,}" in info
+    ilabels = [a.ilabel for s in range(tlg.num_states) for a in kaldifst.ArcIterator(tlg, s)]
+    n_arcs, n_eps, n_states = len(ilabels), ilabels.count(0), tlg.num_states
+    # int32 offsets[S+1], split[S]; float32 final[S]; int32 ilabel/olabel/nextstate + float32 weight per arc
+    n_bytes = 4 * (n_states + 1) + 4 * n_states + 4 * n_states + 16 * n_arcs
+    assert 0 < n_eps < n_arcs
+    rows = info_rows(info)
+    assert rows["states"] == f"{n_states:,}" and rows["arcs"] == f"{n_arcs:,}"
+    assert rows["epsilon arcs"] == f"{n_eps:,} ({100 * n_eps / n_arcs:.1f}%)"
+    assert rows["size"].startswith(f"{n_bytes:,} bytes")
     conv = tmp_path / "conv"
-    cli("convert-graph", str(out / "TLG.fst"), str(out / "words.txt"), "--out", str(conv))
-    assert (conv / "graph.pt").is_file()
-    assert f"{n_arcs:,}" in cli("info", str(conv)).stdout
+    cli(
+        "convert-graph",
+        str(out / "TLG.fst"),
+        str(out / "words.txt"),
+        "--out",
+        str(conv),
+        "--format",
+        "safetensors",
+    )
+    assert (conv / "graph.safetensors").is_file() and not (conv / "graph.pt").exists()
+    conv_info = cli("info", str(conv)).stdout
+    assert (
+        f"{n_arcs:,}" in conv_info and f"{n_bytes:,} bytes" in conv_info and "graph.safetensors" in conv_info
+    )
 
 
 def test_build_graph_bad_key_and_bad_arpa_are_one_line(tmp_path):

@@ -216,3 +216,122 @@ def test_large_conversion_is_vectorised():
     assert time.perf_counter() - t < 5.0
     check = DeviceGraph.from_arrays(S, 0, back.final.numpy(), **{k: v for k, v in back.arc_arrays().items()})
     assert back.num_arcs == A and torch.equal(check.ilabel, back.ilabel)
+
+
+# ---------------------------------------------------------------- safetensors form
+def test_safetensors_round_trip_exact_and_readable_by_safetensors(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    g = DeviceGraph.from_kaldifst(random_fst(7), meta={"kind": "TLG", "blank_ilabel": 4, "x": [1, 2]})
+    names = g.save_folder(tmp_path, "both")
+    assert names == ("graph.pt", "graph.safetensors")
+    for name in names:
+        h = DeviceGraph.load(tmp_path / name)
+        assert h.start == g.start and h.meta == g.meta
+        for key, t in g.tensors().items():
+            got = getattr(h, key)
+            assert got.dtype == t.dtype and torch.equal(got, t), (name, key)
+    # the plain safetensors reader sees the CSR arrays and the header strings, nothing else needed
+    raw = load_file(str(tmp_path / "graph.safetensors"))
+    assert set(raw) == set(g.tensors())
+    assert np.array_equal(raw["weight"].numpy(), g.weight.numpy())
+    with safe_open(str(tmp_path / "graph.safetensors"), framework="pt") as fh:
+        header = fh.metadata()
+    assert header["format"] == "asrdecode-graph" and int(header["start"]) == g.start
+
+
+def test_safetensors_empty_graph_round_trip(tmp_path):
+    empty = DeviceGraph.from_arrays(
+        1, 0, np.zeros(1, np.float32), *(np.zeros(0, np.int64) for _ in range(4)), np.zeros(0, np.int64)
+    )
+    empty.save(tmp_path / "e.safetensors")
+    back = DeviceGraph.load(tmp_path / "e.safetensors")
+    assert back.num_arcs == 0 and back.num_states == 1 and float(back.final[0]) == 0.0
+
+
+class _RunsCode:
+    """A pickle whose loading would create a marker file (what an untrusted pickle can do)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("name", ["graph.safetensors", "graph.pt"])
+def test_untrusted_graph_file_cannot_run_code(tmp_path, name):
+    import pickle
+
+    marker = tmp_path / "code-ran"
+    path = tmp_path / name
+    if name == "graph.pt":
+        torch.save({"format": "asrdecode-graph", "tensors": _RunsCode(marker)}, path)  # a real torch zip
+    else:
+        path.write_bytes(pickle.dumps(_RunsCode(marker)))
+    assert not marker.exists()
+    expected = (
+        "refused: holds objects other than tensors" if name == "graph.pt" else "not a readable safetensors"
+    )
+    with pytest.raises(GraphError, match=f"{name}: {expected}") as err:
+        DeviceGraph.load(path)
+    assert "\n" not in str(err.value)
+    assert not marker.exists()  # neither loader executed the payload
+
+
+@pytest.mark.parametrize("name", ["graph.safetensors", "graph.pt"])
+def test_truncated_or_foreign_graph_file_is_one_line_error(tmp_path, name):
+    from safetensors.torch import save_file
+
+    g = DeviceGraph.from_kaldifst(random_fst(3))
+    g.save(tmp_path / name)
+    data = (tmp_path / name).read_bytes()
+    cases = {
+        "truncated": data[: len(data) // 2],
+        "header only": data[:8],
+        "empty": b"",
+        "garbage": b"\x00" * 64,
+    }
+    for what, blob in cases.items():
+        bad = tmp_path / f"bad-{what.replace(' ', '_')}-{name}"
+        bad.write_bytes(blob)
+        with pytest.raises(GraphError, match=bad.name) as err:
+            DeviceGraph.load(bad)
+        assert "\n" not in str(err.value), what
+    # a well-formed safetensors file that is not an asrdecode graph
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"w": torch.zeros(3)}, str(foreign), metadata={"format": "pt"})
+    with pytest.raises(GraphError, match="foreign.safetensors: not an asrdecode graph"):
+        DeviceGraph.load(foreign)
+    # right header, wrong dtype: named with the file
+    tensors = {k: v.clone() for k, v in g.tensors().items()}
+    tensors["weight"] = tensors["weight"].double()
+    meta = {"format": "asrdecode-graph", "version": "1", "start": str(g.start), "meta_json": "{}"}
+    save_file(tensors, str(tmp_path / "dtype.safetensors"), metadata=meta)
+    with pytest.raises(GraphError, match="dtype.safetensors: graph tensor 'weight' must be float32"):
+        DeviceGraph.load(tmp_path / "dtype.safetensors")
+
+
+def test_folder_with_only_safetensors_is_a_graph_folder(toy_graphs, tmp_path):
+    from asrdecode.decoders.wfst.decoder import load_graph
+    from asrdecode.graph import find_graph_file
+
+    meta = convert_openfst_graph(
+        toy_graphs["compact"] / "TLG.fst",
+        toy_graphs["compact"] / "words.txt",
+        tmp_path / "st",
+        save_format="safetensors",
+    )
+    assert meta["graph_files"] == ["graph.safetensors"]
+    assert not (tmp_path / "st" / "graph.pt").exists()
+    assert find_graph_file(tmp_path / "st") == tmp_path / "st" / "graph.safetensors"
+    graph, words = load_graph(str(tmp_path / "st"))
+    ref = DeviceGraph.load(toy_graphs["compact"] / "graph.pt")
+    for name, t in ref.tensors().items():
+        assert torch.equal(t, getattr(graph, name)), name
+    assert words[1] == read_words_first(toy_graphs["compact"] / "words.txt")
+
+
+def read_words_first(path) -> str:
+    return next(line.split()[0] for line in path.read_text().splitlines() if line.split()[1] == "1")

@@ -45,7 +45,7 @@ from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions,
 from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
 from asrdecode.decoders.wfst.lattice import build_lattice
 from asrdecode.errors import ConfigError, GraphError
-from asrdecode.graph.format import DeviceGraph
+from asrdecode.graph.format import DeviceGraph, find_graph_file
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst")
@@ -169,12 +169,12 @@ def load_graph(spec: str) -> tuple[DeviceGraph, dict[int, str]]:
     p = Path(spec)
     folder = p if p.is_dir() else p.parent
     if p.is_dir():
-        if (p / "graph.pt").is_file():
-            graph = DeviceGraph.load(p / "graph.pt")
+        if (device_file := find_graph_file(p)) is not None:  # graph.pt or graph.safetensors
+            graph = DeviceGraph.load(device_file)
         else:
             fsts = sorted(p.glob("*.fst"))
             if not fsts:
-                raise GraphError(f"{p}: no graph.pt or .fst graph in this folder")
+                raise GraphError(f"{p}: no graph.pt, graph.safetensors or .fst graph in this folder")
             graph = _from_fst(fsts[0])
     elif p.suffix == ".fst":
         graph = _from_fst(p)
