@@ -249,3 +249,71 @@ def test_save_round_trip(fixture, tmp_path):
         assert torch.equal(value, again.state_dict()[key]), key
     with pytest.raises(ModelError, match="save_nemo writes a transducer"):
         save_nemo(model, {**model.config, "target": "x.EncDecCTCModelBPE"}, tmp_path / "bad.nemo")
+
+
+# ----------------------------------------------------------------- NeMo-built char and 2-layer LSTM RNN-Ts
+
+# Built by scripts/make_nemo_fixtures.py --set tiny (NeMo 3.0.0, random weights, tuned heads).
+EXTRA = {
+    "rnnt_char": {"class": "EncDecRNNTModel", "vocab": 28, "layers": 1},
+    "rnnt_lstm2": {"class": "EncDecRNNTBPEModel", "vocab": 128, "layers": 2},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(EXTRA))
+def extra_fixture(request) -> tuple[str, NemoTransducerModel, dict[str, np.ndarray]]:
+    name = request.param
+    ref = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
+    return name, load_nemo(FIX / f"{name}.nemo"), {k: ref[k] for k in ref.files}
+
+
+def test_extra_layouts_load(extra_fixture):
+    """Char vocabulary (labels from the config, blank = 28) and a 2-layer LSTM prediction network."""
+    name, model, ref = extra_fixture
+    spec = EXTRA[name]
+    info = model.describe()
+    assert isinstance(model, NemoTransducerModel) and model.durations is None
+    assert info["class"] == spec["class"] and info["transducer"] == "rnnt"
+    assert model.blank_id == spec["vocab"] == len(model.units)
+    assert info["prediction_network"]["layers"] == spec["layers"]
+    assert info["joint"]["outputs"] == spec["vocab"] + 1
+    assert model.tokenizer.kind == ("char" if name == "rnnt_char" else "bpe")
+    if name == "rnnt_char":
+        assert model.units == [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
+    assert ref["joint_pred_sos_h"].shape == (spec["layers"], 64)
+
+
+def test_extra_layouts_encoder_parity(extra_fixture, audio):
+    """Audio -> our front end + encoder == NeMo's encoder output on the valid frames (atol 1e-3)."""
+    _, model, ref = extra_fixture
+    with torch.inference_mode():
+        out = model(torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"]))
+    assert out.lengths.tolist() == ref["encoder_len"].tolist()
+    enc_ref = torch.from_numpy(ref["encoder_out"]).transpose(1, 2)
+    for b, n in enumerate(ref["encoder_len"].tolist()):
+        torch.testing.assert_close(out.encoder_out[b, :n], enc_ref[b, :n], atol=1e-3, rtol=0)
+
+
+def test_extra_layouts_joint_parity(extra_fixture):
+    """<SOS> step through every LSTM layer (h, c per layer), projections, logits, log-softmax (atol 1e-4)."""
+    _, model, ref = extra_fixture
+    with torch.inference_mode():
+        frames = torch.from_numpy(ref["joint_encoder_frames"])
+        enc_proj = model.project_encoder(frames)
+        out, (h, c) = model.predict(
+            torch.tensor([model.blank_id]), model.initial_prediction_state(1, torch.device("cpu"))
+        )
+        pred_proj = model.project_prediction(out)
+        logits = model.joint_after_projection(enc_proj, pred_proj)
+    pairs = {
+        "joint_enc_proj": enc_proj,
+        "joint_pred_sos_out": out[0],
+        "joint_pred_sos_h": h[:, 0],
+        "joint_pred_sos_c": c[:, 0],
+        "joint_pred_proj": pred_proj[0],
+        "joint_logits": logits,
+        "joint_logprobs": logits.log_softmax(-1),
+        "joint_nemo_cpu_output": logits.log_softmax(-1),
+    }
+    for key, value in pairs.items():
+        torch.testing.assert_close(value, torch.from_numpy(ref[key]).reshape(value.shape), atol=1e-4, rtol=0)

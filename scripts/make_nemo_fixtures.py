@@ -1,0 +1,467 @@
+"""Build random-weight NeMo transducer checkpoints and NeMo's reference outputs (run by hand, never by tests).
+
+NeMo is not a dependency of asrdecode: this script runs in a separate venv outside the project,
+made once with (the exact commands used; pip's cache served torch):
+
+    python3 -m venv /work/nemo-venv
+    nice -n 5 /work/nemo-venv/bin/pip install torch==2.9.1 torchaudio==2.9.1
+    nice -n 5 /work/nemo-venv/bin/pip install "nemo-toolkit[asr]==3.0.0" torch==2.9.1 torchaudio==2.9.1
+
+Sets (``--set``):
+
+* ``tiny`` (committed to tests/fixtures/nemo/, < 5 MB each): ``rnnt_char`` — ``EncDecRNNTModel`` with a
+  character vocabulary; ``rnnt_lstm2`` — ``EncDecRNNTBPEModel`` (the fixture BPE-128 tokenizer) whose
+  prediction network is a 2-layer LSTM. Both: the 3-layer FastConformer of ``rnnt_bpe.nemo``.
+  Writes ``<name>.nemo``, ``reference/<name>.npz`` and ``reference/<name>.json`` in the layout of the
+  shared NeMo fixture set (``encoder_out`` [B, D, T'], ``greedy_*`` -1 padded, ``joint_*`` for frames
+  0..4 of utterance 0 after <SOS>).
+* ``small`` (for scripts/bench/transducer_greedy.py, ~56 MB each, not committed): ``rnnt_small`` and
+  ``tdt_small`` (durations 0..4) — NeMo's FastConformer-Transducer "Small" row (d_model 176, 16 layers,
+  4 heads, ff x4, conv kernel 9, pred/joint 320, 1 LSTM layer) with a 1024-token BPE tokenizer trained
+  here on the words of data/lm/sphinx-en-us-72k.arpa.gz. Only ``<name>.nemo`` + a small JSON.
+
+Every model is built from config after ``torch.manual_seed(seed)`` (nothing downloaded), then only its
+joint output layers are re-drawn so that greedy decoding is not degenerate (a random encoder's frames
+all point one way: random heads never emit blank or loop on one token): ``joint.enc`` orthogonal to the
+mean encoder direction; ``joint.pred`` scaled by ``pred_gain``; each token row of the last joint Linear
+points where the projected prediction output *drops* after that token was fed (so a token discourages
+its own repetition) plus noise; blank and duration rows random; the blank bias is bisected so greedy
+decoding emits ~0.3 tokens per encoder frame, for each ``pred_gain`` of a small grid, and the grid
+point with the fewest max_symbols hits / repeats is kept. The model is then saved with ``save_to``,
+restored with ``ASRModel.restore_from`` and all references are computed from the restored model.
+
+    /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set tiny --out tests/fixtures/nemo
+    /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set small --out out/nemo-small
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import platform
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "nemo"
+CHAR_LABELS = [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
+MAX_SYMBOLS = 10
+TARGET_RATE = 0.3  # greedy tokens per encoder frame after tuning
+JOINT_FRAMES = 5
+
+SPECS = {
+    "rnnt_char": {"set": "tiny", "seed": 11, "vocab": "char", "pred_layers": 1, "durations": None},
+    "rnnt_lstm2": {"set": "tiny", "seed": 12, "vocab": "bpe128", "pred_layers": 2, "durations": None},
+    "rnnt_small": {"set": "small", "seed": 21, "vocab": "bpe1024", "pred_layers": 1, "durations": None},
+    "tdt_small": {
+        "set": "small",
+        "seed": 22,
+        "vocab": "bpe1024",
+        "pred_layers": 1,
+        "durations": [0, 1, 2, 3, 4],
+    },
+}
+SMALL_ENCODER = {  # NeMo fast-conformer_transducer_bpe.yaml, "Small (14M)" row
+    "n_layers": 16, "d_model": 176, "n_heads": 4, "conv_kernel_size": 9, "ff_expansion_factor": 4,
+    "subsampling_conv_channels": 256, "xscaling": True,
+}  # fmt: skip
+ENCODER_KEYS = (
+    "n_layers", "d_model", "n_heads", "ff_expansion_factor", "subsampling", "subsampling_factor",
+    "subsampling_conv_channels", "conv_kernel_size",
+)  # fmt: skip
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tf:
+        return {m.name.removeprefix("./"): tf.extractfile(m).read() for m in tf.getmembers() if m.isreg()}
+
+
+def base_config(durations: list[int] | None) -> dict:
+    """The shared fixtures' RNN-T (or TDT) model config, as a plain dict."""
+    src = FIX / ("tdt_bpe.nemo" if durations else "rnnt_bpe.nemo")
+    return yaml.safe_load(_members(src)["model_config.yaml"])
+
+
+def bpe128_dir(tmp: Path) -> Path:
+    """The fixture BPE-128 sentencepiece files, unpacked for NeMo's tokenizer setup."""
+    members = _members(FIX / "rnnt_bpe.nemo")
+    out = tmp / "bpe128"
+    out.mkdir()
+    for name, data in members.items():
+        for suffix, target in (("_tokenizer.model", "tokenizer.model"), ("_vocab.txt", "vocab.txt")):
+            if name.endswith(suffix):
+                (out / target).write_bytes(data)
+        if name.endswith("_tokenizer.vocab"):
+            (out / "tokenizer.vocab").write_bytes(data)
+    return out
+
+
+def bpe1024_dir(tmp: Path) -> Path:
+    """A 1024-token BPE sentencepiece model trained on the words of the project's pocketsphinx LM."""
+    import sentencepiece as spm
+
+    words = []
+    with gzip.open(ROOT / "data" / "lm" / "sphinx-en-us-72k.arpa.gz", "rt") as f:
+        section = False
+        for line in f:
+            if line.startswith("\\1-grams:"):
+                section = True
+                continue
+            if section and line.startswith("\\"):
+                break
+            parts = line.split("\t")
+            if section and len(parts) >= 2 and parts[1].strip() not in ("<s>", "</s>", "<unk>"):
+                words.append(parts[1].strip().lower())
+    out = tmp / "bpe1024"
+    out.mkdir()
+    text = out / "words.txt"
+    text.write_text("\n".join(words) + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(out / "tokenizer"), vocab_size=1024, model_type="bpe",
+        character_coverage=1.0, num_threads=1, bos_id=-1, eos_id=-1, unk_id=0, pad_id=-1,
+        normalization_rule_name="nmt_nfkc_cf", minloglevel=2,
+    )  # fmt: skip
+    sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    (out / "vocab.txt").write_text("".join(sp.id_to_piece(i) + "\n" for i in range(sp.get_piece_size())))
+    text.unlink()
+    return out
+
+
+def model_config(name: str, tmp: Path):
+    """(model class, OmegaConf config) for one spec."""
+    from omegaconf import OmegaConf
+
+    spec = SPECS[name]
+    cfg = base_config(spec["durations"])
+    cfg.pop("nemo_version", None)
+    cfg.pop("target", None)
+    for section in ("train_ds", "test_ds"):
+        cfg[section] = None
+    if spec["set"] == "small":
+        cfg["encoder"].update(SMALL_ENCODER)
+        cfg["model_defaults"].update(enc_hidden=176, pred_hidden=320, joint_hidden=320)
+        cfg["decoder"]["prednet"]["pred_hidden"] = 320
+        cfg["joint"]["jointnet"].update(encoder_hidden=176, pred_hidden=320, joint_hidden=320)
+    cfg["decoder"]["prednet"]["pred_rnn_layers"] = spec["pred_layers"]
+    if spec["vocab"] == "char":
+        from nemo.collections.asr.models import EncDecRNNTModel
+
+        cfg.pop("tokenizer")
+        cfg["labels"] = list(CHAR_LABELS)
+        cfg["decoder"]["vocab_size"] = len(CHAR_LABELS)
+        cfg["joint"]["num_classes"] = len(CHAR_LABELS)
+        cfg["joint"]["vocabulary"] = list(CHAR_LABELS)
+        return EncDecRNNTModel, OmegaConf.create(cfg)
+    from nemo.collections.asr.models import EncDecRNNTBPEModel
+
+    folder = bpe128_dir(tmp) if spec["vocab"] == "bpe128" else bpe1024_dir(tmp)
+    cfg["tokenizer"] = {"dir": str(folder), "type": "bpe"}
+    for key in ("labels",):
+        cfg.pop(key, None)
+    cfg["joint"].pop("vocabulary", None)
+    cfg["decoder"].pop("vocab_size", None)
+    cfg["joint"].pop("num_classes", None)
+    return EncDecRNNTBPEModel, OmegaConf.create(cfg)
+
+
+def set_greedy(model, loop_labels: bool = True) -> dict:
+    """greedy_batch, max_symbols 10, no CUDA graphs; returns the overrides."""
+    from omegaconf import OmegaConf
+
+    over = {
+        "strategy": "greedy_batch",
+        "greedy": {"max_symbols": MAX_SYMBOLS, "loop_labels": loop_labels, "use_cuda_graph_decoder": False},
+    }
+    if model.cfg.decoding.get("model_type") == "tdt":
+        over["tdt_include_token_duration"] = True
+    base = OmegaConf.create(OmegaConf.to_container(model.cfg.decoding))
+    model.change_decoding_strategy(OmegaConf.merge(base, OmegaConf.create(over)), verbose=False)
+    return over
+
+
+@torch.inference_mode()
+def greedy(model, enc: torch.Tensor, enc_len: torch.Tensor) -> list:
+    return model.decoding.rnnt_decoder_predictions_tensor(
+        encoder_output=enc, encoded_lengths=enc_len, return_hypotheses=True
+    )
+
+
+def greedy_stats(hyps, enc_len: torch.Tensor) -> dict:
+    """Tokens per frame and the degeneracies the tuning avoids."""
+    tokens = [h.y_sequence.tolist() for h in hyps]
+    frames = [torch.as_tensor(h.timestamp).tolist() for h in hyps]
+    n_tok = sum(len(t) for t in tokens)
+    hits = sum(sum(1 for f in set(fr) if fr.count(f) >= MAX_SYMBOLS) for fr in frames)
+    repeats = sum(sum(1 for a, b in zip(t, t[1:], strict=False) if a == b) for t in tokens)
+    return {
+        "rate": n_tok / float(enc_len.sum()),
+        "tokens": n_tok,
+        "max_symbols_hits": hits,
+        "repeats": repeats,
+        "distinct_tokens": len({x for t in tokens for x in t}),
+        "distinct_outputs": len({tuple(t) for t in tokens}),
+        "empty_outputs": sum(1 for t in tokens if not t),
+    }
+
+
+@torch.inference_mode()
+def tune_heads(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> dict:
+    """Re-draw the joint output layers so greedy decoding is not degenerate (see the module docstring)."""
+    gen = torch.Generator().manual_seed(seed + 1000)
+    joint, dec = model.joint, model.decoder
+    frames = torch.cat([enc[b, :, : int(enc_len[b])].T for b in range(enc.shape[0])])  # [N, D]
+    u = frames.mean(0)
+    u = u / u.norm()
+    w_enc = torch.empty_like(joint.enc.weight)
+    torch.nn.init.orthogonal_(w_enc, gain=4.0, generator=gen)
+    joint.enc.weight.copy_(w_enc - (w_enc @ u)[:, None] * u[None])
+    joint.enc.bias.zero_()
+    pred0 = joint.pred.weight.clone()
+    out_layer = joint.joint_net[-1]
+    n_out = out_layer.weight.shape[0]
+    n_dur = (
+        len(model.cfg.decoding.get("durations") or []) if model.cfg.decoding.get("model_type") == "tdt" else 0
+    )
+    blank = n_out - n_dur - 1
+    vocab = blank
+    # prediction-net outputs after random histories h (starting with <SOS>) and after h + token k
+    hist = torch.randint(0, vocab, (16, 3), generator=gen)
+    sos = torch.full((16, 1), blank, dtype=torch.long)
+    g_h, state = dec.predict(torch.cat([sos, hist], 1), state=None, add_sos=False, batch_size=16)
+    g_h = g_h[:, -1]  # [16, H]
+    states = [s.repeat_interleave(vocab, dim=1) for s in state]
+    toks = torch.arange(vocab).repeat(16)[:, None]
+    g_hk, _ = dec.predict(toks, state=states, add_sos=False, batch_size=16 * vocab)
+    g_hk = g_hk[:, -1].reshape(16, vocab, -1)
+    noise_rows = torch.randn(n_out, out_layer.weight.shape[1], generator=gen)
+    best = None
+    for pred_gain in (1.0, 2.0, 4.0, 8.0):
+        joint.pred.weight.copy_(pred0 * pred_gain)
+        p_h = joint.pred(g_h).mean(0)  # [J]
+        p_hk = joint.pred(g_hk).mean(0)  # [V, J]
+        rows = torch.relu(p_h[None] - p_hk)
+        rows = rows / rows.norm(dim=1, keepdim=True).clamp(min=1e-6) * 4.0
+        weight = noise_rows * 4.0
+        weight[:vocab] = rows + 0.5 * noise_rows[:vocab]
+        out_layer.weight.copy_(weight)
+        out_layer.bias.zero_()
+        lo, hi = -40.0, 60.0
+        for _ in range(14):  # more blank bias -> fewer tokens
+            mid = 0.5 * (lo + hi)
+            out_layer.bias[blank] = mid
+            stats = greedy_stats(greedy(model, enc, enc_len), enc_len)
+            lo, hi = (mid, hi) if stats["rate"] > TARGET_RATE else (lo, mid)
+        out_layer.bias[blank] = 0.5 * (lo + hi)
+        stats = greedy_stats(greedy(model, enc, enc_len), enc_len)
+        score = (
+            abs(stats["rate"] - TARGET_RATE) * 10
+            + stats["max_symbols_hits"]
+            + stats["repeats"] / max(stats["tokens"], 1) * 10
+            + stats["empty_outputs"] * 5
+        )
+        cand = {"pred_gain": pred_gain, "blank_bias": round(float(out_layer.bias[blank]), 3), **stats}
+        print(f"  tune pred_gain={pred_gain}: {cand} score={score:.3f}", flush=True)
+        if best is None or score < best[0]:
+            best = (score, cand, [p.clone() for p in (joint.pred.weight, out_layer.weight, out_layer.bias)])
+    _, cand, (w_pred, w_out, b_out) = best
+    joint.pred.weight.copy_(w_pred)
+    out_layer.weight.copy_(w_out)
+    out_layer.bias.copy_(b_out)
+    return cand
+
+
+def audio_batch() -> dict[str, np.ndarray]:
+    data = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    return {k: data[k] for k in data.files}
+
+
+@torch.inference_mode()
+def front(model, audio: dict[str, np.ndarray]):
+    feats, feats_len = model.preprocessor(
+        input_signal=torch.from_numpy(audio["audio"]), length=torch.from_numpy(audio["audio_len"])
+    )
+    enc, enc_len = model.encoder(audio_signal=feats, length=feats_len)
+    return feats, feats_len, enc, enc_len
+
+
+def padded(rows: list[list[int]]) -> np.ndarray:
+    out = np.full((len(rows), max(1, max(len(r) for r in rows))), -1, dtype=np.int32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+@torch.inference_mode()
+def joint_reference(model, enc: torch.Tensor) -> dict[str, np.ndarray]:
+    """Joint check for frames 0..4 of utterance 0 after the <SOS> step (blank id, zero state)."""
+    joint, dec = model.joint, model.decoder
+    frames = enc[0, :, :JOINT_FRAMES].T.contiguous()
+    blank = dec.blank_idx
+    g, (h, c) = dec.predict(torch.tensor([[blank]]), state=None, add_sos=False, batch_size=1)
+    f = joint.project_encoder(frames)
+    p = joint.project_prednet(g[0, 0])
+    logits = joint.joint_net(f + p)
+    nemo_out = joint.joint_after_projection(f[None, :, None], p[None, None, None])[0, :, 0]
+    n_tok = blank + 1
+    out = {
+        "joint_encoder_frames": frames,
+        "joint_enc_proj": f,
+        "joint_pred_sos_out": g[0, 0],
+        "joint_pred_sos_h": h[:, 0],
+        "joint_pred_sos_c": c[:, 0],
+        "joint_pred_proj": p,
+        "joint_logits": logits,
+        "joint_logprobs": logits[:, :n_tok].log_softmax(-1),
+        "joint_nemo_cpu_output": nemo_out,
+    }
+    if logits.shape[-1] > n_tok:
+        out["joint_duration_logprobs"] = logits[:, n_tok:].log_softmax(-1)
+    return {k: v.float().numpy() for k, v in out.items()}
+
+
+def hyp_arrays(hyps, prefix: str, tdt: bool) -> dict[str, np.ndarray]:
+    tokens = [h.y_sequence.tolist() for h in hyps]
+    out = {
+        f"{prefix}_tokens": padded(tokens),
+        f"{prefix}_tokens_len": np.array([len(t) for t in tokens], dtype=np.int32),
+        f"{prefix}_text": np.array([h.text for h in hyps]),
+        f"{prefix}_score": np.array([float(h.score) for h in hyps], dtype=np.float32),
+        f"{prefix}_timestamps": padded([torch.as_tensor(h.timestamp).tolist() for h in hyps]),
+    }
+    if tdt:
+        out[f"{prefix}_durations"] = padded([torch.as_tensor(h.token_duration).tolist() for h in hyps])
+    return out
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build(name: str, out: Path, tmp: Path) -> dict:
+    from nemo.collections.asr.models import ASRModel
+
+    spec = SPECS[name]
+    cls, cfg = model_config(name, tmp)
+    torch.manual_seed(spec["seed"])
+    model = cls(cfg=cfg).eval()
+    audio = audio_batch()
+    _, _, enc, enc_len = front(model, audio)
+    set_greedy(model)
+    tuning = tune_heads(model, enc, enc_len, spec["seed"])
+    path = out / f"{name}.nemo"
+    model.save_to(str(path))
+    restored = ASRModel.restore_from(str(path), map_location="cpu").eval()
+    same = all(
+        torch.equal(v, restored.state_dict()[k])
+        for k, v in model.state_dict().items()
+        if "num_batches" not in k
+    )
+    if not same:
+        raise SystemExit(f"{name}: restored weights differ")
+    overrides = set_greedy(restored)
+    feats, feats_len, enc, enc_len = front(restored, audio)
+    hyps = greedy(restored, enc, enc_len)
+    tdt = spec["durations"] is not None
+    single = [
+        greedy(restored, enc[b : b + 1, :, : int(enc_len[b])], enc_len[b : b + 1])[0]
+        for b in range(len(hyps))
+    ]
+    batch_vs_single = all(
+        h.y_sequence.tolist() == s.y_sequence.tolist()
+        and torch.as_tensor(h.timestamp).tolist() == torch.as_tensor(s.timestamp).tolist()
+        for h, s in zip(hyps, single, strict=True)
+    )
+    info = {
+        "model": name,
+        "class": type(restored).__name__,
+        "nemo_file": path.name,
+        "nemo_bytes": path.stat().st_size,
+        "sha256": sha256(path),
+        "seed": spec["seed"],
+        "parameters": sum(p.numel() for p in restored.parameters()),
+        "versions": versions(),
+        "vocabulary": spec["vocab"],
+        "vocab_size": int(restored.decoder.vocab_size),
+        "blank_id": int(restored.decoder.blank_idx),
+        "pred_rnn_layers": spec["pred_layers"],
+        "durations": spec["durations"],
+        "encoder": {k: restored.cfg.encoder[k] for k in ENCODER_KEYS},
+        "tuning": tuning,
+        "greedy_stats": greedy_stats(hyps, enc_len),
+        "decoding_overrides": overrides,
+        "nemo_decoder": [
+            type(restored.decoding.decoding).__name__,
+            type(restored.decoding.decoding.decoding_computer).__name__,
+        ],
+        "checks": {
+            "save_restore_weights_identical": same,
+            "greedy_batch_equals_single_utterance": batch_vs_single,
+        },
+    }
+    if spec["set"] == "small":
+        (out / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+        return info
+    arrays = {
+        "utt_ids": audio["utt_ids"],
+        "audio_len": audio["audio_len"],
+        "features": feats.numpy(),
+        "features_len": feats_len.numpy(),
+        "encoder_out": enc.numpy(),
+        "encoder_len": enc_len.numpy(),
+        **hyp_arrays(hyps, "greedy", tdt),
+        **joint_reference(restored, enc),
+    }
+    ref = out / "reference"
+    ref.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(ref / f"{name}.npz", **arrays)
+    info["utterances"] = [
+        {
+            "utt_id": str(u),
+            "tokens": h.y_sequence.tolist(),
+            "timestamps": torch.as_tensor(h.timestamp).tolist(),
+            "text": h.text,
+            "score": float(h.score),
+        }
+        for u, h in zip(audio["utt_ids"], hyps, strict=True)
+    ]
+    info["arrays"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()}
+    info["npz_sha256"] = sha256(ref / f"{name}.npz")
+    (ref / f"{name}.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    return info
+
+
+def versions() -> dict[str, str]:
+    import nemo
+
+    return {"nemo": nemo.__version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version(), "threads": str(torch.get_num_threads())}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", choices=("tiny", "small"), required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="+", help="build only these models of the set")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = [n for n, s in SPECS.items() if s["set"] == args.set and (not args.only or n in args.only)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            print(f"building {name}", flush=True)
+            info = build(name, args.out, Path(tmp))
+            print(
+                json.dumps({k: info[k] for k in ("nemo_bytes", "parameters", "tuning", "checks")}), flush=True
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
