@@ -170,7 +170,8 @@ class TokenBuffer:
     """Fixed-capacity tokens of `num_utts` utterances sorted by key ``utt * num_states + state``;
     the first `count` slots are live (count is exact on the host after every step), the rest are
     empty (key SENT, cost inf, rec -1). Utterance and state are derived from the key (fewer
-    arrays to move when tokens are merged)."""
+    arrays to move when tokens are merged). `per_utt` is an upper bound (exact after a step) of
+    the live tokens of one utterance: the width of the cutoff's selection matrix."""
 
     key: torch.Tensor
     cost: torch.Tensor
@@ -178,6 +179,7 @@ class TokenBuffer:
     num_utts: int
     num_states: int
     count: int
+    per_utt: int = 0
 
     FIELDS = ("key", "cost", "rec")
 
@@ -207,12 +209,17 @@ class TokenBuffer:
         return Tokens(*(getattr(self, f)[:n].clone() for f in ("utt", "state", "cost", "rec")))
 
     @staticmethod
-    def from_tokens(tok: Tokens, num_utts: int, num_states: int, capacity: int) -> TokenBuffer:
-        """Pad compact tokens (any order) into a key-sorted buffer of at least `capacity` slots."""
+    def from_tokens(
+        tok: Tokens, num_utts: int, num_states: int, capacity: int, per_utt: int | None = None
+    ) -> TokenBuffer:
+        """Pad compact tokens (any order) into a key-sorted buffer of at least `capacity` slots.
+        per_utt: most tokens of one utterance if known (else counted: one host read)."""
         n = len(tok)
         cap = max(capacity, _pow2(n))
         key = tok.utt * num_states + tok.state
         order = torch.argsort(key, stable=True)
+        if per_utt is None:
+            per_utt = int(torch.bincount(tok.utt).max()) if n else 0
         return TokenBuffer(
             _fit(_take(key, order), cap, SENT),
             _fit(_take(tok.cost, order), cap, INF),
@@ -220,6 +227,7 @@ class TokenBuffer:
             num_utts,
             num_states,
             n,
+            per_utt,
         )
 
 
@@ -507,8 +515,8 @@ class CapturedStep:
 
 # info vector read once per batch of passes
 _NEED_TOK, _NEED_ARC, _NEED_KEEP, _NEED_EPS, _NEED_FRONT, _NEED_EPS1, _NEED_FRONT1 = range(7)
-_ARCS, _PASSES, _FRONT, _RECS, _COUNT = range(7, 12)
-_INFO = 12
+_ARCS, _PASSES, _FRONT, _RECS, _COUNT, _PER_UTT = range(7, 13)
+_INFO = 13
 # info[i] = what the frame needed of CAPACITIES[i]; eps1/front1: the first epsilon pass after the
 # emitting step (every new token is in its frontier), eps/front: the others (small frontiers)
 CAPACITIES = (
@@ -533,12 +541,13 @@ class _Info:
     def put(self, index: int, value: torch.Tensor) -> None:
         self.values.setdefault(index, []).append(value)
 
-    def vector(self, front: torch.Tensor, records: torch.Tensor) -> torch.Tensor:
+    def vector(self, front: torch.Tensor, records: torch.Tensor, per_utt: torch.Tensor) -> torch.Tensor:
         out = [self.count.new_zeros(())] * _INFO
         for i, vals in self.values.items():
             v = torch.stack(vals)
             out[i] = v.sum() if i in (_ARCS, _PASSES) else v.amax()
         out[_FRONT], out[_RECS], out[_COUNT] = front.sum(), records.clone(), self.count
+        out[_PER_UTT] = per_utt
         return torch.stack(out)
 
 
@@ -579,6 +588,7 @@ class TokenPassing:
         self._frames_since_flush = 0
         self._reserve_passes = 4  # epsilon passes' worth of records reserved per frame (doubles on need)
         self._aranges: dict[int, torch.Tensor] = {}
+        self._bounds: dict[tuple[int, int], torch.Tensor] = {}
 
     @property
     def final(self) -> torch.Tensor:
@@ -663,13 +673,40 @@ class TokenPassing:
         return out.scatter_reduce_(0, utt, cost, reduce="amin", include_self=True)
 
     def cutoff(self, tok: Tokens | TokenBuffer, num_utts: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Kaldi FasterDecoder::GetCutoff per utterance: (cutoff [B], adaptive beam [B])."""
-        return self._cutoff(tok.utt, tok.cost, num_utts)
+        """Kaldi FasterDecoder::GetCutoff per utterance: (cutoff [B], adaptive beam [B]).
+        Tokens sorted by utterance (a TokenBuffer always is)."""
+        per_utt = tok.per_utt if isinstance(tok, TokenBuffer) else None
+        if per_utt is None:
+            per_utt = int(torch.bincount(tok.utt[tok.utt < num_utts]).max()) if len(tok.utt) else 0
+        return self._cutoff(tok.utt, tok.cost, num_utts, per_utt)
+
+    def _selections(self, per_utt: int) -> tuple[bool, bool]:
+        """Whether some utterance may have more than max_active / min_active tokens."""
+        o = self.options
+        return o.max_active + 1 <= per_utt, o.min_active > 0 and o.min_active + 1 <= per_utt
+
+    def _per_utt(self, key: torch.Tensor, B: int) -> torch.Tensor:
+        """Most live tokens of one utterance in a key-sorted buffer (a device scalar, no sync)."""
+        bounds = self._bounds.get((B, self.num_states))
+        if bounds is None:
+            bounds = self._bounds[(B, self.num_states)] = (
+                torch.arange(B + 1, device=self.device) * self.num_states
+            )
+        pos = torch.searchsorted(key, bounds)
+        return (pos[1:] - pos[:-1]).amax()
 
     def _cutoff(
-        self, utt: torch.Tensor, cost: torch.Tensor, num_utts: int
+        self, utt: torch.Tensor, cost: torch.Tensor, num_utts: int, per_utt: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """GetCutoff on fixed-size tensors; utt == num_utts marks empty slots (cost inf)."""
+        """GetCutoff on fixed-size tensors; utt == num_utts marks empty slots (cost inf); the
+        live tokens are sorted by utterance, at most `per_utt` (a host int) per utterance.
+
+        The k-th best cost of each utterance is found by *selection*, not a sort: the costs go
+        into a [B, W] matrix (row = utterance, W = `per_utt` rounded up to a bucket, padding
+        inf) and ``torch.kthvalue`` selects along the rows (quickselect on a CPU, radix select on
+        a GPU). An utterance with fewer than k tokens meets the padding: inf, exactly Kaldi's "no
+        max-active cut" (``tmp_array_.size() > max_active`` fails). When no utterance can have
+        k tokens (W < k), nothing is selected at all."""
         o = self.options
         B, n = num_utts, len(cost)
         best = self._segment_min(utt, cost, B + 1)[:B]
@@ -678,23 +715,22 @@ class TokenPassing:
         if not n or (o.max_active >= 2**31 - 1 and o.min_active <= 0):
             return beam_cut, beam
         counts = torch.zeros(B + 1, dtype=torch.int64, device=self.device)
-        counts = counts.scatter_add_(0, utt, torch.ones_like(utt))[:B]
+        counts = counts.scatter_add_(0, utt, torch.ones_like(utt))
         inf = torch.full_like(best, INF)
         max_cut, min_cut = inf, inf
-        need_max = o.max_active + 1 <= n
-        need_min = o.min_active > 0 and o.min_active + 1 <= n
+        W = _bucket(per_utt)
+        need_max, need_min = self._selections(per_utt)
         if need_max or need_min:
-            # every utterance's costs in ascending order, utterance after utterance
-            ranked = _take(cost, torch.argsort(utt * _BITS + ordered_bits(cost)))
+            # rank of each token within its utterance (tokens are sorted by utterance)
             first = torch.cumsum(counts, 0) - counts
-
-            def kth(k: int) -> torch.Tensor:
-                return _where(counts >= k, _take(ranked, (first + (k - 1)).clamp_(max=n - 1)), inf)
-
+            rank = self._arange(n) - _take(first, utt)
+            slot = _where((utt < B) & (rank < W), utt * W + rank, B * W)
+            mat = cost.new_full((B * W + 1,), INF).index_copy_(0, slot, cost)[: B * W].view(B, W)
             if need_max:
-                max_cut = kth(o.max_active + 1)
+                max_cut = torch.kthvalue(mat, o.max_active + 1, dim=1).values
             if need_min:
-                min_cut = kth(o.min_active + 1)
+                min_cut = torch.kthvalue(mat, o.min_active + 1, dim=1).values
+        counts = counts[:B]
         if o.min_active <= 0:
             min_cut = _where(counts > 0, best, inf)
         use_max = max_cut < beam_cut
@@ -709,7 +745,7 @@ class TokenPassing:
         return cut, adaptive
 
     # ------------------------------------------------------------------ device bodies (no syncs)
-    def _emitting(self, tok, ac, frames_ext, boost, B: int, caps: dict[str, int], info: _Info):
+    def _emitting(self, tok, ac, frames_ext, boost, B: int, caps: dict[str, int], info: _Info, per_utt: int):
         """Cutoff, emitting expansion, beam pruning, recombination into N slots, records."""
         N, A = caps["tok"], caps["arc"]
         g, S = self.g, self.num_states
@@ -718,7 +754,7 @@ class TokenPassing:
         utt = _where(live, key // S, B)
         state = _where(live, key % S, 0)
         V = ac.shape[1]
-        cut, adaptive = self._cutoff(utt, cost, B)
+        cut, adaptive = self._cutoff(utt, cost, B, per_utt)
         neg = cut.new_full((1,), -INF)
         alive = cost < _take(torch.cat([cut, neg]), utt)
         n = _where(alive, _take(g.n_emit, state), 0)
@@ -832,13 +868,15 @@ class TokenPassing:
         info.count = count.clamp(max=N)
         return new, front
 
-    def _frame_fn(self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None) -> Callable:
+    def _frame_fn(
+        self, B: int, caps: dict[str, int], K: int, boost: BoostTable | None, per_utt: int
+    ) -> Callable:
         def frame(key, cost, rec, ac, frames_ext):
             info = _Info(self.backpointers.count.new_zeros(()))
-            tok, front, cut = self._emitting((key, cost, rec), ac, frames_ext, boost, B, caps, info)
+            tok, front, cut = self._emitting((key, cost, rec), ac, frames_ext, boost, B, caps, info, per_utt)
             for k in range(K):
                 tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, k == 0)
-            return (*tok, front, cut, info.vector(front, self.backpointers.count))
+            return (*tok, front, cut, info.vector(front, self.backpointers.count, self._per_utt(tok[0], B)))
 
         return frame
 
@@ -848,7 +886,7 @@ class TokenPassing:
             tok = (key, cost, rec)
             for _ in range(K):
                 tok, front = self._epsilon_pass(tok, front, cut, frames_ext, boost, B, caps, info, False)
-            return (*tok, front, cut, info.vector(front, self.backpointers.count))
+            return (*tok, front, cut, info.vector(front, self.backpointers.count, self._per_utt(tok[0], B)))
 
         return passes
 
@@ -902,7 +940,7 @@ class TokenPassing:
             self.stats["epsilon_limit_hit"] += 1
         self._adapt(needs, npass)
         key, cost, rec = out[:3]
-        return TokenBuffer(key, cost, rec, B, self.num_states, info[_COUNT]), out[4]
+        return TokenBuffer(key, cost, rec, B, self.num_states, info[_COUNT], info[_PER_UTT]), out[4]
 
     @staticmethod
     def _fits(needs: list[int], caps: dict[str, int]) -> bool:
@@ -944,14 +982,14 @@ class TokenPassing:
         self.capacity["tok"] = max(self.capacity["tok"], _pow2(2 * B))
 
         def first(caps: dict[str, int], K: int) -> tuple:
-            buf = TokenBuffer.from_tokens(start, B, self.num_states, caps["tok"])
+            buf = TokenBuffer.from_tokens(start, B, self.num_states, caps["tok"], 1)
             front = buf.key != SENT
             count = torch.tensor(B, device=dev)
             fn = self._passes_fn(B, caps, K, boost)
             return fn(*buf.tensors(), front, cut, frames_ext, count)
 
         if not self.g.has_epsilons:
-            tok = TokenBuffer.from_tokens(start, B, self.num_states, self.capacity["tok"])
+            tok = TokenBuffer.from_tokens(start, B, self.num_states, self.capacity["tok"], 1)
         else:
             tok, _ = self._drive(first, B, frames_ext, boost)
         self._record_nodes(tok, frames_ext)
@@ -982,9 +1020,12 @@ class TokenPassing:
         frames_ext = torch.cat([frames, frames.new_full((1,), -1)])
         bp = self.backpointers
 
+        # the cutoff's selection shape: one captured graph serves every per_utt with the same one
+        sel = (_bucket(tok.per_utt), *self._selections(tok.per_utt))
+
         def first(caps: dict[str, int], K: int) -> tuple:
-            fn = self._frame_fn(B, caps, K, boost)
-            key = ("frame", B, tok.capacity, *caps.values(), K, id(boost), bp.arena_key)
+            fn = self._frame_fn(B, caps, K, boost, tok.per_utt)
+            key = ("frame", B, tok.capacity, *caps.values(), K, id(boost), bp.arena_key, sel)
             return self.runner.run(key, fn, (*tok.tensors(), ac_cost, frames_ext))
 
         new, _ = self._drive(first, B, frames_ext, boost)
@@ -1009,6 +1050,7 @@ class TokenPassing:
             B,
             tok.num_states,
             tok.count - len(out),
+            tok.per_utt,
         )
         return out, new
 
