@@ -167,7 +167,7 @@ def kaldi_get_cutoff(costs: list[float], beam: float, max_active: int, min_activ
 
 @pytest.mark.parametrize("seed", range(6))
 def test_cutoff_per_utterance_matches_kaldi_rule(seed):
-    from asrdecode.decoders.wfst.core import SearchOptions, TokenPassing, Tokens
+    from asrdecode.decoders.wfst.core import SearchOptions, TokenBuffer, TokenPassing, Tokens
 
     rng = np.random.default_rng(seed)
     counts = rng.integers(1, 30, size=5)
@@ -175,9 +175,17 @@ def test_cutoff_per_utterance_matches_kaldi_rule(seed):
     cost = torch.from_numpy(rng.uniform(0, 20, size=int(counts.sum())).astype(np.float32))
     tok = Tokens(utt, torch.zeros_like(utt), cost, torch.zeros_like(utt))
     fst = random_wfst(rng, 3, V, 2)
+    state = torch.from_numpy(rng.permutation(int(counts.sum())))  # distinct keys per utterance
     for beam, max_active, min_active in [(5.0, 10, 3), (30.0, 7, 0), (2.0, 100, 12), (8.0, 2**31 - 1, 0)]:
         opts = SearchOptions(beam=beam, max_active=max_active, min_active=min_active, beam_delta=0.5)
-        cut, adaptive = TokenPassing(device_graph(fst), opts).cutoff(tok, 5)
+        search = TokenPassing(device_graph(fst), opts)
+        cut, adaptive = search.cutoff(tok, 5)
+        # the same through a key-sorted buffer with empty slots, as the search calls it
+        search.num_states = int(counts.sum())
+        buf = TokenBuffer.from_tokens(Tokens(utt, state, cost, utt), 5, search.num_states, 256)
+        assert buf.per_utt == int(counts.max()) and buf.capacity > len(utt)
+        bcut, badaptive = search._cutoff(buf.utt, buf.cost, 5, buf.per_utt)
+        assert torch.equal(bcut, cut) and torch.equal(badaptive, adaptive)
         for b in range(5):
             ref = kaldi_get_cutoff(cost[utt == b].tolist(), beam, max_active, min_active, 0.5)
             assert cut[b].item() == pytest.approx(ref[0], abs=1e-4)
