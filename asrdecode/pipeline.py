@@ -125,6 +125,7 @@ class Transcriber:
         self.device = resolve_device(cfg.device)
         self.timer = StageTimer(self.device)
         self.stats = RunStats()
+        self.boost_oov: set[str] = set()  # boost words the decoder's vocabulary does not have
 
     # ----------------------------------------------------------------- setup
     def _setup(self):
@@ -315,6 +316,13 @@ class Transcriber:
         finally:
             self.stats.wall_seconds = time.perf_counter() - start
             self.writer.close(order=self.inputs.ids())
+        if self.boost_oov:
+            words = sorted(self.boost_oov)
+            self.on_status(
+                f"warning: {len(words)} boost word(s) not in the graph vocabulary, not boosted: "
+                + ", ".join(words[:10])
+                + (" ..." if len(words) > 10 else "")
+            )
         report = self.report(interrupted)
         self.writer.write_report(report)
         if interrupted:
@@ -345,6 +353,7 @@ class Transcriber:
                 out.extra["boost"] = [u.boost for u in utts]
             with self.timer.stage("decode"):
                 results: list[DecodeResult] = self.decoder.decode(out)
+            self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
             self._write_lattices(utts, results)
             if self.cfg.output.save_logprobs and out.log_probs is not None:
                 self._save_logprobs(utts, out)
@@ -386,6 +395,7 @@ class Transcriber:
             "rtfx_compute": audio / compute if compute > 0 else None,
             "rtfx_per_stage": rtfx,
             "peak_memory_mb": round(_peak_memory_mb(self.device), 1),
+            "boost_oov": sorted(self.boost_oov),
             "torch": torch.__version__,
         }
         report.update(self._accuracy())
