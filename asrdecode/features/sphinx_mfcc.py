@@ -15,7 +15,8 @@ Per utterance (``waveforms [B, S]``, ``lengths [B]``), following pocketsphinx's 
    bins, weights ``min(rising, falling) * 2 / (right - left)`` (unit area), in float32 like sphinx.
 5. Optional spectral noise removal (``remove_noise``: smoothed power, lower-envelope noise and
    floor tracking, temporal masking, gains clamped to [1/20, 20] and smoothed over +-4 filters),
-   state initialised from the utterance's first frame.
+   state initialised from the utterance's first frame. The recursion over time runs as a numba
+   loop on CPU tensors and as per-frame torch ops on other devices (equal gains, tested).
 6. ``log(mel + 1e-4)``; cepstra by the ``legacy`` sphinx DCT (first bin weighted 1/2, scaled by
    1/nfilt), ``dct`` (orthogonal DCT-II) or ``htk``; sine liftering ``1 + L/2 sin(pi i / L)``.
 7. ``1s_c_d_dd`` features: batch CMN (mean over the utterance's frames), then per frame
@@ -33,6 +34,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numba
 import numpy as np
 import torch
 from torch import nn
@@ -88,7 +90,7 @@ class SphinxFeConfig:
     feat: str = "1s_c_d_dd"  # 1s_c_d_dd (39 dims) | 1s_c (cepstra only)
     cmn: str = "batch"  # batch | none
     input_scale: float = 32768.0  # float waveforms in [-1, 1] -> 16-bit sample values
-    dtype: str = "float64"  # internal precision (float64 matches sphinx to ~1e-5; float32 is faster)
+    dtype: str = "float64"  # internal precision: float64 matches the references to 2.3e-5, float32 to 2.1e-4
 
     def __post_init__(self) -> None:
         if self.transform not in _TRANSFORMS:
@@ -277,12 +279,71 @@ def deltas_1s_c_d_dd(cep: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return out * mask[..., None].to(out.dtype)
 
 
+@numba.njit(inline="always")
+def _lerp(start, end, weight):
+    """torch.lerp's formula: ``start + w (end - start)`` for w < 0.5, else ``end - (end - start)(1 - w)``."""
+    if weight < 0.5:
+        return start + weight * (end - start)
+    return end - (end - start) * (1 - weight)
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")  # x / 0 = inf as in torch
+def _noise_gains_kernel(mel: np.ndarray, consts: np.ndarray, gains: np.ndarray) -> None:
+    """Noise-removal gains of :meth:`SphinxMFCC.noise_gains_torch` as scalar loops: per utterance
+    one pass over its frames carrying per-filter state (smoothed power, noise and floor lower
+    envelopes, masking peak). ``consts`` (:func:`_noise_constants`, in ``mel``'s dtype, so that
+    float32 input computes in float32 as torch does)."""
+    w_p, w_a, w_b, lam_t = consts[0], consts[1], consts[2], consts[3]
+    mu_t, max_gain, min_gain, one = consts[4], consts[5], consts[6], consts[7]
+    n_b, n_t, n_f = mel.shape
+    power = np.empty(n_f, mel.dtype)
+    noise = np.empty(n_f, mel.dtype)
+    floor = np.empty(n_f, mel.dtype)
+    peak = np.zeros(n_f, mel.dtype)
+    for b in range(n_b):
+        for f in range(n_f):
+            power[f] = mel[b, 0, f]
+            noise[f] = mel[b, 0, f] / max_gain
+            floor[f] = mel[b, 0, f] / max_gain
+            peak[f] = 0
+        for t in range(n_t):
+            for f in range(n_f):
+                pw = _lerp(power[f], mel[b, t, f], w_p)
+                nz = noise[f]
+                nz = _lerp(nz, pw, w_a) if pw >= nz else _lerp(nz, pw, w_b)
+                signal = max(pw - nz, one)
+                fl = floor[f]
+                fl = _lerp(fl, signal, w_a) if signal >= fl else _lerp(fl, signal, w_b)
+                pk = peak[f] * lam_t
+                masked = pk * mu_t if signal < lam_t * pk else signal
+                peak[f] = max(pk, signal)
+                gains[b, t, f] = min(max(max(masked, fl) / pw, min_gain), max_gain)
+                power[f] = pw
+                noise[f] = nz
+                floor[f] = fl
+
+
+def _noise_constants(dtype: np.dtype) -> np.ndarray:
+    """The recursion's constants as torch's per-frame loop sees them (scalars cast to ``dtype``)."""
+    values = [1 - _LAMBDA_POWER, 1 - _LAMBDA_A, 1 - _LAMBDA_B, _LAMBDA_T, _MU_T, _MAX_GAIN]
+    return np.array([*values, 1.0 / _MAX_GAIN, 1.0], dtype=dtype)
+
+
+def noise_gains_numba(mel: torch.Tensor) -> torch.Tensor:
+    """[B, T, nfilt] CPU mel power -> unsmoothed noise-removal gains by :func:`_noise_gains_kernel`."""
+    x = mel.detach().contiguous().numpy()
+    gains = np.empty_like(x)
+    _noise_gains_kernel(x, _noise_constants(x.dtype), gains)
+    return torch.from_numpy(gains)
+
+
 class SphinxMFCC(nn.Module):
     """pocketsphinx-compatible features: ``forward(waveforms, lengths) -> ([B, T, D], [B])``."""
 
-    def __init__(self, cfg: SphinxFeConfig | None = None) -> None:
+    def __init__(self, cfg: SphinxFeConfig | None = None, frame_chunk: int = 256) -> None:
         super().__init__()
         self.cfg = cfg or SphinxFeConfig()
+        self.frame_chunk = max(int(frame_chunk), 1)  # frames transformed at once (see mel_power)
         dtype = torch.float64 if self.cfg.dtype == "float64" else torch.float32
         size = self.cfg.frame_size
         half = torch.arange(size // 2, dtype=torch.float64)
@@ -313,38 +374,58 @@ class SphinxMFCC(nn.Module):
     def num_frames(self, lengths: torch.Tensor) -> torch.Tensor:
         return sphinx_num_frames(lengths, self.cfg)
 
-    def _frames(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Windowed frames [B, T, size] (pre-emphasis, zero past the length) and frame counts."""
+    def mel_power(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T, nfilt] mel-filtered power spectra (before noise removal; 0 past each utterance's
+        frames) and frame counts [B].
+
+        Only the utterances' own frames are computed (no padding frames), ``frame_chunk`` at a
+        time so that the working set stays small: each frame is cut from the waveform with one
+        sample before it, scaled, pre-emphasised (a zero before the first sample), zeroed past the
+        utterance's length, windowed, transformed and mel-filtered."""
         cfg = self.cfg
-        dtype = self.window.dtype
         lengths = lengths.to(device=waveforms.device, dtype=torch.int64)
-        x = waveforms.to(dtype) * cfg.input_scale
-        s = x.shape[1]
-        valid = torch.arange(s, device=x.device)[None, :] < lengths[:, None]
-        x = x * valid
-        if cfg.alpha != 0.0:
-            prev = torch.nn.functional.pad(x[:, :-1], (1, 0))
-            x = (x - cfg.alpha * prev) * valid
         n_frames = self.num_frames(lengths)
         t = int(n_frames.max().item()) if n_frames.numel() else 0
+        dtype, device = self.window.dtype, waveforms.device
+        mel = torch.zeros(len(n_frames), t, cfg.nfilt, dtype=dtype, device=device)
+        # x[-1] = 0 before each utterance; frame i spans x[i*shift - 1 : i*shift + size].
         need = max(t - 1, 0) * cfg.frame_shift + cfg.frame_size
-        x = torch.nn.functional.pad(x, (0, max(need - s, 0)))
-        frames = x[:, :need].unfold(1, cfg.frame_size, cfg.frame_shift)[:, :t]
-        if cfg.remove_dc:
-            frames = frames - frames.mean(-1, keepdim=True)
-        return frames * self.window, n_frames
-
-    def mel_power(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T, nfilt] mel-filtered power spectra (before noise removal) and frame counts."""
-        frames, n_frames = self._frames(waveforms, lengths)
-        spec = torch.fft.rfft(frames, n=self.cfg.fft_size, dim=-1)
-        power = spec.real.square() + spec.imag.square()
-        return power @ self.melfb.T, n_frames
+        padded = torch.nn.functional.pad(waveforms, (1, max(need - waveforms.shape[1], 0)))
+        windows = padded.unfold(1, cfg.frame_size + 1, cfg.frame_shift)  # [B, >= T, size + 1] view
+        utt, frame = (torch.arange(t, device=device)[None, :] < n_frames[:, None]).nonzero(as_tuple=True)
+        offsets = torch.arange(cfg.frame_size, device=device)[None, :]
+        for start in range(0, len(utt), self.frame_chunk):
+            u, f = utt[start : start + self.frame_chunk], frame[start : start + self.frame_chunk]
+            x = windows[u, f].to(dtype).mul_(cfg.input_scale)  # [P, size + 1]
+            if cfg.alpha != 0.0:
+                frames = x[:, 1:] - x[:, :-1] * cfg.alpha
+            else:
+                frames = x[:, 1:].contiguous()
+            frames.masked_fill_(f[:, None] * cfg.frame_shift + offsets >= lengths[u, None], 0.0)
+            if cfg.remove_dc:
+                frames.sub_(frames.mean(-1, keepdim=True))
+            spec = torch.fft.rfft(frames.mul_(self.window), n=cfg.fft_size, dim=-1)
+            power = spec.real.square() + spec.imag.square()
+            mel[u, f] = power @ self.melfb.T
+        return mel, n_frames
 
     def remove_noise(self, mel: torch.Tensor) -> torch.Tensor:
-        """pocketsphinx's spectral noise removal over time, state from each utterance's first frame."""
+        """pocketsphinx's spectral noise removal over time, state from each utterance's first frame:
+        per-frame gains (a recursion over time, independent per utterance and filter) smoothed over
+        +-4 filters. CPU tensors run the recursion as a compiled loop (:func:`_noise_gains_kernel`),
+        other devices as torch ops per frame (:meth:`noise_gains_torch`); both give the same gains."""
         if mel.shape[1] == 0:
             return mel
+        if mel.device.type == "cpu":
+            gains = noise_gains_numba(mel)
+        else:
+            gains = self.noise_gains_torch(mel)
+        return mel * (gains @ self.smooth.T)
+
+    @staticmethod
+    def noise_gains_torch(mel: torch.Tensor) -> torch.Tensor:
+        """[B, T, nfilt] mel power -> [B, T, nfilt] unsmoothed noise-removal gains, one frame per
+        step with batched torch ops (any device)."""
         first = mel[:, 0]
         power = first.clone()
         noise = first / _MAX_GAIN
@@ -367,7 +448,7 @@ class SphinxMFCC(nn.Module):
             peak = torch.maximum(peak, signal)
             # gain = signal / power clamped to [1/20, 20] (power 0 gives 20, as in sphinx).
             gains[:, t] = torch.maximum(masked, floor).div_(power).clamp_(1.0 / _MAX_GAIN, _MAX_GAIN)
-        return mel * (gains @ self.smooth.T)
+        return gains
 
     def log_spectrum(
         self, waveforms: torch.Tensor, lengths: torch.Tensor

@@ -1,7 +1,8 @@
 """Sphinx MFCC front end vs pocketsphinx's own reference outputs (tests/fixtures/sphinx/README.md).
 
 Tolerance: 1e-4 absolute on cepstra and log spectra (measured: chan3 cepstra 3.8e-6 in float64 and
-4.8e-6 in float32, chan3 log spectra 1.1e-6 / 2.3e-5, goforward cepstra 2.3e-5).
+4.8e-6 in float32, chan3 log spectra 1.1e-6 / 2.1e-5, goforward cepstra 2.3e-5 in float64 but 2.1e-4
+in float32, which is why the front end computes in float64 by default).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from asrdecode.features.sphinx_mfcc import (
     SphinxMFCC,
     batch_cmn,
     deltas_1s_c_d_dd,
+    noise_gains_numba,
     sphinx_num_frames,
 )
 
@@ -132,6 +134,31 @@ def test_batch_equals_single_and_padding_is_zero() -> None:
         torch.testing.assert_close(feats[i, : n[i]], single[0], atol=1e-4, rtol=0)
         if n[i] < feats.shape[1]:
             assert feats[i, n[i] :].abs().max().item() == 0
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_noise_removal_compiled_equals_torch_loop(dtype: torch.dtype, rtol: float) -> None:
+    """The compiled CPU recursion (used for CPU tensors, so the reference tests above run it) gives
+    the gains of the per-frame torch loop (used on other devices), on real mel spectra with
+    padding, silence and an all-zero filter."""
+    fe = SphinxMFCC(SphinxFeConfig.from_feat_params(EN_US_FEAT_PARAMS))
+    wav = read_raw("goforward.raw")
+    batch = torch.zeros(2, 30000)
+    batch[0], batch[1, :12000] = wav[:30000], wav[10000:22000]
+    mel, n = fe.mel_power(batch, torch.tensor([30000, 12000]))
+    mel[0, :, 3] = 0.0
+    mel = mel.to(dtype)
+    assert int(n[1]) < mel.shape[1]
+    torch.testing.assert_close(noise_gains_numba(mel), SphinxMFCC.noise_gains_torch(mel), rtol=rtol, atol=0)
+
+
+def test_frame_chunking_does_not_change_features() -> None:
+    cfg = SphinxFeConfig.from_feat_params(EN_US_FEAT_PARAMS)
+    wav = read_raw("goforward.raw")[None, :20000]
+    lens = torch.tensor([20000])
+    whole, _ = SphinxMFCC(cfg).cepstra(wav, lens)
+    chunked, _ = SphinxMFCC(cfg, frame_chunk=7).cepstra(wav, lens)
+    assert torch.equal(whole, chunked)
 
 
 def test_num_frames_edges() -> None:
