@@ -93,6 +93,8 @@ def bpe128_dir(tmp: Path) -> Path:
     """The fixture BPE-128 sentencepiece files, unpacked for NeMo's tokenizer setup."""
     members = _members(FIX / "rnnt_bpe.nemo")
     out = tmp / "bpe128"
+    if out.is_dir():
+        return out
     out.mkdir()
     for name, data in members.items():
         for suffix, target in (("_tokenizer.model", "tokenizer.model"), ("_vocab.txt", "vocab.txt")):
@@ -120,6 +122,8 @@ def bpe1024_dir(tmp: Path) -> Path:
             if section and len(parts) >= 2 and parts[1].strip() not in ("<s>", "</s>", "<unk>"):
                 words.append(parts[1].strip().lower())
     out = tmp / "bpe1024"
+    if out.is_dir():  # trained once per run
+        return out
     out.mkdir()
     text = out / "words.txt"
     text.write_text("\n".join(words) + "\n")
