@@ -51,6 +51,7 @@ log = logging.getLogger("asrdecode.graph")
 KINDS = ("tlg", "hclg-sphinx")
 TOPOLOGIES = ("normal", "compact", "minimal")
 LEXICON_TYPES = ("file", "bpe", "chars")
+WORD_LABELS = ("earliest", "first_unit")
 BLANK_NAMES = ("<blk>", "<blank>", "<b>")
 RESERVED_WORDS = ("<eps>", "<s>", "</s>", "#0")
 BUILD_FILES = ("TLG.fst", "words.txt", "units.txt", "meta.json")  # + graph.pt / graph.safetensors
@@ -79,6 +80,12 @@ class GraphBuildConfig:
     max_order: highest ARPA order used (-1 = all).
     remove_epsilon: run rmepsilon on LG: drops eps:eps arcs (G backoff, removed #k with no word);
       eps-input arcs that carry a delayed word (from a #k disambiguator) stay. May grow big LMs.
+    word_labels: where det(L o G) leaves word labels. `earliest`: det(L o G) as a transducer; each
+      label sits on the first unit at which its spelling is no longer a prefix of another spelling
+      (already as far left as a deterministic graph allows: label pushing would move none). Words
+      whose spelling is a prefix of another get it on an epsilon arc after their last unit.
+      `first_unit`: determinize (unit, word) pairs, so every label sits on its word's first unit;
+      the graph is equivalent but not input-deterministic (words sharing a first unit fan out).
     format: device-format files written: `pt` (graph.pt, torch.load(weights_only=True)),
       `safetensors` (graph.safetensors) or `both`; loaders take whichever is there.
     kind: `tlg` (CTC) or `hclg-sphinx` (pocketsphinx model: acoustic_model = folder with mdef,
@@ -106,6 +113,7 @@ class GraphBuildConfig:
     silprob: float = 0.005
     fillprob: float = 1e-8
     transition_scale: float = 1.0
+    word_labels: str = "earliest"
     format: str = "both"
 
     def validate(self) -> None:
@@ -127,6 +135,10 @@ class GraphBuildConfig:
         if self.units is None and self.unit_list is None and self.model is None:
             raise GraphError(
                 "graph config: give the units: 'model' (.nemo), 'units' (tokens.txt) or 'unit_list'"
+            )
+        if self.word_labels not in WORD_LABELS:
+            raise GraphError(
+                f"graph config: word_labels '{self.word_labels}' is not one of {', '.join(WORD_LABELS)}"
             )
         if self.topology not in TOPOLOGIES:
             raise GraphError(
@@ -536,9 +548,13 @@ def compile_lg(
     word_disambig0: int,
     remove_epsilon: bool = False,
     keep_disambig: bool = False,
+    word_labels: str = "earliest",
 ) -> Any:
     """min(det(L o G)) in the tropical semiring, then disambiguation symbols -> epsilon (the unit-side
-    ones only without keep_disambig, for HCLG's later determinization), arc-sorted."""
+    ones only without keep_disambig, for HCLG's later determinization), arc-sorted.
+
+    word_labels `earliest`: det as a transducer (labels delayed to where the word is certain);
+    `first_unit`: det of the acceptor over (unit, word) pairs (labels stay on first units)."""
     import kaldifst
 
     kaldifst.arcsort(L, sort_type="olabel")
@@ -546,15 +562,51 @@ def compile_lg(
     LG = kaldifst.compose(L, G)
     if LG.num_states == 0:
         raise GraphError("L o G is empty: no lexicon word can be read by the LM")
-    if kaldifst.determinize_star(LG):
-        raise GraphError("determinization of L o G stopped early")
-    kaldifst.minimize_encoded(LG)
+    if word_labels == "first_unit":
+        LG = _determinize_label_pairs(LG)
+    else:
+        if kaldifst.determinize_star(LG):
+            raise GraphError("determinization of L o G stopped early")
+        kaldifst.minimize_encoded(LG)
     LG = _relabel(LG, min_disambig=None if keep_disambig else first_disambig, olabel_zero=(word_disambig0,))
     if remove_epsilon:
         kaldifst.rmepsilon(LG)
     kaldifst.connect(LG)
     kaldifst.arcsort(LG, sort_type="ilabel")
     return LG
+
+
+def _determinize_label_pairs(fst: Any) -> Any:
+    """min(det()) of `fst` read as an acceptor over its (ilabel, olabel) pairs (OpenFst's label
+    encoding, done with numpy): the labels stay on the arcs L put them on."""
+    import kaldifst
+
+    g = DeviceGraph.from_kaldifst(fst)
+    a = g.arc_arrays()
+    il, ol = a["ilabel"].astype(np.int64), a["olabel"].astype(np.int64)
+    radix = int(ol.max(initial=0)) + 1
+    pairs, code = np.unique(il * radix + ol, return_inverse=True)
+    code = code.reshape(-1).astype(np.int64) + 1
+    code[(il == 0) & (ol == 0)] = 0  # eps:eps stays epsilon
+    acceptor = DeviceGraph.from_arrays(
+        g.num_states, g.start, g.final.numpy(), a["src"], code, code, a["weight"], a["nextstate"]
+    ).to_kaldifst()
+    if kaldifst.determinize_star(acceptor):
+        raise GraphError("determinization of L o G (label pairs) stopped early")
+    kaldifst.minimize(acceptor)
+    d = DeviceGraph.from_kaldifst(acceptor)
+    b = d.arc_arrays()
+    lut = np.concatenate([[0], pairs])[b["ilabel"].astype(np.int64)]
+    return DeviceGraph.from_arrays(
+        d.num_states,
+        d.start,
+        d.final.numpy(),
+        b["src"],
+        lut // radix,
+        lut % radix,
+        b["weight"],
+        b["nextstate"],
+    ).to_kaldifst()
 
 
 def write_symbols(path: Path, symbols: list[tuple[str, int]]) -> None:
@@ -836,7 +888,7 @@ def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, s
         G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
         t_lg = time.perf_counter()
         L = make_lexicon_fst(prons, word_ids, first_disambig, word_disambig0, optional)
-        LG = compile_lg(L, G, first_disambig, word_disambig0, cfg.remove_epsilon)
+        LG = compile_lg(L, G, first_disambig, word_disambig0, cfg.remove_epsilon, word_labels=cfg.word_labels)
         t_tlg = time.perf_counter()
         T = make_ctc_topo(units, cfg.topology)
         kaldifst.arcsort(T, sort_type="olabel")
@@ -853,9 +905,14 @@ def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, s
             "blank_column": units.blank_column,
             "blank_ilabel": units.blank_ilabel,
             "word_disambig_removed": True,
-            "word_label_position": "where det(L o G) makes the word certain: the first unit at which its "
-            "spelling leaves all other spellings allowed there (the last unit or a later epsilon arc for a "
-            "spelling that is a prefix of another), not always its first unit",
+            "word_labels": cfg.word_labels,
+            "word_label_position": (
+                "on the arc reading the word's first unit (graph not input-deterministic)"
+                if cfg.word_labels == "first_unit"
+                else "where det(L o G) makes the word certain: the first unit at which its spelling "
+                "leaves all other spellings allowed there (an epsilon arc after the last unit for a "
+                "spelling that is a prefix of another); label pushing would move none"
+            ),
         }
         graph = DeviceGraph.from_kaldifst(TLG, meta=meta_core)
         graph.validate()
