@@ -36,10 +36,13 @@ RNN-T, (last token's frame + max(its duration, 1)) x frame shift for TDT, but ne
 start (tokens can share a frame) nor before the word's own start.
 
 CUDA graphs (``cuda_graphs: true``, ``loop: labels``, CUDA devices only; ignored on CPU): the three
-stages of :class:`LabelLoopingRunner` work on preallocated tensors without host synchronisation, so each
-is captured once as a CUDA graph and replayed, with the loop flags read on the host (the partial-graph
-scheme of prior-art A.3). The eager path runs the same stage code; only the capture is untested here
-(no GPU on the development machines).
+stages of :class:`LabelLoopingRunner` work only on buffers allocated when the runner is built
+(``out=``/in-place ops and masked ``torch.where(..., out=)`` updates; the joint and the LSTM step run
+through the network's ``*_into`` methods) and never read back to the host, so each is captured once as
+a CUDA graph and replayed, with the loop flags read on the host between stages (the partial-graph
+scheme of prior-art A.3). The eager path (CPU, the tests) runs exactly the same stage code; the tests
+check op by op that a stage allocates nothing and syncs nothing. Only the capture itself is untested
+here (no GPU on the development machines).
 
 Chunked / streaming use: :meth:`TransducerGreedyDecoder.decode_chunk` carries a
 :class:`TransducerStreamState` (prediction-network state and output, last label, the TDT time overshoot
@@ -86,8 +89,9 @@ class BatchedHyps:
     ``transcript``/``timestamps``/``durations``/``token_logp`` [B, capacity]; ``lengths`` [B];
     ``scores`` [B]; ``last_timestamp`` / ``last_timestamp_lasts`` [B]: frame of the last token and how
     many tokens were emitted on it (for ``max_symbols``). Storage grows by doubling on the host side
-    (:meth:`reserve`, from a host-side count, no sync) or is fixed up front (``static``, for CUDA graphs);
-    :meth:`add_masked_` only updates tensors in place.
+    (:meth:`make_room` before each append: a host-side count, no sync) or is fixed up front (``static``,
+    for CUDA graphs); :meth:`add_masked_` only updates the tensors in place through ``out=`` / in-place
+    ops and two scratch rows, so it allocates nothing.
     """
 
     def __init__(
@@ -117,6 +121,9 @@ class BatchedHyps:
             if last_timestamp_lasts is not None
             else torch.zeros(batch, dtype=torch.long, device=device)
         )
+        self._same = torch.zeros(batch, dtype=torch.bool, device=device)  # scratch rows of add_masked_
+        self._count = torch.zeros(batch, dtype=torch.long, device=device)
+        self._logp = torch.zeros(batch, dtype=float_dtype, device=device)
         self.adds = 0  # host-side upper bound of every row's length
         self.static = False  # True: capacity fixed up front (CUDA graphs), never reallocated
 
@@ -137,6 +144,12 @@ class BatchedHyps:
             grown[:, : old.shape[1]] = old
             setattr(self, name, grown)
 
+    def make_room(self) -> None:
+        """Host side, before an append: grow (doubling) so one more token per row fits (static: no-op)."""
+        if not self.static:
+            self.reserve(self.adds + 1)
+            self.adds += 1
+
     def add_masked_(
         self,
         mask: torch.Tensor,
@@ -146,21 +159,19 @@ class BatchedHyps:
         logp: torch.Tensor,
     ) -> None:
         """Append one token to the rows where ``mask`` is set (others are written past their length and
-        ignored): the paper's ``add_results`` with a mask."""
-        if not self.static:
-            self.reserve(self.adds + 1)
-            self.adds += 1
+        ignored): the paper's ``add_results`` with a mask. Needs room (:meth:`make_room`)."""
         idx = self.lengths.unsqueeze(1)
         self.transcript.scatter_(1, idx, labels.unsqueeze(1))
         self.timestamps.scatter_(1, idx, frames.unsqueeze(1))
         self.durations.scatter_(1, idx, durations.unsqueeze(1))
-        self.token_logp.scatter_(1, idx, logp.unsqueeze(1).to(self.token_logp.dtype))
-        self.scores.add_(torch.where(mask, logp, torch.zeros_like(logp)).to(self.scores.dtype))
-        same = self.last_timestamp == frames
-        lasts = torch.where(same, self.last_timestamp_lasts + 1, torch.ones_like(self.last_timestamp_lasts))
-        self.last_timestamp_lasts.copy_(torch.where(mask, lasts, self.last_timestamp_lasts))
-        self.last_timestamp.copy_(torch.where(mask, frames, self.last_timestamp))
-        self.lengths.add_(mask.long())
+        self.token_logp.scatter_(1, idx, logp.unsqueeze(1))
+        self.scores.add_(torch.mul(logp, mask, out=self._logp))
+        # tokens on the frame so far: previous count + 1 on the same frame, else 1
+        torch.eq(self.last_timestamp, frames, out=self._same)
+        torch.mul(self.last_timestamp_lasts, self._same, out=self._count).add_(1)
+        torch.where(mask, self._count, self.last_timestamp_lasts, out=self.last_timestamp_lasts)
+        torch.where(mask, frames, self.last_timestamp, out=self.last_timestamp)
+        self.lengths.add_(mask)
 
 
 @dataclass
@@ -287,16 +298,21 @@ def _final_state(pred_state, pred_proj, last_label, time, lengths, state, hyps) 
 
 
 class LabelLoopingRunner:
-    """Label looping (paper 003 Algorithm 3) over preallocated state tensors.
+    """Label looping (paper 003 Algorithm 3) over preallocated buffers.
 
-    The loop is split into three stages that only update the runner's tensors in place and never
-    synchronise with the host: :meth:`outer_start` (joint at each row's frame, blanks move on),
-    :meth:`inner_step` (rows still on a blank re-run the joint at their next frame with the same
-    prediction output) and :meth:`after_inner` (record the tokens, TDT token jumps, ``max_symbols``,
-    one batched prediction-network step with masked state updates). The loop conditions are 0-dim
-    tensors (``active_any``, ``need_any``). :meth:`run` drives the stages eagerly (CPU, tests);
-    :meth:`capture` records each stage as a CUDA graph and :meth:`run` then replays them (the
-    ``no_while_loops`` scheme of prior-art A.3: one host read of the flag per iteration).
+    The loop is split into three stages: :meth:`outer_start` (joint at each row's frame, blanks move
+    on), :meth:`inner_step` (rows still on a blank re-run the joint at their next frame with the same
+    prediction output) and :meth:`after_inner` (record the tokens, TDT token jumps, ``max_symbols``, one
+    batched prediction-network step with masked state updates). Every stage works only on the buffers
+    made in ``__init__``: ``out=`` and in-place ops, ``torch.where(mask, new, old, out=old)`` for the
+    masked updates, the network's ``*_into`` methods (:class:`asrdecode.models.transducer.TransducerNetwork`)
+    for the joint and the prediction network; no tensor is allocated and nothing is read back to the
+    host inside a stage (tests/decoders/test_transducer_greedy.py checks both op by op). The loop
+    conditions are 0-dim tensors (``active_any``, ``need_any``). :meth:`run` reads them between stages;
+    it drives the stages eagerly (CPU and the tests: the same code) or, after :meth:`capture`, replays
+    each stage as a CUDA graph (the ``no_while_loops`` scheme of prior-art A.3: one host read of a flag
+    per iteration). The hypothesis storage is fixed (``static``: room for ``max_symbols`` tokens on every
+    frame, needed by captured graphs) or grows between iterations on the host (eager default).
     """
 
     STAGES = ("outer_start", "inner_step", "after_inner")
@@ -306,24 +322,58 @@ class LabelLoopingRunner:
         self.step = _Step(net, device)
         self.batch, self.max_time, self.max_symbols = batch, max_time, max_symbols
         blank = self.step.blank
+        self.num_labels = self.step.num_labels
         state0 = initial_stream_state(net, batch, device)
         joint_dim = state0.pred_proj.shape[-1]
-        width = self.step.num_labels + (len(net.durations) if net.durations else 0)
-        self.enc_proj = torch.zeros(batch, max(max_time, 1), joint_dim, device=device, dtype=dtype)
-        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
-        self.last_frame = torch.zeros(batch, dtype=torch.long, device=device)
-        self.offset = torch.zeros(batch, dtype=torch.long, device=device)
-        self.time = torch.zeros(batch, dtype=torch.long, device=device)
-        self.active = torch.zeros(batch, dtype=torch.bool, device=device)
-        self.need = torch.zeros(batch, dtype=torch.bool, device=device)
-        self.logits = torch.zeros(batch, width, device=device, dtype=dtype)
+        width = self.num_labels + (len(net.durations) if net.durations else 0)
+        frames = max(max_time, 1)
+
+        def zeros(*shape, dtype=dtype):
+            return torch.zeros(*shape, device=device, dtype=dtype)
+
+        long, flag = torch.long, torch.bool
+        # inputs of a batch (load)
+        self.enc_proj = zeros(batch, frames, joint_dim)
+        self.enc_rows = self.enc_proj.view(batch * frames, joint_dim)
+        self.row_start = torch.arange(batch, device=device) * frames
+        self.lengths, self.last_frame, self.offset = (
+            zeros(batch, dtype=long),
+            zeros(batch, dtype=long),
+            zeros(batch, dtype=long),
+        )
+        # loop state
+        self.time = zeros(batch, dtype=long)
+        self.active, self.need = zeros(batch, dtype=flag), zeros(batch, dtype=flag)
+        self.active_any, self.need_any = zeros((), dtype=flag), zeros((), dtype=flag)
+        self.logits = zeros(batch, width)  # each row's decision logits (kept while it searches)
         self.pred_proj = state0.pred_proj.clone()
         self.pred_state = tuple(x.clone() for x in state0.pred_state)
-        self.last_label = torch.full((batch,), blank, dtype=torch.long, device=device)
-        self.rows = torch.arange(batch, device=device)
-        self.active_any = torch.zeros((), dtype=torch.bool, device=device)
-        self.need_any = torch.zeros((), dtype=torch.bool, device=device)
-        capacity = max_time * max_symbols + 1 if static else max(max_time, 1) + 1
+        self.last_label = torch.full((batch,), blank, dtype=long, device=device)
+        # scratch of one step
+        self.frame_index = zeros(batch, dtype=long)
+        self.frames = zeros(batch, joint_dim)
+        self.hidden = zeros(batch, net.joint_hidden_size)
+        self.new_logits = zeros(batch, width)
+        self.label, self.dur_index, self.advance = (
+            zeros(batch, dtype=long),
+            zeros(batch, dtype=long),
+            zeros(batch, dtype=long),
+        )
+        self.duration, self.t_emit, self.emit_frame = (
+            zeros(batch, dtype=long),
+            zeros(batch, dtype=long),
+            zeros(batch, dtype=long),
+        )
+        self.is_blank, self.found, self.flag = (
+            zeros(batch, dtype=flag),
+            zeros(batch, dtype=flag),
+            zeros(batch, dtype=flag),
+        )
+        self.best, self.logp = zeros(batch), zeros(batch)
+        self.exp_logits = zeros(batch, self.num_labels)
+        self.pred_ws = net.prediction_workspace(batch, device)
+        self.new_proj = zeros(batch, joint_dim)
+        capacity = max_time * max_symbols + 1 if static else frames + 1
         self.hyps = BatchedHyps(batch, capacity, device, dtype)
         self.hyps.static = static
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
@@ -352,45 +402,76 @@ class LabelLoopingRunner:
         h.last_timestamp_lasts[:B].copy_(state.last_timestamp_lasts)
         h.adds = 0
         torch.lt(self.time, self.lengths, out=self.active)
-        self.active_any.copy_(self.active.any())
+        torch.any(self.active, out=self.active_any)
 
-    def _frames(self) -> torch.Tensor:
-        return self.enc_proj[self.rows, torch.minimum(self.time, self.last_frame)]
+    # ----------------------------------------------------------------- stage helpers (buffers only)
+    def _joint_at_time(self, out: torch.Tensor) -> None:
+        """Joint logits of each row's current frame (clamped to its last frame) with its prediction."""
+        torch.minimum(self.time, self.last_frame, out=self.frame_index)
+        self.frame_index.add_(self.row_start)
+        torch.index_select(self.enc_rows, 0, self.frame_index, out=self.frames)
+        self.net.joint_after_projection_into(self.frames, self.pred_proj, self.hidden, out)
 
-    def outer_start(self) -> None:
+    def _blank_step(self, logits: torch.Tensor, searching: torch.Tensor) -> None:
+        """``is_blank`` = searching rows whose label is blank; they move on (RNN-T: 1 frame, TDT: the
+        predicted duration, 0 -> 1); ``need`` = those still inside their utterance."""
         step = self.step
-        self.logits.copy_(step.logits(self._frames(), self.pred_proj))
-        is_blank = self.active & (step.label(self.logits) == step.blank)
-        self.time.add_(step.blank_advance(self.logits, is_blank))
-        torch.logical_and(is_blank, self.time < self.lengths, out=self.need)
-        self.need_any.copy_(self.need.any())
+        torch.argmax(logits[:, : self.num_labels], dim=-1, out=self.label)
+        torch.eq(self.label, step.blank, out=self.is_blank)
+        self.is_blank.logical_and_(searching)
+        if step.tdt:
+            torch.argmax(logits[:, self.num_labels :], dim=-1, out=self.dur_index)
+            torch.index_select(step.blank_durations, 0, self.dur_index, out=self.advance)
+            self.time.add_(self.advance.mul_(self.is_blank))
+        else:
+            self.time.add_(self.is_blank)
+        torch.lt(self.time, self.lengths, out=self.need)
+        self.need.logical_and_(self.is_blank)
+        torch.any(self.need, out=self.need_any)
+
+    # ----------------------------------------------------------------- the three stages
+    def outer_start(self) -> None:
+        self._joint_at_time(self.logits)
+        self._blank_step(self.logits, self.active)
 
     def inner_step(self) -> None:
-        step = self.step
-        new = step.logits(self._frames(), self.pred_proj)
-        self.logits.copy_(torch.where(self.need.unsqueeze(-1), new, self.logits))
-        still = self.need & (step.label(new) == step.blank)
-        self.time.add_(step.blank_advance(new, still))
-        torch.logical_and(still, self.time < self.lengths, out=self.need)
-        self.need_any.copy_(self.need.any())
+        self._joint_at_time(self.new_logits)
+        torch.where(self.need.unsqueeze(-1), self.new_logits, self.logits, out=self.logits)
+        self._blank_step(self.new_logits, self.need)
 
     def after_inner(self) -> None:
-        step, net = self.step, self.net
-        label, dur, logp = step.token(self.logits)
-        found = self.active & (label != step.blank)
-        t_emit = self.time.clone()  # a row's time only moves on blanks until its token is found
-        self.hyps.add_masked_(found, label, t_emit + self.offset, dur, logp)
-        self.time.add_(dur * found)  # TDT: tokens may jump too (RNN-T: 0)
-        force = found & (self.hyps.last_timestamp_lasts >= self.max_symbols) & (self.time == t_emit)
-        self.time.add_(force.long())  # max_symbols tokens on this frame: move on
-        out, new_state = net.predict(label, self.pred_state)  # one step for the whole batch
-        keep = found.unsqueeze(-1)
-        self.pred_proj.copy_(torch.where(keep, net.project_prediction(out), self.pred_proj))
-        for buf, value in zip(self.pred_state, new_state, strict=True):
-            buf.copy_(torch.where(keep.unsqueeze(0), value, buf))
-        self.last_label.copy_(torch.where(found, label, self.last_label))
+        step, net, hyps = self.step, self.net, self.hyps
+        tokens = self.logits[:, : self.num_labels]
+        # label, log-prob of the label = -log(sum(exp(logits - best))), TDT duration of the token
+        torch.max(tokens, dim=-1, out=(self.best, self.label))
+        torch.sub(tokens, self.best.unsqueeze(-1), out=self.exp_logits)
+        torch.sum(self.exp_logits.exp_(), dim=-1, out=self.logp)
+        self.logp.log_().neg_()
+        if step.tdt:
+            torch.argmax(self.logits[:, self.num_labels :], dim=-1, out=self.dur_index)
+            torch.index_select(step.durations, 0, self.dur_index, out=self.duration)
+        torch.ne(self.label, step.blank, out=self.found)
+        self.found.logical_and_(self.active)
+        self.t_emit.copy_(self.time)  # a row's time only moves on blanks until its token is found
+        torch.add(self.t_emit, self.offset, out=self.emit_frame)
+        hyps.add_masked_(self.found, self.label, self.emit_frame, self.duration, self.logp)
+        if step.tdt:  # tokens may jump too (RNN-T: duration 0)
+            self.time.add_(torch.mul(self.duration, self.found, out=self.advance))
+        # max_symbols tokens on this frame: move on
+        torch.ge(hyps.last_timestamp_lasts, self.max_symbols, out=self.flag)
+        self.flag.logical_and_(self.found)
+        self.flag.logical_and_(torch.eq(self.time, self.t_emit, out=self.is_blank))
+        self.time.add_(self.flag)
+        # one prediction-network step for the whole batch; rows without a token keep their state
+        out = net.predict_into(self.label, self.pred_state, self.pred_ws)
+        net.project_prediction_into(out, self.new_proj)
+        keep = self.found.unsqueeze(-1)
+        torch.where(keep, self.new_proj, self.pred_proj, out=self.pred_proj)
+        for buf, value in zip(self.pred_state, self.pred_ws.state, strict=True):
+            torch.where(keep.unsqueeze(0), value, buf, out=buf)
+        torch.where(self.found, self.label, self.last_label, out=self.last_label)
         torch.lt(self.time, self.lengths, out=self.active)
-        self.active_any.copy_(self.active.any())
+        torch.any(self.active, out=self.active_any)
 
     def capture(self) -> None:  # pragma: no cover - needs a CUDA device
         """Record the three stages as CUDA graphs (after a warm-up on a side stream)."""
@@ -422,6 +503,7 @@ class LabelLoopingRunner:
             self._stage("outer_start")
             while bool(self.need_any):
                 self._stage("inner_step")
+            self.hyps.make_room()  # host side (static: no-op)
             self._stage("after_inner")
 
     def results(self, batch: int, lengths: torch.Tensor, time_jump_base: torch.Tensor) -> tuple:
@@ -510,6 +592,7 @@ def greedy_frame_looping(
             emit = at & ~is_blank
             if not bool(emit.any()):
                 break
+            hyps.make_room()
             hyps.add_masked_(emit, label, frame_t, dur, logp)
             pred_state, pred_proj = _update_prediction(net, emit, label, pred_state, pred_proj, step.blank)
             last_label = torch.where(emit, label, last_label)

@@ -14,6 +14,7 @@ separate methods so a decoder can precompute them, paper 003 section 3.4).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -31,6 +32,7 @@ __all__ = [
     "TRANSDUCER_CLASSES",
     "HYBRID_TRANSDUCER_CLASSES",
     "PredictionNetwork",
+    "PredictionWorkspace",
     "TransducerJoint",
     "TransducerNetwork",
     "NemoTransducerModel",
@@ -115,6 +117,24 @@ def transducer_durations(cfg: dict[str, Any]) -> list[int] | None:
     return [int(d) for d in first]
 
 
+@dataclass
+class PredictionWorkspace:
+    """Preallocated buffers of one batched prediction-network step (:meth:`PredictionNetwork.step_into`):
+    embedding ``x`` [B, E], LSTM ``gates`` [B, 4 H_cell], ``cell_out`` [B, H_cell], new state ``h``
+    [layers, B, H] and ``c`` [layers, B, H_cell]."""
+
+    x: torch.Tensor
+    not_blank: torch.Tensor
+    gates: torch.Tensor
+    cell_out: torch.Tensor
+    h: torch.Tensor
+    c: torch.Tensor
+
+    @property
+    def state(self) -> PredState:
+        return self.h, self.c
+
+
 class _LSTMDropout(nn.Module):
     """Holds the LSTM as ``.lstm`` (NeMo's ``dec_rnn.lstm`` naming); dropout is a no-op at inference."""
 
@@ -180,6 +200,59 @@ class PredictionNetwork(nn.Module):
         out, (h, c) = self.prediction["dec_rnn"].lstm(x, state)
         return out.squeeze(1), (h, c)
 
+    def workspace(
+        self, batch: int, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> PredictionWorkspace:
+        """Buffers for :meth:`step_into` (one batched step without allocating)."""
+        lstm = self.prediction["dec_rnn"].lstm
+        h, c = self.initial_state(batch, device, dtype)
+        return PredictionWorkspace(
+            x=torch.zeros(batch, self.prediction["embed"].embedding_dim, device=device, dtype=dtype),
+            not_blank=torch.zeros(batch, 1, device=device, dtype=torch.bool),
+            gates=torch.zeros(batch, 4 * lstm.hidden_size, device=device, dtype=dtype),
+            cell_out=torch.zeros(batch, lstm.hidden_size, device=device, dtype=dtype),
+            h=h,
+            c=c,
+        )
+
+    def step_into(self, labels: torch.Tensor, state: PredState, ws: PredictionWorkspace) -> torch.Tensor:
+        """One LSTM step for [B] labels from ``state`` into ``ws.h`` / ``ws.c`` with ``out=`` and in-place
+        ops only (no new tensors; CUDA-graph friendly). Same maths as :meth:`forward` (the LSTM cell
+        equations: i, f, g, o gates; c' = f c + i g; h' = o tanh(c'), projected when ``proj_size``).
+        Returns the output (a view of ``ws.h[-1]``)."""
+        lstm = self.prediction["dec_rnn"].lstm
+        torch.index_select(self.prediction["embed"].weight, 0, labels, out=ws.x)
+        if not self.blank_as_pad:  # blank (<SOS>) has no embedding row: zero vector
+            torch.ne(labels.unsqueeze(-1), self.blank_id, out=ws.not_blank)
+            ws.x.mul_(ws.not_blank)
+        h_old, c_old = state
+        inp = ws.x
+        for layer in range(self.layers):
+            w_ih = getattr(lstm, f"weight_ih_l{layer}")
+            w_hh = getattr(lstm, f"weight_hh_l{layer}")
+            if lstm.bias:
+                torch.addmm(getattr(lstm, f"bias_ih_l{layer}"), inp, w_ih.t(), out=ws.gates)
+                ws.gates.add_(getattr(lstm, f"bias_hh_l{layer}"))
+            else:
+                torch.mm(inp, w_ih.t(), out=ws.gates)
+            ws.gates.addmm_(h_old[layer], w_hh.t())
+            i, f, g, o = ws.gates.chunk(4, dim=1)
+            i.sigmoid_()
+            f.sigmoid_()
+            g.tanh_()
+            o.sigmoid_()
+            c_new = ws.c[layer]
+            torch.mul(f, c_old[layer], out=c_new)
+            c_new.addcmul_(i, g)
+            torch.tanh(c_new, out=ws.cell_out)
+            if lstm.proj_size > 0:
+                ws.cell_out.mul_(o)
+                torch.mm(ws.cell_out, getattr(lstm, f"weight_hr_l{layer}").t(), out=ws.h[layer])
+            else:
+                torch.mul(o, ws.cell_out, out=ws.h[layer])
+            inp = ws.h[layer]
+        return ws.h[self.layers - 1]
+
     def forward_sequence(
         self, labels: torch.Tensor, state: PredState | None = None
     ) -> tuple[torch.Tensor, PredState]:
@@ -233,6 +306,30 @@ class TransducerJoint(nn.Module):
         """Raw logits [..., V+1(+durations)] from broadcastable projections."""
         return self.joint_net(enc_proj + pred_proj)
 
+    @property
+    def hidden_size(self) -> int:
+        return int(self.enc.out_features)
+
+    def project_prediction_into(self, pred_out: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """:meth:`project_prediction` of [B, H] into ``out`` [B, J] (no new tensors)."""
+        return torch.addmm(self.pred.bias, pred_out, self.pred.weight.t(), out=out)
+
+    def joint_after_projection_into(
+        self, enc_proj: torch.Tensor, pred_proj: torch.Tensor, hidden: torch.Tensor, out: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`joint_after_projection` of [B, J] rows into ``out`` [B, V+1(+durations)], using ``hidden``
+        [B, J] as scratch (in-place activation, ``addmm`` into ``out``; dropout is off at inference)."""
+        torch.add(enc_proj, pred_proj, out=hidden)
+        act = self.joint_net[0]
+        if isinstance(act, nn.ReLU):
+            hidden.relu_()
+        elif isinstance(act, nn.Sigmoid):
+            hidden.sigmoid_()
+        else:
+            hidden.tanh_()
+        final = self.joint_net[-1]
+        return torch.addmm(final.bias, hidden, final.weight.t(), out=out)
+
     def forward(self, encoder_out: torch.Tensor, pred_out: torch.Tensor) -> torch.Tensor:
         """Full joint lattice: [B, T, D] x [B, U, H] -> [B, T, U, V+1(+durations)] raw logits."""
         f = self.project_encoder(encoder_out).unsqueeze(2)
@@ -258,6 +355,21 @@ class TransducerNetwork(Protocol):
     def project_prediction(self, pred_out: torch.Tensor) -> torch.Tensor: ...
 
     def joint_after_projection(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor: ...
+
+    # buffer versions (no new tensors) for the preallocated label-looping runner / CUDA graphs
+    joint_hidden_size: int
+
+    def prediction_workspace(self, batch: int, device: torch.device) -> PredictionWorkspace: ...
+
+    def predict_into(
+        self, labels: torch.Tensor, state: PredState, ws: PredictionWorkspace
+    ) -> torch.Tensor: ...
+
+    def project_prediction_into(self, pred_out: torch.Tensor, out: torch.Tensor) -> torch.Tensor: ...
+
+    def joint_after_projection_into(
+        self, enc_proj: torch.Tensor, pred_proj: torch.Tensor, hidden: torch.Tensor, out: torch.Tensor
+    ) -> torch.Tensor: ...
 
 
 class NemoTransducerModel(NemoModelBase):
@@ -443,6 +555,25 @@ class NemoTransducerModel(NemoModelBase):
 
     def joint_after_projection(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor:
         return self.joint.joint_after_projection(enc_proj, pred_proj)
+
+    @property
+    def joint_hidden_size(self) -> int:
+        return self.joint.hidden_size
+
+    def prediction_workspace(self, batch: int, device: torch.device) -> PredictionWorkspace:
+        return self.decoder.workspace(batch, device, self.joint.pred.weight.dtype)
+
+    def predict_into(self, labels: torch.Tensor, state: PredState, ws: PredictionWorkspace) -> torch.Tensor:
+        """:meth:`predict` into preallocated buffers (new state in ``ws.state``); returns the output."""
+        return self.decoder.step_into(labels, state, ws)
+
+    def project_prediction_into(self, pred_out: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return self.joint.project_prediction_into(pred_out, out)
+
+    def joint_after_projection_into(
+        self, enc_proj: torch.Tensor, pred_proj: torch.Tensor, hidden: torch.Tensor, out: torch.Tensor
+    ) -> torch.Tensor:
+        return self.joint.joint_after_projection_into(enc_proj, pred_proj, hidden, out)
 
     def describe(self) -> dict:
         """Summary for ``asrdecode info``."""

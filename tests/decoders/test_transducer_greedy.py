@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import DecoderContext
@@ -22,6 +24,7 @@ from asrdecode.decoders.transducer_greedy import (
     TransducerGreedyDecoder,
     greedy_frame_looping,
     greedy_label_looping,
+    initial_stream_state,
 )
 from asrdecode.errors import ConfigError
 from asrdecode.models import ModelOutput, load_nemo
@@ -226,6 +229,23 @@ class TinyTransducer:
     def joint_after_projection(self, f, g):
         return self.joint.joint_after_projection(f, g)
 
+    # buffer versions used by the label-looping runner
+    @property
+    def joint_hidden_size(self):
+        return self.joint.hidden_size
+
+    def prediction_workspace(self, batch, device):
+        return self.decoder.workspace(batch, device)
+
+    def predict_into(self, labels, state, ws):
+        return self.decoder.step_into(labels, state, ws)
+
+    def project_prediction_into(self, out, buf):
+        return self.joint.project_prediction_into(out, buf)
+
+    def joint_after_projection_into(self, f, g, hidden, out):
+        return self.joint.joint_after_projection_into(f, g, hidden, out)
+
 
 @torch.inference_mode()
 def plain_greedy(net, enc: torch.Tensor, max_symbols: int) -> tuple[list[int], list[int], list[int]]:
@@ -295,6 +315,7 @@ def test_hyps_storage_grows():
     hyps = BatchedHyps(2, 1, torch.device("cpu"))
     mask = torch.tensor([True, False])
     for i in range(5):
+        hyps.make_room()
         hyps.add_masked_(
             mask, torch.tensor([i, 9]), torch.tensor([i, 0]), torch.zeros(2, dtype=torch.long), torch.zeros(2)
         )
@@ -372,3 +393,119 @@ def test_cli_explicit_transducer_greedy(tmp_path, name, loop):
         assert [w["word"] for w in row["words"]] == [w for w, _, _ in spans]
         starts = [round(exp["frames"][first] * model.frame_shift, 3) for _, first, _ in spans]
         assert [w["start"] for w in row["words"]] == starts, utt
+
+
+# ----------------------------------------------------------------- the preallocated runner (CUDA-graph body)
+
+ALL_FIXTURES = ("rnnt_bpe", "tdt_bpe", "rnnt_char", "rnnt_lstm2")
+
+
+def _tensors(obj, seen: set[int] | None = None) -> list[torch.Tensor]:
+    """Every tensor held by the runner (attributes, tuples, dataclasses, the hypothesis storage)."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if id(obj) in seen or isinstance(obj, (int, float, str, bool, type(None), torch.nn.Module)):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, (tuple, list)):
+        return [t for x in obj for t in _tensors(x, seen)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _tensors(x, seen)]
+    if hasattr(obj, "__dict__"):
+        return [t for x in vars(obj).values() for t in _tensors(x, seen)]
+    return []
+
+
+class StageOpRecorder(TorchDispatchMode):
+    """Records every aten op of a stage: ops whose output has storage that existed nowhere before
+    (a new allocation) and host reads (``_local_scalar_dense``)."""
+
+    def __init__(self, known_storages: set[int]) -> None:
+        super().__init__()
+        self.known = known_storages
+        self.ops = 0
+        self.allocating: list[str] = []
+        self.host_reads: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.host_reads.append(str(func))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self.known:
+                self.allocating.append(str(func))
+        return out
+
+
+@pytest.mark.parametrize("name", ["tdt_bpe", "rnnt_lstm2"])
+def test_runner_stages_allocate_nothing_and_never_sync(name):
+    """The loop body the CUDA-graph path captures (the same code the eager CPU path runs): op by op, no
+    output lands in new storage and nothing is read back to the host; results are still NeMo's."""
+    data = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
+    ref = {k: data[k] for k in data.files}
+    model = load_nemo(FIX / f"{name}.nemo")
+    out = nemo_output(model, ref)
+    runner = LabelLoopingRunner(model, 8, 48, 10, torch.device("cpu"), torch.float32, static=True)
+    known = {t.untyped_storage().data_ptr() for t in _tensors(runner)}
+    known |= {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    recorder = StageOpRecorder(known)
+    stages = {"outer_start": 0, "inner_step": 0, "after_inner": 0}
+    with torch.inference_mode():
+        enc_proj = model.project_encoder(out.encoder_out)
+        runner.load(enc_proj, out.lengths, initial_stream_state(model, 6, torch.device("cpu")))
+
+        def stage(name: str) -> None:
+            stages[name] += 1
+            with recorder:
+                getattr(runner, name)()
+
+        while bool(runner.active_any):
+            stage("outer_start")
+            while bool(runner.need_any):
+                stage("inner_step")
+            runner.hyps.make_room()
+            stage("after_inner")
+    assert min(stages.values()) > 10 and recorder.ops > 1000
+    assert recorder.allocating == [] and recorder.host_reads == []
+    hyps = runner.hyps
+    for b in range(6):
+        exp = reference(ref, b)
+        n = int(hyps.lengths[b])
+        assert (
+            hyps.transcript[b, :n].tolist() == exp["tokens"]
+            and hyps.timestamps[b, :n].tolist() == exp["frames"]
+        )
+
+
+@pytest.mark.parametrize("name", ALL_FIXTURES)
+def test_static_runner_equals_plain_paths(name):
+    """Static (fixed-capacity, padded, reused) runner == eager label looping (growing storage) == frame
+    looping (allocating ops, nn.LSTM steps) on every NeMo fixture: tokens, frames, durations, scores."""
+    data = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
+    ref = {k: data[k] for k in data.files}
+    model = load_nemo(FIX / f"{name}.nemo")
+    runner = LabelLoopingRunner(model, 8, 64, 10, torch.device("cpu"), torch.float32, static=True)
+    for rows in ([0, 1, 2, 3, 4, 5], [4, 1], [2]):
+        out = nemo_output(model, ref, rows)
+        results = [
+            greedy_label_looping(model, out.encoder_out, out.lengths, 10, runner=runner)[0],
+            greedy_label_looping(model, out.encoder_out, out.lengths, 10)[0],
+            greedy_frame_looping(model, out.encoder_out, out.lengths, 10)[0],
+        ]
+        for i, b in enumerate(rows):
+            got = []
+            for hyps in results:
+                n = int(hyps.lengths[i])
+                got.append(
+                    (
+                        hyps.transcript[i, :n].tolist(),
+                        hyps.timestamps[i, :n].tolist(),
+                        hyps.durations[i, :n].tolist(),
+                    )
+                )
+            assert got[0] == got[1] == got[2], (name, b)
+            assert got[0][0] == reference(ref, b)["tokens"]
+            torch.testing.assert_close(results[0].scores[i], results[2].scores[i], atol=1e-4, rtol=1e-5)
+            torch.testing.assert_close(results[1].scores[i], results[2].scores[i], atol=1e-4, rtol=1e-5)
