@@ -27,6 +27,11 @@ demo: install
 	$(BIN)/asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out $(OUT)/graphs/sphinx-en-us
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/sphinx-en-us.yaml \
 		decoder.graph=$(OUT)/graphs/sphinx-en-us --out $(OUT)/demo-real-sphinx --overwrite
+	$(BIN)/python scripts/demo_summary.py \
+		"synthetic TTS, demo model, ctc-greedy=$(OUT)/demo-synthetic" \
+		"synthetic TTS, demo model, wfst + demo TLG=$(OUT)/demo-synthetic-wfst" \
+		"real speech, demo model, ctc-greedy=$(OUT)/demo-real" \
+		"real speech, sphinx en-us HMM, wfst + HCLG=$(OUT)/demo-real-sphinx"
 
 ## test: install and run the whole suite
 test: install
