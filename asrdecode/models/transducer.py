@@ -124,6 +124,7 @@ class PredictionWorkspace:
     [layers, B, H] and ``c`` [layers, B, H_cell]."""
 
     x: torch.Tensor
+    index: torch.Tensor
     not_blank: torch.Tensor
     gates: torch.Tensor
     cell_out: torch.Tensor
@@ -208,6 +209,7 @@ class PredictionNetwork(nn.Module):
         h, c = self.initial_state(batch, device, dtype)
         return PredictionWorkspace(
             x=torch.zeros(batch, self.prediction["embed"].embedding_dim, device=device, dtype=dtype),
+            index=torch.zeros(batch, device=device, dtype=torch.long),
             not_blank=torch.zeros(batch, 1, device=device, dtype=torch.bool),
             gates=torch.zeros(batch, 4 * lstm.hidden_size, device=device, dtype=dtype),
             cell_out=torch.zeros(batch, lstm.hidden_size, device=device, dtype=dtype),
@@ -221,8 +223,13 @@ class PredictionNetwork(nn.Module):
         equations: i, f, g, o gates; c' = f c + i g; h' = o tanh(c'), projected when ``proj_size``).
         Returns the output (a view of ``ws.h[-1]``)."""
         lstm = self.prediction["dec_rnn"].lstm
-        torch.index_select(self.prediction["embed"].weight, 0, labels, out=ws.x)
-        if not self.blank_as_pad:  # blank (<SOS>) has no embedding row: zero vector
+        weight = self.prediction["embed"].weight
+        if self.blank_as_pad:  # blank (<SOS>) = the zero padding row
+            torch.index_select(weight, 0, labels, out=ws.x)
+        else:  # no row for blank: look up a valid row, then zero it
+            torch.index_select(
+                weight, 0, torch.clamp(labels, max=self.vocab_size - 1, out=ws.index), out=ws.x
+            )
             torch.ne(labels.unsqueeze(-1), self.blank_id, out=ws.not_blank)
             ws.x.mul_(ws.not_blank)
         h_old, c_old = state

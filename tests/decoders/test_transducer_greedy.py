@@ -509,3 +509,20 @@ def test_static_runner_equals_plain_paths(name):
             assert got[0][0] == reference(ref, b)["tokens"]
             torch.testing.assert_close(results[0].scores[i], results[2].scores[i], atol=1e-4, rtol=1e-5)
             torch.testing.assert_close(results[1].scores[i], results[2].scores[i], atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+@pytest.mark.parametrize("layers, rnn_hidden, blank_as_pad", [(1, -1, True), (2, -1, False), (2, 24, True)])
+def test_prediction_step_into_equals_torch_lstm(layers, rnn_hidden, blank_as_pad):
+    """The buffer LSTM step of the runner == torch's nn.LSTM step (also projected LSTMs, no pad row)."""
+    torch.manual_seed(layers + rnn_hidden)
+    net = PredictionNetwork(9, 16, layers, blank_as_pad=blank_as_pad, rnn_hidden=rnn_hidden).eval()
+    ws = net.workspace(5, torch.device("cpu"))
+    state = tuple(torch.randn_like(x) for x in net.initial_state(5, torch.device("cpu")))
+    labels = torch.tensor([0, 9, 3, 8, 9])  # 9 = blank (<SOS>)
+    with torch.inference_mode():
+        expected_out, (h, c) = net(labels, state)
+        out = net.step_into(labels, state, ws)
+    torch.testing.assert_close(out, expected_out, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ws.h, h, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ws.c, c, atol=1e-6, rtol=1e-5)
