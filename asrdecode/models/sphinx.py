@@ -51,13 +51,18 @@ __all__ = [
     "parse_svspec",
     "load_sphinx",
     "MIXW_LOG_UNIT",
-    "top_values",
+    "tie_broken_keys",
+    "key_index",
 ]
 
 _S3_MAGIC = 0x11223344
 MIXW_LOG_UNIT = 1024 * math.log(1.0001)  # nats per sendump step
 VARFLOOR = 1e-4
-DENSITY_FLOOR = 60.0  # nats below a codebook's best density that still count (see _densities)
+DENSITY_FLOOR = 60.0  # nats below a codebook's best density that still count (see _full_mixture)
+SENONE_BLOCK = 32  # senone columns per row of the top-N lookup table (see _init_sparse_mixture)
+KEY_STEP = 2.0**-40  # relative step between tie-broken keys of equal values (see tie_broken_keys)
+KEY_FLOOR = 2.0**-140  # keeps the keys of exact zeros apart
+MAX_ITERATIVE_TOPN = 8  # top-N by N max passes up to here, by topk beyond
 REQUIRED_FILES = ("mdef", "means", "variances", "sendump", "transition_matrices", "feat.params")
 
 
@@ -392,55 +397,37 @@ def read_sphinx_model(folder: str | Path, varfloor: float = VARFLOOR) -> SphinxM
     )
 
 
-def top_values(x: torch.Tensor, n: int) -> torch.Tensor:
-    """The ``n`` largest values along dim 1 of ``x`` [A, K, ...], descending: [A, n, ...].
-
-    A selection network of elementwise max/min over slices along dim 1 (contiguous inner
-    dims): K is cut into n slices of K/n lanes, each lane's n values are sorted by a bitonic
-    network of compare-exchanges, then pairs of lanes' sorted n-lists are merged (the top n of
-    two sorted lists is the bitonic list ``max(a_i, b_{n-1-i})``, re-sorted by a bitonic
-    half-cleaner). About 3 elementwise passes
-    over ``x`` for n = 4, far cheaper than ``topk`` along a strided dim. ``n`` must be a power
-    of two dividing K (else falls back to ``topk``).
-    """
-    k = x.shape[1]
-    if n < 1 or n & (n - 1) or k % n or (k // n) & (k // n - 1):
-        return x.topk(n, dim=1).values
-    lists = list(x.view(x.shape[0], n, k // n, *x.shape[2:]).unbind(1))  # n slices of [A, K/n, ...]
-    lists = _bitonic_sort(lists)
-    while lists[0].shape[1] > 1:
-        h = lists[0].shape[1] // 2
-        merged = [torch.maximum(lists[i][:, :h], lists[n - 1 - i][:, h:]) for i in range(n)]
-        lists = _bitonic_clean(merged)
-    return torch.cat(lists, 1)
+def tie_broken_keys(g: torch.Tensor, dim: int, out: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """float32 values ``g`` -> float64 keys ``out`` ordered by value, then by lower index along
+    ``dim``: ``key = g + (|g| + 2^-140) (K - 1 - i) 2^-40``. The added term is below half a float32
+    step of ``g``, so distinct values keep their order, ``key.float() == g`` and the index comes
+    back exactly (:func:`key_index`): ``g`` has 24 significant bits, the term 31 bits starting 33
+    binary places lower, and float64 holds 53. ``scratch``: a float64 buffer of ``g``'s shape."""
+    k = g.shape[dim]
+    shape = [1] * g.dim()
+    shape[dim] = k
+    rank = torch.arange(k - 1, -1, -1, dtype=torch.float64, device=g.device).mul_(KEY_STEP).view(shape)
+    out.copy_(g)
+    torch.abs(out, out=scratch).add_(KEY_FLOOR)
+    return out.addcmul_(scratch, rank)
 
 
-def _bitonic_clean(v: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Sort a bitonic list of tensors (elementwise) descending by half-cleaners."""
-    if len(v) == 1:
-        return v
-    h = len(v) // 2
-    hi = [torch.maximum(v[i], v[i + h]) for i in range(h)]
-    lo = [torch.minimum(v[i], v[i + h]) for i in range(h)]
-    return _bitonic_clean(hi) + _bitonic_clean(lo)
-
-
-def _bitonic_sort(v: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Sort a list of tensors (elementwise) descending: sort halves opposite ways, then clean."""
-    if len(v) == 1:
-        return v
-    h = len(v) // 2
-    return _bitonic_clean(_bitonic_sort(v[:h]) + _bitonic_sort(v[h:])[::-1])
+def key_index(key: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys of :func:`tie_broken_keys` -> (float32 values, int64 indices along the keyed dim)."""
+    value = key.float()
+    v = value.double()
+    rank = (key - v).div_(v.abs().add_(KEY_FLOOR).mul_(KEY_STEP)).round_()
+    return value, (k - 1) - rank.long()
 
 
 class SphinxAcousticModel(nn.Module):
     """A pocketsphinx PTM model as an ``AcousticModel``: waveforms -> MFCC -> senone log-likelihoods.
 
     ``topn``: 0 = exact full mixtures, N > 0 = pocketsphinx's top-N densities per codebook/stream.
-    ``dtype``: precision of the Gaussian and mixture matmuls (float32 is fast; float64 for
-    exactness checks). ``chunk_frames``: frames scored at once; the working set is about
-    ``chunk * 3 * (42 * 128 + 5126)`` floats (~20 MB at 128), small enough to stay in the
-    allocator's reuse range (no page faults per chunk) and mostly in the CPU caches.
+    ``dtype``: precision of the Gaussians and mixtures (float32 is fast; float64 for exactness
+    checks). ``chunk_frames``: frames scored at once (the valid frames of a whole batch are packed
+    first); the working set is about ``chunk * 3 * 42 * 128`` float64 keys for top-N (~16 MB at
+    128) or ``chunk * 3 * 5126`` floats for the full mixture, within the CPU's last-level cache.
     """
 
     default_decoder = "wfst"
@@ -452,7 +439,7 @@ class SphinxAcousticModel(nn.Module):
         frontend: SphinxMFCC | None = None,
         topn: int = 4,
         dtype: torch.dtype = torch.float32,
-        chunk_frames: int = 128,
+        chunk_frames: int = 32,
     ) -> None:
         super().__init__()
         self.data = data
@@ -466,32 +453,64 @@ class SphinxAcousticModel(nn.Module):
             raise ModelError(f"topn={topn} must be 0 (full mixture) .. {data.n_density}")
         self.topn = int(topn)
         self.compute_dtype = dtype
-        self.chunk_frames = int(chunk_frames)
+        self.chunk_frames = max(int(chunk_frames), 1)
         self._units = data.senone_names()
+        self._workspace: dict[str, torch.Tensor] = {}
         n_cb, n_f, n_k, d = data.means.shape
         mean = torch.from_numpy(data.means).double()
         var = torch.from_numpy(data.variances).double()
         # log N(x) = A @ z + c with z = [x^2, x] per stream: A = [-1/(2 var), mean/var]; rows are
-        # (density, codebook) so that the densities of one codebook are a strided column.
+        # (codebook, density), so that a codebook's densities are one [k, frames] block.
         a = torch.cat([-0.5 / var, mean / var], dim=-1)  # [cb, f, k, 2d]
-        a = a.permute(1, 2, 0, 3).reshape(n_f, n_k * n_cb, 2 * d)  # [f, k*cb, 2d]
+        a = a.permute(1, 0, 2, 3).reshape(n_f, n_cb * n_k, 2 * d)
         const = -0.5 * (d * math.log(2 * math.pi) + torch.log(var).sum(-1) + (mean * mean / var).sum(-1))
         self.register_buffer("gauss_a", a.to(dtype).contiguous(), persistent=False)
         self.register_buffer(
-            "gauss_c", const.permute(1, 2, 0).reshape(n_f, n_k * n_cb, 1).to(dtype), persistent=False
+            "gauss_c", const.permute(1, 0, 2).reshape(n_f, n_cb * n_k, 1).to(dtype), persistent=False
         )
         self.register_buffer("stream_idx", torch.tensor(data.streams, dtype=torch.int64), persistent=False)
         sen2cb = torch.from_numpy(data.sen2cb)
         self.register_buffer("sen2cb", sen2cb, persistent=False)
-        # Senones sorted by codebook: codebook c owns sorted rows cb_bounds[c] .. cb_bounds[c+1];
-        # mixture weights in the probability domain, [streams, sorted senones, densities].
+        weights = torch.from_numpy(data.log_mixw).exp()  # [f, k, S] probability domain
+        if self.topn:
+            self._init_sparse_mixture(sen2cb, weights)
+        else:
+            self._init_full_mixture(sen2cb, weights)
+
+    def _init_full_mixture(self, sen2cb: torch.Tensor, weights: torch.Tensor) -> None:
+        """Senones sorted by codebook (codebook c owns sorted rows ``cb_bounds[c] .. cb_bounds[c+1]``),
+        weights [streams, sorted senones, densities]."""
+        n_cb = self.data.n_codebooks
         order = torch.argsort(sen2cb, stable=True)
         counts = torch.bincount(sen2cb, minlength=n_cb)
         self.cb_bounds = [0, *torch.cumsum(counts, 0).tolist()]
         self.register_buffer("sorted_cb", sen2cb[order].contiguous(), persistent=False)
         self.register_buffer("sorted_pos", torch.argsort(order), persistent=False)  # senone -> row
-        logw = torch.from_numpy(data.log_mixw)[:, :, order].transpose(1, 2)  # [f, S, k]
-        self.register_buffer("mixw", logw.exp().to(dtype).contiguous(), persistent=False)
+        mixw = weights[:, :, order].transpose(1, 2)
+        self.register_buffer("mixw", mixw.to(self.compute_dtype).contiguous(), persistent=False)
+
+    def _init_sparse_mixture(self, sen2cb: torch.Tensor, weights: torch.Tensor) -> None:
+        """Each codebook's senones cut into blocks of ``SENONE_BLOCK`` columns (the last one padded):
+        a lookup table with one row of block weights per (stream, block, density), so that a
+        senone block's top-N mixture is a weighted sum of N table rows (``embedding_bag``)."""
+        n_cb, n_f, n_k, _ = self.data.means.shape
+        width = SENONE_BLOCK
+        block_cb: list[int] = []
+        column = torch.empty(self.data.n_senones, dtype=torch.int64)
+        for c in range(n_cb):
+            senones = torch.nonzero(sen2cb == c).squeeze(1)
+            column[senones] = len(block_cb) * width + torch.arange(len(senones))
+            block_cb += [c] * -(-len(senones) // width)
+        n_blocks = len(block_cb)
+        # padding columns get weight 1 (they are never read back; log(0) would be ~3x slower)
+        table = torch.ones(n_f, n_blocks * width, n_k, dtype=torch.float64)
+        table[:, column] = weights.transpose(1, 2)
+        table = table.view(n_f, n_blocks, width, n_k).transpose(2, 3).reshape(-1, width)
+        self.register_buffer("block_table", table.to(self.compute_dtype).contiguous(), persistent=False)
+        self.register_buffer("block_cb", torch.tensor(block_cb, dtype=torch.int64), persistent=False)
+        rows = (torch.arange(n_f)[:, None] * n_blocks + torch.arange(n_blocks)[None, :]) * n_k
+        self.register_buffer("block_rows", rows[:, :, None, None].contiguous(), persistent=False)
+        self.register_buffer("senone_column", column, persistent=False)
 
     # ----------------------------------------------------------------- AcousticModel protocol
     @property
@@ -517,15 +536,22 @@ class SphinxAcousticModel(nn.Module):
 
     def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """[B, 39, T] features -> ModelOutput with ``log_probs`` [B, T, n_senones] (natural-log
-        likelihoods; padding frames are 0)."""
-        x = feats.transpose(1, 2)
-        lengths = feat_lengths.tolist()
-        scores = torch.empty(*x.shape[:2], self.num_senones, dtype=torch.float32, device=x.device)
-        for b, n in enumerate(lengths):  # padding frames are not scored
-            self._score_into(x[b, :n], scores[b, :n])
-            scores[b, n:] = 0.0
+        likelihoods; padding frames are 0). The valid frames of all utterances are packed and
+        scored together, ``chunk_frames`` at a time."""
+        b, _, t = feats.shape
+        x = feats.transpose(1, 2).reshape(b * t, -1)
+        lengths = feat_lengths.to(device=x.device, dtype=torch.int64)
+        valid = (torch.arange(t, device=x.device)[None, :] < lengths[:, None]).reshape(-1)
+        rows = valid.nonzero().squeeze(1)  # one host read per batch: the number of valid frames
+        scores = torch.empty(b * t, self.num_senones, dtype=torch.float32, device=x.device)
+        if len(rows) < b * t:
+            scores[~valid] = 0.0
+        packed = x.index_select(0, rows)
+        step = self.chunk_frames
+        for start in range(0, len(rows), step):
+            scores.index_copy_(0, rows[start : start + step], self._score_chunk(packed[start : start + step]))
         return ModelOutput(
-            log_probs=scores,
+            log_probs=scores.view(b, t, -1),
             lengths=feat_lengths.to(torch.int64),
             frame_shift=self.frame_shift,
             blank_id=self.blank_id,
@@ -542,73 +568,123 @@ class SphinxAcousticModel(nn.Module):
         return []
 
     # ----------------------------------------------------------------- scoring
+    def _buffer(
+        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        """A reusable work buffer (uninitialised), so that chunks do not allocate (and page-fault)
+        megabytes of fresh memory each time."""
+        numel = math.prod(shape)
+        buf = self._workspace.get(name)
+        if buf is None or buf.numel() < numel or buf.dtype != dtype or buf.device != device:
+            buf = torch.empty(numel, dtype=dtype, device=device)
+            self._workspace[name] = buf
+        return buf[:numel].view(shape)
+
     def _gaussians(self, x: torch.Tensor) -> torch.Tensor:
-        """[N, D] features -> [streams, densities, codebooks, N] Gaussian log-densities."""
+        """[N, D] features -> [streams, codebooks, densities, N] Gaussian log-densities (a work
+        buffer, overwritten by the next chunk)."""
         n_cb, n_f, n_k, _ = self.data.means.shape
         xs = x.to(self.compute_dtype)[:, self.stream_idx].permute(1, 2, 0)  # [f, d, N]
         z = torch.cat([xs * xs, xs], dim=1)  # [f, 2d, N]
-        return torch.baddbmm(self.gauss_c, self.gauss_a, z).view(n_f, n_k, n_cb, -1)
+        out = self._buffer("gauss", (n_f, n_cb * n_k, x.shape[0]), self.compute_dtype, x.device)
+        return torch.baddbmm(self.gauss_c, self.gauss_a, z, out=out).view(n_f, n_cb, n_k, -1)
 
     def gaussian_scores(self, x: torch.Tensor) -> torch.Tensor:
         """[N, D] features -> [N, codebooks, streams, densities] Gaussian log-densities."""
-        return self._gaussians(x).permute(3, 2, 0, 1)
+        return self._gaussians(x).permute(3, 1, 0, 2).clone()
 
-    def _densities(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gaussian log-densities [f, k, cb, N] (overwritten) -> (p, best): p = exp(g - best) with
-        best = each codebook/stream's top log-density, zero outside its top-N when ``topn > 0``.
+    def select_top(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gaussian log-densities [f, cb, k, N] -> the ``topn`` best of every codebook/stream/frame,
+        descending: (values [f, cb, topn, N], density indices [f, cb, topn, N]).
 
-        Shifted log-densities are clamped at ``-DENSITY_FLOOR`` before ``exp``: an exp that
-        underflows is ~60x slower on CPUs, and the terms changed weigh < 128 e^-60 against a
-        mixture >= e^-26 (the smallest mixture weight), far below float32 resolution.
+        Exactly ``topn`` per codebook; among equal values the lower density index wins, as a
+        stable sort picks. The densities get float64 keys that are all distinct
+        (:func:`tie_broken_keys`); then ``topn`` times: the best key of each codebook/stream/frame
+        (a vectorised max over the densities, which reads the keys once), its density index
+        decoded from the key, and that key knocked out (one element per codebook/stream/frame).
+        No host reads, no special case for ties.
         """
-        if not self.topn:
-            best = g.amax(1, keepdim=True)
-            return g.sub_(best).clamp_(min=-DENSITY_FLOOR).exp_(), best
-        top = top_values(g, self.topn)  # [f, topn, cb, N], descending
-        best, last = top[:, :1], top[:, -1:]
-        dropped = g < last
-        if (dropped.shape[1] - dropped.sum(1) > self.topn).any():
-            # ties at the N-th value (the model has duplicate densities): keep the lowest-index
-            # ones so that exactly N count, as a sort would
-            tie = g == last
-            allowed = self.topn - (g > last).sum(1, keepdim=True)
-            dropped |= tie & (tie.cumsum(1) > allowed)
-        return g.sub_(best).clamp_(min=-DENSITY_FLOOR).exp_().masked_fill_(dropped, 0.0), best
+        n_f, n_cb, n_k, n = g.shape
+        keys = self._buffer("keys", tuple(g.shape), torch.float64, g.device)
+        scratch = self._buffer("keys_scratch", tuple(g.shape), torch.float64, g.device)
+        tie_broken_keys(g if g.dtype == torch.float32 else g.float(), 2, keys, scratch)
+        if self.topn > MAX_ITERATIVE_TOPN:
+            values, idx = key_index(keys.topk(self.topn, dim=2).values, n_k)
+        else:
+            values = torch.empty(n_f, n_cb, self.topn, n, dtype=torch.float32, device=g.device)
+            idx = torch.empty(n_f, n_cb, self.topn, n, dtype=torch.int64, device=g.device)
+            for j in range(self.topn):
+                values[:, :, j : j + 1], idx[:, :, j : j + 1] = key_index(keys.amax(2, keepdim=True), n_k)
+                keys.scatter_(2, idx[:, :, j : j + 1], -math.inf)
+        if g.dtype != torch.float32:  # the keys hold float32-rounded values
+            values = torch.gather(g, 2, idx)
+        return values, idx
 
-    def mixture_scores(self, g: torch.Tensor) -> torch.Tensor:
-        """[streams, densities, codebooks, N] Gaussian log-densities -> [n_senones, N] senone
-        log-likelihoods (``g`` is used as scratch space).
+    def _score_chunk(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, D] features -> [N, n_senones] senone log-likelihoods (float32)."""
+        g = self._gaussians(x)
+        if self.topn:
+            return self._sparse_mixture(*self.select_top(g)).float()
+        return self._full_mixture(g).float()
 
-        Each codebook/stream's densities are shifted by their best (so the largest term is 1),
-        exponentiated, restricted to the top-N when ``topn > 0`` and mixed with the weights of
-        the codebook's senones by one batched (over streams) matmul per codebook; the stream
-        mixtures are multiplied (each is >= its best density's weight >= e^-26, so the product of
-        three stays a normal float32) and taken back to the log domain.
+    def _sparse_mixture(self, top: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Top-N log-densities and indices [f, cb, n, N] -> [N, n_senones] senone log-likelihoods.
+
+        Per stream, frame and senone block: ``sum_j w[senone, idx_j] exp(top_j - top_0)`` as one
+        ``embedding_bag`` over the block table (n rows of block weights, weighted and summed);
+        the stream mixtures are multiplied (each >= its best density's weight >= e^-26), taken to
+        the log domain, the streams' best log-densities added and the senones' columns picked.
         """
-        p, best = self._densities(g)
-        n_f, n = p.shape[0], p.shape[-1]
-        mix = torch.empty(n_f, self.mixw.shape[1], n, dtype=p.dtype, device=p.device)
-        bounds = self.cb_bounds
-        for c in range(len(bounds) - 1):
-            a, b = bounds[c], bounds[c + 1]
-            mix[:, a:b] = torch.bmm(self.mixw[:, a:b], p[:, :, c])
+        n_f, _, n, frames = top.shape
+        p = (top - top[:, :, :1]).clamp_(min=-DENSITY_FLOOR).exp_()
+        # bags ordered (stream, block, frame), so that consecutive bags read the same block's
+        # table rows: table rows / weights [f, blocks, N, n]
+        bags = idx.index_select(1, self.block_cb).transpose(2, 3) + self.block_rows
+        weights = p.index_select(1, self.block_cb).transpose(2, 3)
+        mix = torch.nn.functional.embedding_bag(
+            bags.reshape(-1, n), self.block_table, per_sample_weights=weights.reshape(-1, n), mode="sum"
+        ).view(n_f, -1, frames, self.block_table.shape[1])
         prod = mix[0]
         for f in range(1, n_f):
             prod.mul_(mix[f])
-        offset = best.sum(0)[0].index_select(0, self.sorted_cb)  # [S, N]
-        return prod.log_().add_(offset).index_select(0, self.sorted_pos)
+        best = top[:, :, 0].sum(0).index_select(0, self.block_cb)  # [blocks, N]
+        prod.log_().add_(best[:, :, None])
+        return prod.transpose(0, 1).reshape(frames, -1).index_select(1, self.senone_column)
 
-    def _score_into(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        """[N, D] features -> ``out`` [N, n_senones] (float32), in chunks of ``chunk_frames``."""
-        step = max(self.chunk_frames, 1)
-        for start in range(0, x.shape[0], step):
-            out[start : start + step] = self.mixture_scores(self._gaussians(x[start : start + step])).T
+    def _full_mixture(self, g: torch.Tensor) -> torch.Tensor:
+        """Gaussian log-densities [f, cb, k, N] (used as scratch) -> [N, n_senones] senone
+        log-likelihoods of the full mixtures.
+
+        Each codebook/stream's densities are shifted by their best (so the largest term is 1) and
+        exponentiated (clamped ``DENSITY_FLOOR`` nats below: an exp that underflows is ~60x slower
+        on CPUs, and the terms changed weigh < 128 e^-60 against a mixture >= e^-26, the smallest
+        mixture weight), then mixed with the weights of the codebook's senones by one batched
+        (over streams) matmul per codebook; the stream mixtures are multiplied and taken back to
+        the log domain.
+        """
+        best = g.amax(2, keepdim=True)
+        p = g.sub_(best).clamp_(min=-DENSITY_FLOOR).exp_()
+        n_f, n = p.shape[0], p.shape[-1]
+        mix = self._buffer("mixtures", (n_f, self.mixw.shape[1], n), p.dtype, p.device)
+        bounds = self.cb_bounds
+        for c in range(len(bounds) - 1):
+            a, b = bounds[c], bounds[c + 1]
+            torch.bmm(self.mixw[:, a:b], p[:, c], out=mix[:, a:b])
+        prod = mix[0]
+        for f in range(1, n_f):
+            prod.mul_(mix[f])
+        offset = best.sum(0)[:, 0].index_select(0, self.sorted_cb)  # [S, N]
+        return prod.log_().add_(offset).index_select(0, self.sorted_pos).T
 
     def senone_scores(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, D] features -> [B, T, n_senones] natural-log senone likelihoods."""
+        """[B, T, D] features -> [B, T, n_senones] natural-log senone likelihoods (every frame)."""
         b, t, d = x.shape
+        flat = x.reshape(b * t, d)
         out = torch.empty(b * t, self.num_senones, dtype=torch.float32, device=x.device)
-        self._score_into(x.reshape(b * t, d), out)
+        for start in range(0, b * t, self.chunk_frames):
+            out[start : start + self.chunk_frames] = self._score_chunk(
+                flat[start : start + self.chunk_frames]
+            )
         return out.reshape(b, t, -1)
 
     def describe(self) -> dict:

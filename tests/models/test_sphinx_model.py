@@ -15,11 +15,12 @@ from asrdecode.models.loading import load_model, resolve_model_path
 from asrdecode.models.sphinx import (
     MIXW_LOG_UNIT,
     SphinxAcousticModel,
+    key_index,
     read_feat_params,
     read_s3_gaussians,
     read_sendump,
     read_sphinx_model,
-    top_values,
+    tie_broken_keys,
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sphinx"
@@ -41,6 +42,9 @@ def models(data) -> dict[str, SphinxAcousticModel]:
         "topn": SphinxAcousticModel(data, topn=4),
         "full": SphinxAcousticModel(data, topn=0),
         "full64": SphinxAcousticModel(data, topn=0, dtype=torch.float64),
+        "top1": SphinxAcousticModel(data, topn=1),
+        "top16": SphinxAcousticModel(data, topn=16),
+        "topn64": SphinxAcousticModel(data, topn=4, dtype=torch.float64),
     }
 
 
@@ -95,10 +99,13 @@ def numpy_senone_scores(data, x: np.ndarray, topn: int = 0) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("kind, topn", [("full", 0), ("full64", 0), ("topn", 4)])
+@pytest.mark.parametrize(
+    "kind, topn",
+    [("full", 0), ("full64", 0), ("topn", 4), ("top1", 1), ("top16", 16), ("topn64", 4)],
+)
 def test_batched_scores_equal_numpy_loop(data, models, goforward, kind: str, topn: int) -> None:
     feats, _ = goforward
-    frames = [3, 120] if kind != "full64" else [60]
+    frames = [3, 120] if kind in ("full", "topn") else [60]
     got = models[kind].senone_scores(feats[:, frames])[0].double().numpy()
     for i, t in enumerate(frames):
         want = numpy_senone_scores(data, feats[0, t].numpy(), topn)
@@ -122,28 +129,37 @@ def test_topn_is_a_lower_bound_close_to_full(models, goforward) -> None:
     assert rank.max() < 20
 
 
-@pytest.mark.parametrize("shape, n", [((3, 128, 5, 7), 4), ((2, 128, 9), 8), ((2, 64, 3), 2), ((4, 32), 1)])
-def test_top_values_equal_sorting(shape, n: int) -> None:
-    x = torch.from_numpy(np.random.default_rng(n).standard_normal(shape).astype(np.float32))
-    want = -np.sort(-x.numpy(), axis=1)[:, :n]
-    assert np.array_equal(top_values(x, n).numpy(), want)
+def test_tie_broken_keys_order_and_decode() -> None:
+    """Keys order float32 values exactly (distinct neighbours one ulp apart, both signs, zeros,
+    tiny and large magnitudes), equal values by lower index, and give value and index back."""
+    rng = np.random.default_rng(1)
+    vals = np.concatenate([rng.standard_normal(40) * 30, [0.0, -0.0, 1e-30, -1e-30, 3e38, -3e38, 1.0]])
+    vals = vals.astype(np.float32)
+    vals = np.concatenate([vals, np.nextafter(vals, np.float32(np.inf)), vals[:10]])  # neighbours, ties
+    g = torch.from_numpy(rng.permutation(vals))[None, :]  # [1, K]
+    keys = tie_broken_keys(
+        g, 1, torch.empty(g.shape, dtype=torch.float64), torch.empty(g.shape, dtype=torch.float64)
+    )
+    order = np.argsort(-g.numpy()[0], kind="stable")
+    assert torch.equal(keys[0].argsort(descending=True), torch.from_numpy(order))
+    assert len(set(keys[0].tolist())) == g.shape[1]
+    values, idx = key_index(keys, g.shape[1])
+    assert torch.equal(idx[0], torch.arange(g.shape[1])) and torch.equal(values, g)
 
 
 def test_topn_keeps_exactly_n_densities_on_ties(models) -> None:
     """Tied N-th values (float32 coincidences happen on real speech): exactly N densities per
-    codebook/stream/frame count, the lowest-index ones among the tied, as a stable sort picks."""
+    codebook/stream/frame, the lowest-index ones among the tied, as a stable sort picks."""
     model = models["topn"]
     rng = np.random.default_rng(0)
-    g = rng.standard_normal((3, 128, 42, 6)).astype(np.float32) * 5 - 40
-    g[:, 7] = g[:, 50] = g[:, 90] = g[:, 100] = g.max(1) - 1.0  # four-way tie from the 2nd place
-    g[1, 3, 0, 0] = g[1, 7, 0, 0] + 0.5  # one column: a tie for 3rd/4th place instead
-    p, best = model._densities(torch.from_numpy(g.copy()))
-    order = np.argsort(-g, axis=1, kind="stable")[:, :4]
-    want = np.zeros_like(g)
-    np.put_along_axis(want, order, np.exp(np.take_along_axis(g, order, 1) - g.max(1, keepdims=True)), 1)
-    assert ((p > 0).sum(1) == 4).all()
-    np.testing.assert_allclose(p.numpy(), want, rtol=1e-6, atol=0)
-    np.testing.assert_array_equal(best[:, 0].numpy(), g.max(1))
+    g = rng.standard_normal((3, 42, 128, 6)).astype(np.float32) * 5 - 40
+    g[:, :, [7, 50, 90, 100]] = g.max(2, keepdims=True) - 1.0  # four-way tie from the 2nd place
+    g[1, 0, 3, 0] = g[1, 0, 7, 0] + 0.5  # one column: a tie for 3rd/4th place instead
+    g[2, 5, :, 1] = 0.0  # all equal (exact zeros)
+    values, idx = model.select_top(torch.from_numpy(g.copy()))
+    order = np.argsort(-g, axis=2, kind="stable")[:, :, :4]
+    np.testing.assert_array_equal(idx.numpy(), order)
+    np.testing.assert_array_equal(values.numpy(), np.take_along_axis(g, order, 2))
 
 
 def test_model_output_batch_equals_single(models) -> None:
