@@ -5,18 +5,23 @@ Model folder: ``mdef`` (binary model definition, read by :func:`asrdecode.graph.
 (8-bit quantised -log mixture weights, [streams, densities, senones]), ``transition_matrices``,
 ``feat.params`` (front-end options) and optionally ``noisedict``.
 
-Scoring (:class:`SphinxAcousticModel`), per frame and on any device:
+Scoring (:class:`SphinxAcousticModel`), per frame and on any device, the valid frames of a batch
+packed and scored in chunks:
 
 - Gaussian log-densities of every codebook/stream/density as one batched matmul: with
   ``z = [x*x; x]`` per stream, ``log N = [-1/(2 var), mean/var] @ z + const`` gives
-  ``[streams, densities, codebooks, frames]`` (frames innermost, so that every reduction over
-  the densities is an elementwise pass over contiguous slices);
+  ``[streams, codebooks, densities, frames]`` (frames innermost, so that every reduction over
+  the densities is a vectorised pass over contiguous slices);
 - senone log-likelihood = sum over streams of log-sum-exp over the senone's codebook densities of
-  ``log w + log N``: densities are shifted by their codebook/stream best, exponentiated and mixed
-  with the weights (probability domain) by one batched matmul per codebook over its senones
-  (senones sorted by codebook, no padding). ``topn=0`` is the exact full mixture; ``topn=N`` keeps
-  only the N best densities of each codebook/stream (pocketsphinx's top-N approximation, its
-  default 4; found by a max/min selection network, :func:`top_values`), the others count 0.
+  ``log w + log N``, computed in the probability domain relative to the codebook/stream's best
+  density. ``topn=0`` is the exact full mixture: all densities exponentiated and mixed with the
+  weights by one batched matmul per codebook over its senones (senones sorted by codebook).
+  ``topn=N`` (pocketsphinx's top-N approximation, its default 4) keeps only the N best densities
+  of each codebook/stream, found exactly (ties to the lower index, as a stable sort) by N
+  vectorised max passes over float64 keys that make every value distinct
+  (:func:`tie_broken_keys`); each senone's mixture is then a sum of N weights times densities,
+  done for blocks of 32 senones of one codebook as one ``embedding_bag`` over a table of weight
+  rows (a gather of N rows per block, no dense matmul).
 
 Scores are natural-log likelihoods (not normalised per frame, no integer quantisation), so they
 differ from pocketsphinx's internal integer scores by a per-frame constant plus quantisation.
@@ -63,6 +68,8 @@ SENONE_BLOCK = 32  # senone columns per row of the top-N lookup table (see _init
 KEY_STEP = 2.0**-40  # relative step between tie-broken keys of equal values (see tie_broken_keys)
 KEY_FLOOR = 2.0**-140  # keeps the keys of exact zeros apart
 MAX_ITERATIVE_TOPN = 8  # top-N by N max passes up to here, by topk beyond
+TOPN_CHUNK_FRAMES = 32  # frames scored at once with top-N (float64 keys: 4 MB, within the L3 cache)
+FULL_CHUNK_FRAMES = 128  # ... with full mixtures (larger matmuls)
 REQUIRED_FILES = ("mdef", "means", "variances", "sendump", "transition_matrices", "feat.params")
 
 
@@ -426,8 +433,10 @@ class SphinxAcousticModel(nn.Module):
     ``topn``: 0 = exact full mixtures, N > 0 = pocketsphinx's top-N densities per codebook/stream.
     ``dtype``: precision of the Gaussians and mixtures (float32 is fast; float64 for exactness
     checks). ``chunk_frames``: frames scored at once (the valid frames of a whole batch are packed
-    first); the working set is about ``chunk * 3 * 42 * 128`` float64 keys for top-N (~16 MB at
-    128) or ``chunk * 3 * 5126`` floats for the full mixture, within the CPU's last-level cache.
+    first; default 32 for top-N, 128 for full mixtures); the working set is about
+    ``2 * chunk * 3 * 42 * 128`` float64 keys for top-N (8 MB at 32) or ``chunk * 3 * (42 * 128 +
+    5126)`` floats for the full mixture, within the CPU's last-level cache. Scoring is
+    memory-bound: every extra pass over the densities costs about as much as the Gaussians' matmul.
     """
 
     default_decoder = "wfst"
@@ -439,7 +448,7 @@ class SphinxAcousticModel(nn.Module):
         frontend: SphinxMFCC | None = None,
         topn: int = 4,
         dtype: torch.dtype = torch.float32,
-        chunk_frames: int = 32,
+        chunk_frames: int | None = None,
     ) -> None:
         super().__init__()
         self.data = data
@@ -453,6 +462,8 @@ class SphinxAcousticModel(nn.Module):
             raise ModelError(f"topn={topn} must be 0 (full mixture) .. {data.n_density}")
         self.topn = int(topn)
         self.compute_dtype = dtype
+        if chunk_frames is None:  # measured best on a 2-core EPYC (scripts/bench/sphinx_scoring.py)
+            chunk_frames = TOPN_CHUNK_FRAMES if self.topn else FULL_CHUNK_FRAMES
         self.chunk_frames = max(int(chunk_frames), 1)
         self._units = data.senone_names()
         self._workspace: dict[str, torch.Tensor] = {}
