@@ -60,11 +60,12 @@ def _closure(dist: dict[int, tuple[float, tuple[int, ...]]], arcs_of: dict) -> N
                 queue.append(ns)
 
 
-def viterbi_reference(fst: dict, log_probs: np.ndarray, acoustic_scale: float = 1.0):
+def viterbi_reference(fst: dict, log_probs: np.ndarray, acoustic_scale: float = 1.0, use_final: bool = True):
     """Exact best path of (frames x fst): (total cost incl. final, olabels) or None if no final state.
 
     Cost per emitting arc = weight - acoustic_scale * log_probs[t, ilabel - 1], as Kaldi's CTC
-    decodable. Plain dictionaries; exhaustive over all (frame, state) pairs.
+    decodable. Plain dictionaries; exhaustive over all (frame, state) pairs. use_final=False: the
+    best path into any state after the last frame, final costs ignored (a partial hypothesis).
     """
     arcs_of: dict[int, list] = {}
     for s, il, ol, w, ns in fst["arcs"]:
@@ -84,8 +85,8 @@ def viterbi_reference(fst: dict, log_probs: np.ndarray, acoustic_scale: float = 
         dist = new
     best = None
     for s, (cost, out) in dist.items():
-        if math.isfinite(fst["final"][s]):
-            total = cost + fst["final"][s]
+        if not use_final or math.isfinite(fst["final"][s]):
+            total = cost + (fst["final"][s] if use_final else 0.0)
             if best is None or total < best[0]:
                 best = (total, list(out))
     return best
@@ -127,6 +128,49 @@ def all_word_sequences(fst: dict, log_probs: np.ndarray) -> dict[tuple[int, ...]
         if math.isfinite(fst["final"][s]):
             relax(result, out, cost + fst["final"][s])
     return result
+
+
+def word_sequence_cost(fst: dict, log_probs: np.ndarray, words: list[int], use_final: bool = True) -> float:
+    """Best cost of the paths of (frames x fst) that output exactly `words` (inf if none): Viterbi
+    over (state, number of words output so far), so its size is linear in the sequence length."""
+    arcs_of: dict[int, list] = {}
+    for s, il, ol, w, ns in fst["arcs"]:
+        arcs_of.setdefault(s, []).append((il, ol, w, ns))
+    n = len(words)
+
+    def step(key: tuple[int, int], ol: int) -> tuple[int, int] | None:
+        s, k = key
+        if not ol:
+            return s, k
+        return (s, k + 1) if k < n and words[k] == ol else None
+
+    def closure(table: dict) -> None:
+        queue = list(table)
+        while queue:
+            key = queue.pop()
+            for il, ol, w, ns in arcs_of.get(key[0], ()):
+                nxt = step((ns, key[1]), ol) if il == 0 else None
+                if nxt is not None and (nxt not in table or table[key] + w < table[nxt]):
+                    table[nxt] = table[key] + w
+                    queue.append(nxt)
+
+    table = {(fst["start"], 0): 0.0}
+    closure(table)
+    for t in range(len(log_probs)):
+        new: dict = {}
+        for key, cost in table.items():
+            for il, ol, w, ns in arcs_of.get(key[0], ()):
+                nxt = step((ns, key[1]), ol) if il else None
+                c = cost + w - float(log_probs[t, il - 1]) if il else 0.0
+                if nxt is not None and (nxt not in new or c < new[nxt]):
+                    new[nxt] = c
+        closure(new)
+        table = new
+    best = math.inf
+    for (s, k), cost in table.items():
+        if k == n and (not use_final or math.isfinite(fst["final"][s])):
+            best = min(best, cost + (fst["final"][s] if use_final else 0.0))
+    return best
 
 
 def to_kaldifst(fst: dict):

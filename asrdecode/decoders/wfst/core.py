@@ -132,6 +132,7 @@ class SearchOptions:
     cuda_graphs: bool = False
     pinned_copies: bool = False
     kernel: str = "torch"
+    gc_records: int = 1 << 20  # back-pointer records before the first garbage collection
 
 
 @dataclass
@@ -241,6 +242,11 @@ class Backpointers:
     finished (converted to numpy) at the next flush: double buffering. `size` is the number of
     committed records (set by the search after each sync; `count` may run ahead inside a frame
     and is rolled back when a frame is redone). `on_sync` is called for each blocking copy.
+
+    On the host the records go into one growable array (capacity doubles, so appending is
+    amortised O(new records), never a re-join of all of them). `collect` drops the records no
+    live token leads back to (Kaldi frees such tokens by reference counting; the compiled backend
+    collects the same way), so host memory stays bounded on long utterances and streams.
     """
 
     DTYPE = np.dtype([("prev", "<i8"), ("arc", "<i8"), ("frame", "<i8"), ("cost", "<f4")])
@@ -262,8 +268,8 @@ class Backpointers:
         self._cur = 0
         self._alloc(capacity)
         self._copying: tuple[torch.Tensor, Any, int] | None = None
-        self._host: list[np.ndarray] = []
-        self._merged: np.ndarray | None = None
+        self._store = np.empty(0, dtype=self.DTYPE)  # host records [0, _stored), capacity doubles
+        self._stored = 0
 
     def _alloc(self, capacity: int) -> None:
         self.capacity = capacity
@@ -343,20 +349,50 @@ class Backpointers:
         if event is not None:
             event.synchronize()
         cols = host.numpy()
-        chunk = np.empty(n, dtype=self.DTYPE)
+        k = self._stored
+        if k + n > len(self._store):
+            grown = np.empty(max(2 * len(self._store), k + n, 1024), dtype=self.DTYPE)
+            grown[:k] = self._store[:k]
+            self._store = grown
+        chunk = self._store[k : k + n]
         chunk["prev"], chunk["arc"], chunk["frame"] = cols[0], cols[1], cols[2]
         chunk["cost"] = cols[3].astype(np.int32).view(np.float32)
-        self._host.append(chunk)
-        self._merged = None
+        self._stored = k + n
 
     def host(self) -> np.ndarray:
-        """All committed records as one structured numpy array (index = record id)."""
+        """All committed records as one structured numpy array (index = record id; a view that
+        is valid until the next flush)."""
         self.flush()
         self._finish()
-        if self._merged is None or len(self._merged) != self.size:
-            self._merged = np.concatenate(self._host) if self._host else np.empty(0, dtype=self.DTYPE)
-            self._host = [self._merged]
-        return self._merged
+        return self._store[: self._stored]
+
+    def collect(self, live: np.ndarray) -> np.ndarray | None:
+        """Keep only the records the record ids `live` lead back to (order kept, so a record's
+        predecessor still comes first); returns old id -> new id (-1 = dropped), or None when
+        nothing was dropped. Frame boundary only (every committed record is on the host after it)."""
+        data = self.host()
+        n = len(data)
+        alive = np.zeros(n, dtype=bool)
+        front = np.unique(live[live >= 0])
+        prev = data["prev"]
+        while len(front):  # walk all paths back at once, a step per round
+            alive[front] = True
+            up = prev[front]
+            up = up[up >= 0]
+            front = np.unique(up[~alive[up]])
+        kept = int(alive.sum())
+        if kept == n:
+            return None
+        new_id = np.cumsum(alive) - 1
+        new_id[~alive] = -1
+        data = data[alive]
+        data["prev"] = np.where(data["prev"] >= 0, new_id[np.maximum(data["prev"], 0)], -1)
+        self._store[:kept] = data
+        self._stored = kept
+        self.size = self._base = kept
+        self.base.fill_(kept)
+        self.count.fill_(kept)
+        return new_id
 
     def trace(self, rec: int) -> list[int]:
         """Record ids from the root to `rec` (inclusive)."""
@@ -580,6 +616,7 @@ class TokenPassing:
             "arcs": 0,
             "redone_frames": 0,
             "epsilon_passes_run": 0,  # including passes on an empty frontier (batches of K)
+            "gc_runs": 0,  # back-pointer garbage collections
         }
         self.capacity = dict.fromkeys(CAPACITIES, 64)
         self.peak = dict(self.capacity)  # largest capacities used (what the next batch starts from)
@@ -589,6 +626,7 @@ class TokenPassing:
         self._reserve_passes = 4  # epsilon passes' worth of records reserved per frame (doubles on need)
         self._aranges: dict[int, torch.Tensor] = {}
         self._bounds: dict[tuple[int, int], torch.Tensor] = {}
+        self._gc_at = o.gc_records
 
     @property
     def final(self) -> torch.Tensor:
@@ -1053,6 +1091,26 @@ class TokenPassing:
             tok.per_utt,
         )
         return out, new
+
+    def maybe_collect(self, holders: list[Tokens | TokenBuffer]) -> bool:
+        """Garbage-collect the back-pointer records (`Backpointers.collect`) once there are more
+        than max(`gc_records`, 4x the records kept by the last collection). `holders` are all the
+        tokens still alive (current buffer, retired or parked tokens); their record ids are
+        renumbered in place. Frame boundary only; one host read of the live record ids."""
+        bp = self.backpointers
+        if bp.size <= self._gc_at:
+            return False
+        recs = [h.rec[: h.count] if isinstance(h, TokenBuffer) else h.rec for h in holders]
+        live = torch.cat(recs).to("cpu", copy=True).numpy() if recs else np.zeros(0, np.int64)
+        self._sync()
+        new_id = bp.collect(live)
+        self.stats["gc_runs"] += 1
+        if new_id is not None:
+            table = torch.from_numpy(new_id).to(self.device)
+            for h in holders:
+                h.rec = _where(h.rec >= 0, _take(table, h.rec.clamp(min=0)), -1)
+        self._gc_at = max(self.options.gc_records, 4 * bp.size)
+        return True
 
     def load(self, tok: Tokens, num_utts: int) -> TokenBuffer:
         """Compact tokens (e.g. a stream state) into a buffer for `step`."""

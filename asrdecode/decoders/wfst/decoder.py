@@ -425,7 +425,9 @@ class WfstDecoder:
                 break
             frames = torch.full((B,), t, dtype=torch.int64, device=device)
             tok = search.step(tok, ac[:, t], frames, boost)
+            search.maybe_collect([tok, *done])
         self._tuning[str(device)] = search.tuning()
+        search.stats["records"] = search.backpointers.size  # host records at the end (after collections)
         final_tok = Tokens.cat(done) if done else Tokens.empty(device)
         results = self._results(search, final_tok, B, tables, blank, output.frame_shift)
         stats = {"backend": "torch", **search.stats}
@@ -697,6 +699,7 @@ class WfstDecoder:
                 break
             frames = torch.tensor([self._streams[s].frames + t for s in stream_ids], device=search.device)
             buf = search.step(buf, ac[:, t], frames, boost)
+            search.maybe_collect([buf, *parked, self._stream_tokens])
         tok = self._sorted(Tokens.cat([buf.compact(), *parked]))
         for i, s in enumerate(stream_ids):
             self._streams[s].frames += min(lens[i], Tc)
