@@ -489,15 +489,15 @@ class SphinxAcousticModel(nn.Module):
             self._init_full_mixture(sen2cb, weights)
 
     def _init_full_mixture(self, sen2cb: torch.Tensor, weights: torch.Tensor) -> None:
-        """Senones sorted by codebook (codebook c owns sorted rows ``cb_bounds[c] .. cb_bounds[c+1]``),
-        weights [streams, sorted senones, densities]."""
+        """Senones sorted by codebook (codebook c owns sorted columns ``cb_bounds[c] .. cb_bounds[c+1]``),
+        weights [streams, densities, sorted senones]."""
         n_cb = self.data.n_codebooks
         order = torch.argsort(sen2cb, stable=True)
         counts = torch.bincount(sen2cb, minlength=n_cb)
         self.cb_bounds = [0, *torch.cumsum(counts, 0).tolist()]
         self.register_buffer("sorted_cb", sen2cb[order].contiguous(), persistent=False)
         self.register_buffer("sorted_pos", torch.argsort(order), persistent=False)  # senone -> row
-        mixw = weights[:, :, order].transpose(1, 2)
+        mixw = weights[:, :, order]  # [f, k, sorted senones]
         self.register_buffer("mixw", mixw.to(self.compute_dtype).contiguous(), persistent=False)
 
     def _init_sparse_mixture(self, sen2cb: torch.Tensor, weights: torch.Tensor) -> None:
@@ -556,7 +556,7 @@ class SphinxAcousticModel(nn.Module):
         rows = valid.nonzero().squeeze(1)  # one host read per batch: the number of valid frames
         scores = torch.empty(b * t, self.num_senones, dtype=torch.float32, device=x.device)
         if len(rows) < b * t:
-            scores[~valid] = 0.0
+            scores.index_fill_(0, (~valid).nonzero().squeeze(1), 0.0)
         packed = x.index_select(0, rows)
         step = self.chunk_frames
         for start in range(0, len(rows), step):
@@ -676,16 +676,16 @@ class SphinxAcousticModel(nn.Module):
         best = g.amax(2, keepdim=True)
         p = g.sub_(best).clamp_(min=-DENSITY_FLOOR).exp_()
         n_f, n = p.shape[0], p.shape[-1]
-        mix = self._buffer("mixtures", (n_f, self.mixw.shape[1], n), p.dtype, p.device)
+        mix = self._buffer("mixtures", (n_f, n, self.mixw.shape[2]), p.dtype, p.device)  # [f, N, S]
         bounds = self.cb_bounds
         for c in range(len(bounds) - 1):
             a, b = bounds[c], bounds[c + 1]
-            torch.bmm(self.mixw[:, a:b], p[:, c], out=mix[:, a:b])
+            torch.bmm(p[:, c].transpose(1, 2), self.mixw[:, :, a:b], out=mix[:, :, a:b])
         prod = mix[0]
         for f in range(1, n_f):
             prod.mul_(mix[f])
-        offset = best.sum(0)[:, 0].index_select(0, self.sorted_cb)  # [S, N]
-        return prod.log_().add_(offset).index_select(0, self.sorted_pos).T
+        offset = best.sum(0)[:, 0].T.index_select(1, self.sorted_cb)  # [N, S]
+        return prod.log_().add_(offset).index_select(1, self.sorted_pos)
 
     def senone_scores(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, D] features -> [B, T, n_senones] natural-log senone likelihoods (every frame)."""
