@@ -231,29 +231,20 @@ def test_thousands_of_active_tokens_equal_torch():
 
 
 def same_lattice(a, b) -> None:
-    """The same pruned state-level lattice (node numbering is canonical: frame, then state)."""
+    """The same word lattice (Kaldi text, canonical numbering) and the same pruned state-level
+    lattice (nodes numbered by frame, then state; arcs sorted)."""
     assert (a is None) == (b is None)
     if a is None:
         return
-    assert a.num_nodes == b.num_nodes and a.num_frames == b.num_frames
-
-    def arcs(lat):
-        return sorted(
-            zip(
-                lat.src.tolist(),
-                lat.dst.tolist(),
-                lat.ilabel.tolist(),
-                lat.olabel.tolist(),
-                np.round(lat.graph, 3).tolist(),
-                np.round(lat.acoustic, 3).tolist(),
-                strict=True,
-            )
-        )
-
-    assert arcs(a) == arcs(b)
-    assert sorted(a.final) == sorted(b.final)
-    for s in a.final:
-        assert a.final[s] == pytest.approx(b.final[s], abs=1e-4)
+    assert a.to_kaldi_text("u") == b.to_kaldi_text("u")
+    sa, sb = a.state_lattice, b.state_lattice
+    assert sa.num_nodes == sb.num_nodes and sa.num_frames == sb.num_frames
+    for name in ("src", "dst", "arc", "ilabel", "olabel", "node_frame", "node_state"):
+        assert np.array_equal(getattr(sa, name), getattr(sb, name)), name
+    assert np.allclose(sa.graph, sb.graph, atol=1e-4) and np.allclose(sa.acoustic, sb.acoustic, atol=1e-4)
+    assert sorted(sa.final) == sorted(sb.final)
+    for s in sa.final:
+        assert sa.final[s] == pytest.approx(sb.final[s], abs=1e-4)
 
 
 @pytest.mark.parametrize("seed", range(20))

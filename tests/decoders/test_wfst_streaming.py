@@ -141,3 +141,47 @@ def test_torch_stream_records_are_collected(nemo_graphs):  # noqa: F811
     kept, unbounded = dec._stream_search.backpointers.size, plain._stream_search.backpointers.size
     assert dec._stream_search.stats["gc_runs"] > 3
     assert kept * 2 < unbounded  # at most 4x the live ones after a collection
+
+
+@pytest.mark.parametrize("chunk", [1, 7])
+def test_finalize_gives_offline_lattices_and_nbest(nemo_graphs, chunk):  # noqa: F811
+    """Streams (both backends, word boosts, window pruning inside chunks): finalize returns the
+    offline n-best and word lattices (the same Kaldi text), so chunking changes nothing."""
+    lp, lengths, _ = nemo_log_probs()
+    utts = [0, 3, 5]
+    opts = {
+        "graph": str(nemo_graphs["compact"]),
+        "beam": 10.0,
+        "max_active": 300,
+        "lattice_beam": 3.0,
+        "lattice": True,
+        "nbest": 4,
+        "prune_interval": 5,
+    }
+    texts = {}
+    for backend in ("torch", "compiled"):
+        dec = WfstDecoder(WfstConfig(**opts, backend=backend))
+        words = sorted(dec.word_ids)
+        boost = [{words[4]: 2.0}, None, {words[9]: 1.5}]
+        out = ModelOutput(torch.from_numpy(lp[utts]), torch.from_numpy(lengths[utts]), 0.08, 128, [])
+        out.extra["boost"] = boost
+        offline = dec.decode(out)
+        ids = dec.init_streams(len(utts), boost=boost)
+        pos = [0] * len(utts)
+        while any(pos[i] < lengths[u] for i, u in enumerate(utts)):
+            active = [i for i, u in enumerate(utts) if pos[i] < lengths[u]]
+            x = np.zeros((len(active), chunk, lp.shape[2]), np.float32)
+            n = []
+            for k, i in enumerate(active):
+                piece = lp[utts[i], pos[i] : min(pos[i] + chunk, lengths[utts[i]])]
+                x[k, : len(piece)] = piece
+                n.append(len(piece))
+                pos[i] += len(piece)
+            dec.decode_chunk([ids[i] for i in active], torch.from_numpy(x), torch.tensor(n), 0.08)
+        finals = dec.finalize(ids, 0.08)
+        for res, ref in zip(finals, offline, strict=True):
+            assert res.words == ref.words and res.score == pytest.approx(ref.score, abs=1e-4)
+            assert res.nbest == ref.nbest and len(res.nbest) > 1
+            assert res.lattice.to_kaldi_text("u") == ref.lattice.to_kaldi_text("u")
+        texts[backend] = [r.lattice.to_kaldi_text("u") for r in finals]
+    assert texts["torch"] == texts["compiled"]

@@ -173,6 +173,83 @@ def word_sequence_cost(fst: dict, log_probs: np.ndarray, words: list[int], use_f
     return best
 
 
+def all_paths(fst: dict, log_probs: np.ndarray) -> list[dict]:
+    """Every complete path of (frames x fst) ending in a final state, by depth-first enumeration
+    (needs an epsilon-cycle-free fst, `eps_forward=True`). Each path: total, graph (arc weights +
+    final cost) and acoustic cost, olabels, ilabels (one per frame) and its arcs as
+    ((src frame, src state), (dst frame, dst state), ilabel, olabel, weight); the start node is
+    (-1, start), an emitting arc for frame t goes from frame t-1 to t, an epsilon arc stays."""
+    arcs_of: dict[int, list] = {}
+    for s, il, ol, w, ns in fst["arcs"]:
+        arcs_of.setdefault(s, []).append((il, ol, w, ns))
+    T = len(log_probs)
+    out: list[dict] = []
+
+    def walk(frame: int, state: int, graph: float, acoustic: float, path: list) -> None:
+        if frame == T - 1 and math.isfinite(fst["final"][state]):
+            g = graph + fst["final"][state]
+            out.append(
+                {
+                    "total": g + acoustic,
+                    "graph": g,
+                    "acoustic": acoustic,
+                    "olabels": tuple(a[3] for a in path if a[3]),
+                    "ilabels": tuple(a[2] for a in path if a[2]),
+                    "arcs": tuple(path),
+                }
+            )
+        for il, ol, w, ns in arcs_of.get(state, ()):
+            if il == 0:
+                arc = ((frame, state), (frame, ns), il, ol, w)
+                walk(frame, ns, graph + w, acoustic, [*path, arc])
+            elif frame + 1 < T:
+                arc = ((frame, state), (frame + 1, ns), il, ol, w)
+                ac = -float(log_probs[frame + 1, il - 1])
+                walk(frame + 1, ns, graph + w, acoustic + ac, [*path, arc])
+
+    walk(-1, fst["start"], 0.0, 0.0, [])
+    return out
+
+
+def kaldi_raw_lattice(
+    fst, log_probs: np.ndarray, lattice_beam: float, beam: float = 50.0
+) -> list[tuple] | None:
+    """Kaldi's exact lattice generation (kaldi-decoder's LatticeSimpleDecoder, raw state-level
+    lattice after its final lattice-beam pruning): arcs as (frames before the source state,
+    ilabel, olabel, graph cost, acoustic cost) and final states as (time, -1, -1, graph, acoustic),
+    parsed from the lattice's text form. None when no final state was reached."""
+    import kaldi_decoder
+
+    cfg = kaldi_decoder.LatticeSimpleDecoderConfig(
+        beam=beam, lattice_beam=lattice_beam, determinize_lattice=False
+    )
+    dec = kaldi_decoder.LatticeSimpleDecoder(fst, cfg)
+    dec.decode(kaldi_decoder.DecodableCtc(np.ascontiguousarray(log_probs, dtype=np.float32)))
+    ok, lat = dec.get_raw_lattice()
+    if not ok:
+        return None
+    lines = [line.split() for line in lat.to_str().splitlines() if line.strip()]
+    start = int(lines[0][0])  # OpenFst prints the start state first
+    arcs = [
+        (int(f[0]), int(f[1]), int(f[2]), int(f[3]), *map(float, f[4].split(",")))
+        for f in lines
+        if len(f) == 5
+    ]
+    finals = [(int(f[0]), *map(float, f[1].split(","))) for f in lines if len(f) == 2]
+    finals += [(int(f[0]), 0.0, 0.0) for f in lines if len(f) == 1]
+    times = {start: 0}
+    for _ in range(len(arcs) + 1):  # consistent state times: emitting arcs from the start
+        grew = False
+        for s, d, il, *_rest in arcs:
+            if s in times and d not in times:
+                times[d] = times[s] + (il != 0)
+                grew = True
+        if not grew:
+            break
+    out = [(times[s], il, ol, g, a) for s, d, il, ol, g, a in arcs]
+    return out + [(times[s], -1, -1, g, a) for s, g, a in finals]
+
+
 def to_kaldifst(fst: dict):
     import kaldifst
 

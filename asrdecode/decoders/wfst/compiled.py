@@ -46,8 +46,11 @@ costs bit for bit on the same path (Kaldi accumulates in double: equal within fl
 Lattices (for n-best too): every emitting candidate below the frame's final bound and every
 epsilon arc below the cutoff is kept with its source/destination state and frame, and every
 frame's tokens after the closure as nodes: the data the torch path's `core.LatticeArcs` keeps, so
-`lattice.build_lattice` makes the same state lattice from either backend. Streaming: a workspace
-per stream, `search_advance` per chunk; frames continue where the last chunk ended.
+`lattice.build_lattice` makes the same state lattice from either backend. Every ``prune_interval``
+frames the kept arcs and nodes are pruned in place by `lattice.prune_window` (Kaldi's
+PruneForwardLinks at ``lattice_beam``; the torch path runs the same kernel on its host copies),
+so lattice memory follows the lattice, not the search. Streaming: a workspace per stream,
+`search_advance` per chunk; frames continue where the last chunk ended.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from asrdecode.decoders.wfst.lattice import prune_window
 from asrdecode.graph.format import DeviceGraph
 
 log = logging.getLogger("asrdecode.decoders.wfst")
@@ -508,10 +512,12 @@ def search_init(states, arcs, start, boost, slot, eps_limit, lattice, ws, ctr, s
 @numba.njit(nogil=True, cache=True)
 def search_advance(
     states, arcs, ac, beam, max_active, min_active, beam_delta, boost, slot, eps_limit, lattice,
-    ws, ctr, stats,
+    ws, ctr, stats, lattice_beam, prune_interval,
 ):  # fmt: skip
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs; frame numbers
-    continue from the previous call). Returns the workspace (arrays may have been grown)."""
+    continue from the previous call). With lattices, the kept arcs and nodes are pruned with
+    `lattice.prune_window` at `lattice_beam` after every `prune_interval`-th frame (0 = never).
+    Returns the workspace (arrays may have been grown)."""
     num_states = slot.shape[0]
     for t in range(ac.shape[0]):
         frame = ctr[C_NEXT_FRAME]
@@ -574,6 +580,12 @@ def search_advance(
             )
             ctr[C_RECORDS] = kept
             ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * kept)
+        if lattice and prune_interval > 0 and (frame + 1) % prune_interval == 0:
+            ctr[C_NODES], ctr[C_LAT_ARCS] = prune_window(
+                arcs, boost, num_states, frame, lattice_beam,
+                ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ctr[C_NODES],
+                ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ctr[C_LAT_ARCS],
+            )  # fmt: skip
     return ws
 
 
@@ -755,7 +767,7 @@ class CompiledSearch:
             w.arrays = search_init(states, arcs, 0, boost, slot, 100, True, w.arrays, w.ctr, w.stats, 1)
             w.arrays = search_advance(
                 states, arcs, np.zeros((2, 1), f32), f32(1.0), 10, 1, f32(0.5), boost, slot, 100, True,
-                w.arrays, w.ctr, w.stats,
+                w.arrays, w.ctr, w.stats, 8.0, 1,
             )  # fmt: skip
             search_best(states, w.arrays, w.ctr, True)
 
@@ -805,8 +817,11 @@ class CompiledSearch:
         beam_delta: float,
         boost: np.ndarray,
         eps_limit: int = 1 << 40,
+        lattice_beam: float = 8.0,
+        prune_interval: int = 25,
     ) -> None:
-        """Decode the frames of ac (float32 [T, V] acoustic costs) in workspace `w`."""
+        """Decode the frames of ac (float32 [T, V] acoustic costs) in workspace `w` (lattices, if
+        the workspace keeps them, pruned at `lattice_beam` every `prune_interval` frames)."""
         ac = np.ascontiguousarray(ac, dtype=np.float32)
         if ac.ndim != 2:
             raise ValueError(f"acoustic costs must be [T, V], got {ac.shape}")
@@ -815,6 +830,7 @@ class CompiledSearch:
         w.arrays = search_advance(
             self.states, self.arcs, ac, np.float32(beam), int(min(max_active, 2**31 - 1)), int(min_active),
             np.float32(beam_delta), boost, self._slot(), int(eps_limit), w.lattice, w.arrays, w.ctr, w.stats,
+            float(lattice_beam), int(prune_interval),
         )  # fmt: skip
 
     def best(self, w: Workspace, use_final: bool = True) -> CompiledPath:
@@ -835,13 +851,17 @@ class CompiledSearch:
         eps_limit: int = 1 << 40,
         lattice: bool = False,
         gc_records: int = GC_MIN_RECORDS,
+        lattice_beam: float = 8.0,
+        prune_interval: int = 25,
     ) -> CompiledPath:
         """1-best (and lattice data) of one utterance; ac: float32 [T, V] acoustic costs."""
         w = self._workspace()
         w.lattice = lattice
         boost = boost if boost is not None else np.zeros(0, np.float32)
         self.begin(w, boost, eps_limit, gc_records)
-        self.advance(w, ac, beam, max_active, min_active, beam_delta, boost, eps_limit)
+        self.advance(
+            w, ac, beam, max_active, min_active, beam_delta, boost, eps_limit, lattice_beam, prune_interval
+        )
         path = self.best(w)
         if lattice:
             path.lattice_arcs, path.lattice_nodes = w.lattice_data()
@@ -858,22 +878,23 @@ class CompiledSearch:
         eps_limit: int = 1 << 40,
         threads: int | None = None,
         lattice: bool = False,
+        lattice_beam: float = 8.0,
+        prune_interval: int = 25,
     ) -> list[CompiledPath]:
         """Decode utterances on `threads` workers (default: the search's), longest first."""
         self.ensure_compiled()
         threads = threads or self.threads
         args = (beam, max_active, min_active, beam_delta)
+        lat = {"lattice": lattice, "lattice_beam": lattice_beam, "prune_interval": prune_interval}
         if threads <= 1 or len(acs) <= 1:
-            return [
-                self.decode_one(a, *args, b, eps_limit, lattice) for a, b in zip(acs, boosts, strict=True)
-            ]
+            return [self.decode_one(a, *args, b, eps_limit, **lat) for a, b in zip(acs, boosts, strict=True)]
         if self._pool is None or self._pool._max_workers != threads:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
             self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wfst-compiled")
         order = sorted(range(len(acs)), key=lambda i: -acs[i].shape[0])
         futures = {
-            i: self._pool.submit(self.decode_one, acs[i], *args, boosts[i], eps_limit, lattice) for i in order
+            i: self._pool.submit(self.decode_one, acs[i], *args, boosts[i], eps_limit, **lat) for i in order
         }
         return [futures[i].result() for i in range(len(acs))]
 

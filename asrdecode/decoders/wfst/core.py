@@ -44,7 +44,10 @@ and a CUDA graph per shape is reused). Counted in ``stats["syncs"]``; see the RE
 Every kept token gets a *record* (predecessor record, arc index, frame, cost) in `Backpointers`, a
 double-buffered device arena written by masked ``index_copy_`` at ids from a device counter and
 copied to host memory in one batched copy every ``host_copy_frames`` frames (pinned, non-blocking
-with ``pinned_copies`` on CUDA), so the device holds only the recent frames.
+with ``pinned_copies`` on CUDA), so the device holds only the recent frames. On the host, records
+no live token leads back to are garbage-collected (`TokenPassing.maybe_collect`), so memory is
+bounded on long utterances and streams. Lattice arcs and nodes (`LatticeArcs`) take the same
+route and are pruned at ``lattice_beam`` every ``prune_interval`` frames.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from asrdecode.decoders.wfst.lattice import LatticeStore
 from asrdecode.graph.format import DeviceGraph
 
 INF = float("inf")
@@ -133,6 +137,7 @@ class SearchOptions:
     pinned_copies: bool = False
     kernel: str = "torch"
     gc_records: int = 1 << 20  # back-pointer records before the first garbage collection
+    prune_interval: int = 25  # lattices: window pruning every this many frames (Kaldi's name; 0 = never)
 
 
 @dataclass
@@ -449,29 +454,32 @@ class SearchGraph:
 
 
 class LatticeArcs:
-    """Arcs kept for lattice generation and the token set of every frame (node costs), collected
-    as fixed-size device tensors with a keep mask and copied to host in batches (the mask is
-    applied there).
+    """Lattice data of the torch search: every arc that survived the search beam (utterance,
+    frame of the destination node, src state, dst state, arc index, acoustic cost; an emitting
+    arc goes from node (frame-1, src) to (frame, dst), an epsilon arc stays in its frame) and
+    every frame's token set (utterance, frame, state, forward cost), collected on the device as
+    fixed-size tensors with a keep mask and copied to the host in batches (the mask is applied
+    there). On the host they go to one `lattice.LatticeStore` per utterance (or stream: `keys`
+    maps the search's utterance positions to store keys) and are pruned there with the compiled
+    backend's kernel (`lattice.prune_window`, Kaldi's PruneForwardLinks) every `prune_interval`
+    frames, so host memory follows the lattice, not the search. The exact final pruning is
+    `lattice.build_lattice`."""
 
-    Every arc that survives the *search* beam is kept: a path within `lattice_beam` of the best
-    at the end may be far from the best at some frame, so lattice-beam pruning needs backward
-    costs and happens on the host at the end (lattice.build_lattice), like Kaldi's
-    PruneForwardLinks. (Periodic backward pruning during the search is not implemented: memory
-    grows with the number of expanded arcs of the utterance.)
-
-    arcs: utt, frame (of the destination node), src state, dst state, arc index, acoustic cost;
-    an emitting arc goes from node (frame-1, src) to (frame, dst), an epsilon arc stays in frame.
-    nodes: utt, frame, state, cost (forward cost = best path cost to the node).
-    """
-
-    ARC_FIELDS = ("utt", "frame", "src", "dst", "arc", "ac")
-    NODE_FIELDS = ("utt", "frame", "state", "cost")
-
-    def __init__(self, on_sync: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        graph: SearchGraph,
+        beam: float,
+        on_sync: Callable[[int], None] | None = None,
+    ) -> None:
+        self.g = graph
+        self.beam = beam
         self.on_sync = on_sync  # called with the number of blocking copies of a flush
         self._arcs: list[tuple[torch.Tensor, ...]] = []
         self._nodes: list[tuple[torch.Tensor, ...]] = []
-        self._host: dict[str, list[np.ndarray]] = {"arcs": [], "nodes": []}
+        self.keys: np.ndarray | None = None  # utterance position -> store key (None: the position)
+        self.stores: dict[int, LatticeStore] = {}
+        self.boosts: dict[int, np.ndarray] = {}  # store key -> word id -> boost cost (dense)
+        self._records: np.ndarray | None = None
 
     def add_arcs(self, keep: torch.Tensor, *cols: torch.Tensor) -> None:
         self._arcs.append((keep, *cols))
@@ -486,31 +494,50 @@ class LatticeArcs:
         del self._arcs[mark[0] :], self._nodes[mark[1] :]
 
     def flush(self) -> None:
-        for name, pending, fields in (
-            ("arcs", self._arcs, self.ARC_FIELDS),
-            ("nodes", self._nodes, self.NODE_FIELDS),
-        ):
-            if pending:
-                cols = [
-                    torch.cat([p[i] for p in pending]).to("cpu", copy=True).numpy()
-                    for i in range(len(fields) + 1)
-                ]
-                if self.on_sync is not None:
-                    self.on_sync(len(cols))
-                keep = cols[0]
-                self._host[name].append(np.rec.fromarrays([c[keep] for c in cols[1:]], names=list(fields)))
-                pending.clear()
+        """Copy the pending arcs and nodes to the host stores (one copy per column)."""
+        for pending, nodes in ((self._arcs, False), (self._nodes, True)):
+            if not pending:
+                continue
+            cols = [
+                torch.cat([p[i] for p in pending]).to("cpu", copy=True).numpy()
+                for i in range(len(pending[0]))
+            ]
+            if self.on_sync is not None:
+                self.on_sync(len(cols))
+            pending.clear()
+            keep = cols[0]
+            utt, rest = cols[1][keep], [c[keep] for c in cols[2:]]
+            order = np.argsort(utt, kind="stable")  # keeps the frame order within an utterance
+            utt, rest = utt[order], [c[order] for c in rest]
+            bounds = np.flatnonzero(np.diff(utt)) + 1
+            for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(utt)], strict=True):
+                if hi <= lo:
+                    continue
+                u = int(utt[lo])
+                key = int(self.keys[u]) if self.keys is not None else u
+                store = self.stores.setdefault(key, LatticeStore())
+                part = [c[lo:hi] for c in rest]
+                if nodes:
+                    store.add_nodes(part)
+                else:
+                    store.add_arcs(part)
 
-    def host(self) -> tuple[np.recarray | None, np.recarray | None]:
+    def prune(self) -> None:
+        """Window-prune every store (after a flush, at a frame boundary)."""
+        if self._records is None:
+            from asrdecode.decoders.wfst.compiled import graph_records
+
+            self._records = graph_records(self.g.graph)[1]
+        empty = np.zeros(0, np.float32)
+        for key, store in self.stores.items():
+            store.prune(self._records, self.boosts.get(key, empty), self.g.num_states, self.beam)
+
+    def take(self, key: int) -> tuple[np.recarray | None, np.recarray | None]:
+        """The arcs and nodes of one store (removed); (None, None) if it has none."""
         self.flush()
-        out = []
-        for name in ("arcs", "nodes"):
-            chunks = [c for c in self._host[name] if len(c)]
-            if len(chunks) > 1:
-                chunks = [np.concatenate(chunks).view(np.recarray)]
-            self._host[name] = chunks
-            out.append(chunks[0] if chunks else None)
-        return out[0], out[1]
+        store = self.stores.pop(key, None)
+        self.boosts.pop(key, None)
+        return store.data() if store is not None else (None, None)
 
 
 class CapturedStep:
@@ -604,7 +631,9 @@ class TokenPassing:
         self.lattice_beam = lattice_beam
         cuda = self.device.type == "cuda"
         self.backpointers = Backpointers(self.device, pinned=o.pinned_copies and cuda, on_sync=self._sync)
-        self.lattice: LatticeArcs | None = LatticeArcs(self._sync) if lattice_beam is not None else None
+        self.lattice: LatticeArcs | None = (
+            LatticeArcs(self.g, lattice_beam, self._sync) if lattice_beam is not None else None
+        )
         # lattices append per-frame tensors on the host side: those frames run eagerly
         self.runner = CapturedStep(o.cuda_graphs and cuda and self.lattice is None)
         self.kernel = o.kernel
@@ -623,6 +652,7 @@ class TokenPassing:
         self._low = dict.fromkeys(CAPACITIES, 0)  # frames in a row with a capacity 4x too large
         self._passes_per_sync = 1 if self.g.has_epsilons else 0
         self._frames_since_flush = 0
+        self._frames_since_prune = 0
         self._reserve_passes = 4  # epsilon passes' worth of records reserved per frame (doubles on need)
         self._aranges: dict[int, torch.Tensor] = {}
         self._bounds: dict[tuple[int, int], torch.Tensor] = {}
@@ -1069,6 +1099,12 @@ class TokenPassing:
         new, _ = self._drive(first, B, frames_ext, boost)
         self._record_nodes(new, frames_ext)
         self._frames_since_flush += 1
+        if self.lattice is not None and self.options.prune_interval > 0:
+            self._frames_since_prune += 1
+            if self._frames_since_prune >= self.options.prune_interval:
+                self.flush()
+                self.lattice.prune()
+                self._frames_since_prune = 0
         return new
 
     def retire(self, tok: TokenBuffer, utts: list[int]) -> tuple[Tokens, TokenBuffer]:

@@ -23,11 +23,20 @@ compiled with numba for CPUs (`asrdecode.decoders.wfst.compiled`: one utterance 
 spread over ``decoder.threads`` worker threads); ``auto`` (default) picks ``compiled`` when the
 log-probs are on the CPU and ``torch`` otherwise. Both return results through the same path
 (words, word times, tokens, scores; same costs to float rounding), and the same lattice data
-(arcs within the search beam and every frame's tokens) for lattices and n-best.
+(arcs within the search beam and every frame's tokens, window-pruned at ``lattice_beam`` every
+``prune_interval`` frames by the same kernel) for lattices and n-best.
+
+Lattices (``decoder.lattice`` or ``nbest > 1``; `asrdecode.decoders.wfst.lattice`): the exact
+lattice-beam pruning gives a state-level lattice, determinized in the lattice semiring into a
+word lattice in Kaldi's CompactLattice form (``DecodeResult.lattice``, a `CompactLattice`: graph
+and acoustic cost and the unit string per word arc, so word start/end frames); n-best = the n
+best paths of that deterministic word lattice. Its 1-best is the decoder's 1-best.
 
 Streaming (paper 001 sec. 3.1): `init_streams`, `decode_chunk`, `finalize`; each stream's tokens
 are saved in a state buffer between chunks (gather by stream id, scatter back), so chunked
-decoding equals offline decoding frame for frame.
+decoding equals offline decoding frame for frame; `finalize` gives the same n-best and lattices
+as offline decoding. Back-pointer records no live token leads back to are garbage-collected
+(both backends), so memory stays bounded on long streams.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ import torch
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions, TokenPassing, Tokens
 from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
-from asrdecode.decoders.wfst.lattice import build_lattice
+from asrdecode.decoders.wfst.lattice import CompactLattice, build_lattice, determinize
 from asrdecode.errors import ConfigError, GraphError
 from asrdecode.graph.format import DeviceGraph, find_graph_file
 from asrdecode.models.base import ModelOutput
@@ -62,13 +71,15 @@ class WfstConfig:
     lexicon: `word unit unit ...` file used only to split the 1-best units into words for word
       times (default: lexicon.txt in the graph folder if present).
     beam, max_active, min_active, beam_delta: Kaldi FasterDecoder pruning (see core.cutoff).
-    lattice_beam: reserved for lattice generation (tokens kept within this of the best).
+    lattice_beam: lattices keep every arc on a path within this cost of the best path (Kaldi's
+      --lattice-beam); prune_interval: the search's lattice arcs are pruned every this many
+      frames (Kaldi's --prune-interval; the result does not depend on it, memory does).
     acoustic_scale: multiplies the model log-probs. blank_penalty: subtracted from the blank
       log-prob before scaling (NeMo/riva name).
     word_insertion_penalty: cost added to every arc that outputs a word (Kaldi's
       `--word-ins-penalty`; pocketsphinx's `wip` maps to -ln(wip) * acoustic_scale).
     nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
-    lattice: keep lattices (DecodeResult.lattice = a `StateLattice`; see wfst/lattice.py).
+    lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
     boost: global word boosts, word -> log-score bonus (positive favours the word; paper 001
       sec. 3.2 recommends at most half the beam). Per-utterance boosts come in
       ``ModelOutput.extra["boost"]`` (a list with one dict or None per utterance).
@@ -92,6 +103,7 @@ class WfstConfig:
     min_active: int = 200
     beam_delta: float = 0.5
     lattice_beam: float = 8.0
+    prune_interval: int = 25
     acoustic_scale: float = 1.0
     blank_penalty: float = 0.0
     word_insertion_penalty: float = 0.0
@@ -127,7 +139,18 @@ class WfstConfig:
             cuda_graphs=self.cuda_graphs and cuda,
             pinned_copies=self.pinned_copies and cuda,
             kernel=kernel,
+            prune_interval=self.prune_interval,
         )
+
+
+def dense_boost(table: dict[int, float]) -> np.ndarray:
+    """word id -> cost table as a dense float32 array (empty when there are no boosts)."""
+    if not table:
+        return np.zeros(0, dtype=np.float32)
+    arr = np.zeros(max(table) + 1, dtype=np.float32)
+    for wid, c in table.items():
+        arr[wid] = c
+    return arr
 
 
 def _read_words(path: Path) -> dict[int, str]:
@@ -365,8 +388,9 @@ class WfstDecoder:
         eps_limit = max(c.max_epsilon_passes, 1) * max(self.graph_cpu.num_states, 1024)
         want_lattice = c.lattice or c.nbest > 1
         paths = search.decode_batch(
-            acs, boosts, c.beam, c.max_active, c.min_active, c.beam_delta, eps_limit, lattice=want_lattice
-        )
+            acs, boosts, c.beam, c.max_active, c.min_active, c.beam_delta, eps_limit,
+            lattice=want_lattice, lattice_beam=c.lattice_beam, prune_interval=c.prune_interval,
+        )  # fmt: skip
         self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
         results = [
             self._path_result(p.arcs, p.frames, p.total, p.reached_final, tables[b], blank, shift)
@@ -412,6 +436,8 @@ class WfstDecoder:
         search = TokenPassing(
             graph, self._search_options(device), self.config.lattice_beam if want_lattice else None
         ).inherit(self._tuning.get(str(device)))
+        if search.lattice is not None:
+            search.lattice.boosts = {b: dense_boost(t) for b, t in enumerate(tables) if t}
         tok = search.init(B, boost=boost)
         done: list[Tokens] = []
         ends: dict[int, list[int]] = {}
@@ -434,14 +460,7 @@ class WfstDecoder:
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
             assert search.lattice is not None
-            arcs, nodes = search.lattice.host()
-            data = [
-                (
-                    arcs[arcs.utt == b] if arcs is not None else None,
-                    nodes[nodes.utt == b] if nodes is not None else None,
-                )
-                for b in range(B)
-            ]
+            data = [search.lattice.take(b) for b in range(B)]
             self._attach_lattices(data, results, [min(n, T) for n in lengths], tables)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
@@ -455,32 +474,49 @@ class WfstDecoder:
         results: list[DecodeResult],
         lengths: list[int],
         tables: list[dict],
+        not_final: list[int] | None = None,
     ) -> None:
-        """Lattice (and n-best) of each utterance from its search arcs and nodes (either backend)."""
+        """Word lattice (and n-best) of each utterance from its search arcs and nodes (either
+        backend): exact lattice-beam pruning, then determinization (wfst/lattice.py)."""
+        not_final = self._not_final if not_final is None else not_final
+        # search arcs kept until the end (after window pruning): the lattice's memory
+        self.last_info["lattice_search_arcs"] = sum(len(a) for a, _ in data if a is not None)
         density = []
         for b, res in enumerate(results):
-            a, n = data[b]
-            lat = build_lattice(
-                a,
-                n,
-                lengths[b],
-                self.graph_cpu.start,
-                self.h_ilabel,
-                self.h_olabel,
-                self.h_weight,
-                self.h_final,
-                tables[b],
-                b not in self._not_final,
-                self.config.lattice_beam,
-                self.words,
-            )
-            res.lattice = lat
-            if lat is not None and self.config.nbest > 1:
-                res.nbest = [(w, -c) for w, c in lat.nbest(self.config.nbest)]
+            lat = self.word_lattice(data[b], lengths[b], tables[b], b not in not_final)
+            if self.config.lattice:
+                res.lattice = lat
+            if self.config.nbest > 1:
+                res.nbest = [(w, -c) for w, c in lat.nbest(self.config.nbest)] if lat is not None else []
             if lat is not None and self.config.lattice:
                 density.append(lat.density())
         if density:
             self.last_info["lattice_density"] = sum(density) / len(density)
+
+    def word_lattice(
+        self,
+        data: tuple[np.recarray | None, np.recarray | None],
+        num_frames: int,
+        boost: dict[int, float],
+        reached_final: bool,
+    ) -> CompactLattice | None:
+        """The CompactLattice of one utterance from its search arcs and nodes."""
+        arcs, nodes = data
+        lat = build_lattice(
+            arcs,
+            nodes,
+            num_frames,
+            self.graph_cpu.start,
+            self.h_ilabel,
+            self.h_olabel,
+            self.h_weight,
+            self.h_final,
+            boost,
+            reached_final,
+            self.config.lattice_beam,
+            self.words,
+        )
+        return determinize(lat) if lat is not None else None
 
     def _results(
         self,
@@ -609,16 +645,19 @@ class WfstDecoder:
         """Open `count` new streams (optionally with per-stream word boosts); returns their ids.
 
         All streams of a decoder share one state buffer on `device` (set by the first call,
-        default CPU); lattices are not kept for streams (1-best and partial hypotheses only).
-        With the compiled backend each stream keeps its own search workspace."""
+        default CPU); with lattices (``lattice`` or ``nbest > 1``) each stream also keeps its
+        lattice arcs, window-pruned as offline, for `finalize`. With the compiled backend each
+        stream keeps its own search workspace."""
         if self._stream_backend is None:
             self._stream_backend = self.backend_for(torch.device(device or "cpu"))
         if self._stream_backend == "compiled":
             return self._init_streams_compiled(count, boost)
         if self._stream_search is None:
+            c = self.config
             self._stream_search = TokenPassing(
                 self.graph_on(torch.device(device or "cpu")),
                 self._search_options(torch.device(device or "cpu")),
+                c.lattice_beam if c.lattice or c.nbest > 1 else None,
             )
             self._stream_tokens = Tokens.empty(self._stream_search.device)
         ids = list(range(self._next_stream, self._next_stream + count))
@@ -626,11 +665,17 @@ class WfstDecoder:
         for i, sid in enumerate(ids):
             self._streams[sid] = _Stream(boost=(boost[i] if boost else None))
         search = self._stream_search
+        tables, boost_table = self._stream_boost(ids, search.device)
+        if search.lattice is not None:
+            search.lattice.keys = np.array(ids)
+            search.lattice.boosts.update({i: dense_boost(t) for i, t in zip(ids, tables, strict=True) if t})
         start = search.init(
             count,
             frames=torch.full((count,), -1, dtype=torch.int64, device=search.device),
-            boost=self._stream_boost(ids, search.device)[1],
+            boost=boost_table,
         ).compact()
+        if search.lattice is not None:
+            search.lattice.flush()
         start.utt = torch.tensor(ids, device=search.device)[start.utt]
         self._stream_tokens = self._sorted(Tokens.cat([self._stream_tokens, start]))
         return ids
@@ -690,6 +735,8 @@ class WfstDecoder:
         tok, mask = self._gather(stream_ids)
         buf = search.load(tok, b)
         parked: list[Tokens] = []
+        if search.lattice is not None:
+            search.lattice.keys = np.array(stream_ids)
         for t in range(Tc):
             stop = [i for i in range(b) if lens[i] == t]
             if stop:
@@ -701,6 +748,8 @@ class WfstDecoder:
             buf = search.step(buf, ac[:, t], frames, boost)
             search.maybe_collect([buf, *parked, self._stream_tokens])
         tok = self._sorted(Tokens.cat([buf.compact(), *parked]))
+        if search.lattice is not None:
+            search.lattice.flush()  # under this chunk's stream ids
         for i, s in enumerate(stream_ids):
             self._streams[s].frames += min(lens[i], Tc)
         self._scatter(stream_ids, mask, tok)
@@ -710,23 +759,35 @@ class WfstDecoder:
         return self._results(search, tok, b, tables, blank, shift, use_final=False)
 
     def finalize(self, stream_ids: list[int], frame_shift: float | None = None) -> list[DecodeResult]:
-        """Final results (with final costs) of the given streams; their state is released."""
+        """Final results (with final costs) of the given streams, with n-best and lattices as
+        offline decoding gives them; their state is released."""
         if self._stream_backend == "compiled":
             return self._stream_results_compiled(stream_ids, frame_shift, final=True)
         search = self._stream_search
         if search is None:
             raise RuntimeError("call init_streams first")
+        for s in stream_ids:
+            if s not in self._streams:
+                raise KeyError(f"unknown or finalized stream {s}")
         tables, _ = self._stream_boost(stream_ids, search.device)
         tok, mask = self._gather(stream_ids)
         shift = (
             frame_shift if frame_shift is not None else (self.context.frame_shift if self.context else 1.0)
         )
         results = self._results(search, tok, len(stream_ids), tables, self._blank_column(None), shift)
+        if search.lattice is not None:
+            data = [search.lattice.take(s) for s in stream_ids]
+            frames = [self._streams[s].frames for s in stream_ids]
+            self._attach_lattices(data, results, frames, tables)
         assert self._stream_tokens is not None
         self._stream_tokens = self._stream_tokens.select(~mask)
         for s in stream_ids:
             del self._streams[s]
         return results
+
+    @property
+    def _want_lattice(self) -> bool:
+        return self.config.lattice or self.config.nbest > 1
 
     # ------------------------------------------------------------------ streaming, compiled backend
     def _eps_limit(self) -> int:
@@ -739,7 +800,7 @@ class WfstDecoder:
         ids = list(range(self._next_stream, self._next_stream + count))
         self._next_stream += count
         for i, sid in enumerate(ids):
-            st = _Stream(boost=(boost[i] if boost else None), workspace=Workspace())
+            st = _Stream(boost=(boost[i] if boost else None), workspace=Workspace(self._want_lattice))
             st.boost_ids = self._boosts([st.boost], 1)[0][0]
             st.boost_array = search.boost_array(st.boost_ids)
             search.begin(st.workspace, st.boost_array, self._eps_limit())
@@ -765,7 +826,7 @@ class WfstDecoder:
             n = min(lens[i], Tc)
             search.advance(
                 st.workspace, ac[i, :n], c.beam, c.max_active, c.min_active, c.beam_delta,
-                st.boost_array, self._eps_limit(),
+                st.boost_array, self._eps_limit(), c.lattice_beam, c.prune_interval,
             )  # fmt: skip
             st.frames += n
         return self._stream_results_compiled(stream_ids, frame_shift, final=False)
@@ -791,6 +852,11 @@ class WfstDecoder:
                 if p.found
                 else DecodeResult(words=[], score=float("-inf"))
             )
+        if final and self._want_lattice:
+            data = [self._streams[s].workspace.lattice_data() for s in stream_ids]
+            frames = [self._streams[s].frames for s in stream_ids]
+            tables = [self._streams[s].boost_ids for s in stream_ids]
+            self._attach_lattices(data, results, frames, tables)
         if final:
             for s in stream_ids:
                 del self._streams[s]

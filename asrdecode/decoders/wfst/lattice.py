@@ -1,113 +1,361 @@
-"""Lattices of the `wfst` decoder: state-level lattices from the search, word lattices, n-best.
+"""Lattices of the `wfst` decoder: lattice-beam pruning, state lattices, word lattices, n-best.
 
-During the search (`core.TokenPassing` with ``lattice_beam``) every expanded arc whose cost is
-within ``lattice_beam`` of its frame's best is kept with its source and destination *node*
-(frame, graph state), together with every frame's final token set (node forward costs). This is
-the exact-lattice idea of the Kaldi CUDA decoder (prior-art D.1: tokens are arc instantiations,
-recombined tokens keep their extra predecessors) without a per-token linked list.
+Kaldi-style exact lattice generation (prior-art D.1; Kaldi's LatticeFasterDecoder) in three steps:
 
-On the host, per utterance (`build_lattice`):
+1. **During the search** both backends keep every arc that survives the search beam (source and
+   destination *node* = (frame, graph state), graph arc, acoustic cost) and every frame's token
+   set after the epsilon closure (node forward costs ``alpha``), per utterance. Every
+   ``prune_interval`` frames (Kaldi's default 25) they are pruned with `prune_window`, Kaldi's
+   PruneForwardLinks / PruneActiveTokens: backward costs to the newest frame, where each node
+   ends with cost ``-alpha`` (any current token may still be on the best path), so an arc's
+   *window extra cost* ``alpha[src] + cost + beta[dst]`` is a lower bound of its extra cost over
+   the final best path; arcs above ``lattice_beam`` (+ a float slack) can never be in the final
+   lattice and are dropped, with the nodes no arc uses any more. Memory is then proportional to
+   the lattice, not to the search. The compiled backend prunes inside its numba frame loop, the
+   torch backend on its host copies (`LatticeStore`), with the same kernel; the final lattice
+   does not depend on when (or whether) this happened.
+2. **At the end** (`build_lattice`) the exact forward-backward pruning with final costs: backward
+   costs ``beta`` frame by frame (epsilon arcs of a frame relaxed to a fixed point, then the
+   emitting arcs into the frame), final costs at the last frame (if the search reached a final
+   state; otherwise every last-frame node ends with cost 0, as Kaldi's fallback); keep arcs with
+   ``alpha[src] + arc + beta[dst] <= best + lattice_beam``. The result is a `StateLattice`
+   (Kaldi's raw state-level ``Lattice``: ilabel, olabel, graph cost, acoustic cost per arc), with
+   nodes numbered canonically (frame, then state) and arcs sorted, so both backends give the
+   same object.
+3. **Word lattice** (`determinize`): Kaldi's pruned lattice determinization in the lattice
+   semiring — weights (graph cost, acoustic cost, unit string), ``⊕`` = the lower total cost —
+   into a `CompactLattice`: deterministic on words, for each word sequence the best path's graph
+   and acoustic cost and its unit alignment (one graph ilabel per frame; word start/end frames
+   follow from the string lengths as in Kaldi's CompactLatticeStateTimes). Non-word arcs are
+   first collapsed into word arcs between word-arc destinations (their best path per pair, which
+   keeps every word sequence's best path), then subsets of (node, residual weight) are built with
+   the common string prefix emitted as early as possible; subsets whose best continuation is
+   more than ``lattice_beam`` worse than the best path are not expanded, and a final
+   forward-backward pass drops arcs on no path within the beam.
 
-1. backward costs ``beta`` frame by frame (epsilon arcs of a frame relaxed to a fixed point, then
-   the emitting arcs into the frame), final costs at the last frame (if the search reached a
-   final state; otherwise every last-frame node ends with cost 0, as Kaldi's fallback);
-2. forward-backward pruning: keep arcs with ``alpha[src] + arc + beta[dst] <= best + lattice_beam``
-   (Kaldi's lattice-beam pruning);
-3. the result is a `StateLattice`: arcs with (ilabel, olabel, graph cost, acoustic cost). Its word
-   lattice is the olabel acceptor with total costs, epsilon-removed, determinized and minimized
-   with kaldifst (tropical semiring); n-best = n shortest paths of the word lattice.
-
-Writers: Kaldi text lattices (``lat.ark,t`` style, state-level, ``graph,acoustic`` weights) and
-OpenFst binary word lattices.
+Writers: one Kaldi text archive for all utterances (`CompactLattice.to_kaldi_text`, ``lat.ark,t``
+style: ``utt-id``, ``src dst word graph,acoustic,u1_u2_...`` per arc, ``state graph,acoustic,units``
+per final state, blank line) and OpenFst binary word acceptors with total costs.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
+
+# window pruning keeps arcs up to lattice_beam + slack: float32 token costs against float64 sums
+# along the arcs (a bound of their rounding differences, so pruning never changes the result)
+WINDOW_SLACK = 0.05
+WINDOW_SLACK_REL = 2e-5
+
+
+@numba.njit(cache=True, nogil=True)
+def _node_index(skey: np.ndarray, order: np.ndarray, key: int) -> int:
+    pos = np.searchsorted(skey, key)
+    if pos < skey.shape[0] and skey[pos] == key:
+        return order[pos]
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def prune_window(
+    arcs, boost, num_states, last_frame, beam,
+    node_frame, node_state, node_cost, n_nodes,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
+):  # fmt: skip
+    """Kaldi PruneForwardLinks over the kept lattice of one utterance up to `last_frame` (see the
+    module docstring, step 1); compacts the node and arc arrays in place (order kept) and returns
+    (nodes kept, arcs kept). Arcs are in non-decreasing frame order; `arcs` is the graph's arc
+    record array (column, olabel, nextstate, weight), `boost` the word-id -> cost array."""
+    S = np.int64(num_states)
+    if n_nodes == 0:
+        return 0, 0
+    key = np.empty(n_nodes, np.int64)
+    for i in range(n_nodes):
+        key[i] = (np.int64(node_frame[i]) + 1) * S + node_state[i]
+    order = np.argsort(key, kind="mergesort")
+    skey = key[order]
+    beta = np.full(n_nodes, np.inf)
+    best_end = np.inf
+    for i in range(n_nodes):
+        if node_frame[i] == last_frame:
+            beta[i] = -np.float64(node_cost[i])
+            best_end = min(best_end, np.float64(node_cost[i]))
+    src = np.empty(n_arcs, np.int64)
+    dst = np.empty(n_arcs, np.int64)
+    cost = np.empty(n_arcs, np.float64)
+    emit = np.empty(n_arcs, np.bool_)
+    n_boost = boost.shape[0]
+    for p in range(n_arcs):
+        a = lat_arc[p]
+        e = arcs[a].column >= 0
+        emit[p] = e
+        f = np.int64(lat_frame[p])
+        src[p] = _node_index(skey, order, (f - (1 if e else 0) + 1) * S + lat_src[p])
+        dst[p] = _node_index(skey, order, (f + 1) * S + lat_dst[p])
+        c = np.float64(arcs[a].weight) + np.float64(lat_ac[p])
+        ol = arcs[a].olabel
+        if ol > 0 and ol < n_boost:
+            c += np.float64(boost[ol])
+        cost[p] = c
+    # backward costs, frame by frame from the newest (arcs of a frame are contiguous)
+    p_end = n_arcs
+    while p_end > 0:
+        f = lat_frame[p_end - 1]
+        p0 = p_end - 1
+        while p0 > 0 and lat_frame[p0 - 1] == f:
+            p0 -= 1
+        for _ in range(p_end - p0 + 1):  # epsilon arcs of the frame to a fixed point
+            changed = False
+            for p in range(p_end - 1, p0 - 1, -1):
+                if not emit[p] and src[p] >= 0 and dst[p] >= 0:
+                    c = cost[p] + beta[dst[p]]
+                    if c < beta[src[p]]:
+                        beta[src[p]] = c
+                        changed = True
+            if not changed:
+                break
+        for p in range(p0, p_end):  # emitting arcs into the frame
+            if emit[p] and src[p] >= 0 and dst[p] >= 0:
+                c = cost[p] + beta[dst[p]]
+                if c < beta[src[p]]:
+                    beta[src[p]] = c
+        p_end = p0
+    limit = beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best_end)
+    used = np.zeros(n_nodes, np.bool_)
+    for i in range(n_nodes):
+        used[i] = node_frame[i] == last_frame
+    k = 0
+    for p in range(n_arcs):
+        s = src[p]
+        d = dst[p]
+        if s < 0 or d < 0:
+            continue
+        if np.float64(node_cost[s]) + cost[p] + beta[d] <= limit:
+            used[s] = True
+            used[d] = True
+            lat_frame[k] = lat_frame[p]
+            lat_src[k] = lat_src[p]
+            lat_dst[k] = lat_dst[p]
+            lat_arc[k] = lat_arc[p]
+            lat_ac[k] = lat_ac[p]
+            k += 1
+    m = 0
+    for i in range(n_nodes):
+        if used[i]:
+            node_frame[m] = node_frame[i]
+            node_state[m] = node_state[i]
+            node_cost[m] = node_cost[i]
+            m += 1
+    return m, k
+
+
+ARC_FIELDS = ("frame", "src", "dst", "arc", "ac")
+ARC_DTYPES = (np.int32, np.int32, np.int32, np.int32, np.float32)
+NODE_FIELDS = ("frame", "state", "cost")
+NODE_DTYPES = (np.int32, np.int32, np.float32)
+
+
+class LatticeStore:
+    """The lattice arcs and nodes of one utterance or stream on the host (torch backend), in
+    growable arrays with the compiled backend's dtypes, pruned in place by `prune_window`."""
+
+    def __init__(self) -> None:
+        self.arcs = [np.empty(0, dt) for dt in ARC_DTYPES]
+        self.nodes = [np.empty(0, dt) for dt in NODE_DTYPES]
+        self.n_arcs = 0
+        self.n_nodes = 0
+
+    @staticmethod
+    def _append(cols: list[np.ndarray], n: int, new: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+        k = len(new[0])
+        if n + k > len(cols[0]):
+            cap = max(2 * len(cols[0]), n + k, 256)
+            grown = []
+            for c in cols:
+                g = np.empty(cap, c.dtype)
+                g[:n] = c[:n]
+                grown.append(g)
+            cols = grown
+        for c, x in zip(cols, new, strict=True):
+            c[n : n + k] = x
+        return cols, n + k
+
+    def add_arcs(self, cols: list[np.ndarray]) -> None:
+        self.arcs, self.n_arcs = self._append(self.arcs, self.n_arcs, cols)
+
+    def add_nodes(self, cols: list[np.ndarray]) -> None:
+        self.nodes, self.n_nodes = self._append(self.nodes, self.n_nodes, cols)
+
+    def prune(self, arc_records: np.ndarray, boost: np.ndarray, num_states: int, beam: float) -> None:
+        """Window pruning up to the newest frame of this store (see the module docstring)."""
+        if not self.n_nodes:
+            return
+        last = int(self.nodes[0][: self.n_nodes].max())
+        self.n_nodes, self.n_arcs = prune_window(
+            arc_records, boost, num_states, last, float(beam),
+            *self.nodes, self.n_nodes, *self.arcs, self.n_arcs,
+        )  # fmt: skip
+
+    def data(self) -> tuple[np.recarray, np.recarray]:
+        """Copies of the arcs and nodes (the fields `build_lattice` reads)."""
+        arcs = np.rec.fromarrays([c[: self.n_arcs].copy() for c in self.arcs], names=list(ARC_FIELDS))
+        nodes = np.rec.fromarrays([c[: self.n_nodes].copy() for c in self.nodes], names=list(NODE_FIELDS))
+        return arcs, nodes
 
 
 @dataclass
 class StateLattice:
-    """A pruned state-level lattice of one utterance (arcs in topological-ish frame order).
+    """A pruned state-level lattice of one utterance (Kaldi's raw ``Lattice``).
 
-    src, dst: node ids (0 = start); ilabel (graph input label, column + 1, 0 = epsilon), olabel
-    (word id, 0 = none); graph, acoustic: costs of each arc; final: node id -> final cost.
+    Nodes 0..num_nodes-1 in (frame, state) order (node 0 = the start); node_frame / node_state:
+    each node's frame (-1 = before the first frame) and graph state. Arcs sorted by (src, dst,
+    graph arc): src, dst, arc (graph arc index), ilabel (graph input label, column + 1, 0 =
+    epsilon), olabel (word id, 0 = none), graph, acoustic (costs of the arc; graph includes the
+    word boost). final: node id -> final cost (graph part; acoustic 0).
     """
 
     num_nodes: int
     src: np.ndarray
     dst: np.ndarray
+    arc: np.ndarray
     ilabel: np.ndarray
     olabel: np.ndarray
     graph: np.ndarray
     acoustic: np.ndarray
     final: dict[int, float]
+    node_frame: np.ndarray
+    node_state: np.ndarray
     num_frames: int
     words: dict[int, str]
     beam: float = 8.0
-    _word: Any = None
+    alpha: np.ndarray | None = None  # forward cost of each node (the search's token cost)
+    beta: np.ndarray | None = None  # backward cost of each node (with final costs)
 
     @property
     def num_arcs(self) -> int:
         return int(len(self.src))
 
     def to_kaldi_text(self, utt_id: str) -> str:
-        """Kaldi text lattice (`lattice-copy ... ark,t:` of a state-level Lattice): `utt-id`, then
-        `src dst ilabel olabel graph,acoustic` per arc, `state graph,acoustic` per final state."""
+        """Kaldi text form of a state-level ``Lattice``: `utt-id`, then `src dst ilabel olabel
+        graph,acoustic` per arc and `node graph,acoustic` per final node, then a blank line."""
         lines = [utt_id]
         for i in range(self.num_arcs):
             lines.append(
                 f"{self.src[i]} {self.dst[i]} {self.ilabel[i]} {self.olabel[i]} "
-                f"{self.graph[i]:.6g},{self.acoustic[i]:.6g}"
+                f"{_num(self.graph[i])},{_num(self.acoustic[i])}"
             )
         for s, w in sorted(self.final.items()):
-            lines.append(f"{s} {w:.6g},0")
+            lines.append(f"{s} {_num(w)},0")
         return "\n".join(lines) + "\n\n"
 
-    def word_fst(self, beam: float | None = None, max_states: int = 200000) -> Any:
-        """Word lattice: olabel acceptor with total costs, rmepsilon + pruned determinize + minimize.
 
-        Determinization is pruned at `beam` (default: the lattice beam) over the best path and
-        capped at `max_states`, as Kaldi's determinize-lattice-pruned, because determinizing a
-        wide lattice can blow up exponentially."""
-        if self._word is not None and beam is None:
-            return self._word
+def _num(x: float) -> str:
+    return f"{float(x):.8g}"
+
+
+@dataclass
+class CompactLattice:
+    """A word lattice of one utterance in Kaldi's CompactLattice form: deterministic on words,
+    each arc (src, dst, word, graph cost, acoustic cost, units) where units are the graph input
+    labels of the frames the arc covers (one per frame, epsilons dropped). State 0 is the start;
+    final: state -> (graph, acoustic, units). times[s] = frames before state s, so an arc covers
+    frames [times[src], times[src] + len(units)). `state_lattice` is what it was made from."""
+
+    num_states: int
+    src: np.ndarray
+    dst: np.ndarray
+    word: np.ndarray
+    graph: np.ndarray
+    acoustic: np.ndarray
+    units: list[tuple[int, ...]]
+    final: dict[int, tuple[float, float, tuple[int, ...]]]
+    times: np.ndarray
+    num_frames: int
+    words: dict[int, str]
+    beam: float = 8.0
+    state_lattice: StateLattice | None = None
+    _fst: Any = field(default=None, repr=False)
+
+    @property
+    def num_arcs(self) -> int:
+        return int(len(self.src))
+
+    def density(self) -> float:
+        """Arcs per frame (Kaldi's lattice density)."""
+        return self.num_arcs / max(self.num_frames, 1)
+
+    def word_arcs(self) -> list[tuple[int, int, str, int, int, float, float]]:
+        """(src, dst, word, start frame, end frame, graph, acoustic) of every arc, from the state
+        times (Kaldi CompactLatticeStateTimes; without word-boundary alignment the boundaries
+        sit where the graph puts its word labels)."""
+        out = []
+        for i in range(self.num_arcs):
+            start = int(self.times[self.src[i]])
+            out.append(
+                (
+                    int(self.src[i]),
+                    int(self.dst[i]),
+                    self.words.get(int(self.word[i]), str(int(self.word[i]))),
+                    start,
+                    start + len(self.units[i]),
+                    float(self.graph[i]),
+                    float(self.acoustic[i]),
+                )
+            )
+        return out
+
+    def to_kaldi_text(self, utt_id: str) -> str:
+        """One ``lat.ark,t`` entry (Kaldi's CompactLattice text form): `utt-id`, then `src dst word
+        graph,acoustic,u1_u2_...` per arc, `state graph,acoustic,units` per final state, a blank
+        line (the units part may be empty, the comma before it stays, as Kaldi writes it)."""
+        lines = [utt_id]
+        for i in range(self.num_arcs):
+            units = "_".join(map(str, self.units[i]))
+            lines.append(
+                f"{self.src[i]} {self.dst[i]} {self.word[i]} "
+                f"{_num(self.graph[i])},{_num(self.acoustic[i])},{units}"
+            )
+        for s in sorted(self.final):
+            g, a, units = self.final[s]
+            lines.append(f"{s} {_num(g)},{_num(a)},{'_'.join(map(str, units))}")
+        return "\n".join(lines) + "\n\n"
+
+    def word_fst(self) -> Any:
+        """The word acceptor with total costs (graph + acoustic) as a kaldifst StdVectorFst
+        (deterministic, like the lattice), for OpenFst tools and n-best."""
+        if self._fst is not None:
+            return self._fst
         import kaldifst
 
         fst = kaldifst.StdVectorFst()
-        for _ in range(max(self.num_nodes, 1)):
+        for _ in range(self.num_states):
             fst.add_state()
-        fst.start = 0
-        total = self.graph + self.acoustic
+        if self.num_states:
+            fst.start = 0
         for i in range(self.num_arcs):
-            o = int(self.olabel[i])
-            fst.add_arc(int(self.src[i]), kaldifst.StdArc(o, o, float(total[i]), int(self.dst[i])))
-        for s, w in self.final.items():
-            fst.set_final(s, w)
-        kaldifst.connect(fst)
-        if fst.num_states == 0:
-            return fst
-        kaldifst.rmepsilon(fst)
-        b = self.beam if beam is None else beam
-        det = kaldifst.determinize(fst, weight=str(b), nstate=max_states)
-        kaldifst.minimize(det)
-        if beam is None:
-            self._word = det
-        return det
+            w = int(self.word[i])
+            total = float(self.graph[i] + self.acoustic[i])
+            fst.add_arc(int(self.src[i]), kaldifst.StdArc(w, w, total, int(self.dst[i])))
+        for s, (g, a, _) in self.final.items():
+            fst.set_final(s, g + a)
+        self._fst = fst
+        return fst
 
     def nbest(self, n: int) -> list[tuple[list[str], float]]:
-        """Up to n distinct word sequences with their total cost, best first."""
+        """Up to n distinct word sequences with their total cost, best first (n shortest paths of
+        the deterministic word lattice)."""
         import kaldifst
 
-        word = self.word_fst()
-        if word.num_states == 0:
+        if self.num_states == 0 or not self.final:
             return []
-        paths = kaldifst.convert_nbest_to_vector(kaldifst.shortest_path(word, n=n))
+        paths = kaldifst.convert_nbest_to_vector(kaldifst.shortest_path(self.word_fst(), n=n))
         out = []
         for p in paths:
             ok, _, olabels, weight = kaldifst.get_linear_symbol_sequence(p)
@@ -116,30 +364,45 @@ class StateLattice:
         out.sort(key=lambda x: x[1])
         return out
 
-    def density(self) -> float:
-        """Word-lattice arcs per frame (Kaldi's lattice density)."""
-        import kaldifst
 
-        word = self.word_fst()
-        arcs = sum(1 for s in range(word.num_states) for _ in kaldifst.ArcIterator(word, s))
-        return arcs / max(self.num_frames, 1)
-
-
-def write_kaldi_text(path: str | Path, lattices: dict[str, StateLattice]) -> None:
-    """All lattices of a run into one `lat.ark,t`-style text file."""
-    with open(path, "w", encoding="utf-8") as fh:
+def write_kaldi_text(path: str | Path, lattices: dict[str, CompactLattice], append: bool = False) -> None:
+    """Lattices into one `lat.ark,t`-style text archive (appended with append=True)."""
+    with open(path, "a" if append else "w", encoding="utf-8") as fh:
         for utt, lat in lattices.items():
             fh.write(lat.to_kaldi_text(utt))
 
 
-def write_word_fst(path: str | Path, lattice: StateLattice) -> None:
-    """The determinized word lattice as an OpenFst binary file (`fstprint` reads it)."""
+def write_word_fst(path: str | Path, lattice: CompactLattice) -> None:
+    """The word lattice as an OpenFst binary acceptor with total costs (`fstprint` reads it)."""
     lattice.word_fst().write(str(path))
 
 
+def read_kaldi_text(text: str) -> dict[str, tuple[list[tuple], dict[int, tuple]]]:
+    """Parse a CompactLattice text archive: utt -> (arcs (src, dst, word, graph, acoustic, units),
+    finals state -> (graph, acoustic, units))."""
+    out: dict[str, tuple[list[tuple], dict[int, tuple]]] = {}
+    for block in text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line.strip()]
+        if not lines:
+            continue
+        arcs, finals = [], {}
+        for line in lines[1:]:
+            f = line.split()
+            g, a, units = f[-1].split(",")
+            w = (float(g), float(a), tuple(int(u) for u in units.split("_")) if units else ())
+            if len(f) == 4:
+                arcs.append((int(f[0]), int(f[1]), int(f[2]), *w))
+            elif len(f) == 2:
+                finals[int(f[0])] = w
+            else:
+                raise ValueError(f"lattice {lines[0]}: cannot parse line {line!r}")
+        out[lines[0].strip()] = (arcs, finals)
+    return out
+
+
 def build_lattice(
-    arcs: np.recarray,
-    nodes: np.recarray,
+    arcs: np.recarray | None,
+    nodes: np.recarray | None,
     num_frames: int,
     start_state: int,
     g_ilabel: np.ndarray,
@@ -151,7 +414,7 @@ def build_lattice(
     lattice_beam: float,
     words: dict[int, str],
 ) -> StateLattice | None:
-    """One utterance's pruned StateLattice from its search arcs and nodes (see module doc)."""
+    """One utterance's pruned StateLattice from its search arcs and nodes (module doc, step 2)."""
     if nodes is None or not len(nodes):
         return None
     S = int(len(g_final))
@@ -161,10 +424,9 @@ def build_lattice(
     node_frame = nodes.frame[order].astype(np.int64)
     n_nodes = len(node_key)
     if arcs is None:
-        arcs = np.rec.fromarrays(
-            [np.zeros(0, np.int64)] * 6, names=["utt", "frame", "src", "dst", "arc", "ac"]
-        )
-    emitting = g_ilabel[arcs.arc] > 0
+        arcs = np.rec.fromarrays([np.zeros(0, np.int64)] * 5, names=list(ARC_FIELDS))
+    arc_id = arcs.arc.astype(np.int64)
+    emitting = g_ilabel[arc_id] > 0
     src_frame = arcs.frame.astype(np.int64) - emitting
     skey = (src_frame + 1) * S + arcs.src
     dkey = (arcs.frame.astype(np.int64) + 1) * S + arcs.dst
@@ -177,12 +439,12 @@ def build_lattice(
     ok = (src >= 0) & (dst >= 0)
     # an improved token re-expands its epsilon arcs: keep one copy of each (src, dst, arc)
     if ok.any():
-        triple = np.stack([src, dst, arcs.arc.astype(np.int64)], axis=1)
+        triple = np.stack([src, dst, arc_id], axis=1)
         _, first = np.unique(triple, axis=0, return_index=True)
         dup = np.ones(len(ok), dtype=bool)
         dup[first] = False
         ok &= ~dup
-    src, dst, arc_id, ac = src[ok], dst[ok], arcs.arc[ok], arcs.ac[ok].astype(np.float64)
+    src, dst, arc_id, ac = src[ok], dst[ok], arc_id[ok], arcs.ac[ok].astype(np.float64)
     emitting, frame = emitting[ok], arcs.frame[ok].astype(np.int64)
     ol = g_olabel[arc_id]
     graph = g_weight[arc_id].astype(np.float64)
@@ -206,7 +468,7 @@ def build_lattice(
         if not len(group):
             continue
         eps = group[~emitting[group]]
-        for _ in range(1000):
+        for _ in range(len(eps) + 1):
             cand = cost[eps] + beta[dst[eps]]
             before = beta.copy()
             np.minimum.at(beta, src[eps], cand)
@@ -214,11 +476,12 @@ def build_lattice(
                 break
         em = group[emitting[group]]
         np.minimum.at(beta, src[em], cost[em] + beta[dst[em]])
-    best = float(np.min(alpha + fin)) if np.isfinite(alpha + fin).any() else math.inf
+    if not np.isfinite(alpha + fin).any():
+        return None  # no token survived to the last frame
+    best = float(np.min(alpha + fin))
     keep = alpha[src] + cost + beta[dst] <= best + lattice_beam + 1e-4
-    src, dst, ilabel, ol = src[keep], dst[keep], g_ilabel[arc_id][keep], ol[keep]
-    graph, ac = graph[keep], ac[keep]
-    # renumber: start node first, then kept nodes in node order
+    src, dst, arc_id, ol, graph, ac = src[keep], dst[keep], arc_id[keep], ol[keep], graph[keep], ac[keep]
+    # renumber: start node first, then kept nodes in (frame, state) order; arcs sorted
     start = lookup(np.array([0 * S + start_state]))[0]
     used = np.zeros(n_nodes, dtype=bool)
     used[src] = used[dst] = True
@@ -229,17 +492,266 @@ def build_lattice(
         ids = np.concatenate(([start], ids[ids != start]))
     new_id = np.full(n_nodes, -1, dtype=np.int64)
     new_id[ids] = np.arange(len(ids))
+    src, dst = new_id[src], new_id[dst]
+    order = np.lexsort((arc_id, dst, src))
     final = {int(new_id[i]): float(fin[i]) for i in np.flatnonzero(np.isfinite(fin) & used) if new_id[i] >= 0}
     return StateLattice(
         num_nodes=len(ids),
-        src=new_id[src],
-        dst=new_id[dst],
-        ilabel=ilabel.astype(np.int64),
-        olabel=ol.astype(np.int64),
-        graph=graph,
-        acoustic=ac,
+        src=src[order],
+        dst=dst[order],
+        arc=arc_id[order],
+        ilabel=g_ilabel[arc_id[order]].astype(np.int64),
+        olabel=ol[order].astype(np.int64),
+        graph=graph[order],
+        acoustic=ac[order],
         final=final,
+        node_frame=node_frame[ids],
+        node_state=node_key[ids] % S,
         num_frames=num_frames,
         words=words,
         beam=lattice_beam,
+        alpha=alpha[ids],
+        beta=beta[ids],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# word lattice: pruned determinization in the lattice semiring (module doc, step 3)
+
+_QUANT = 1e-4  # residual weights are compared (hashed) at this resolution, as Kaldi's delta
+
+
+def _better(a: tuple, b: tuple) -> bool:
+    """Lattice-semiring order of (graph, acoustic, units): lower total, then lower graph, then
+    shorter and smaller units (a total order, so ties never depend on arc order)."""
+    ta, tb = a[0] + a[1], b[0] + b[1]
+    if ta != tb:
+        return ta < tb
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    return (len(a[2]), a[2]) < (len(b[2]), b[2])
+
+
+def _collapse(lat: StateLattice, beam: float) -> tuple[list[int], dict[int, list[tuple]], dict[int, tuple]]:
+    """Word graph of a state lattice: for every *entry* node (the start and each word arc's
+    destination) the best non-word path to every node it reaches, joined with the word arcs
+    leaving those nodes. Returns (entries, entry -> [(word, dst entry, graph, acoustic, units)],
+    entry -> final (graph, acoustic, units)). A partial path from entry u to node y is followed
+    only while ``alpha[u] + cost + beta[y]`` is within `beam` of the best path (no complete path
+    through it could be), which keeps the word graph near the size of the lattice."""
+    n = lat.num_nodes
+    alpha = lat.alpha if lat.alpha is not None else np.zeros(n)
+    beta = lat.beta if lat.beta is not None else np.zeros(n)
+    best = float((alpha + beta).min()) if n else 0.0
+    limit = best + beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best)
+    out_arcs: list[list[int]] = [[] for _ in range(n)]
+    for i in range(lat.num_arcs):
+        out_arcs[int(lat.src[i])].append(i)
+    src_frame = lat.node_frame
+    entries = sorted({0} | {int(d) for d, o in zip(lat.dst, lat.olabel, strict=True) if o > 0})
+    word_arcs: dict[int, list[tuple]] = {}
+    finals: dict[int, tuple] = {}
+    # plain lists: element access on numpy arrays costs ~10x more in these loops
+    graph, acoustic = lat.graph.tolist(), lat.acoustic.tolist()
+    ilabel, olabel, dst = lat.ilabel.tolist(), lat.olabel.tolist(), lat.dst.tolist()
+    alpha, beta, src_frame = alpha.tolist(), beta.tolist(), src_frame.tolist()
+    final = lat.final
+    for u in entries:
+        base = alpha[u]
+        # best (graph, acoustic, units) from u over non-word arcs, nodes in (frame, state) order
+        label: dict[int, tuple] = {u: (0.0, 0.0, ())}
+        heap = [(src_frame[u], u)]
+        queued = {u}
+        arcs_u: list[tuple] = []
+        while heap:
+            _, x = heapq.heappop(heap)
+            queued.discard(x)
+            g0, a0, units0 = label[x]
+            for i in out_arcs[x]:
+                y = dst[i]
+                g, a = g0 + graph[i], a0 + acoustic[i]
+                if base + g + a + beta[y] > limit:
+                    continue
+                cand = (g, a, units0 + (ilabel[i],) if ilabel[i] > 0 else units0)
+                if olabel[i] > 0:
+                    arcs_u.append((olabel[i], y, *cand))
+                    continue
+                if y not in label or _better(cand, label[y]):
+                    label[y] = cand
+                    if y not in queued:
+                        queued.add(y)
+                        heapq.heappush(heap, (src_frame[y], y))
+        for x, (g, a, units) in label.items():
+            if x in final and base + g + a + final[x] <= limit:
+                cand = (g + final[x], a, units)
+                if u not in finals or _better(cand, finals[u]):
+                    finals[u] = cand
+        # one arc per (word, destination): the best (any other path of it is worse)
+        best_arc: dict[tuple[int, int], tuple] = {}
+        for w, v, g, a, units in arcs_u:
+            k = (w, v)
+            if k not in best_arc or _better((g, a, units), best_arc[k][2:]):
+                best_arc[k] = (w, v, g, a, units)
+        word_arcs[u] = [best_arc[k] for k in sorted(best_arc)]
+    return entries, word_arcs, finals
+
+
+def determinize(lat: StateLattice, beam: float | None = None, max_states: int = 100000) -> CompactLattice:
+    """Pruned lattice determinization into a `CompactLattice` (module doc, step 3); `beam`
+    defaults to the lattice beam, `max_states` caps the output (then the best states are kept)."""
+    beam = lat.beam if beam is None else beam
+    entries, word_arcs, finals = _collapse(lat, beam)
+    # backward costs on the word graph (best total cost to the end); the word graph is acyclic
+    # in node order except for same-frame epsilon-input word arcs: relax to a fixed point
+    back = {u: (finals[u][0] + finals[u][1]) if u in finals else math.inf for u in entries}
+    for _ in range(len(entries) + 1):
+        changed = False
+        for u in reversed(entries):
+            for _w, v, g, a, _units in word_arcs[u]:
+                c = g + a + back[v]
+                if c < back[u]:
+                    back[u] = c
+                    changed = True
+        if not changed:
+            break
+    best = back.get(0, math.inf)
+    if not math.isfinite(best):
+        return _empty(lat, beam)
+    limit = best + beam + 1e-4
+
+    def key_of(elements: list[tuple]) -> tuple:
+        return tuple((u, round(g / _QUANT), round(a / _QUANT), units) for u, g, a, units in elements)
+
+    start_elems = [(0, 0.0, 0.0, ())]
+    ids: dict[tuple, int] = {key_of(start_elems): 0}
+    subsets: list[list[tuple]] = [start_elems]
+    forward = [0.0]
+    heap = [(best, 0)]
+    done: set[int] = set()
+    out_arcs: list[tuple] = []  # (src, dst, word, graph, acoustic, units)
+    out_final: dict[int, tuple] = {}
+    while heap:
+        _, d = heapq.heappop(heap)
+        if d in done:
+            continue
+        done.add(d)
+        fwd = forward[d]
+        elems = subsets[d]
+        # final weight: the best element that ends here
+        for u, g, a, units in elems:
+            if u in finals:
+                fg, fa, funits = finals[u]
+                cand = (g + fg, a + fa, units + funits)
+                if fwd + cand[0] + cand[1] <= limit and (d not in out_final or _better(cand, out_final[d])):
+                    out_final[d] = cand
+        # transitions, word by word: the best (node, residual) per destination node
+        by_word: dict[int, dict[int, tuple]] = {}
+        for u, g, a, units in elems:
+            for w, v, ag, aa, aunits in word_arcs[u]:
+                cand = (g + ag, a + aa, units + aunits)
+                targets = by_word.setdefault(w, {})
+                if v not in targets or _better(cand, targets[v]):
+                    targets[v] = cand
+        for w in sorted(by_word):
+            targets = by_word[w]
+            top = min(targets.values(), key=lambda x: (x[0] + x[1], x[0], len(x[2]), x[2]))
+            strings = [t[2] for t in targets.values()]
+            k = 0
+            shortest = min(len(s) for s in strings)
+            while k < shortest and all(s[k] == strings[0][k] for s in strings):
+                k += 1
+            prefix = strings[0][:k]
+            new_elems = sorted((v, g - top[0], a - top[1], units[k:]) for v, (g, a, units) in targets.items())
+            arc_fwd = fwd + top[0] + top[1]
+            reach = min(g + a + back[v] for v, g, a, _ in new_elems)
+            if arc_fwd + reach > limit:
+                continue  # no word sequence within the beam continues here (pruned determinization)
+            key = key_of(new_elems)
+            e = ids.get(key)
+            if e is None:
+                if len(subsets) >= max_states:
+                    continue
+                e = ids[key] = len(subsets)
+                subsets.append(new_elems)
+                forward.append(arc_fwd)
+                heapq.heappush(heap, (arc_fwd + reach, e))
+            elif arc_fwd < forward[e] and e not in done:
+                forward[e] = arc_fwd
+                heapq.heappush(heap, (arc_fwd + reach, e))
+            out_arcs.append((d, e, w, top[0], top[1], prefix))
+    return _trim(out_arcs, out_final, len(subsets), lat, beam)
+
+
+def _empty(lat: StateLattice, beam: float) -> CompactLattice:
+    none = np.zeros(0, np.int64)
+    return CompactLattice(
+        0, none, none, none, np.zeros(0), np.zeros(0), [], {}, none, lat.num_frames, lat.words, beam, lat
+    )
+
+
+def _trim(
+    arcs: list[tuple], finals: dict[int, tuple], num_states: int, lat: StateLattice, beam: float
+) -> CompactLattice:
+    """Forward-backward pruning of the determinized lattice at `beam`, unreachable states removed,
+    states renumbered in topological (time, then discovery) order, arcs sorted by source."""
+    total = [g + a for _, _, _, g, a, _ in arcs]
+    fwd = [math.inf] * num_states
+    bwd = [math.inf] * num_states
+    fwd[0] = 0.0
+    by_src: list[list[int]] = [[] for _ in range(num_states)]
+    for i, (s, *_rest) in enumerate(arcs):
+        by_src[s].append(i)
+    for s, (g, a, _) in finals.items():
+        bwd[s] = g + a
+    for _ in range(num_states + 1):  # Bellman-Ford (the lattice is acyclic: a few rounds)
+        changed = False
+        for i, (s, d, *_rest) in enumerate(arcs):
+            if fwd[s] + total[i] < fwd[d]:
+                fwd[d] = fwd[s] + total[i]
+                changed = True
+            if total[i] + bwd[d] < bwd[s]:
+                bwd[s] = total[i] + bwd[d]
+                changed = True
+        if not changed:
+            break
+    best = bwd[0]
+    if not math.isfinite(best):
+        return _empty(lat, beam)
+    limit = best + beam + 1e-4
+    keep = [i for i in range(len(arcs)) if fwd[arcs[i][0]] + total[i] + bwd[arcs[i][1]] <= limit]
+    kept_finals = {s: w for s, w in finals.items() if fwd[s] + w[0] + w[1] <= limit}
+    # state times (frames before the state) and a topological numbering by (time, id)
+    times = {0: 0}
+    order_arcs = sorted(keep, key=lambda i: (arcs[i][0], arcs[i][1]))
+    adj: dict[int, list[int]] = {}
+    for i in order_arcs:
+        adj.setdefault(arcs[i][0], []).append(i)
+    stack = [0]
+    while stack:
+        s = stack.pop()
+        for i in adj.get(s, ()):
+            d = arcs[i][1]
+            if d not in times:
+                times[d] = times[s] + len(arcs[i][5])
+                stack.append(d)
+    used = sorted(times, key=lambda s: (times[s], s))
+    new_id = {s: k for k, s in enumerate(used)}
+    keep = sorted(
+        (i for i in keep if arcs[i][0] in new_id and arcs[i][1] in new_id),
+        key=lambda i: (new_id[arcs[i][0]], new_id[arcs[i][1]], arcs[i][2]),
+    )
+    return CompactLattice(
+        num_states=len(used),
+        src=np.array([new_id[arcs[i][0]] for i in keep], dtype=np.int64),
+        dst=np.array([new_id[arcs[i][1]] for i in keep], dtype=np.int64),
+        word=np.array([arcs[i][2] for i in keep], dtype=np.int64),
+        graph=np.array([arcs[i][3] for i in keep], dtype=np.float64),
+        acoustic=np.array([arcs[i][4] for i in keep], dtype=np.float64),
+        units=[arcs[i][5] for i in keep],
+        final={new_id[s]: w for s, w in kept_finals.items() if s in new_id},
+        times=np.array([times[s] for s in used], dtype=np.int64),
+        num_frames=lat.num_frames,
+        words=lat.words,
+        beam=beam,
+        state_lattice=lat,
     )
