@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export pocketsphinx 5.1.1's `en-us.lm.bin` to ARPA, plus a vocabulary-limited, pruned version.
 
-    .venv/bin/python scripts/export_sphinx_lm.py            # data/lm/sphinx-en-us-72k.arpa.gz (~1 min)
+    .venv/bin/python scripts/export_sphinx_lm.py            # data/lm/sphinx-en-us-72k.arpa.gz (~4 min)
     .venv/bin/python scripts/export_sphinx_lm.py --full     # + data/cache/sphinx-en-us.arpa.gz (35 MB)
     .venv/bin/python scripts/export_sphinx_lm.py --vocab 20000 --prune 1e-7
 
@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("data/lm"))
     ap.add_argument("--vocab", type=int, default=0, help="words kept (most probable first); 0 = all")
     ap.add_argument(
-        "--prune", type=float, default=3e-6, help="kaldingram entropy-pruning threshold (0 = none)"
+        "--prune", type=float, default=1e-6, help="kaldingram entropy-pruning threshold (0 = none)"
     )
     ap.add_argument("--full", action="store_true", help="also write the whole LM as ARPA (35 MB gz)")
     ap.add_argument("--full-out", type=Path, default=Path("data/cache/sphinx-en-us.arpa.gz"))
