@@ -272,23 +272,33 @@ class Transcriber:
                 duration=self._duration(utt),
             )
 
-    def _write_lattices(self, utts, results: list[DecodeResult]) -> None:
-        """Per-utterance Kaldi text lattice (`<utt>.lat.txt`, lat.ark,t style) + OpenFst word lattice.
-
-        One file pair per utterance, rewritten if a resumed run decodes it again, so a kill mid-run
-        never leaves duplicates.
-        """
+    def _write_lattices(self, utts, results: list[DecodeResult]) -> list[dict | None]:
+        """The batch's lattices: Kaldi text entries appended to lattices/lat.ark.txt (one archive
+        per run, ``lat.ark,t`` style) and one OpenFst word lattice per utterance
+        (lattices/<utt>.fst, rewritten if a resumed run decodes it again). Returns the extra
+        transcript fields per utterance (lattice density: arcs per frame)."""
         from urllib.parse import quote
 
+        entries, extras = [], []
         for utt, res in zip(utts, results, strict=True):
             lattice = res.lattice
             if lattice is None or not hasattr(lattice, "to_kaldi_text"):
+                extras.append(None)
                 continue
+            entries.append((utt.utt_id, lattice.to_kaldi_text(utt.utt_id)))
             folder = self.out_dir / "lattices"
             folder.mkdir(parents=True, exist_ok=True)
-            stem = quote(utt.utt_id, safe="")
-            (folder / f"{stem}.lat.txt").write_text(lattice.to_kaldi_text(utt.utt_id), encoding="utf-8")
-            lattice.word_fst().write(str(folder / f"{stem}.fst"))
+            lattice.word_fst().write(str(folder / f"{quote(utt.utt_id, safe='')}.fst"))
+            extras.append({"lattice_density": round(float(lattice.density()), 4)})
+        self.writer.write_lattices(entries)
+        return extras
+
+    def _lattice_report(self) -> dict:
+        """Average lattice density (arcs per frame) over the utterances with a lattice."""
+        dens = [
+            r["lattice_density"] for r in self.writer.read_records() if r.get("lattice_density") is not None
+        ]
+        return {"lattice_density": sum(dens) / len(dens)} if dens else {}
 
     def _duration(self, utt) -> float:
         if utt.duration is not None:
@@ -354,10 +364,12 @@ class Transcriber:
             with self.timer.stage("decode"):
                 results: list[DecodeResult] = self.decoder.decode(out)
             self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
-            self._write_lattices(utts, results)
+            extras = self._write_lattices(utts, results)
             if self.cfg.output.save_logprobs and out.log_probs is not None:
                 self._save_logprobs(utts, out)
-            self.writer.write_results(utts, results, seconds, ctm=self.cfg.output.ctm)
+            self.writer.write_results(
+                utts, results, seconds, ctm=self.cfg.output.ctm, extras=extras if any(extras) else None
+            )
             self.stats.decoded += len(utts)
             self.stats.audio_seconds += sum(seconds)
         self.on_progress(
@@ -399,6 +411,7 @@ class Transcriber:
             "torch": torch.__version__,
         }
         report.update(self._accuracy())
+        report.update(self._lattice_report())
         return report
 
     def _accuracy(self) -> dict:

@@ -15,6 +15,22 @@ from test_cli import AUDIO, MODEL, read_jsonl, run
 sys.path.insert(0, str(Path(__file__).parent / "decoders"))
 from wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
 
+from asrdecode.decoders.wfst.lattice import read_kaldi_text  # noqa: E402
+
+
+def lattice_best_path(arcs: list[tuple], finals: dict) -> tuple[list[int], float, tuple]:
+    """Best path of a parsed CompactLattice (acyclic, by dynamic programming in state order):
+    (words, total cost, units)."""
+    best = {0: (0.0, [], ())}
+    for s, d, w, g, a, units in sorted(arcs):
+        if s in best:
+            c, ws, us = best[s]
+            if d not in best or c + g + a < best[d][0]:
+                best[d] = (c + g + a, [*ws, w], us + units)
+    ends = [(best[s][0] + g + a, best[s][1], best[s][2] + u) for s, (g, a, u) in finals.items() if s in best]
+    cost, words, units = min(ends)
+    return words, cost, units
+
 
 def wfst(inputs: str, graph_dir: Path, *args: str, check: bool = True):
     """`asrdecode transcribe INPUT --model <fixture> --decoder wfst decoder.graph=G ...`."""
@@ -76,9 +92,26 @@ def test_wfst_lattices_and_manifest_boost(tmp_path, graph_dir):
         str(out),
     )
     rows = {r["utt_id"]: r for r in read_jsonl(out / "transcripts.jsonl")}
-    for utt in rows:
-        text = (out / "lattices" / f"{utt}.lat.txt").read_text()
-        assert text.startswith(utt) and (out / "lattices" / f"{utt}.fst").is_file()
+    # one Kaldi text archive (CompactLattice entries) for the run, one OpenFst file per utterance
+    lattices = read_kaldi_text((out / "lattices" / "lat.ark.txt").read_text())
+    assert set(lattices) == set(rows)
+    report = json.loads((out / "report.json").read_text())
+    table = (graph_dir / "words.txt").read_text().splitlines()
+    words = {int(i): w for w, i in (x.split() for x in table)}
+    for utt, row in rows.items():
+        arcs, finals = lattices[utt]
+        assert finals and (out / "lattices" / f"{utt}.fst").is_file()
+        fst = kaldifst.StdVectorFst.read(str(out / "lattices" / f"{utt}.fst"))
+        assert fst.num_states == 1 + max(max(s, d) for s, d, *_ in arcs)
+        # the lattice's best path is the transcript, its cost the transcript's score, and its
+        # units cover every frame of the utterance
+        best = lattice_best_path(arcs, finals)
+        assert " ".join(words[w] for w in best[0]) == row["pred_text"]
+        assert -best[1] == pytest.approx(row["score"], abs=2e-3)
+        assert row["lattice_density"] == pytest.approx(len(arcs) / len(best[2]), abs=1e-3)
+    assert report["lattice_density"] == pytest.approx(
+        sum(r["lattice_density"] for r in rows.values()) / len(rows)
+    )
     # boost a word that utterance 0 does not contain: it must appear, the others must not change
     target = wavs[0].stem
     vocab = [line.split()[0] for line in (graph_dir / "words.txt").read_text().splitlines()]

@@ -1,7 +1,11 @@
 """Results -> files, appended per batch and fsync'ed so that a killed run can resume.
 
 transcripts.jsonl is the source of truth: `text` and `hyp.ctm` are derived from it and rebuilt
-from its complete lines whenever an existing output folder is resumed.
+from its complete lines whenever an existing output folder is resumed. Lattices go to one Kaldi
+text archive, lattices/lat.ark.txt (``lat.ark,t`` entries: `utt-id` line, arcs, finals, blank
+line), appended per batch *before* the batch's transcripts; on resume it keeps only complete
+entries of utterances with a transcript (once each), so a killed run leaves no partial or
+duplicate entry.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ TEXT = "text"
 CTM = "hyp.ctm"
 ERRORS = "errors.jsonl"
 REPORT = "report.json"
+LATTICES = "lattices"  # folder: lat.ark.txt (all utterances) and <utt>.fst files
+LATTICE_ARCHIVE = "lattices/lat.ark.txt"
 LOCK = ".asrdecode.lock"
 
 try:  # POSIX only; elsewhere two runs on one folder are not detected
@@ -57,8 +63,10 @@ class OutputWriter:
                 for tmp in self.out_dir.glob(f".{name}.*.tmp"):
                     tmp.unlink(missing_ok=True)
             if overwrite:
-                for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT):
+                for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT, LATTICE_ARCHIVE):
                     (self.out_dir / name).unlink(missing_ok=True)
+                for fst in (self.out_dir / LATTICES).glob("*.fst"):
+                    fst.unlink()
             else:
                 self._recover()
             for name in (TRANSCRIPTS, TEXT):  # hyp.ctm / errors.jsonl are created on first use
@@ -101,6 +109,22 @@ class OutputWriter:
             self._append(CTM, [line for rec in records for line in ctm_lines(rec)])
         self._append(TRANSCRIPTS, [_dumps(rec) + "\n" for rec in records])
         self._done.update(rec["utt_id"] for rec in records)
+
+    def write_lattices(self, entries: Sequence[tuple[str, str]]) -> None:
+        """Append (utt_id, Kaldi text entry) pairs to lattices/lat.ark.txt and fsync (call before
+        `write_results` of the same batch). Each entry starts with its utt_id line and ends with
+        a blank line."""
+        for utt, text in entries:
+            if not text.startswith(utt) or not text.endswith("\n\n"):
+                raise ValueError(f"lattice entry of {utt!r} is not a `utt-id` ... blank-line block")
+        if entries:
+            (self.out_dir / LATTICES).mkdir(exist_ok=True)
+            self._append(LATTICE_ARCHIVE, [text for _, text in entries])
+
+    def read_records(self) -> list[dict]:
+        """Every complete record of transcripts.jsonl."""
+        path = self.out_dir / TRANSCRIPTS
+        return _read_jsonl_records(path, [])[0] if path.exists() else []
 
     def write_errors(self, items: Iterable[tuple[str, str | None, str]]) -> None:
         """Append (utt_id, path, error message) entries to errors.jsonl and fsync."""
@@ -209,6 +233,27 @@ class OutputWriter:
                 _atomic_write(path, [_dumps(r) + "\n" for r in kept])
         self._rebuild_derived(kept)
         self._compact_errors()
+        self._recover_lattices()
+
+    def _recover_lattices(self) -> None:
+        """Keep the complete lattice entries of utterances with a transcript, first one each."""
+        path = self.out_dir / LATTICE_ARCHIVE
+        if not path.exists():
+            return
+        data = path.read_text(encoding="utf-8", errors="replace")
+        blocks = data.split("\n\n")
+        complete, tail = blocks[:-1], blocks[-1]  # the part after the last blank line is partial
+        kept, seen = [], set()
+        for block in complete:
+            block = block.lstrip("\n")
+            utt = block.split("\n", 1)[0].strip()
+            if block and utt in self._done and utt not in seen:
+                seen.add(utt)
+                kept.append(block + "\n\n")
+        dropped = len([b for b in complete if b.strip()]) - len(kept) + (1 if tail.strip() else 0)
+        if dropped:
+            self.warnings.append(f"{path}: dropped {dropped} lattice entries without a transcript line")
+            _atomic_write(path, kept)
 
     def _rebuild_derived(self, records: list[dict]) -> None:
         _atomic_write(self.out_dir / TEXT, [text_line(r) for r in records])

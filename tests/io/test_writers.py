@@ -179,3 +179,47 @@ def test_write_report_is_atomic_and_json_safe(tmp_path):
     write_report(tmp_path, {"v": 2})
     assert json.loads(p.read_text()) == {"v": 2}
     assert [x.name for x in tmp_path.iterdir()] == ["report.json"]
+
+
+def lattice_entry(utt: str, arcs: int = 2) -> str:
+    body = "".join(f"{i} {i + 1} 7 1.5,2.25,3_3\n" for i in range(arcs))
+    return f"{utt}\n{body}{arcs} 0,0,\n\n"
+
+
+def test_lattice_archive_appends_and_recovers_after_a_kill(tmp_path):
+    """lattices/lat.ark.txt: entries appended per batch; a kill after a batch's lattices but before
+    its transcripts (and one mid-entry) leaves entries that a resumed run drops, so the re-decoded
+    utterances appear once; overwrite removes the archive."""
+    out = tmp_path / "out"
+    w = OutputWriter(out)
+    w.write_lattices([("u0", lattice_entry("u0")), ("u1", lattice_entry("u1", 3))])
+    w.write_results([U(0), U(1)], [R(0), R(1)])
+    w.write_lattices([("u2", lattice_entry("u2"))])  # killed before u2's transcript line
+    with open(out / "lattices" / "lat.ark.txt", "a") as f:
+        f.write("u3\n0 1 7 1.5,")  # and mid-way through the next entry
+    w._release()
+    with pytest.raises(ValueError):
+        OutputWriter(tmp_path / "other").write_lattices([("u9", "u9\n0 1 2 0,0,\n")])
+    w = OutputWriter(out)
+    assert any("lattice entries" in m for m in w.warnings)
+    text = (out / "lattices" / "lat.ark.txt").read_text()
+    assert text == lattice_entry("u0") + lattice_entry("u1", 3)
+    w.write_lattices([("u2", lattice_entry("u2")), ("u3", lattice_entry("u3"))])
+    w.write_results([U(2), U(3)], [R(2), R(3)])
+    w.close()
+    blocks = [b for b in (out / "lattices" / "lat.ark.txt").read_text().split("\n\n") if b]
+    assert [b.split("\n")[0] for b in blocks] == ["u0", "u1", "u2", "u3"]
+    with OutputWriter(out) as w:  # a clean resume leaves the archive alone
+        assert not w.warnings
+    assert len([b for b in (out / "lattices" / "lat.ark.txt").read_text().split("\n\n") if b]) == 4
+    (out / "lattices" / "u0.fst").write_bytes(b"x")
+    OutputWriter(out, overwrite=True).close()
+    assert not (out / "lattices" / "lat.ark.txt").exists() and not (out / "lattices" / "u0.fst").exists()
+
+
+def test_extras_and_read_records(tmp_path):
+    out = tmp_path / "out"
+    with OutputWriter(out) as w:
+        w.write_results([U(0), U(1)], [R(0), R(1)], extras=[{"lattice_density": 2.5}, None])
+        recs = w.read_records()
+    assert recs[0]["lattice_density"] == 2.5 and "lattice_density" not in recs[1]
