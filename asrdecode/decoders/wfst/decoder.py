@@ -277,6 +277,8 @@ class WfstDecoder:
             raise ConfigError(f"decoder.backend: {config.backend!r} is not one of {', '.join(BACKENDS)}")
         if config.threads < 0:
             raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
+        if config.prune_interval < 0 or config.lattice_beam < 0:
+            raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
         if config.kernel not in KERNELS:
             raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None

@@ -171,6 +171,7 @@ class LatticeStore:
         self.nodes = [np.empty(0, dt) for dt in NODE_DTYPES]
         self.n_arcs = 0
         self.n_nodes = 0
+        self.dirty = False  # new data since the last pruning
 
     @staticmethod
     def _append(cols: list[np.ndarray], n: int, new: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
@@ -189,14 +190,18 @@ class LatticeStore:
 
     def add_arcs(self, cols: list[np.ndarray]) -> None:
         self.arcs, self.n_arcs = self._append(self.arcs, self.n_arcs, cols)
+        self.dirty = True
 
     def add_nodes(self, cols: list[np.ndarray]) -> None:
         self.nodes, self.n_nodes = self._append(self.nodes, self.n_nodes, cols)
+        self.dirty = True
 
     def prune(self, arc_records: np.ndarray, boost: np.ndarray, num_states: int, beam: float) -> None:
-        """Window pruning up to the newest frame of this store (see the module docstring)."""
-        if not self.n_nodes:
+        """Window pruning up to the newest frame of this store (see the module docstring); a no-op
+        when nothing was added since the last call (a finished utterance, an idle stream)."""
+        if not self.n_nodes or not self.dirty:
             return
+        self.dirty = False
         last = int(self.nodes[0][: self.n_nodes].max())
         self.n_nodes, self.n_arcs = prune_window(
             arc_records, boost, num_states, last, float(beam),
