@@ -356,7 +356,7 @@ def test_lattice_one_best_equals_decoder_on_model_outputs(backend, tmp_path):
         (words, g, a, units) = min(compact_paths(r.lattice), key=lambda p: p[1] + p[2])
         assert -g == pytest.approx(r.lm_score, abs=2e-3) and -a == pytest.approx(r.acoustic_score, abs=2e-3)
         assert len(units) == lengths[b]
-        assert r.lattice.times[-1] <= lengths[b]
+        assert r.lattice.times[-1] <= lengths[b] and r.lattice.frame_shift == 0.08
     assert dec.last_info["lattice_density"] > 1.0
     assert dec.last_info["lattice_density"] == pytest.approx(
         np.mean([r.lattice.num_arcs / lengths[b] for b, r in enumerate(res)])

@@ -412,7 +412,7 @@ class WfstDecoder:
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
             data = [(p.lattice_arcs, p.lattice_nodes) for p in paths]
-            self._attach_lattices(data, results, [len(a) for a in acs], tables)
+            self._attach_lattices(data, results, [len(a) for a in acs], tables, shift)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if stats["epsilon_limit_hit"]:
@@ -463,7 +463,7 @@ class WfstDecoder:
         if want_lattice:
             assert search.lattice is not None
             data = [search.lattice.take(b) for b in range(B)]
-            self._attach_lattices(data, results, [min(n, T) for n in lengths], tables)
+            self._attach_lattices(data, results, [min(n, T) for n in lengths], tables, output.frame_shift)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if search.stats["epsilon_limit_hit"]:
@@ -476,6 +476,7 @@ class WfstDecoder:
         results: list[DecodeResult],
         lengths: list[int],
         tables: list[dict],
+        frame_shift: float = 0.0,
         not_final: list[int] | None = None,
     ) -> None:
         """Word lattice (and n-best) of each utterance from its search arcs and nodes (either
@@ -486,6 +487,8 @@ class WfstDecoder:
         density = []
         for b, res in enumerate(results):
             lat = self.word_lattice(data[b], lengths[b], tables[b], b not in not_final)
+            if lat is not None:
+                lat.frame_shift = frame_shift
             if self.config.lattice:
                 res.lattice = lat
             if self.config.nbest > 1:
@@ -780,7 +783,7 @@ class WfstDecoder:
         if search.lattice is not None:
             data = [search.lattice.take(s) for s in stream_ids]
             frames = [self._streams[s].frames for s in stream_ids]
-            self._attach_lattices(data, results, frames, tables)
+            self._attach_lattices(data, results, frames, tables, shift)
         assert self._stream_tokens is not None
         self._stream_tokens = self._stream_tokens.select(~mask)
         for s in stream_ids:
@@ -858,7 +861,7 @@ class WfstDecoder:
             data = [self._streams[s].workspace.lattice_data() for s in stream_ids]
             frames = [self._streams[s].frames for s in stream_ids]
             tables = [self._streams[s].boost_ids for s in stream_ids]
-            self._attach_lattices(data, results, frames, tables)
+            self._attach_lattices(data, results, frames, tables, shift)
         if final:
             for s in stream_ids:
                 del self._streams[s]

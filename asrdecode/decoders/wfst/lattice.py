@@ -286,6 +286,7 @@ class CompactLattice:
     words: dict[int, str]
     beam: float = 8.0
     state_lattice: StateLattice | None = None
+    frame_shift: float = 0.0  # seconds per frame (set by the decoder)
     _fst: Any = field(default=None, repr=False)
 
     @property
@@ -299,7 +300,7 @@ class CompactLattice:
     def word_arcs(self) -> list[tuple[int, int, str, int, int, float, float]]:
         """(src, dst, word, start frame, end frame, graph, acoustic) of every arc, from the state
         times (Kaldi CompactLatticeStateTimes; without word-boundary alignment the boundaries
-        sit where the graph puts its word labels)."""
+        sit where the graph puts its word labels). Seconds = frames * `frame_shift`."""
         out = []
         for i in range(self.num_arcs):
             start = int(self.times[self.src[i]])
