@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,8 @@ SENONE_BLOCK = 32  # senone columns per row of the top-N lookup table (see _init
 KEY_STEP = 2.0**-40  # relative step between tie-broken keys of equal values (see tie_broken_keys)
 KEY_FLOOR = 2.0**-140  # keeps the keys of exact zeros apart
 MAX_ITERATIVE_TOPN = 8  # top-N by N max passes up to here, by topk beyond
-TOPN_CHUNK_FRAMES = 32  # frames scored at once with top-N (float64 keys: 4 MB, within the L3 cache)
-FULL_CHUNK_FRAMES = 128  # ... with full mixtures (larger matmuls)
+CHUNK_FRAMES = 128  # frames mixed at once (default chunk_frames)
+TOPN_SELECT_FRAMES = 32  # frames whose top-N are selected at once (float64 keys: 4 MB, in the L3 cache)
 REQUIRED_FILES = ("mdef", "means", "variances", "sendump", "transition_matrices", "feat.params")
 
 
@@ -433,10 +434,9 @@ class SphinxAcousticModel(nn.Module):
     ``topn``: 0 = exact full mixtures, N > 0 = pocketsphinx's top-N densities per codebook/stream.
     ``dtype``: precision of the Gaussians and mixtures (float32 is fast; float64 for exactness
     checks). ``chunk_frames``: frames scored at once (the valid frames of a whole batch are packed
-    first; default 32 for top-N, 128 for full mixtures); the working set is about
-    ``2 * chunk * 3 * 42 * 128`` float64 keys for top-N (8 MB at 32) or ``chunk * 3 * (42 * 128 +
-    5126)`` floats for the full mixture, within the CPU's last-level cache. Scoring is
-    memory-bound: every extra pass over the densities costs about as much as the Gaussians' matmul.
+    first); top-N selects ``TOPN_SELECT_FRAMES`` at a time (2 x 4 MB of float64 keys). The working
+    sets stay within the CPU's last-level cache: scoring is memory-bound, every extra pass over
+    the densities costs about as much as the Gaussians' matmul.
     """
 
     default_decoder = "wfst"
@@ -448,7 +448,7 @@ class SphinxAcousticModel(nn.Module):
         frontend: SphinxMFCC | None = None,
         topn: int = 4,
         dtype: torch.dtype = torch.float32,
-        chunk_frames: int | None = None,
+        chunk_frames: int = CHUNK_FRAMES,
     ) -> None:
         super().__init__()
         self.data = data
@@ -462,11 +462,9 @@ class SphinxAcousticModel(nn.Module):
             raise ModelError(f"topn={topn} must be 0 (full mixture) .. {data.n_density}")
         self.topn = int(topn)
         self.compute_dtype = dtype
-        if chunk_frames is None:  # measured best on a 2-core EPYC (scripts/bench/sphinx_scoring.py)
-            chunk_frames = TOPN_CHUNK_FRAMES if self.topn else FULL_CHUNK_FRAMES
         self.chunk_frames = max(int(chunk_frames), 1)
         self._units = data.senone_names()
-        self._workspace: dict[str, torch.Tensor] = {}
+        self._workspace: dict[tuple[str, bool, int], torch.Tensor] = {}
         n_cb, n_f, n_k, d = data.means.shape
         mean = torch.from_numpy(data.means).double()
         var = torch.from_numpy(data.variances).double()
@@ -583,12 +581,14 @@ class SphinxAcousticModel(nn.Module):
         self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     ) -> torch.Tensor:
         """A reusable work buffer (uninitialised), so that chunks do not allocate (and page-fault)
-        megabytes of fresh memory each time."""
+        megabytes of fresh memory each time. Kept per inference-mode state (a buffer made under
+        ``torch.inference_mode`` cannot be written outside it) and per thread."""
         numel = math.prod(shape)
-        buf = self._workspace.get(name)
+        key = (name, torch.is_inference_mode_enabled(), threading.get_ident())
+        buf = self._workspace.get(key)
         if buf is None or buf.numel() < numel or buf.dtype != dtype or buf.device != device:
             buf = torch.empty(numel, dtype=dtype, device=device)
-            self._workspace[name] = buf
+            self._workspace[key] = buf
         return buf[:numel].view(shape)
 
     def _gaussians(self, x: torch.Tensor) -> torch.Tensor:
@@ -604,9 +604,12 @@ class SphinxAcousticModel(nn.Module):
         """[N, D] features -> [N, codebooks, streams, densities] Gaussian log-densities."""
         return self._gaussians(x).permute(3, 1, 0, 2).clone()
 
-    def select_top(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def select_top(
+        self, g: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gaussian log-densities [f, cb, k, N] -> the ``topn`` best of every codebook/stream/frame,
-        descending: (values [f, cb, topn, N], density indices [f, cb, topn, N]).
+        descending: (values [f, cb, topn, N], density indices [f, cb, topn, N]), written into
+        ``out`` when given.
 
         Exactly ``topn`` per codebook; among equal values the lower density index wins, as a
         stable sort picks. The densities get float64 keys that are all distinct
@@ -619,24 +622,36 @@ class SphinxAcousticModel(nn.Module):
         keys = self._buffer("keys", tuple(g.shape), torch.float64, g.device)
         scratch = self._buffer("keys_scratch", tuple(g.shape), torch.float64, g.device)
         tie_broken_keys(g if g.dtype == torch.float32 else g.float(), 2, keys, scratch)
+        if out is None:
+            out = (
+                torch.empty(n_f, n_cb, self.topn, n, dtype=g.dtype, device=g.device),
+                torch.empty(n_f, n_cb, self.topn, n, dtype=torch.int64, device=g.device),
+            )
+        values, idx = out
         if self.topn > MAX_ITERATIVE_TOPN:
-            values, idx = key_index(keys.topk(self.topn, dim=2).values, n_k)
+            values[:], idx[:] = key_index(keys.topk(self.topn, dim=2).values, n_k)
         else:
-            values = torch.empty(n_f, n_cb, self.topn, n, dtype=torch.float32, device=g.device)
-            idx = torch.empty(n_f, n_cb, self.topn, n, dtype=torch.int64, device=g.device)
             for j in range(self.topn):
                 values[:, :, j : j + 1], idx[:, :, j : j + 1] = key_index(keys.amax(2, keepdim=True), n_k)
                 keys.scatter_(2, idx[:, :, j : j + 1], -math.inf)
         if g.dtype != torch.float32:  # the keys hold float32-rounded values
-            values = torch.gather(g, 2, idx)
+            torch.gather(g, 2, idx, out=values)
         return values, idx
 
     def _score_chunk(self, x: torch.Tensor) -> torch.Tensor:
-        """[N, D] features -> [N, n_senones] senone log-likelihoods (float32)."""
-        g = self._gaussians(x)
-        if self.topn:
-            return self._sparse_mixture(*self.select_top(g)).float()
-        return self._full_mixture(g).float()
+        """[N, D] features -> [N, n_senones] senone log-likelihoods (float32). Top-N selects in
+        sub-chunks of ``TOPN_SELECT_FRAMES`` (its float64 keys stay in the cache) and mixes all N
+        frames at once (each block's weight rows are loaded once per chunk)."""
+        if not self.topn:
+            return self._full_mixture(self._gaussians(x)).float()
+        n_f, n_cb = self.data.n_streams, self.data.n_codebooks
+        shape = (n_f, n_cb, self.topn, x.shape[0])
+        values = torch.empty(shape, dtype=self.compute_dtype, device=x.device)
+        idx = torch.empty(shape, dtype=torch.int64, device=x.device)
+        for start in range(0, x.shape[0], TOPN_SELECT_FRAMES):
+            part = slice(start, start + TOPN_SELECT_FRAMES)
+            self.select_top(self._gaussians(x[part]), out=(values[..., part], idx[..., part]))
+        return self._sparse_mixture(values, idx).float()
 
     def _sparse_mixture(self, top: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Top-N log-densities and indices [f, cb, n, N] -> [N, n_senones] senone log-likelihoods.

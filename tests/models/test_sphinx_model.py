@@ -181,6 +181,18 @@ def test_model_output_batch_equals_single(models) -> None:
         torch.testing.assert_close(out.log_probs[b, : n[b]], single.log_probs[0], atol=2e-3, rtol=0)
 
 
+def test_scoring_inside_and_outside_inference_mode(models, goforward) -> None:
+    """Work buffers made under torch.inference_mode are not reused outside it (in-place writes to
+    inference tensors would fail there)."""
+    feats, _ = goforward
+    model = models["topn"]
+    with torch.inference_mode():
+        inside = model.senone_scores(feats[:, :40])
+    with torch.no_grad():
+        outside = model.senone_scores(feats[:, :40])
+    assert torch.equal(inside, outside)
+
+
 def test_goforward_argmax_plausible(models, goforward) -> None:
     """Frame-wise best senones of "go forward ten meters": silence first, and the base phones of
     G OW F AO R W ER D T EH N M IY T ER Z appear in order (as a subsequence, W and the second T
