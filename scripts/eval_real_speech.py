@@ -6,23 +6,29 @@
 
 Both decoders get the same 16 kHz recordings (`data/demo/real`, from the pocketsphinx 5.1.1 source
 distribution). pocketsphinx runs through its Python API with its default settings (its own en-us
-model, full 72k-word trigram and dictionary); asrdecode runs `asrdecode transcribe` with
-`configs/sphinx-en-us.yaml` (the same acoustic model, and pocketsphinx's LM limited to 10k words:
-`configs/graph/sphinx-en-us.yaml`). Both are scored with `asrdecode.scoring` (jiwer) against the
-same references. RTFx = audio seconds / wall seconds of the work both decoders do per utterance
-(front end, acoustic scoring, search), measured the same way for both: one-time costs (model and
-graph loading, asrdecode's warm-up batch that loads the compiled search, pocketsphinx's Decoder())
-and reading the audio files are excluded. asrdecode: the sum of its report's `features`, `model`
-and `decode` stage seconds; pocketsphinx: start_utt .. end_utt around each utterance. The
-end-to-end wall RTFx of the asrdecode command (incl. warm-up and writing outputs) is reported as
-well. Prints a table and writes JSON. On a shared machine run it when the CPU is quiet: both
-decoders run one after the other, so load changes in between skew the ratio.
+model, full trigram with 72.5k words, 2.05M bigrams and 1.67M trigrams, and its dictionary), one
+thread. asrdecode runs `asrdecode transcribe` with `configs/sphinx-en-us.yaml`: the same acoustic
+model and pocketsphinx's LM with every pronounceable word (72.5k), entropy-pruned
+(`configs/graph/sphinx-en-us.yaml`), twice: with one thread everywhere (`threads=1
+decoder.threads=1`, like for like with pocketsphinx) and with the search on all cores
+(`decoder.threads=0`; torch stays on one thread: its OpenMP workers spin-wait, and with another
+process on the second core the front end and scoring took 5x longer with two). Both are scored
+with `asrdecode.scoring` (jiwer) against the same references.
+RTFx = audio seconds / wall seconds of the work both decoders do per utterance (front end,
+acoustic scoring, search), measured the same way for both: one-time costs (model and graph
+loading, asrdecode's warm-up batch that loads the compiled search, pocketsphinx's Decoder()) and
+reading the audio files are excluded. asrdecode: the sum of its report's `features`, `model` and
+`decode` stage seconds; pocketsphinx: start_utt .. end_utt around each utterance. The end-to-end
+wall RTFx of each asrdecode command (incl. warm-up and writing outputs) is reported as well.
+Prints a table and writes JSON. On a shared machine run it when the CPU is quiet: the decoders
+run one after the other, so load changes in between skew the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -71,12 +77,20 @@ def _is_filler(word: str) -> bool:
     return word.startswith("<") or word.startswith("[") or word.startswith("++")
 
 
+def run_checked(cmd: list[str], what: str) -> None:
+    """Run a child process; on failure print its stderr and stop."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        sys.exit(f"{what} failed (exit code {proc.returncode}): {' '.join(cmd)}")
+
+
 def run_asrdecode(manifest: Path, config: Path, graph: Path, out: Path, overrides: list[str]) -> dict:
     """`asrdecode transcribe` in a child process (as a user runs it); its report gives stage times."""
     cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(manifest), "--config", str(config)]
     cmd += [f"decoder.graph={graph}", *overrides, "--out", str(out), "--overwrite"]
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    run_checked(cmd, "asrdecode transcribe")
     wall = time.perf_counter() - t0
     report = json.loads((out / "report.json").read_text())
     hyps = {}
@@ -100,62 +114,77 @@ def main() -> None:
     if not (args.graph / "graph.pt").is_file():
         print(f"building {args.graph} from {args.graph_config} ...", flush=True)
         cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
-        subprocess.run([*cmd, "--out", str(args.graph)], check=True, capture_output=True)
+        run_checked([*cmd, "--out", str(args.graph)], "asrdecode build-graph")
 
     rows = read_manifest(args.manifest)
     refs = {row["id"]: row.get("text", "") for row in rows}
-    ours = run_asrdecode(args.manifest, args.config, args.graph, args.out, args.overrides)
+    cores = len(os.sched_getaffinity(0))
+    runs = {  # name -> (overrides, output folder)
+        "asrdecode 1 thread": (["threads=1", "decoder.threads=1"], "1-thread"),
+        f"asrdecode {cores} cores": (["threads=1", "decoder.threads=0"], "all-cores"),
+    }
+    ours = {}
+    for name, (threads, folder) in runs.items():
+        overrides = [*threads, *args.overrides]
+        ours[name] = run_asrdecode(args.manifest, args.config, args.graph, args.out / folder, overrides)
     theirs = run_pocketsphinx(rows)
 
-    ours_score, theirs_score = score(refs, ours["hyps"]), score(refs, theirs["hyps"])
     audio = theirs["audio_seconds"]
-    stages = ours["report"]["stage_seconds"]
-    ours_seconds = sum(stages[k] for k in ("features", "model", "decode"))
-    ours_rtfx = audio / ours_seconds
+    theirs_score = score(refs, theirs["hyps"])
     theirs_rtfx = audio / theirs["decode_seconds"]
-    result = {
-        "audio_seconds": audio,
-        "utterances": len(rows),
-        "asrdecode": {
-            "wer": ours_score.wer,
-            "cer": ours_score.cer,
-            "rtfx": ours_rtfx,
-            "decode_seconds": ours_seconds,
-            "rtfx_end_to_end": ours["report"]["rtfx"],
+    result = {"audio_seconds": audio, "utterances": len(rows), "cores": cores, "asrdecode": {}}
+    for name, run in ours.items():
+        stages = run["report"]["stage_seconds"]
+        seconds = sum(stages[k] for k in ("features", "model", "decode"))
+        run_score = score(refs, run["hyps"])
+        result["asrdecode"][name] = {
+            "wer": run_score.wer,
+            "cer": run_score.cer,
+            "rtfx": audio / seconds,
+            "rtfx_ratio": audio / seconds / theirs_rtfx,
+            "decode_seconds": seconds,
+            "rtfx_end_to_end": run["report"]["rtfx"],
             "stage_seconds": stages,
-            "rtfx_per_stage": ours["report"].get("rtfx_per_stage"),
+            "rtfx_per_stage": run["report"].get("rtfx_per_stage"),
             "config": str(args.config),
             "graph": str(args.graph),
-            "overrides": args.overrides,
-        },
-        "pocketsphinx": {
-            "wer": theirs_score.wer,
-            "cer": theirs_score.cer,
-            "rtfx": theirs_rtfx,
-            "decode_seconds": theirs["decode_seconds"],
-            "load_seconds": theirs["load_seconds"],
-        },
-        "rtfx_ratio": ours_rtfx / theirs_rtfx,
-        "per_utterance": [
-            {"id": u, "ref": refs[u], "asrdecode": ours["hyps"].get(u, ""), "pocketsphinx": theirs["hyps"][u]}
-            for u in refs
-        ],
+            "overrides": [*runs[name][0], *args.overrides],
+        }
+    result["pocketsphinx"] = {
+        "wer": theirs_score.wer,
+        "cer": theirs_score.cer,
+        "rtfx": theirs_rtfx,
+        "decode_seconds": theirs["decode_seconds"],
+        "load_seconds": theirs["load_seconds"],
     }
+    first = next(iter(ours.values()))["hyps"]
+    result["per_utterance"] = [
+        {"id": u, "ref": refs[u], "asrdecode": first.get(u, ""), "pocketsphinx": theirs["hyps"][u]}
+        for u in refs
+    ]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
 
     print(f"\n{len(rows)} real recordings, {audio:.1f} s of audio ({args.manifest})\n")
-    print(f"{'decoder':<14}{'WER':>8}{'CER':>8}{'RTFx':>9}")
-    print(f"{'asrdecode':<14}{ours_score.wer:>8.1%}{ours_score.cer:>8.1%}{ours_rtfx:>9.1f}")
-    print(f"{'pocketsphinx':<14}{theirs_score.wer:>8.1%}{theirs_score.cer:>8.1%}{theirs_rtfx:>9.1f}")
-    print(f"RTFx ratio asrdecode / pocketsphinx: {result['rtfx_ratio']:.2f}x")
-    per_stage = ", ".join(f"{k} {stages[k]:.2f} s" for k in ("features", "model", "decode"))
-    print(f"asrdecode stages: {per_stage}; end-to-end RTFx {ours['report']['rtfx']:.1f}\n")
+    print(f"{'decoder':<22}{'WER':>8}{'CER':>8}{'RTFx':>9}{'vs PS':>8}")
+    for name, r in result["asrdecode"].items():
+        print(f"{name:<22}{r['wer']:>8.1%}{r['cer']:>8.1%}{r['rtfx']:>9.1f}{r['rtfx_ratio']:>7.2f}x")
+    print(
+        f"{'pocketsphinx':<22}{theirs_score.wer:>8.1%}{theirs_score.cer:>8.1%}{theirs_rtfx:>9.1f}{1:>7.2f}x"
+    )
+    for name, r in result["asrdecode"].items():
+        stages = r["stage_seconds"]
+        per_stage = ", ".join(f"{k} {stages[k]:.2f} s" for k in ("features", "model", "decode"))
+        print(f"{name} stages: {per_stage}; end-to-end RTFx {r['rtfx_end_to_end']:.1f}")
+    print()
     width = max(len(u) for u in refs)
     for item in result["per_utterance"]:
         print(f"{item['id']:<{width}}  REF {item['ref']}")
         print(f"{'':<{width}}  ASR {item['asrdecode']}")
         print(f"{'':<{width}}  PS  {item['pocketsphinx']}")
+    others = [n for n in list(ours)[1:] if ours[n]["hyps"] != first]
+    if others:
+        print(f"\n(hypotheses of {', '.join(others)} differ from the first run's)")
     print(f"\nwrote {args.json}")
 
 
