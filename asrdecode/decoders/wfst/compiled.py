@@ -512,11 +512,12 @@ def search_init(states, arcs, start, boost, slot, eps_limit, lattice, ws, ctr, s
 @numba.njit(nogil=True, cache=True)
 def search_advance(
     states, arcs, ac, beam, max_active, min_active, beam_delta, boost, slot, eps_limit, lattice,
-    ws, ctr, stats, lattice_beam, prune_interval,
+    ws, ctr, stats, lattice_beam, prune_interval, slot2,
 ):  # fmt: skip
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs; frame numbers
     continue from the previous call). With lattices, the kept arcs and nodes are pruned with
-    `lattice.prune_window` at `lattice_beam` after every `prune_interval`-th frame (0 = never).
+    `lattice.prune_window` at `lattice_beam` after every `prune_interval`-th frame (0 = never);
+    it maps states to nodes with `slot` (all -1 between frames) and `slot2` (all -1).
     Returns the workspace (arrays may have been grown)."""
     num_states = slot.shape[0]
     for t in range(ac.shape[0]):
@@ -585,6 +586,7 @@ def search_advance(
                 arcs, boost, num_states, frame, lattice_beam,
                 ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ctr[C_NODES],
                 ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ctr[C_LAT_ARCS],
+                slot, slot2, np.zeros(0, np.float32), False,
             )  # fmt: skip
     return ws
 
@@ -767,15 +769,18 @@ class CompiledSearch:
             w.arrays = search_init(states, arcs, 0, boost, slot, 100, True, w.arrays, w.ctr, w.stats, 1)
             w.arrays = search_advance(
                 states, arcs, np.zeros((2, 1), f32), f32(1.0), 10, 1, f32(0.5), boost, slot, 100, True,
-                w.arrays, w.ctr, w.stats, 8.0, 1,
+                w.arrays, w.ctr, w.stats, 8.0, 1, np.full(1, -1, np.int32),
             )  # fmt: skip
             search_best(states, w.arrays, w.ctr, True)
 
-    def _slot(self) -> np.ndarray:
-        s = getattr(self._local, "slot", None)
+    def _slot(self, which: int = 1) -> np.ndarray:
+        """A thread's state-indexed scratch map (all -1 between uses): 1 = the search's, 2 = the
+        lattice pruning's second one."""
+        name = "slot" if which == 1 else "slot2"
+        s = getattr(self._local, name, None)
         if s is None:
             s = np.full(self.num_states, -1, dtype=np.int32)
-            self._local.slot = s
+            setattr(self._local, name, s)
         return s
 
     def _workspace(self) -> Workspace:
@@ -830,7 +835,7 @@ class CompiledSearch:
         w.arrays = search_advance(
             self.states, self.arcs, ac, np.float32(beam), int(min(max_active, 2**31 - 1)), int(min_active),
             np.float32(beam_delta), boost, self._slot(), int(eps_limit), w.lattice, w.arrays, w.ctr, w.stats,
-            float(lattice_beam), int(prune_interval),
+            float(lattice_beam), int(prune_interval), self._slot(2),
         )  # fmt: skip
 
     def best(self, w: Workspace, use_final: bool = True) -> CompiledPath:

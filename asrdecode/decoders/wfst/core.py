@@ -480,6 +480,7 @@ class LatticeArcs:
         self.stores: dict[int, LatticeStore] = {}
         self.boosts: dict[int, np.ndarray] = {}  # store key -> word id -> boost cost (dense)
         self._records: np.ndarray | None = None
+        self._slots = np.zeros((2, 0), dtype=np.int32)  # state -> node scratch maps of the pruning
 
     def add_arcs(self, keep: torch.Tensor, *cols: torch.Tensor) -> None:
         self._arcs.append((keep, *cols))
@@ -528,9 +529,10 @@ class LatticeArcs:
             from asrdecode.decoders.wfst.compiled import graph_records
 
             self._records = graph_records(self.g.graph)[1]
+            self._slots = np.full((2, max(self.g.num_states, 1)), -1, dtype=np.int32)
         empty = np.zeros(0, np.float32)
         for key, store in self.stores.items():
-            store.prune(self._records, self.boosts.get(key, empty), self.g.num_states, self.beam)
+            store.prune(self._records, self.boosts.get(key, empty), self.g.num_states, self.beam, self._slots)
 
     def take(self, key: int) -> tuple[np.recarray | None, np.recarray | None]:
         """The arcs and nodes of one store (removed); (None, None) if it has none."""

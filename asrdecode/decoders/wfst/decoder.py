@@ -282,6 +282,7 @@ class WfstDecoder:
         if config.kernel not in KERNELS:
             raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None
+        self._records: np.ndarray | None = None
         self._device_note_logged = False
         self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
 
@@ -520,8 +521,17 @@ class WfstDecoder:
             reached_final,
             self.config.lattice_beam,
             self.words,
+            self._arc_records(),
         )
         return determinize(lat) if lat is not None else None
+
+    def _arc_records(self) -> np.ndarray:
+        """The graph's arcs as the compiled kernels read them (built once)."""
+        if self._records is None:
+            from asrdecode.decoders.wfst.compiled import graph_records
+
+            self._records = graph_records(self.graph_cpu)[1]
+        return self._records
 
     def _results(
         self,

@@ -56,60 +56,41 @@ WINDOW_SLACK_REL = 2e-5
 
 
 @numba.njit(cache=True, nogil=True)
-def _node_index(skey: np.ndarray, order: np.ndarray, key: int) -> int:
-    pos = np.searchsorted(skey, key)
-    if pos < skey.shape[0] and skey[pos] == key:
-        return order[pos]
-    return -1
+def _fill_slots(slot, node_frame, node_state, n_nodes, frame, start, value) -> int:
+    """slot[state] = node index (value=True) or -1 (value=False) for the nodes of `frame`, which
+    start at node `start`; returns the first node after them."""
+    i = start
+    while i < n_nodes and node_frame[i] == frame:
+        slot[node_state[i]] = i if value else -1
+        i += 1
+    return i
 
 
 @numba.njit(cache=True, nogil=True)
-def prune_window(
-    arcs, boost, num_states, last_frame, beam,
-    node_frame, node_state, node_cost, n_nodes,
-    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
-):  # fmt: skip
-    """Kaldi PruneForwardLinks over the kept lattice of one utterance up to `last_frame` (see the
-    module docstring, step 1); compacts the node and arc arrays in place (order kept) and returns
-    (nodes kept, arcs kept). Arcs are in non-decreasing frame order; `arcs` is the graph's arc
-    record array (column, olabel, nextstate, weight), `boost` the word-id -> cost array."""
-    S = np.int64(num_states)
-    if n_nodes == 0:
-        return 0, 0
-    key = np.empty(n_nodes, np.int64)
-    for i in range(n_nodes):
-        key[i] = (np.int64(node_frame[i]) + 1) * S + node_state[i]
-    order = np.argsort(key, kind="mergesort")
-    skey = key[order]
-    beta = np.full(n_nodes, np.inf)
-    best_end = np.inf
-    for i in range(n_nodes):
-        if node_frame[i] == last_frame:
-            beta[i] = -np.float64(node_cost[i])
-            best_end = min(best_end, np.float64(node_cost[i]))
-    src = np.empty(n_arcs, np.int64)
-    dst = np.empty(n_arcs, np.int64)
-    cost = np.empty(n_arcs, np.float64)
-    emit = np.empty(n_arcs, np.bool_)
-    n_boost = boost.shape[0]
-    for p in range(n_arcs):
-        a = lat_arc[p]
-        e = arcs[a].column >= 0
-        emit[p] = e
-        f = np.int64(lat_frame[p])
-        src[p] = _node_index(skey, order, (f - (1 if e else 0) + 1) * S + lat_src[p])
-        dst[p] = _node_index(skey, order, (f + 1) * S + lat_dst[p])
-        c = np.float64(arcs[a].weight) + np.float64(lat_ac[p])
-        ol = arcs[a].olabel
-        if ol > 0 and ol < n_boost:
-            c += np.float64(boost[ol])
-        cost[p] = c
-    # backward costs, frame by frame from the newest (arcs of a frame are contiguous)
-    p_end = n_arcs
+def _first_node(node_frame, n_nodes, frame) -> int:
+    """The first node of `frame` or later (binary search; nodes in non-decreasing frame order)."""
+    lo = 0
+    hi = n_nodes
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if node_frame[mid] < frame:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
+def backward_costs(frame, src, dst, cost, emit, beta) -> None:
+    """Backward costs in place (``beta`` holds the terminal costs of the last frame's nodes, inf
+    elsewhere): arcs in non-decreasing frame order, taken frame by frame from the newest; the
+    epsilon arcs of a frame relaxed to a fixed point, then the emitting arcs into it (they set
+    the previous frame's nodes). Arcs with a missing node (-1) are skipped."""
+    p_end = frame.shape[0]
     while p_end > 0:
-        f = lat_frame[p_end - 1]
+        f = frame[p_end - 1]
         p0 = p_end - 1
-        while p0 > 0 and lat_frame[p0 - 1] == f:
+        while p0 > 0 and frame[p0 - 1] == f:
             p0 -= 1
         for _ in range(p_end - p0 + 1):  # epsilon arcs of the frame to a fixed point
             changed = False
@@ -127,7 +108,75 @@ def prune_window(
                 if c < beta[src[p]]:
                     beta[src[p]] = c
         p_end = p0
-    limit = beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best_end)
+
+
+@numba.njit(cache=True, nogil=True)
+def prune_window(
+    arcs, boost, num_states, last_frame, beam,
+    node_frame, node_state, node_cost, n_nodes,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
+    prev_slot, cur_slot, final_costs, use_final,
+):  # fmt: skip
+    """Kaldi PruneForwardLinks over the kept lattice of one utterance up to `last_frame` (see the
+    module docstring, step 1); compacts the node and arc arrays in place (order kept) and returns
+    (nodes kept, arcs kept). Nodes and arcs are in non-decreasing frame order; `arcs` is the
+    graph's arc record array (column, olabel, nextstate, weight), `boost` the word-id -> cost
+    array; prev_slot / cur_slot: state-indexed scratch arrays, all -1 (and left so), that map the
+    states of the previous and current frame to their nodes (O(1) lookups, no sort).
+
+    With an empty `final_costs` this is the window pruning (last-frame nodes end with -alpha);
+    with the graph's final costs (state-indexed) it is the end-of-utterance pruning (last-frame
+    nodes end with their final cost, or 0 if not `use_final`), relative to the best path: then
+    it keeps a superset (float slack) of what `build_lattice` keeps, which it uses to shrink the
+    arcs before its exact pass."""
+    if n_nodes == 0:
+        return 0, 0
+    beta = np.full(n_nodes, np.inf)
+    window = final_costs.shape[0] == 0
+    best_end = np.inf  # window: best last-frame cost; final: best complete path
+    for i in range(n_nodes):
+        if node_frame[i] == last_frame:
+            if window:
+                beta[i] = -np.float64(node_cost[i])
+                best_end = min(best_end, np.float64(node_cost[i]))
+            else:
+                beta[i] = np.float64(final_costs[node_state[i]]) if use_final else 0.0
+                best_end = min(best_end, np.float64(node_cost[i]) + beta[i])
+    src = np.empty(n_arcs, np.int64)
+    dst = np.empty(n_arcs, np.int64)
+    cost = np.empty(n_arcs, np.float64)
+    emit = np.empty(n_arcs, np.bool_)
+    n_boost = boost.shape[0]
+    frame = np.int64(-(1 << 40))
+    prev_start = cur_start = 0  # first node of the previous / current frame
+    for p in range(n_arcs):
+        f = np.int64(lat_frame[p])
+        if f != frame:  # arcs of a new frame: map the states of frames f-1 and f to nodes
+            if frame > -(1 << 40):
+                _fill_slots(prev_slot, node_frame, node_state, n_nodes, frame - 1, prev_start, False)
+                _fill_slots(cur_slot, node_frame, node_state, n_nodes, frame, cur_start, False)
+            frame = f
+            prev_start = _first_node(node_frame, n_nodes, f - 1)
+            _fill_slots(prev_slot, node_frame, node_state, n_nodes, f - 1, prev_start, True)
+            cur_start = _first_node(node_frame, n_nodes, f)
+            _fill_slots(cur_slot, node_frame, node_state, n_nodes, f, cur_start, True)
+        a = lat_arc[p]
+        e = arcs[a].column >= 0
+        emit[p] = e
+        src[p] = prev_slot[lat_src[p]] if e else cur_slot[lat_src[p]]
+        dst[p] = cur_slot[lat_dst[p]]
+        c = np.float64(arcs[a].weight) + np.float64(lat_ac[p])
+        ol = arcs[a].olabel
+        if ol > 0 and ol < n_boost:
+            c += np.float64(boost[ol])
+        cost[p] = c
+    if frame > -(1 << 40):
+        _fill_slots(prev_slot, node_frame, node_state, n_nodes, frame - 1, prev_start, False)
+        _fill_slots(cur_slot, node_frame, node_state, n_nodes, frame, cur_start, False)
+    backward_costs(lat_frame[:n_arcs], src, dst, cost, emit, beta)
+    if not window and not best_end < np.inf:
+        return n_nodes, n_arcs  # no complete path: leave it to build_lattice
+    limit = (0.0 if window else best_end) + beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best_end)
     used = np.zeros(n_nodes, np.bool_)
     for i in range(n_nodes):
         used[i] = node_frame[i] == last_frame
@@ -156,6 +205,7 @@ def prune_window(
     return m, k
 
 
+_NO_FINALS = np.zeros(0, np.float32)
 ARC_FIELDS = ("frame", "src", "dst", "arc", "ac")
 ARC_DTYPES = (np.int32, np.int32, np.int32, np.int32, np.float32)
 NODE_FIELDS = ("frame", "state", "cost")
@@ -196,7 +246,9 @@ class LatticeStore:
         self.nodes, self.n_nodes = self._append(self.nodes, self.n_nodes, cols)
         self.dirty = True
 
-    def prune(self, arc_records: np.ndarray, boost: np.ndarray, num_states: int, beam: float) -> None:
+    def prune(
+        self, arc_records: np.ndarray, boost: np.ndarray, num_states: int, beam: float, slots: np.ndarray
+    ) -> None:
         """Window pruning up to the newest frame of this store (see the module docstring); a no-op
         when nothing was added since the last call (a finished utterance, an idle stream)."""
         if not self.n_nodes or not self.dirty:
@@ -205,7 +257,7 @@ class LatticeStore:
         last = int(self.nodes[0][: self.n_nodes].max())
         self.n_nodes, self.n_arcs = prune_window(
             arc_records, boost, num_states, last, float(beam),
-            *self.nodes, self.n_nodes, *self.arcs, self.n_arcs,
+            *self.nodes, self.n_nodes, *self.arcs, self.n_arcs, slots[0], slots[1], _NO_FINALS, False,
         )  # fmt: skip
 
     def data(self) -> tuple[np.recarray, np.recarray]:
@@ -406,6 +458,37 @@ def read_kaldi_text(text: str) -> dict[str, tuple[list[tuple], dict[int, tuple]]
     return out
 
 
+def _prefilter(
+    arcs: np.recarray,
+    nodes: np.recarray,
+    num_frames: int,
+    num_states: int,
+    arc_records: np.ndarray,
+    boost: dict[int, float],
+    g_final: np.ndarray,
+    reached_final: bool,
+    beam: float,
+) -> tuple[np.recarray, np.recarray]:
+    """`prune_window` with final costs on copies of the arcs and nodes."""
+    a_cols = [np.ascontiguousarray(arcs[f], dtype=dt) for f, dt in zip(ARC_FIELDS, ARC_DTYPES, strict=True)]
+    n_cols = [
+        np.ascontiguousarray(nodes[f], dtype=dt) for f, dt in zip(NODE_FIELDS, NODE_DTYPES, strict=True)
+    ]
+    dense = np.zeros(max(boost, default=-1) + 1, np.float32)
+    for w, c in boost.items():
+        dense[w] = c
+    slots = np.full((2, max(num_states, 1)), -1, np.int32)
+    nn, na = prune_window(
+        arc_records, dense, num_states, num_frames - 1, float(beam),
+        *n_cols, len(n_cols[0]), *a_cols, len(a_cols[0]), slots[0], slots[1],
+        np.ascontiguousarray(g_final, dtype=np.float32), bool(reached_final),
+    )  # fmt: skip
+    return (
+        np.rec.fromarrays([c[:nn] for c in n_cols], names=list(NODE_FIELDS)),
+        np.rec.fromarrays([c[:na] for c in a_cols], names=list(ARC_FIELDS)),
+    )
+
+
 def build_lattice(
     arcs: np.recarray | None,
     nodes: np.recarray | None,
@@ -419,11 +502,18 @@ def build_lattice(
     reached_final: bool,
     lattice_beam: float,
     words: dict[int, str],
+    arc_records: np.ndarray | None = None,
 ) -> StateLattice | None:
-    """One utterance's pruned StateLattice from its search arcs and nodes (module doc, step 2)."""
+    """One utterance's pruned StateLattice from its search arcs and nodes (module doc, step 2).
+    With the graph's `arc_records` (compiled.graph_records) the arcs are first shrunk by the
+    compiled pruning kernel at the end of the utterance (a superset of what is kept here)."""
     if nodes is None or not len(nodes):
         return None
     S = int(len(g_final))
+    if arc_records is not None and arcs is not None and len(arcs):
+        nodes, arcs = _prefilter(
+            arcs, nodes, num_frames, S, arc_records, boost, g_final, reached_final, lattice_beam
+        )
     node_key = (nodes.frame.astype(np.int64) + 1) * S + nodes.state
     order = np.argsort(node_key, kind="stable")
     node_key, alpha = node_key[order], nodes.cost[order].astype(np.float64)
@@ -443,10 +533,10 @@ def build_lattice(
 
     src, dst = lookup(skey), lookup(dkey)
     ok = (src >= 0) & (dst >= 0)
-    # an improved token re-expands its epsilon arcs: keep one copy of each (src, dst, arc)
+    # an improved token re-expands its epsilon arcs: keep one copy of each (src node, arc) (the
+    # graph arc and its source node fix the destination node)
     if ok.any():
-        triple = np.stack([src, dst, arc_id], axis=1)
-        _, first = np.unique(triple, axis=0, return_index=True)
+        _, first = np.unique(np.where(ok, src, -1) * (len(g_ilabel) + 1) + arc_id, return_index=True)
         dup = np.ones(len(ok), dtype=bool)
         dup[first] = False
         ok &= ~dup
@@ -465,23 +555,13 @@ def build_lattice(
         fin[last] = g_final[node_key[last] % S]
     else:
         fin[last] = 0.0
-    # backward costs, frame by frame (epsilon arcs of a frame to a fixed point, then emitting)
+    # backward costs (the search's arcs come in frame order)
     beta = fin.copy()
-    by_frame = np.argsort(-frame, kind="stable")
-    frame_sorted = frame[by_frame]
-    bounds = np.flatnonzero(np.diff(frame_sorted)) + 1
-    for group in np.split(by_frame, bounds):
-        if not len(group):
-            continue
-        eps = group[~emitting[group]]
-        for _ in range(len(eps) + 1):
-            cand = cost[eps] + beta[dst[eps]]
-            before = beta.copy()
-            np.minimum.at(beta, src[eps], cand)
-            if np.array_equal(before, beta):
-                break
-        em = group[emitting[group]]
-        np.minimum.at(beta, src[em], cost[em] + beta[dst[em]])
+    if len(frame) and np.any(np.diff(frame) < 0):
+        by_frame = np.argsort(frame, kind="stable")
+        src, dst, arc_id, ac, emitting, frame = (x[by_frame] for x in (src, dst, arc_id, ac, emitting, frame))
+        ol, graph, cost = ol[by_frame], graph[by_frame], cost[by_frame]
+    backward_costs(frame, src, dst, cost, emitting, beta)
     if not np.isfinite(alpha + fin).any():
         return None  # no token survived to the last frame
     best = float(np.min(alpha + fin))
@@ -538,68 +618,179 @@ def _better(a: tuple, b: tuple) -> bool:
     return (len(a[2]), a[2]) < (len(b[2]), b[2])
 
 
+@numba.njit(cache=True, nogil=True)
+def _grown(a: np.ndarray, need: int) -> np.ndarray:
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(need, 2 * a.shape[0]), a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+@numba.njit(cache=True, nogil=True)
+def _path_units(x, u, pred_node, pred_arc, ilabel, extra, units, n_units):
+    """Append the unit labels of the best path u -> x (then `extra` if > 0) to `units`; returns
+    (units, start, length)."""
+    length = 1 if extra > 0 else 0
+    y = x
+    while y != u:
+        if ilabel[pred_arc[y]] > 0:
+            length += 1
+        y = pred_node[y]
+    units = _grown(units, n_units + length)
+    k = n_units + length
+    if extra > 0:
+        k -= 1
+        units[k] = extra
+    y = x
+    while y != u:
+        if ilabel[pred_arc[y]] > 0:
+            k -= 1
+            units[k] = ilabel[pred_arc[y]]
+        y = pred_node[y]
+    return units, n_units, length
+
+
+@numba.njit(cache=True, nogil=True)
+def _collapse_kernel(out_ptr, dst, ilabel, olabel, graph, acoustic, alpha, beta, fin, entries, limit):
+    """For each entry node: label-correcting best paths over non-word arcs (lower total, then
+    lower graph cost), nodes popped in (frame, state) order, partial paths outside the beam not
+    followed; every word arc reached and the best final. Returns flat arrays: arcs (entry, word,
+    dst, graph, acoustic, unit start, unit length), finals per entry (graph, acoustic, unit
+    start, unit length; graph inf = none) and the unit buffer."""
+    n = alpha.shape[0]
+    stamp = np.full(n, -1, np.int64)
+    inq = np.full(n, -1, np.int64)
+    lab_g = np.zeros(n)
+    lab_a = np.zeros(n)
+    pred_node = np.full(n, -1, np.int64)
+    pred_arc = np.full(n, -1, np.int64)
+    cap = 1024
+    o_u = np.empty(cap, np.int64)
+    o_w = np.empty(cap, np.int64)
+    o_v = np.empty(cap, np.int64)
+    o_g = np.empty(cap)
+    o_a = np.empty(cap)
+    o_s = np.empty(cap, np.int64)
+    o_l = np.empty(cap, np.int64)
+    m = 0
+    units = np.empty(4096, np.int64)
+    n_units = 0
+    ne = entries.shape[0]
+    f_g = np.full(ne, np.inf)
+    f_a = np.zeros(ne)
+    f_s = np.zeros(ne, np.int64)
+    f_l = np.zeros(ne, np.int64)
+    for e in range(ne):
+        u = entries[e]
+        base = alpha[u]
+        stamp[u] = e
+        lab_g[u] = 0.0
+        lab_a[u] = 0.0
+        touched = [u]
+        heap = [u]
+        inq[u] = e
+        while len(heap) > 0:
+            x = heapq.heappop(heap)
+            inq[x] = -1
+            for i in range(out_ptr[x], out_ptr[x + 1]):
+                y = dst[i]
+                g = lab_g[x] + graph[i]
+                a = lab_a[x] + acoustic[i]
+                if base + g + a + beta[y] > limit:
+                    continue
+                if olabel[i] > 0:
+                    if m == o_u.shape[0]:
+                        o_u, o_w, o_v = _grown(o_u, m + 1), _grown(o_w, m + 1), _grown(o_v, m + 1)
+                        o_g, o_a = _grown(o_g, m + 1), _grown(o_a, m + 1)
+                        o_s, o_l = _grown(o_s, m + 1), _grown(o_l, m + 1)
+                    units, start, length = _path_units(
+                        x, u, pred_node, pred_arc, ilabel, ilabel[i], units, n_units
+                    )
+                    n_units += length
+                    o_u[m], o_w[m], o_v[m], o_g[m], o_a[m], o_s[m], o_l[m] = (
+                        u,
+                        olabel[i],
+                        y,
+                        g,
+                        a,
+                        start,
+                        length,
+                    )
+                    m += 1
+                    continue
+                if stamp[y] == e:
+                    t_old = lab_g[y] + lab_a[y]
+                    if not (g + a < t_old or (g + a == t_old and g < lab_g[y])):
+                        continue
+                else:
+                    stamp[y] = e
+                    touched.append(y)
+                lab_g[y] = g
+                lab_a[y] = a
+                pred_node[y] = x
+                pred_arc[y] = i
+                if inq[y] != e:
+                    inq[y] = e
+                    heapq.heappush(heap, y)
+        best_x = -1
+        for x in touched:
+            if fin[x] < np.inf and base + lab_g[x] + lab_a[x] + fin[x] <= limit:
+                g = lab_g[x] + fin[x]
+                a = lab_a[x]
+                if best_x < 0 or g + a < f_g[e] + f_a[e] or (g + a == f_g[e] + f_a[e] and g < f_g[e]):
+                    best_x = x
+                    f_g[e] = g
+                    f_a[e] = a
+        if best_x >= 0:
+            units, f_s[e], f_l[e] = _path_units(best_x, u, pred_node, pred_arc, ilabel, 0, units, n_units)
+            n_units += f_l[e]
+        for x in touched:
+            stamp[x] = -1
+    return o_u[:m], o_w[:m], o_v[:m], o_g[:m], o_a[:m], o_s[:m], o_l[:m], f_g, f_a, f_s, f_l, units[:n_units]
+
+
 def _collapse(lat: StateLattice, beam: float) -> tuple[list[int], dict[int, list[tuple]], dict[int, tuple]]:
     """Word graph of a state lattice: for every *entry* node (the start and each word arc's
     destination) the best non-word path to every node it reaches, joined with the word arcs
-    leaving those nodes. Returns (entries, entry -> [(word, dst entry, graph, acoustic, units)],
-    entry -> final (graph, acoustic, units)). A partial path from entry u to node y is followed
-    only while ``alpha[u] + cost + beta[y]`` is within `beam` of the best path (no complete path
-    through it could be), which keeps the word graph near the size of the lattice."""
+    leaving those nodes (`_collapse_kernel`). Returns (entries, entry -> [(word, dst entry,
+    graph, acoustic, units)], entry -> final (graph, acoustic, units)). A partial path from entry
+    u to node y is followed only while ``alpha[u] + cost + beta[y]`` is within `beam` of the best
+    path (no complete path through it could be), which keeps the word graph near the size of
+    the lattice."""
     n = lat.num_nodes
     alpha = lat.alpha if lat.alpha is not None else np.zeros(n)
     beta = lat.beta if lat.beta is not None else np.zeros(n)
     best = float((alpha + beta).min()) if n else 0.0
     limit = best + beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best)
-    out_arcs: list[list[int]] = [[] for _ in range(n)]
-    for i in range(lat.num_arcs):
-        out_arcs[int(lat.src[i])].append(i)
-    src_frame = lat.node_frame
-    entries = sorted({0} | {int(d) for d, o in zip(lat.dst, lat.olabel, strict=True) if o > 0})
-    word_arcs: dict[int, list[tuple]] = {}
-    finals: dict[int, tuple] = {}
-    # plain lists: element access on numpy arrays costs ~10x more in these loops
-    graph, acoustic = lat.graph.tolist(), lat.acoustic.tolist()
-    ilabel, olabel, dst = lat.ilabel.tolist(), lat.olabel.tolist(), lat.dst.tolist()
-    alpha, beta, src_frame = alpha.tolist(), beta.tolist(), src_frame.tolist()
-    final = lat.final
-    for u in entries:
-        base = alpha[u]
-        # best (graph, acoustic, units) from u over non-word arcs, nodes in (frame, state) order
-        label: dict[int, tuple] = {u: (0.0, 0.0, ())}
-        heap = [(src_frame[u], u)]
-        queued = {u}
-        arcs_u: list[tuple] = []
-        while heap:
-            _, x = heapq.heappop(heap)
-            queued.discard(x)
-            g0, a0, units0 = label[x]
-            for i in out_arcs[x]:
-                y = dst[i]
-                g, a = g0 + graph[i], a0 + acoustic[i]
-                if base + g + a + beta[y] > limit:
-                    continue
-                cand = (g, a, units0 + (ilabel[i],) if ilabel[i] > 0 else units0)
-                if olabel[i] > 0:
-                    arcs_u.append((olabel[i], y, *cand))
-                    continue
-                if y not in label or _better(cand, label[y]):
-                    label[y] = cand
-                    if y not in queued:
-                        queued.add(y)
-                        heapq.heappush(heap, (src_frame[y], y))
-        for x, (g, a, units) in label.items():
-            if x in final and base + g + a + final[x] <= limit:
-                cand = (g + final[x], a, units)
-                if u not in finals or _better(cand, finals[u]):
-                    finals[u] = cand
-        # one arc per (word, destination): the best (any other path of it is worse)
-        best_arc: dict[tuple[int, int], tuple] = {}
-        for w, v, g, a, units in arcs_u:
-            k = (w, v)
-            if k not in best_arc or _better((g, a, units), best_arc[k][2:]):
-                best_arc[k] = (w, v, g, a, units)
-        word_arcs[u] = [best_arc[k] for k in sorted(best_arc)]
-    return entries, word_arcs, finals
+    entries = np.unique(np.concatenate([[0], lat.dst[lat.olabel > 0]])).astype(np.int64)
+    out_ptr = np.searchsorted(lat.src, np.arange(n + 1)).astype(np.int64)  # arcs sorted by src
+    fin = np.full(n, np.inf)
+    for x, w in lat.final.items():
+        fin[x] = w
+    o_u, o_w, o_v, o_g, o_a, o_s, o_l, f_g, f_a, f_s, f_l, units = _collapse_kernel(
+        out_ptr, lat.dst.astype(np.int64), lat.ilabel.astype(np.int64), lat.olabel.astype(np.int64),
+        lat.graph.astype(np.float64), lat.acoustic.astype(np.float64), alpha.astype(np.float64),
+        beta.astype(np.float64), fin, entries, limit,
+    )  # fmt: skip
+    units_l = units.tolist()
+    # one arc per (entry, word, destination): the best (any other path of it is worse)
+    best_arc: dict[tuple[int, int, int], tuple] = {}
+    for u, w, v, g, a, s, ln in zip(*(x.tolist() for x in (o_u, o_w, o_v, o_g, o_a, o_s, o_l)), strict=True):
+        k = (u, w, v)
+        cand = (g, a, tuple(units_l[s : s + ln]))
+        if k not in best_arc or _better(cand, best_arc[k][2:]):
+            best_arc[k] = (w, v, *cand)
+    entry_list = entries.tolist()
+    word_arcs: dict[int, list[tuple]] = {u: [] for u in entry_list}
+    for k in sorted(best_arc):
+        word_arcs[k[0]].append(best_arc[k])
+    finals = {
+        u: (f_g[e], f_a[e], tuple(units_l[f_s[e] : f_s[e] + f_l[e]]))
+        for e, u in enumerate(entry_list)
+        if np.isfinite(f_g[e])
+    }
+    return entry_list, word_arcs, finals
 
 
 def determinize(lat: StateLattice, beam: float | None = None, max_states: int = 100000) -> CompactLattice:
