@@ -679,7 +679,7 @@ class CompiledPath:
     reached_final: bool
     found: bool  # some token survived to the end
     stats: np.ndarray
-    lattice_arcs: np.recarray | None = None  # as core.LatticeArcs: frame, src, dst, arc, ac
+    lattice_arcs: np.recarray | None = None  # as lattice.LatticeStore: frame, src, dst, arc, ac
     lattice_nodes: np.recarray | None = None  # frame, state, cost
 
 
@@ -720,7 +720,8 @@ class Workspace:
         return int(self.ctr[C_NEXT_FRAME])
 
     def lattice_data(self) -> tuple[np.recarray, np.recarray]:
-        """Copies of the kept lattice arcs and nodes (the torch core's LatticeArcs.host() fields)."""
+        """Copies of the kept lattice arcs and nodes (the fields of the torch path's
+        `lattice.LatticeStore.data`)."""
         na, nn = int(self.ctr[C_LAT_ARCS]), int(self.ctr[C_NODES])
         w = self.arrays
         arcs = np.rec.fromarrays(
