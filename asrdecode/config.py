@@ -31,6 +31,7 @@ class ModelConfig:
     path: str = DEFAULT_MODEL
     type: str = "auto"  # auto | nemo-ctc | nemo-transducer | sphinx
     topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture
+    threads: int = 0  # sphinx models on CPU: threads scoring chunks of frames in parallel (0 = all cores)
 
 
 @dataclass

@@ -154,7 +154,8 @@ class Transcriber:
 
             self.on_status(f"loading model {self.cfg.model.path}")
             model_cfg = self.cfg.model
-            self.model = load_model(model_cfg.path, model_cfg.type, model_cfg.topn).to(self.device).eval()
+            self.model = load_model(model_cfg.path, model_cfg.type, model_cfg.topn, model_cfg.threads)
+            self.model = self.model.to(self.device).eval()
             if self.cfg.features.type not in ("auto",):
                 raise ConfigError(
                     f"features.type '{self.cfg.features.type}' does not fit a NeMo model (it brings its own "

@@ -10,10 +10,11 @@ model, full trigram with 72.5k words, 2.05M bigrams and 1.67M trigrams, and its 
 thread. asrdecode runs `asrdecode transcribe` with `configs/sphinx-en-us.yaml`: the same acoustic
 model and pocketsphinx's LM with every pronounceable word (72.5k), entropy-pruned
 (`configs/graph/sphinx-en-us.yaml`), twice: with one thread everywhere (`threads=1
-decoder.threads=1`, like for like with pocketsphinx) and with the search on all cores
-(`decoder.threads=0`; torch stays on one thread: its OpenMP workers spin-wait, and with another
-process on the second core the front end and scoring took 5x longer with two). Both are scored
-with `asrdecode.scoring` (jiwer) against the same references.
+model.threads=1 decoder.threads=1`, like for like with pocketsphinx) and with senone scoring and
+the search on all cores (`model.threads=0 decoder.threads=0`: Python threads over chunks of frames
+and over utterances; torch's own intra-op pool stays at one thread: its OpenMP workers spin-wait,
+and with another process on the second core the front end and scoring took 5x longer with two).
+Both are scored with `asrdecode.scoring` (jiwer) against the same references.
 RTFx = audio seconds / wall seconds of the work both decoders do per utterance (front end,
 acoustic scoring, search), measured the same way for both: one-time costs (model and graph
 loading, asrdecode's warm-up batch that loads the compiled search, pocketsphinx's Decoder()) and
@@ -120,8 +121,8 @@ def main() -> None:
     refs = {row["id"]: row.get("text", "") for row in rows}
     cores = len(os.sched_getaffinity(0))
     runs = {  # name -> (overrides, output folder)
-        "asrdecode 1 thread": (["threads=1", "decoder.threads=1"], "1-thread"),
-        f"asrdecode {cores} cores": (["threads=1", "decoder.threads=0"], "all-cores"),
+        "asrdecode 1 thread": (["threads=1", "model.threads=1", "decoder.threads=1"], "1-thread"),
+        f"asrdecode {cores} cores": (["threads=1", "model.threads=0", "decoder.threads=0"], "all-cores"),
     }
     ours = {}
     for name, (threads, folder) in runs.items():

@@ -62,13 +62,14 @@ def resolve_model_path(spec: str) -> Path:
     return path
 
 
-def load_model(spec: str, model_type: str = "auto", topn: int = 4):
+def load_model(spec: str, model_type: str = "auto", topn: int = 4, threads: int = 1):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
     model_type: ``auto`` (a ``.nemo`` file: CTC or transducer by the class in its config; hybrid
     RNNT-CTC models load their CTC head; a folder with an ``mdef``: sphinx), ``nemo-ctc``,
     ``nemo-transducer`` (RNN-T/TDT, or a hybrid's transducer part) or ``sphinx`` (a pocketsphinx
-    PTM model folder, e.g. ``embedded:sphinx-en-us``; ``topn`` = its Gaussian selection, 0 = full).
+    PTM model folder, e.g. ``embedded:sphinx-en-us``; ``topn`` = its Gaussian selection, 0 = full;
+    ``threads`` = CPU threads scoring chunks of frames, 0 = all cores).
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -87,7 +88,7 @@ def load_model(spec: str, model_type: str = "auto", topn: int = 4):
     if kind == "sphinx":
         from asrdecode.models.sphinx import load_sphinx
 
-        return load_sphinx(path, topn=topn)
+        return load_sphinx(path, topn=topn, threads=threads)
     raise ModelError(
         f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc, nemo-transducer, sphinx)"
     )

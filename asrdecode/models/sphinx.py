@@ -32,8 +32,10 @@ Mixture weights: a ``sendump`` byte ``q`` stands for ``w = 1.0001 ** (-q * 1024)
 from __future__ import annotations
 
 import math
+import os
 import struct
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -436,7 +438,9 @@ class SphinxAcousticModel(nn.Module):
     checks). ``chunk_frames``: frames scored at once (the valid frames of a whole batch are packed
     first); top-N selects ``TOPN_SELECT_FRAMES`` at a time (2 x 4 MB of float64 keys). The working
     sets stay within the CPU's last-level cache: scoring is memory-bound, every extra pass over
-    the densities costs about as much as the Gaussians' matmul.
+    the densities costs about as much as the Gaussians' matmul. ``threads``: on CPU, chunks are
+    scored by that many threads at once (0 = the cores this process may use; torch releases the
+    GIL inside its kernels, and each thread has its own work buffers); other devices use one.
     """
 
     default_decoder = "wfst"
@@ -449,8 +453,13 @@ class SphinxAcousticModel(nn.Module):
         topn: int = 4,
         dtype: torch.dtype = torch.float32,
         chunk_frames: int = CHUNK_FRAMES,
+        threads: int = 1,
     ) -> None:
         super().__init__()
+        if threads < 0:
+            raise ModelError(f"model.threads={threads} must be >= 0 (0 = all cores)")
+        self.threads = threads if threads > 0 else len(os.sched_getaffinity(0))
+        self._pool: ThreadPoolExecutor | None = None
         self.data = data
         self.frontend = frontend or SphinxMFCC(SphinxFeConfig.from_feat_params(data.feat_params))
         if self.frontend.feature_dim != sum(len(s) for s in data.streams):
@@ -557,8 +566,21 @@ class SphinxAcousticModel(nn.Module):
             scores.index_fill_(0, (~valid).nonzero().squeeze(1), 0.0)
         packed = x.index_select(0, rows)
         step = self.chunk_frames
-        for start in range(0, len(rows), step):
-            scores.index_copy_(0, rows[start : start + step], self._score_chunk(packed[start : start + step]))
+        starts = range(0, len(rows), step)
+        if self.threads > 1 and len(starts) > 1 and x.device.type == "cpu":
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sphinx-scoring")
+            mode = torch.is_inference_mode_enabled()  # thread-local: carried into the workers
+
+            def score(start: int) -> torch.Tensor:
+                with torch.inference_mode(mode):
+                    return self._score_chunk(packed[start : start + step])
+
+            chunks = self._pool.map(score, starts)
+        else:
+            chunks = (self._score_chunk(packed[start : start + step]) for start in starts)
+        for start, chunk in zip(starts, chunks, strict=True):
+            scores.index_copy_(0, rows[start : start + step], chunk)
         return ModelOutput(
             log_probs=scores.view(b, t, -1),
             lengths=feat_lengths.to(torch.int64),
@@ -742,7 +764,9 @@ class SphinxAcousticModel(nn.Module):
         }
 
 
-def load_sphinx(folder: str | Path, topn: int = 4, dtype: torch.dtype = torch.float32) -> SphinxAcousticModel:
+def load_sphinx(
+    folder: str | Path, topn: int = 4, dtype: torch.dtype = torch.float32, threads: int = 1
+) -> SphinxAcousticModel:
     """Read a pocketsphinx PTM model folder into a :class:`SphinxAcousticModel`."""
     data = read_sphinx_model(folder)
-    return SphinxAcousticModel(data, topn=topn, dtype=dtype)
+    return SphinxAcousticModel(data, topn=topn, dtype=dtype, threads=threads)

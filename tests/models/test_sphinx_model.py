@@ -181,6 +181,30 @@ def test_model_output_batch_equals_single(models) -> None:
         torch.testing.assert_close(out.log_probs[b, : n[b]], single.log_probs[0], atol=2e-3, rtol=0)
 
 
+@pytest.mark.parametrize("topn", [4, 0])
+def test_threaded_scoring_equals_one_thread_and_numpy(data, goforward, topn: int) -> None:
+    """model.threads > 1 scores chunks of packed frames on a thread pool: the same numbers as one
+    thread (each chunk's arithmetic is unchanged), which equal the numpy evaluation, inside and
+    outside inference mode (the mode is thread-local and carried into the workers)."""
+    feats, n = goforward
+    one = SphinxAcousticModel(data, topn=topn, chunk_frames=16)
+    two = SphinxAcousticModel(data, topn=topn, chunk_frames=16, threads=2)
+    batch = torch.cat([feats, feats.flip(1)]).transpose(1, 2)  # two utterances
+    lengths = torch.cat([n, n - 37])
+    with torch.inference_mode():
+        want = one.forward_features(batch, lengths).log_probs
+        got = two.forward_features(batch, lengths).log_probs
+    assert torch.equal(got, want)
+    with torch.no_grad():
+        assert torch.equal(two.forward_features(batch, lengths).log_probs, want)
+    for t in (5, 100):
+        ref = numpy_senone_scores(data, batch[1, :, t].numpy(), topn)
+        assert np.abs(got[1, t].double().numpy() - ref).max() < 5e-4
+    assert got[1, int(lengths[1]) :].abs().max() == 0
+    with pytest.raises(ModelError, match="model.threads"):
+        SphinxAcousticModel(data, threads=-1)
+
+
 def test_scoring_inside_and_outside_inference_mode(models, goforward) -> None:
     """Work buffers made under torch.inference_mode are not reused outside it (in-place writes to
     inference tensors would fail there)."""
