@@ -41,6 +41,7 @@ from torch import nn
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.errors import ModelError
+from asrdecode.numba_status import announce_first_compile
 
 __all__ = [
     "SphinxFeConfig",
@@ -333,6 +334,7 @@ def noise_gains_numba(mel: torch.Tensor) -> torch.Tensor:
     """[B, T, nfilt] CPU mel power -> unsmoothed noise-removal gains by :func:`_noise_gains_kernel`."""
     x = mel.detach().contiguous().numpy()
     gains = np.empty_like(x)
+    announce_first_compile("sphinx front end", _noise_gains_kernel)
     _noise_gains_kernel(x, _noise_constants(x.dtype), gains)
     return torch.from_numpy(gains)
 

@@ -22,9 +22,10 @@ from wfst_ref import nemo_log_probs, random_wfst, single_thread, viterbi_referen
 
 from asrdecode.decoders import decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst.compiled import STAT_RECORDS, CompiledSearch, _cache_present, get_cutoff
+from asrdecode.decoders.wfst.compiled import STAT_RECORDS, CompiledSearch, get_cutoff, search_advance
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
+from asrdecode.numba_status import disk_cache_index
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -189,7 +190,7 @@ def test_cutoff_matches_kaldi_rule(seed):
 
 def test_compiled_code_is_cached_on_disk():
     CompiledSearch.ensure_compiled()
-    assert _cache_present()
+    assert disk_cache_index(search_advance).is_file()
 
 
 def test_thousands_of_active_tokens_equal_torch():

@@ -60,13 +60,13 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numba
 import numpy as np
 
 from asrdecode.decoders.wfst.lattice import prune_window
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.numba_status import announce_first_compile
 
 log = logging.getLogger("asrdecode.decoders.wfst")
 
@@ -691,15 +691,6 @@ def default_threads() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-def _cache_present() -> bool:
-    """Whether numba's on-disk cache of the search exists (so no compile will be needed)."""
-    try:
-        index = Path(search_advance._cache._cache_file._index_path)  # numba internals
-    except AttributeError:
-        return False
-    return index.is_file()
-
-
 _compile_lock = threading.Lock()
 
 
@@ -756,8 +747,7 @@ class CompiledSearch:
         with _compile_lock:
             if getattr(search_advance, "signatures", True):  # (plain function under NUMBA_DISABLE_JIT)
                 return
-            if not _cache_present():
-                log.warning("wfst: compiling decoder (first run only)")
+            announce_first_compile("wfst: decoder", search_advance, search_init)
             # a one-state graph with one self-loop, two frames: fixes the signatures
             states = np.zeros(1, STATE_DTYPE)
             states[0] = (0, 1, 1, 0.0)

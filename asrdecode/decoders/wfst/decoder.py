@@ -52,10 +52,18 @@ import torch
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions, TokenPassing, Tokens
 from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
-from asrdecode.decoders.wfst.lattice import CompactLattice, build_lattice, determinize
+from asrdecode.decoders.wfst.lattice import (
+    CompactLattice,
+    backward_costs,
+    build_lattice,
+    collapse_kernel,
+    determinize,
+    prune_window,
+)
 from asrdecode.errors import ConfigError, GraphError
 from asrdecode.graph.format import DeviceGraph, find_graph_file
 from asrdecode.models.base import ModelOutput
+from asrdecode.numba_status import announce_first_compile
 
 log = logging.getLogger("asrdecode.decoders.wfst")
 
@@ -285,6 +293,8 @@ class WfstDecoder:
         self._records: np.ndarray | None = None
         self._device_note_logged = False
         self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
+        if config.lattice or config.nbest > 1:  # the lattice kernels compile at their first use
+            announce_first_compile("wfst: lattices", prune_window, backward_costs, collapse_kernel)
 
     # ------------------------------------------------------------------ helpers
     def graph_on(self, device: torch.device) -> SearchGraph:

@@ -652,7 +652,7 @@ def _path_units(x, u, pred_node, pred_arc, ilabel, extra, units, n_units):
 
 
 @numba.njit(cache=True, nogil=True)
-def _collapse_kernel(out_ptr, dst, ilabel, olabel, graph, acoustic, alpha, beta, fin, entries, limit):
+def collapse_kernel(out_ptr, dst, ilabel, olabel, graph, acoustic, alpha, beta, fin, entries, limit):
     """For each entry node: label-correcting best paths over non-word arcs (lower total, then
     lower graph cost), nodes popped in (frame, state) order, partial paths outside the beam not
     followed; every word arc reached and the best final. Returns flat arrays: arcs (entry, word,
@@ -753,7 +753,7 @@ def _collapse_kernel(out_ptr, dst, ilabel, olabel, graph, acoustic, alpha, beta,
 def _collapse(lat: StateLattice, beam: float) -> tuple[list[int], dict[int, list[tuple]], dict[int, tuple]]:
     """Word graph of a state lattice: for every *entry* node (the start and each word arc's
     destination) the best non-word path to every node it reaches, joined with the word arcs
-    leaving those nodes (`_collapse_kernel`). Returns (entries, entry -> [(word, dst entry,
+    leaving those nodes (`collapse_kernel`). Returns (entries, entry -> [(word, dst entry,
     graph, acoustic, units)], entry -> final (graph, acoustic, units)). A partial path from entry
     u to node y is followed only while ``alpha[u] + cost + beta[y]`` is within `beam` of the best
     path (no complete path through it could be), which keeps the word graph near the size of
@@ -768,7 +768,7 @@ def _collapse(lat: StateLattice, beam: float) -> tuple[list[int], dict[int, list
     fin = np.full(n, np.inf)
     for x, w in lat.final.items():
         fin[x] = w
-    o_u, o_w, o_v, o_g, o_a, o_s, o_l, f_g, f_a, f_s, f_l, units = _collapse_kernel(
+    o_u, o_w, o_v, o_g, o_a, o_s, o_l, f_g, f_a, f_s, f_l, units = collapse_kernel(
         out_ptr, lat.dst.astype(np.int64), lat.ilabel.astype(np.int64), lat.olabel.astype(np.int64),
         lat.graph.astype(np.float64), lat.acoustic.astype(np.float64), alpha.astype(np.float64),
         beta.astype(np.float64), fin, entries, limit,

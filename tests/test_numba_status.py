@@ -1,0 +1,39 @@
+"""The one-line "compiling (first run only)" status: shown once when an njit function will compile,
+never when it is compiled in this process or loaded from numba's disk cache."""
+
+from __future__ import annotations
+
+import logging
+
+import numba
+import numpy as np
+
+from asrdecode.numba_status import announce_first_compile, disk_cache_index, is_cached
+
+
+def test_status_once_before_a_compile_and_never_after(caplog) -> None:
+    @numba.njit(cache=False)
+    def twice(x):
+        return 2 * x
+
+    assert not is_cached(twice) and disk_cache_index(twice) is None
+    with caplog.at_level(logging.WARNING, logger="asrdecode"):
+        announce_first_compile("test: twice", twice)
+        announce_first_compile("test: twice", twice)
+    assert [r.getMessage() for r in caplog.records] == ["test: twice: compiling (first run only)"]
+    assert twice(np.int64(3)) == 6
+    assert is_cached(twice)  # compiled in this process now
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="asrdecode"):
+        announce_first_compile("test: twice again", twice)
+    assert caplog.records == []
+
+
+def test_disk_cached_functions_need_no_status() -> None:
+    """The sphinx front end's kernel after one call: its cache index exists on disk."""
+    import torch
+
+    from asrdecode.features.sphinx_mfcc import _noise_gains_kernel, noise_gains_numba
+
+    noise_gains_numba(torch.rand(1, 3, 4, dtype=torch.float64) + 1.0)
+    assert disk_cache_index(_noise_gains_kernel).is_file() and is_cached(_noise_gains_kernel)
