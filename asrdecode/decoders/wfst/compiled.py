@@ -694,6 +694,16 @@ def default_threads() -> int:
 _compile_lock = threading.Lock()
 
 
+def dense_boost(table: dict[int, float]) -> np.ndarray:
+    """word id -> cost table as a dense float32 array (empty when there are no boosts)."""
+    if not table:
+        return np.zeros(0, dtype=np.float32)
+    arr = np.zeros(max(table) + 1, dtype=np.float32)
+    for wid, c in table.items():
+        arr[wid] = c
+    return arr
+
+
 class Workspace:
     """The arrays and counters of one search: a worker thread's (reused from utterance to
     utterance, so steady-state decoding allocates nothing) or one stream's (carried between
@@ -780,15 +790,6 @@ class CompiledSearch:
             w = Workspace()
             self._local.workspace = w
         return w
-
-    def boost_array(self, table: dict[int, float]) -> np.ndarray:
-        """word id -> cost table as a dense float32 array (empty when there are no boosts)."""
-        if not table:
-            return np.zeros(0, dtype=np.float32)
-        arr = np.zeros(max(table) + 1, dtype=np.float32)
-        for wid, c in table.items():
-            arr[wid] = c
-        return arr
 
     # ---------------------------------------------------------------- search
     def begin(

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.wfst.compiled import dense_boost
 from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions, TokenPassing, Tokens
 from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
 from asrdecode.decoders.wfst.lattice import (
@@ -149,16 +150,6 @@ class WfstConfig:
             kernel=kernel,
             prune_interval=self.prune_interval,
         )
-
-
-def dense_boost(table: dict[int, float]) -> np.ndarray:
-    """word id -> cost table as a dense float32 array (empty when there are no boosts)."""
-    if not table:
-        return np.zeros(0, dtype=np.float32)
-    arr = np.zeros(max(table) + 1, dtype=np.float32)
-    for wid, c in table.items():
-        arr[wid] = c
-    return arr
 
 
 def _read_words(path: Path) -> dict[int, str]:
@@ -396,7 +387,7 @@ class WfstDecoder:
         T = ac.shape[1]
         ac_h = ac.detach().to("cpu", torch.float32).contiguous().numpy()
         acs = [ac_h[b, : min(n, T)] for b, n in enumerate(lengths)]
-        boosts = [search.boost_array(t) for t in tables]
+        boosts = [dense_boost(t) for t in tables]
         c = self.config
         eps_limit = max(c.max_epsilon_passes, 1) * max(self.graph_cpu.num_states, 1024)
         want_lattice = c.lattice or c.nbest > 1
@@ -827,7 +818,7 @@ class WfstDecoder:
         for i, sid in enumerate(ids):
             st = _Stream(boost=(boost[i] if boost else None), workspace=Workspace(self._want_lattice))
             st.boost_ids = self._boosts([st.boost], 1)[0][0]
-            st.boost_array = search.boost_array(st.boost_ids)
+            st.boost_array = dense_boost(st.boost_ids)
             search.begin(st.workspace, st.boost_array, self._eps_limit())
             self._streams[sid] = st
         return ids
