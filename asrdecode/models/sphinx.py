@@ -3,7 +3,8 @@
 Model folder: ``mdef`` (binary model definition, read by :func:`asrdecode.graph.sphinx.read_mdef`),
 ``means`` / ``variances`` (s3 Gaussian files, [codebooks, streams, densities, dims]), ``sendump``
 (8-bit quantised -log mixture weights, [streams, densities, senones]), ``transition_matrices``,
-``feat.params`` (front-end options) and optionally ``noisedict``.
+``feat.params`` (front-end options) and optionally ``noisedict``; read (and written back byte for
+byte) by :mod:`asrdecode.models.sphinx_io`.
 
 Scoring (:class:`SphinxAcousticModel`), per frame and on any device, the valid frames of a batch
 packed and scored in chunks:
@@ -47,6 +48,13 @@ from torch import nn
 from asrdecode.errors import AsrDecodeError, ModelError
 from asrdecode.features.sphinx_mfcc import SphinxFeConfig, SphinxMFCC
 from asrdecode.models.base import ModelOutput
+from asrdecode.models.sphinx_io import (
+    read_feat_params,
+    read_noisedict,
+    read_s3_gaussians,
+    read_sendump,
+    read_transition_matrix_file,
+)
 
 __all__ = [
     "SphinxModelData",
@@ -63,7 +71,6 @@ __all__ = [
     "key_index",
 ]
 
-_S3_MAGIC = 0x11223344
 MIXW_LOG_UNIT = 1024 * math.log(1.0001)  # nats per sendump step
 VARFLOOR = 1e-4
 DENSITY_FLOOR = 60.0  # nats below a codebook's best density that still count (see _full_mixture)
@@ -74,167 +81,6 @@ MAX_ITERATIVE_TOPN = 8  # top-N by N max passes up to here, by topk beyond
 CHUNK_FRAMES = 128  # frames mixed at once (default chunk_frames)
 TOPN_SELECT_FRAMES = 32  # frames whose top-N are selected at once (float64 keys: 4 MB, in the L3 cache)
 REQUIRED_FILES = ("mdef", "means", "variances", "sendump", "transition_matrices", "feat.params")
-
-
-def _read_bytes(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ModelError(f"{path}: {what} file not found") from None
-    except OSError as err:
-        raise ModelError(f"{path}: cannot read {what} ({err.strerror})") from None
-
-
-class _Reader:
-    """Bounds-checked little/big-endian reader over bytes; errors name the file."""
-
-    def __init__(self, data: bytes, path: Path, what: str, pos: int = 0, endian: str = "<") -> None:
-        self.data, self.path, self.what, self.pos, self.endian = data, path, what, pos, endian
-
-    def fail(self, msg: str) -> ModelError:
-        return ModelError(f"{self.path}: malformed {self.what}: {msg}")
-
-    def need(self, n: int, label: str) -> None:
-        if n < 0 or self.pos + n > len(self.data):
-            raise self.fail(
-                f"truncated while reading {label} (need {n} bytes at offset {self.pos}, "
-                f"file has {len(self.data)})"
-            )
-
-    def ints(self, n: int, label: str, unsigned: bool = False) -> tuple[int, ...]:
-        self.need(4 * n, label)
-        out = struct.unpack_from(f"{self.endian}{n}{'I' if unsigned else 'i'}", self.data, self.pos)
-        self.pos += 4 * n
-        return out
-
-    def array(self, dtype: str, count: int, label: str) -> np.ndarray:
-        size = np.dtype(dtype).itemsize
-        if count < 0:
-            raise self.fail(f"negative {label} count {count}")
-        self.need(size * count, label)
-        dt = np.dtype(dtype).newbyteorder(self.endian) if size > 1 else np.dtype(dtype)
-        out = np.frombuffer(self.data, dtype=dt, count=count, offset=self.pos)
-        self.pos += size * count
-        return out
-
-
-def _s3_header(data: bytes, path: Path, what: str) -> tuple[dict[str, str], _Reader]:
-    """s3 binary header: ``s3\\n``, ``key value`` lines, ``endhdr\\n``, uint32 byte-order magic."""
-    if not data.startswith(b"s3\n"):
-        raise ModelError(f"{path}: malformed {what}: not an s3 binary file (no 's3' header)")
-    end = data.find(b"endhdr\n")
-    if end < 0:
-        raise ModelError(f"{path}: malformed {what}: header has no 'endhdr'")
-    header: dict[str, str] = {}
-    for line in data[3:end].decode("latin-1").splitlines():
-        parts = line.split(None, 1)
-        if parts:
-            header[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
-    reader = _Reader(data, path, what, end + len("endhdr\n"))
-    (magic,) = reader.ints(1, "byte-order magic", unsigned=True)
-    if magic != _S3_MAGIC:
-        if struct.unpack("<I", struct.pack(">I", magic))[0] != _S3_MAGIC:
-            raise reader.fail(f"bad byte-order magic {magic:#x}")
-        reader.endian = ">"
-    return header, reader
-
-
-def read_s3_gaussians(path: str | Path, what: str = "Gaussian parameters") -> np.ndarray:
-    """s3 ``means``/``variances`` -> float32 [n_mgau, n_feat, n_density, veclen] (equal stream
-    lengths required)."""
-    path = Path(path)
-    header, r = _s3_header(_read_bytes(path, what), path, what)
-    n_mgau, n_feat, n_density = r.ints(3, "dimensions")
-    if not (0 < n_mgau <= 1 << 16 and 0 < n_feat <= 64 and 0 < n_density <= 1 << 16):
-        raise r.fail(f"implausible dimensions {n_mgau} x {n_feat} x {n_density}")
-    veclen = r.ints(n_feat, "stream lengths")
-    if any(v <= 0 or v > 4096 for v in veclen):
-        raise r.fail(f"implausible stream lengths {list(veclen)}")
-    if len(set(veclen)) != 1:
-        raise r.fail(f"unequal stream lengths {list(veclen)} are not supported")
-    (count,) = r.ints(1, "value count")
-    expect = n_mgau * n_density * sum(veclen)
-    if count != expect:
-        raise r.fail(f"value count {count} != {n_mgau} x {n_density} x {sum(veclen)}")
-    values = r.array("f4", count, "values")
-    tail = len(r.data) - r.pos
-    if tail != (4 if "chksum0" in header else 0):
-        raise r.fail(f"{tail} unexpected trailing bytes")
-    arr = values.astype(np.float32).reshape(n_mgau, n_feat, n_density, veclen[0])
-    if not np.isfinite(arr).all():
-        raise r.fail("non-finite values")
-    return arr
-
-
-def read_sendump(path: str | Path) -> np.ndarray:
-    """pocketsphinx ``sendump`` -> uint8 [n_feat, n_density, n_sen] quantised -log weights."""
-    path = Path(path)
-    data = _read_bytes(path, "mixture weights (sendump)")
-    r = _Reader(data, path, "sendump")
-    (n,) = r.ints(1, "title length")
-    if not 1 <= n <= 999:
-        swapped = struct.unpack(">i", struct.pack("<i", n))[0]
-        if not 1 <= swapped <= 999:
-            raise r.fail(f"title length {n} out of range")
-        r.endian, n = ">", swapped
-    opts: dict[str, int] = {}
-    first = True
-    while True:
-        if not first:
-            (n,) = r.ints(1, "header string length")
-            if n == 0:
-                break
-            if not 0 < n <= 100_000:
-                raise r.fail(f"header string length {n} out of range")
-        first = False
-        r.need(n, "header string")
-        text = data[r.pos : r.pos + n].rstrip(b"\0").decode("latin-1")
-        r.pos += n
-        key, _, value = text.partition(" ")
-        if key in ("feature_count", "mixture_count", "model_count", "cluster_count", "cluster_bits"):
-            try:
-                opts[key] = int(value.split()[0])
-            except (ValueError, IndexError):
-                raise r.fail(f"bad header line {text!r}") from None
-    if opts.get("cluster_count", 0) not in (0,) or opts.get("cluster_bits", 8) != 8:
-        raise r.fail("clustered (4-bit) mixture weights are not supported")
-    n_feat = opts.get("feature_count", 1)
-    rows, cols = r.ints(2, "#codewords/#senones")
-    if not (0 < n_feat <= 64 and 0 < rows <= 1 << 16 and 0 < cols <= 1 << 24):
-        raise r.fail(f"implausible dimensions {n_feat} x {rows} x {cols}")
-    if "mixture_count" in opts and opts["mixture_count"] != rows:
-        raise r.fail(f"mixture_count {opts['mixture_count']} != {rows} rows")
-    if "model_count" in opts and opts["model_count"] != cols:
-        raise r.fail(f"model_count {opts['model_count']} != {cols} columns")
-    values = r.array("u1", n_feat * rows * cols, "weights")
-    if r.pos != len(data):
-        raise r.fail(f"{len(data) - r.pos} unexpected trailing bytes")
-    return values.reshape(n_feat, rows, cols).copy()
-
-
-def read_feat_params(path: str | Path) -> dict[str, str]:
-    """``-name value`` pairs (any whitespace layout) -> {name: value}."""
-    path = Path(path)
-    text = _read_bytes(path, "feature parameters").decode("utf-8", errors="replace")
-    tokens = text.split()
-    if len(tokens) % 2 or any(not t.startswith("-") for t in tokens[0::2]):
-        raise ModelError(f"{path}: malformed feat.params: expected '-name value' pairs")
-    return {k[1:]: v for k, v in zip(tokens[0::2], tokens[1::2], strict=True)}
-
-
-def read_noisedict(path: str | Path) -> dict[str, list[str]]:
-    """Filler dictionary ``word PHONE ...`` -> {word: phones}."""
-    path = Path(path)
-    out: dict[str, list[str]] = {}
-    text = _read_bytes(path, "noise dictionary").decode("utf-8", errors="replace")
-    for lineno, line in enumerate(text.splitlines(), 1):
-        fields = line.split("#", 1)[0].split()
-        if not fields:
-            continue
-        if len(fields) < 2:
-            raise ModelError(f"{path}:{lineno}: malformed noisedict: word '{fields[0]}' has no phones")
-        out[fields[0]] = fields[1:]
-    return out
 
 
 def parse_svspec(spec: str | None, dim: int, n_streams: int, veclen: int) -> list[list[int]]:
@@ -316,22 +162,19 @@ def _read_mdef(path: Path):
 
 
 def _read_tmat(path: Path):
+    """Transition matrices as pocketsphinx uses them (rows normalised, floored): the file's layout
+    is checked by :func:`read_transition_matrix_file`, the normalisation is the graph builder's."""
     from asrdecode.graph.sphinx import read_tmat
 
     if not path.is_file():
         raise ModelError(f"{path}: transition matrices file not found")
+    read_transition_matrix_file(path)
     try:
-        tmat = read_tmat(path)
+        return read_tmat(path)
     except AsrDecodeError as err:
         raise ModelError(str(err)) from None
     except (ValueError, struct.error, IndexError) as err:
         raise ModelError(f"{path}: malformed transition_matrices ({type(err).__name__}: {err})") from None
-    data = path.read_bytes()
-    end = data.find(b"endhdr\n") + len("endhdr\n") + 20
-    expect = end + 4 * tmat.size + (4 if b"chksum0" in data[:end] else 0)
-    if len(data) != expect or not np.isfinite(tmat).all():
-        raise ModelError(f"{path}: malformed transition_matrices: {len(data)} bytes, expected {expect}")
-    return tmat
 
 
 def read_sphinx_model(folder: str | Path, varfloor: float = VARFLOOR) -> SphinxModelData:
@@ -369,7 +212,10 @@ def read_sphinx_model(folder: str | Path, varfloor: float = VARFLOOR) -> SphinxM
             f"{n_stream} streams x {n_density} densities x {mdef.n_sen} senones"
         )
     if mdef.tmat.size and (mdef.tmat.min() < 0 or mdef.tmat.max() >= tmat.shape[0]):
-        raise ModelError(f"{folder / 'mdef'}: transition matrix ids exceed the {tmat.shape[0]} matrices")
+        raise ModelError(
+            f"{folder / 'transition_matrices'}: {tmat.shape[0]} matrices, but {folder / 'mdef'} uses "
+            f"ids {mdef.tmat.min()}..{mdef.tmat.max()}"
+        )
     if tmat.shape[1] != mdef.n_emit_state:
         raise ModelError(
             f"{folder / 'transition_matrices'}: {tmat.shape[1]} states, mdef has {mdef.n_emit_state}"
