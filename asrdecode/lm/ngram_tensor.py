@@ -1,0 +1,548 @@
+"""A backoff n-gram LM held in tensors and queried for a whole batch of states at once.
+
+The structure of NGPU-LM (paper 004 section 2.2 and its ref. [22], "GPU-accelerated n-gram LM"): the
+ARPA file becomes a weighted acceptor whose states are the n-gram histories present in the file (plus
+the empty history, the root, and the ``<s>`` history, the BOS state):
+
+* every n-gram ``h w`` of order < N (the LM order) is an arc ``state(h) --w--> state(h w)``; an n-gram
+  of order N is an arc to the longest suffix of ``h w`` that is a state;
+* every state but the root has a backoff arc to the state of its longest proper suffix (``h[1:]``, or
+  shorter if that n-gram is missing) with the ARPA backoff weight;
+* the root holds one arc for every token (a dense table): ARPA unigrams, and for tokens the file does
+  not have the ``<unk>`` probability (NGPU-LM convention: divided by the number of such tokens when
+  ``normalize_unk``) leading back to the root;
+* arcs are stored sorted by (state, token), contiguous per state (CSR offsets);
+* ``</s>`` n-grams give final weights, resolved through the backoff chain once at build time.
+
+``advance(states)`` returns ``log p(token | state)`` and the next state for every token of the
+vocabulary: each state's backoff chain has at most N - 1 states above the root, so the chain is
+walked with a fixed N - 1 steps for the whole batch, the dense root row is written first and the arcs
+of the chain's states overwrite it from the lowest order to the highest (each state's arcs are
+scattered with the backoff weights accumulated above it). No loop over the batch, no data-dependent
+host reads (the tests check op by op), any device; all tables are buffers, so ``.to(device)`` moves
+them.
+
+Token ids: ``token_ids="ngpu"`` reads NeMo's token-level ARPA (token id ``i`` written as the single
+character ``chr(i + 100)``, NGPU-LM / ``DEFAULT_TOKEN_OFFSET``), ``"words"`` maps ARPA words to ids
+through a vocabulary list (ARPA words outside it are dropped with their n-grams; a vocabulary word the
+file lacks gets the ``<unk>`` probability). Log-probs are natural logs (ARPA log10 x ln 10).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asrdecode.errors import GraphError
+from asrdecode.graph.arpa import open_text
+
+__all__ = ["NGPU_TOKEN_OFFSET", "BatchedNgramLM"]
+
+NGPU_TOKEN_OFFSET = 100  # NeMo's token-level ARPA: token id i is the character chr(i + 100)
+LN10 = math.log(10.0)
+_BOS, _EOS, _UNK = -1, -2, -3  # special ARPA words inside the builder
+_SPECIAL = {"<s>": _BOS, "</s>": _EOS, "<unk>": _UNK}
+_FIELD_SEPARATORS = " \t"  # only these: NGPU tokens include characters str.split() treats as spaces
+_FIELDS = re.compile("[ \t]+")
+
+
+@dataclass
+class _ArpaNgrams:
+    """N-grams of one ARPA file, per order: token-id tuples (specials negative), ln prob, ln backoff."""
+
+    path: Path
+    order: int
+    grams: list[list[tuple[tuple[int, ...], float, float, int]]] = field(default_factory=list)
+    dropped: int = 0  # n-grams with a word outside the vocabulary (or <unk> in a history)
+
+
+def _split_fields(line: str) -> list[str]:
+    """Fields of a stripped ARPA line, split on spaces and tabs only."""
+    return _FIELDS.split(line)
+
+
+def _read_arpa(path: Path, word_id) -> _ArpaNgrams:
+    """Parse an ARPA file (plain or gzip); ``word_id(word) -> int | None`` (None = out of vocabulary,
+    raises ValueError for a word that cannot be a token). Every problem is one GraphError line
+    ``file:line: problem``."""
+    if not path.is_file():
+        raise GraphError(f"{path}: ARPA file not found")
+    counts: dict[int, int] = {}
+    grams: list[list] = []
+    section = "start"
+    order = 0
+    lineno = 0
+    dropped = 0
+
+    def fail(msg: str) -> GraphError:
+        return GraphError(f"{path}:{lineno}: {msg}")
+
+    def close_section() -> None:
+        if order and len(grams[order - 1]) + seen_dropped[order] != counts[order]:
+            raise fail(
+                f"\\{order}-grams: section has {len(grams[order - 1]) + seen_dropped[order]} entries but "
+                f"\\data\\ declares ngram {order}={counts[order]}"
+            )
+
+    seen_dropped: dict[int, int] = {}
+    try:
+        with open_text(path) as fh:
+            for lineno, raw in enumerate(fh, 1):  # noqa: B007 - lineno is read by fail()
+                line = raw.rstrip("\r\n")
+                stripped = line.strip(_FIELD_SEPARATORS)
+                if not stripped:
+                    continue
+                if section == "start":
+                    if stripped == "\\data\\":
+                        section = "data"
+                    continue  # text before \data\ is a comment
+                if stripped == "\\end\\":
+                    close_section()
+                    section = "end"
+                    break
+                if stripped.startswith("\\") and stripped.endswith("-grams:"):
+                    close_section()
+                    try:
+                        order = int(stripped[1 : -len("-grams:")])
+                    except ValueError:
+                        raise fail(f"bad section header '{stripped[:60]}'") from None
+                    if order not in counts:
+                        raise fail(f"section \\{order}-grams: is not declared in \\data\\")
+                    if order != len(grams) + 1:
+                        raise fail(f"section \\{order}-grams: is out of order")
+                    grams.append([])
+                    seen_dropped[order] = 0
+                    section = "ngrams"
+                    continue
+                if section == "data":
+                    if not stripped.startswith("ngram ") or "=" not in stripped:
+                        raise fail(f"expected 'ngram N=count' in \\data\\, got '{stripped[:60]}'")
+                    key, _, value = stripped[6:].partition("=")
+                    try:
+                        n, c = int(key), int(value)
+                    except ValueError:
+                        raise fail(f"bad count line '{stripped[:60]}'") from None
+                    if n < 1 or c < 0 or n in counts:
+                        raise fail(f"bad or repeated count line '{stripped[:60]}'")
+                    counts[n] = c
+                    continue
+                if section != "ngrams":
+                    raise fail(f"unexpected line '{stripped[:60]}'")
+                fields = _split_fields(stripped)
+                max_order = max(counts)
+                if len(fields) not in (order + 1, order + 2) or (
+                    len(fields) == order + 2 and order == max_order
+                ):
+                    raise fail(
+                        f"a {order}-gram line needs a log-prob, {order} words"
+                        f"{' and an optional backoff' if order < max_order else ''}; got '{stripped[:60]}'"
+                    )
+                try:
+                    logp = float(fields[0])
+                    backoff = float(fields[order + 1]) if len(fields) == order + 2 else 0.0
+                except ValueError:
+                    raise fail(f"bad number in '{stripped[:60]}'") from None
+                if math.isnan(logp) or logp > 0 or math.isnan(backoff) or math.isinf(backoff):
+                    raise fail(f"log-prob must be a number <= 0 and backoff finite in '{stripped[:60]}'")
+                ids = []
+                for word in fields[1 : order + 1]:
+                    try:
+                        ids.append(word_id(word))
+                    except ValueError as err:
+                        raise fail(str(err)) from None
+                if None in ids:
+                    seen_dropped[order] += 1
+                    dropped += 1
+                    continue
+                grams[order - 1].append((tuple(ids), logp * LN10, backoff * LN10, lineno))
+    except UnicodeDecodeError:
+        raise GraphError(f"{path}:{lineno + 1}: not UTF-8 text") from None
+    except (OSError, EOFError) as err:
+        raise GraphError(f"{path}: cannot read ARPA ({err})") from None
+    if section == "start":
+        raise GraphError(f"{path}: no \\data\\ section (not an ARPA file)")
+    if section != "end":
+        raise GraphError(f"{path}:{lineno}: missing \\end\\ (truncated ARPA file?)")
+    missing = [n for n in counts if n > len(grams)]
+    if missing:
+        raise GraphError(f"{path}: \\data\\ declares {missing[0]}-grams but the section is missing")
+    return _ArpaNgrams(path=path, order=len(grams), grams=grams, dropped=dropped)
+
+
+def _ngpu_word_id(vocab_size: int):
+    def word_id(word: str) -> int:
+        if word in _SPECIAL:
+            return _SPECIAL[word]
+        if len(word) != 1:
+            raise ValueError(f"'{word[:20]}' is not an NGPU-LM token (one character chr(id + 100))")
+        token = ord(word) - NGPU_TOKEN_OFFSET
+        if not 0 <= token < vocab_size:
+            raise ValueError(
+                f"token '{word}' = id {token} is outside the vocabulary 0..{vocab_size - 1} "
+                "(wrong vocab_size, or not an NGPU-LM token ARPA?)"
+            )
+        return token
+
+    return word_id
+
+
+def _vocab_word_id(ids: dict[str, int]):
+    def word_id(word: str) -> int | None:
+        if word in ids:
+            return ids[word]
+        return _SPECIAL.get(word)  # <s>, </s>, <unk> (when not a vocabulary word); else None: dropped
+
+    return word_id
+
+
+class BatchedNgramLM(torch.nn.Module):
+    """Backoff n-gram LM as tensors: batched ``advance`` over the full vocabulary (see module docstring).
+
+    Buffers: ``arc_offsets`` [S+1] (CSR), ``arc_token`` / ``arc_next`` (int32) / ``arc_weight`` [A]
+    sorted by (state, token); ``root_weight`` / ``root_next`` [V] (the dense root row);
+    ``backoff_state`` [S], ``backoff_weight`` [S], ``final_weight`` [S] (ln p(</s>), backoff resolved),
+    ``state_order`` [S] (history length). State 0 = root (empty history), 1 = BOS (``<s>``).
+    """
+
+    ROOT = 0
+    BOS = 1
+
+    def __init__(
+        self,
+        vocab_size: int,
+        order: int,
+        arc_offsets: torch.Tensor,
+        arc_token: torch.Tensor,
+        arc_next: torch.Tensor,
+        arc_weight: torch.Tensor,
+        root_weight: torch.Tensor,
+        root_next: torch.Tensor,
+        backoff_state: torch.Tensor,
+        backoff_weight: torch.Tensor,
+        final_weight: torch.Tensor,
+        state_order: torch.Tensor,
+        vocab: list[str] | None = None,
+        info: dict | None = None,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = int(vocab_size)
+        self.order = int(order)
+        self.vocab = vocab
+        self.info = dict(info or {})
+        degrees = arc_offsets[1:] - arc_offsets[:-1]
+        self.max_degree = int(degrees.max()) if degrees.numel() else 0  # widest state (host int, build time)
+        self.register_buffer("arc_offsets", arc_offsets.long())
+        self.register_buffer("arc_token", arc_token.int())
+        self.register_buffer("arc_next", arc_next.int())
+        self.register_buffer("arc_weight", arc_weight.float())
+        self.register_buffer("root_weight", root_weight.float())
+        self.register_buffer("root_next", root_next.long())
+        self.register_buffer("backoff_state", backoff_state.long())
+        self.register_buffer("backoff_weight", backoff_weight.float())
+        self.register_buffer("final_weight", final_weight.float())
+        self.register_buffer("state_order", state_order.int())
+        self.register_buffer("degree_range", torch.arange(self.max_degree, dtype=torch.long))
+
+    # ----------------------------------------------------------------- building
+    @classmethod
+    def from_arpa(
+        cls,
+        path: str | Path,
+        vocab: list[str] | None = None,
+        token_ids: str = "words",
+        vocab_size: int | None = None,
+        normalize_unk: bool | None = None,
+    ) -> BatchedNgramLM:
+        """Build from an ARPA file (plain or .gz).
+
+        token_ids="words": ARPA words are looked up in ``vocab`` (token id = list index); without a
+        vocabulary the ARPA's unigrams are the vocabulary (file order, ``<s>``/``</s>`` excluded).
+        token_ids="ngpu": NeMo's token ARPA (token i = ``chr(i + 100)``), ``vocab_size`` = number of
+        tokens (a transducer's blank id) is required. ``normalize_unk`` (default: True for ngpu, like
+        NeMo's NGPU-LM; False for words, like KenLM): divide the ``<unk>`` probability among the
+        vocabulary tokens the file lacks.
+        """
+        path = Path(path)
+        if token_ids == "ngpu":
+            if vocab_size is None or vocab_size < 1:
+                raise GraphError(
+                    f"{path}: token_ids='ngpu' needs vocab_size (number of tokens, blank excluded)"
+                )
+            word_id = _ngpu_word_id(vocab_size)
+            tokens = vocab
+        elif token_ids == "words":
+            if vocab is None:
+                vocab = _arpa_unigram_words(path)
+            ids: dict[str, int] = {}
+            for i, word in enumerate(vocab):
+                if word in ("<s>", "</s>"):
+                    raise GraphError(f"{path}: the vocabulary must not contain {word} (token {i})")
+                if ids.setdefault(word, i) != i:
+                    raise GraphError(f"{path}: the vocabulary repeats '{word}' (tokens {ids[word]} and {i})")
+            if vocab_size is not None and vocab_size != len(vocab):
+                raise GraphError(f"{path}: vocab_size={vocab_size} but the vocabulary has {len(vocab)} words")
+            vocab_size = len(vocab)
+            word_id = _vocab_word_id(ids)
+            tokens = list(vocab)
+        else:
+            raise GraphError(f"{path}: token_ids must be 'words' or 'ngpu', got {token_ids!r}")
+        if normalize_unk is None:
+            normalize_unk = token_ids == "ngpu"
+        ngrams = _read_arpa(path, word_id)
+        return cls._build(ngrams, int(vocab_size), bool(normalize_unk), tokens, token_ids)
+
+    @classmethod
+    def _build(
+        cls, ngrams: _ArpaNgrams, vocab_size: int, normalize_unk: bool, vocab, token_ids: str
+    ) -> BatchedNgramLM:
+        path, order = ngrams.path, ngrams.order
+        V = vocab_size
+        state_of: dict[tuple[int, ...], int] = {(_BOS,): cls.BOS}
+        backoff_state = [cls.ROOT, cls.ROOT]
+        backoff_weight = [0.0, 0.0]
+        final = [-math.inf, -math.inf]
+        hist_len = [0, 1]
+        arc_from: list[int] = []
+        arc_tok: list[int] = []
+        arc_to: list[int] = []
+        arc_w: list[float] = []
+        root_weight = np.full(V, np.nan, dtype=np.float64)
+        root_next = np.zeros(V, dtype=np.int64)
+        unk_logp = -math.inf
+        dropped = ngrams.dropped
+        seen_bos = False
+
+        def fail(lineno: int, msg: str) -> GraphError:
+            return GraphError(f"{path}:{lineno}: {msg}")
+
+        def longest_state(suffix: tuple[int, ...]) -> int:
+            for i in range(len(suffix)):
+                s = state_of.get(suffix[i:])
+                if s is not None:
+                    return s
+            return cls.ROOT
+
+        def new_state(gram: tuple[int, ...], bow: float) -> int:
+            s = len(backoff_state)
+            state_of[gram] = s
+            backoff_state.append(longest_state(gram[1:]))
+            backoff_weight.append(bow)
+            final.append(-math.inf)
+            hist_len.append(len(gram))
+            return s
+
+        for k, grams in enumerate(ngrams.grams, 1):
+            for gram, logp, bow, lineno in grams:
+                *hist, w = gram
+                hist = tuple(hist)
+                if k == 1:
+                    if w == _BOS:
+                        seen_bos = True
+                        backoff_weight[cls.BOS] = bow
+                    elif w == _EOS:
+                        final[cls.ROOT] = logp
+                    elif w == _UNK:
+                        unk_logp = logp
+                    else:
+                        if not math.isnan(root_weight[w]):
+                            raise fail(lineno, "repeated unigram")
+                        root_weight[w] = logp
+                        root_next[w] = new_state(gram, bow) if order > 1 else cls.ROOT
+                    continue
+                if w == _BOS or any(t in (_EOS,) for t in hist) or _BOS in hist[1:]:
+                    raise fail(lineno, "<s> may only start an n-gram and </s> only end one")
+                if _UNK in hist or w == _UNK:
+                    dropped += 1  # <unk> resets the history: such n-grams are never reached
+                    continue
+                src = state_of.get(hist)
+                if src is None:
+                    raise fail(lineno, f"the history of this {k}-gram is not an n-gram of the file")
+                if w == _EOS:
+                    if final[src] != -math.inf:
+                        raise fail(lineno, "repeated n-gram")
+                    final[src] = logp
+                    continue
+                if k < order:
+                    if gram in state_of:
+                        raise fail(lineno, "repeated n-gram")
+                    dst = new_state(gram, bow)
+                else:
+                    dst = longest_state(gram[1:])
+                arc_from.append(src)
+                arc_tok.append(w)
+                arc_to.append(dst)
+                arc_w.append(logp)
+        if order > 1 and not seen_bos:
+            raise GraphError(f"{path}: no <s> unigram (every ARPA LM has one)")
+        if order == 1:
+            backoff_weight[cls.BOS] = 0.0  # a unigram LM has no context to back off from
+        missing = np.isnan(root_weight)
+        n_missing = int(missing.sum())
+        if n_missing:
+            fill = unk_logp - (math.log(n_missing) if normalize_unk and n_missing > 1 else 0.0)
+            root_weight[missing] = fill
+            root_next[missing] = cls.ROOT
+        num_states = len(backoff_state)
+        a_from = np.asarray(arc_from, dtype=np.int64)
+        a_tok = np.asarray(arc_tok, dtype=np.int64)
+        sort = np.lexsort((a_tok, a_from))
+        a_from, a_tok = a_from[sort], a_tok[sort]
+        if len(a_from) > 1:
+            dup = (a_from[1:] == a_from[:-1]) & (a_tok[1:] == a_tok[:-1])
+            if dup.any():
+                raise GraphError(f"{path}: repeated {order}-gram")
+        offsets = np.zeros(num_states + 1, dtype=np.int64)
+        np.cumsum(np.bincount(a_from, minlength=num_states), out=offsets[1:])
+        # final weights through the backoff chain (states are numbered by increasing history length)
+        final_resolved = np.asarray(final, dtype=np.float64)
+        bstate = np.asarray(backoff_state, dtype=np.int64)
+        bweight = np.asarray(backoff_weight, dtype=np.float64)
+        for s in np.argsort(np.asarray(hist_len), kind="stable"):
+            if final_resolved[s] == -math.inf and s != cls.ROOT:
+                final_resolved[s] = bweight[s] + final_resolved[bstate[s]]
+        info = {
+            "path": str(path),
+            "token_ids": token_ids,
+            "ngrams": {k: len(g) for k, g in enumerate(ngrams.grams, 1)},
+            "dropped_ngrams": dropped,
+            "tokens_without_unigram": n_missing,
+            "unk_logp": unk_logp,
+        }
+        return cls(
+            vocab_size=V,
+            order=order,
+            arc_offsets=torch.from_numpy(offsets),
+            arc_token=torch.from_numpy(a_tok.astype(np.int32)),
+            arc_next=torch.from_numpy(np.asarray(arc_to, dtype=np.int32)[sort]),
+            arc_weight=torch.from_numpy(np.asarray(arc_w, dtype=np.float32)[sort]),
+            root_weight=torch.from_numpy(root_weight.astype(np.float32)),
+            root_next=torch.from_numpy(root_next),
+            backoff_state=torch.from_numpy(bstate),
+            backoff_weight=torch.from_numpy(bweight.astype(np.float32)),
+            final_weight=torch.from_numpy(final_resolved.astype(np.float32)),
+            state_order=torch.tensor(hist_len, dtype=torch.int32),
+            vocab=vocab,
+            info=info,
+        )
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def num_states(self) -> int:
+        return self.backoff_state.shape[0]
+
+    @property
+    def num_arcs(self) -> int:
+        return self.arc_token.shape[0]
+
+    def bos_state(self) -> int:
+        """The state after ``<s>`` (where sentences start)."""
+        return self.BOS
+
+    def init_states(self, batch: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """LongTensor [batch] of BOS states."""
+        device = self.root_weight.device if device is None else device
+        return torch.full((batch,), self.BOS, dtype=torch.long, device=device)
+
+    def advance(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """states [N] -> (scores [N, V] = ln p(token | state) for every token, next_states [N, V]).
+
+        The backoff chain of every row is walked N-1 steps (rows that reached the root stay there:
+        its backoff is itself with weight 0); the dense root row is written first, then the arcs of
+        the chain's states from the root side up, each with the backoff weights accumulated above it,
+        so a token takes the value of the highest-order n-gram that has it.
+        """
+        n, V = states.shape[0], self.vocab_size
+        states = states.long()
+        chain = [states]
+        above = [torch.zeros(n, dtype=self.root_weight.dtype, device=states.device)]
+        for _ in range(self.order - 1):
+            cur = chain[-1]
+            above.append(above[-1] + self.backoff_weight[cur])
+            chain.append(self.backoff_state[cur])
+        # chain[-1] is the root for every row (a state's history has at most order - 1 tokens)
+        scores = torch.empty(n, V + 1, dtype=self.root_weight.dtype, device=states.device)
+        nexts = torch.empty(n, V + 1, dtype=torch.long, device=states.device)
+        scores[:, :V] = above[-1].unsqueeze(1) + self.root_weight
+        nexts[:, :V] = self.root_next
+        if self.max_degree:
+            for level in range(self.order - 2, -1, -1):
+                cur = chain[level]
+                start = self.arc_offsets[cur]
+                count = self.arc_offsets[cur + 1] - start
+                idx = start.unsqueeze(1) + self.degree_range  # [N, W]
+                valid = self.degree_range < count.unsqueeze(1)
+                idx = torch.where(valid, idx, 0)
+                # arcs past a state's range write into the spare column V
+                tok = torch.where(valid, self.arc_token[idx].long(), V)
+                scores.scatter_(1, tok, above[level].unsqueeze(1) + self.arc_weight[idx])
+                nexts.scatter_(1, tok, self.arc_next[idx].long())
+        dense = torch.contiguous_format  # always a copy: the same ops for every batch size
+        return scores[:, :V].clone(memory_format=dense), nexts[:, :V].clone(memory_format=dense)
+
+    def final_scores(self, states: torch.Tensor) -> torch.Tensor:
+        """states [N] -> ln p(</s> | state) [N] (-inf if the file has no </s> on the backoff chain)."""
+        return self.final_weight[states.long()]
+
+    def score_sentence(self, tokens: list[int], bos: bool = True, eos: bool = True) -> float:
+        """ln p of a token sequence (from ``<s>`` if bos, else the root; with ``</s>`` if eos)."""
+        state = torch.tensor([self.BOS if bos else self.ROOT], device=self.root_weight.device)
+        total = 0.0
+        for t in tokens:
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(f"token {t} outside 0..{self.vocab_size - 1}")
+            scores, nexts = self.advance(state)
+            total += float(scores[0, t])
+            state = nexts[:, t]
+        if eos:
+            total += float(self.final_scores(state)[0])
+        return total
+
+    def describe(self) -> dict:
+        """Sizes and memory of the tables (bytes per buffer and in total), plus how the file was read."""
+        buffers = {name: buf.numel() * buf.element_size() for name, buf in self.named_buffers()}
+        return {
+            **self.info,
+            "order": self.order,
+            "vocab_size": self.vocab_size,
+            "states": self.num_states,
+            "arcs": self.num_arcs + self.vocab_size,
+            "max_arcs_per_state": self.max_degree,
+            "device": str(self.root_weight.device),
+            "bytes": sum(buffers.values()),
+            "bytes_per_buffer": buffers,
+        }
+
+    def extra_repr(self) -> str:
+        return (
+            f"order={self.order}, vocab_size={self.vocab_size}, states={self.num_states}, "
+            f"arcs={self.num_arcs + self.vocab_size}"
+        )
+
+
+def _arpa_unigram_words(path: Path) -> list[str]:
+    """The unigram words of an ARPA file in file order, without <s> and </s> (a quick first pass;
+    the file is checked by the full read that follows)."""
+    if not path.is_file():
+        raise GraphError(f"{path}: ARPA file not found")
+    words: list[str] = []
+    in_unigrams = False
+    try:
+        with open_text(path) as fh:
+            for raw in fh:
+                line = raw.rstrip("\r\n").strip(_FIELD_SEPARATORS)
+                if line == "\\1-grams:":
+                    in_unigrams = True
+                elif in_unigrams and line.startswith("\\"):
+                    break
+                elif in_unigrams and line:
+                    fields = _split_fields(line)
+                    if len(fields) >= 2 and fields[1] not in ("<s>", "</s>"):
+                        words.append(fields[1])
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise GraphError(f"{path}: cannot read ARPA ({err})") from None
+    return words
