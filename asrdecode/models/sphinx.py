@@ -233,7 +233,10 @@ def read_sphinx_model(folder: str | Path, varfloor: float = VARFLOOR) -> SphinxM
     if (sen2cb < 0).any():
         raise ModelError(f"{folder / 'mdef'}: {(sen2cb < 0).sum()} senones belong to no phone")
     dim = n_stream * veclen
-    streams = parse_svspec(params.get("svspec"), dim, n_stream, veclen)
+    try:
+        streams = parse_svspec(params.get("svspec"), dim, n_stream, veclen)
+    except ModelError as err:
+        raise ModelError(f"{folder / 'feat.params'}: {err} (streams of {folder / 'means'})") from None
     return SphinxModelData(
         folder=folder,
         ciphones=list(mdef.ciphones),
