@@ -222,17 +222,9 @@ def limit_vocabulary(lm: TrieLM, keep: set[str]) -> TrieLM:
             )
         )
     out = TrieLM(vocab=vocab, orders=tables, log10_per_unit=lm.log10_per_unit)
-    recompute_backoffs(out)
-    return out
-
-
-def recompute_backoffs(lm: TrieLM) -> TrieLM:
-    """Every backoff weight recomputed in place from the explicit n-grams, lowest order first (the
-    lower-order distribution must be final first): bo(h) = (1 - sum_w p(w|h)) / (1 - sum_w p(w|h'))
-    over the n-grams `h w`, so that each conditional distribution sums to one."""
-    tables = lm.orders
+    # recompute backoffs from the lowest order up: the lower-order distribution must be final first
     for k in range(len(tables) - 1):
-        lookup = NgramLookup(lm)
+        lookup = NgramLookup(out)
         ctx, children = tables[k], tables[k + 1]
         parent = lookup.find(children.words[:, :-1])
         explicit = np.bincount(parent, weights=10.0**children.log10_prob, minlength=len(ctx.words))
@@ -241,73 +233,7 @@ def recompute_backoffs(lm: TrieLM) -> TrieLM:
         num = np.clip(1.0 - explicit, 1e-12, None)
         den = np.clip(1.0 - lower_sum, 1e-12, None)
         ctx.log10_backoff = np.log10(num / den)
-    return lm
-
-
-def history_log10_prob(lm: TrieLM, histories: np.ndarray, lookup: NgramLookup | None = None) -> np.ndarray:
-    """log10 P(h) of histories [n, k] by the chain rule, P(h_1) P(h_2 | h_1) ...; a history that
-    starts with `<s>` takes P(`</s>`) for it, as `<s>` itself is never predicted (SRILM's context
-    probability in Stolcke's pruning)."""
-    lookup = lookup or NgramLookup(lm)
-    first = histories[:, :1].copy()
-    first[first == lm.vocab.index("<s>")] = lm.vocab.index("</s>")
-    total = lookup.log10_prob(first)
-    for j in range(1, histories.shape[1]):
-        total = total + lookup.log10_prob(histories[:, : j + 1])
-    return total
-
-
-def relative_entropy_changes(lm: TrieLM) -> list[np.ndarray]:
-    """For every n-gram of order >= 2 (`[k - 2]` holds order k), the relative change of the model's
-    perplexity if that n-gram alone were removed and its history's backoff weight renormalised
-    (Stolcke 1998, "Entropy-based pruning of backoff language models", eqs. 6-9; as SRILM's
-    `-prune`), vectorised over all n-grams of an order:
-
-        D = -P(h) [ p(w|h) (log p(w|h') + log bo'(h) - log p(w|h)) + N(h) (log bo'(h) - log bo(h)) ]
-        bo'(h) = (N(h) + p(w|h)) / (L(h) + p(w|h')),   change = 10^D - 1
-
-    with N(h) = 1 - sum p(v|h), L(h) = 1 - sum p(v|h') over the explicit n-grams `h v`, logs base 10."""
-    lookup = NgramLookup(lm)
-    out = []
-    for k in range(1, len(lm.orders)):
-        table, ctx = lm.orders[k], lm.orders[k - 1]
-        parent = lookup.find(table.words[:, :-1])
-        if (parent < 0).any():
-            raise InputError(f"{(parent < 0).sum()} {k + 1}-grams have no {k}-gram history in the LM")
-        log_p = table.log10_prob
-        log_lower = lookup.log10_prob(table.words[:, 1:])
-        p, lower = 10.0**log_p, 10.0**log_lower
-        num = np.clip(1.0 - np.bincount(parent, weights=p, minlength=len(ctx.words)), 0.0, None)[parent]
-        den = np.clip(1.0 - np.bincount(parent, weights=lower, minlength=len(ctx.words)), 0.0, None)[parent]
-        new_bow = np.log10(num + p) - np.log10(np.maximum(den + lower, 1e-300))
-        delta = -(10.0 ** history_log10_prob(lm, table.words[:, :-1], lookup)) * (
-            p * (log_lower + new_bow - log_p) + num * (new_bow - ctx.log10_backoff[parent])
-        )
-        out.append(10.0**delta - 1.0)
     return out
-
-
-def prune_relative_entropy(lm: TrieLM, threshold: float) -> TrieLM:
-    """Stolcke's entropy-based pruning, as SRILM's `-prune threshold`: an n-gram of order >= 2 goes
-    when its :func:`relative_entropy_changes` value is below `threshold` (> 0), unless it is the history
-    of an n-gram kept one order up (orders done from the highest down); unigrams stay. Each n-gram
-    is judged against the unpruned model; then all backoff weights are recomputed."""
-    changes = relative_entropy_changes(lm)
-    lookup = NgramLookup(lm)
-    keep = [np.ones(len(lm.orders[0].words), dtype=bool)]
-    keep += [c >= threshold if threshold > 0 else np.ones(len(c), dtype=bool) for c in changes]
-    for k in range(len(lm.orders) - 1, 1, -1):  # histories of kept k+1-grams stay
-        kept = lm.orders[k].words[keep[k]]
-        keep[k - 1][lookup.find(kept[:, :-1])] = True
-    tables = [
-        NgramTable(
-            t.words[m],
-            t.log10_prob[m],
-            None if t.log10_backoff is None else t.log10_backoff[m].copy(),
-        )
-        for t, m in zip(lm.orders, keep, strict=True)
-    ]
-    return recompute_backoffs(TrieLM(vocab=list(lm.vocab), orders=tables, log10_per_unit=lm.log10_per_unit))
 
 
 def write_arpa(lm: TrieLM, path: str | Path) -> Path:
