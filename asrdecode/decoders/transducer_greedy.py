@@ -31,6 +31,18 @@ under ``log_softmax`` of the V+1 token+blank logits (TDT: duration logits exclud
 depend on the duration head). For RNN-T this equals NeMo's CPU greedy ``Hypothesis.score``. Word
 confidence = the smallest token probability of the word.
 
+N-gram LM shallow fusion (``ngram_lm``, ``ngram_lm_alpha``; NeMo's ``greedy_batch`` with an NGPU-LM,
+paper 004 section 2.3 / its ref. [22]): a :class:`asrdecode.lm.ngram_tensor.BatchedNgramLM` over the
+model's tokens keeps one LM state per utterance (``<s>`` at the start, advanced on emitted tokens only,
+no ``</s>``). Blank vs token stays the transducer's decision; a token decision takes
+``argmax_k log p(k) + alpha ln p_LM(k | history)`` over the V tokens instead (:meth:`_Step.fuse`), in
+both loops. ``DecodeResult.score`` = ``acoustic_score + alpha * lm_score`` = that fused value summed
+over the emitted tokens (``acoustic_score``: the transducer log-probs above, ``lm_score``: the LM's
+ln-probs). Tokens, frames and durations equal NeMo's; NeMo 3.0.0's reported ``Hypothesis.score``
+differs: it adds the fused value only for a token found at the first joint evaluation after the
+previous token, and the unfused best log-prob for a token found after blanks
+(tests/decoders/test_transducer_greedy_lm.py re-derives NeMo's number).
+
 Word times: start = first token's frame x frame shift; end = (last token's frame + 1) x frame shift for
 RNN-T, (last token's frame + max(its duration, 1)) x frame shift for TDT, but never past the next word's
 start (tokens can share a frame) nor before the word's own start.
@@ -52,6 +64,7 @@ gives the same tokens and frames as decoding it at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -59,6 +72,7 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.errors import ConfigError
+from asrdecode.lm.ngram_tensor import load_fusion_lm
 from asrdecode.models.base import ModelOutput
 
 __all__ = [
@@ -69,6 +83,7 @@ __all__ = [
     "TransducerStreamState",
     "greedy_frame_looping",
     "greedy_label_looping",
+    "token_words",
 ]
 
 PredState = tuple[torch.Tensor, ...]
@@ -81,17 +96,21 @@ class TransducerGreedyConfig:
     max_symbols: int = 10  # most tokens emitted on one encoder frame (NeMo greedy.max_symbols)
     loop: str = "labels"  # labels (paper 003 Alg. 3) | frames (Alg. 2, the baseline)
     cuda_graphs: bool = False  # loop labels on CUDA: replay the loop stages as CUDA graphs (ignored on CPU)
+    ngram_lm: str = ""  # token-level ARPA (plain or .gz) for shallow fusion (NeMo greedy.ngram_lm_model)
+    ngram_lm_alpha: float = 0.0  # LM weight (NeMo greedy.ngram_lm_alpha)
+    ngram_lm_token_ids: str = "ngpu"  # ngpu: NeMo's token ARPA (token i = chr(i + 100)) | words: the units
 
 
 class BatchedHyps:
     """Partial hypotheses of a batch held in dense tensors (paper 003 section 3.1).
 
-    ``transcript``/``timestamps``/``durations``/``token_logp`` [B, capacity]; ``lengths`` [B];
-    ``scores`` [B]; ``last_timestamp`` / ``last_timestamp_lasts`` [B]: frame of the last token and how
-    many tokens were emitted on it (for ``max_symbols``). Storage grows by doubling on the host side
-    (:meth:`make_room` before each append: a host-side count, no sync) or is fixed up front (``static``,
-    for CUDA graphs); :meth:`add_masked_` only updates the tensors in place through ``out=`` / in-place
-    ops and two scratch rows, so it allocates nothing.
+    ``transcript``/``timestamps``/``durations``/``token_logp``/``token_lm`` [B, capacity]; ``lengths``
+    [B]; ``scores`` [B] (sum of ``token_logp``); ``lm_scores`` [B] (sum of ``token_lm``, the fused LM's
+    log-probs; zero without an LM); ``last_timestamp`` / ``last_timestamp_lasts`` [B]: frame of the last
+    token and how many tokens were emitted on it (for ``max_symbols``). Storage grows by doubling on the
+    host side (:meth:`make_room` before each append: a host-side count, no sync) or is fixed up front
+    (``static``, for CUDA graphs); :meth:`add_masked_` only updates the tensors in place through ``out=``
+    / in-place ops and two scratch rows, so it allocates nothing.
     """
 
     def __init__(
@@ -109,8 +128,10 @@ class BatchedHyps:
         self.timestamps = torch.zeros(batch, capacity, dtype=torch.long, device=device)
         self.durations = torch.zeros(batch, capacity, dtype=torch.long, device=device)
         self.token_logp = torch.zeros(batch, capacity, dtype=float_dtype, device=device)
+        self.token_lm = torch.zeros(batch, capacity, dtype=float_dtype, device=device)
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
         self.scores = torch.zeros(batch, dtype=float_dtype, device=device)
+        self.lm_scores = torch.zeros(batch, dtype=float_dtype, device=device)
         self.last_timestamp = (
             last_timestamp.clone()
             if last_timestamp is not None
@@ -138,7 +159,7 @@ class BatchedHyps:
         new = self.capacity
         while new < needed:
             new *= 2
-        for name in ("transcript", "timestamps", "durations", "token_logp"):
+        for name in ("transcript", "timestamps", "durations", "token_logp", "token_lm"):
             old = getattr(self, name)
             grown = torch.zeros(self.batch, new, dtype=old.dtype, device=old.device)
             grown[:, : old.shape[1]] = old
@@ -157,15 +178,20 @@ class BatchedHyps:
         frames: torch.Tensor,
         durations: torch.Tensor,
         logp: torch.Tensor,
+        lm_logp: torch.Tensor | None = None,
     ) -> None:
         """Append one token to the rows where ``mask`` is set (others are written past their length and
-        ignored): the paper's ``add_results`` with a mask. Needs room (:meth:`make_room`)."""
+        ignored): the paper's ``add_results`` with a mask. Needs room (:meth:`make_room`). ``lm_logp``:
+        the fused LM's log-prob of the token (LM fusion only)."""
         idx = self.lengths.unsqueeze(1)
         self.transcript.scatter_(1, idx, labels.unsqueeze(1))
         self.timestamps.scatter_(1, idx, frames.unsqueeze(1))
         self.durations.scatter_(1, idx, durations.unsqueeze(1))
         self.token_logp.scatter_(1, idx, logp.unsqueeze(1))
         self.scores.add_(torch.mul(logp, mask, out=self._logp))
+        if lm_logp is not None:
+            self.token_lm.scatter_(1, idx, lm_logp.unsqueeze(1))
+            self.lm_scores.add_(torch.mul(lm_logp, mask, out=self._logp))
         # tokens on the frame so far: previous count + 1 on the same frame, else 1
         torch.eq(self.last_timestamp, frames, out=self._same)
         torch.mul(self.last_timestamp_lasts, self._same, out=self._count).add_(1)
@@ -182,7 +208,8 @@ class TransducerStreamState:
     projection of the last prediction-network output; last_label [B] (blank = none yet);
     time_jump [B]: frames the next chunk must skip (TDT overshoot past the chunk end; 0 for RNN-T);
     frame_offset [B]: encoder frames consumed so far (timestamps are global);
-    last_timestamp / last_timestamp_lasts [B]: for ``max_symbols`` across chunk boundaries.
+    last_timestamp / last_timestamp_lasts [B]: for ``max_symbols`` across chunk boundaries;
+    lm_state [B]: state of the fused n-gram LM (None without one).
     """
 
     pred_state: PredState
@@ -192,10 +219,12 @@ class TransducerStreamState:
     frame_offset: torch.Tensor
     last_timestamp: torch.Tensor
     last_timestamp_lasts: torch.Tensor
+    lm_state: torch.Tensor | None = None
 
 
-def initial_stream_state(net, batch: int, device: torch.device) -> TransducerStreamState:
-    """Fresh state: the prediction network has consumed <SOS> (= blank, zero embedding, zero state)."""
+def initial_stream_state(net, batch: int, device: torch.device, lm=None) -> TransducerStreamState:
+    """Fresh state: the prediction network has consumed <SOS> (= blank, zero embedding, zero state);
+    the fused LM (if any) is in its ``<s>`` state."""
     labels = torch.full((batch,), net.blank_id, dtype=torch.long, device=device)
     out, state = net.predict(labels, net.initial_prediction_state(batch, device))
     zeros = torch.zeros(batch, dtype=torch.long, device=device)
@@ -207,6 +236,7 @@ def initial_stream_state(net, batch: int, device: torch.device) -> TransducerStr
         frame_offset=zeros.clone(),
         last_timestamp=torch.full((batch,), -1, dtype=torch.long, device=device),
         last_timestamp_lasts=zeros.clone(),
+        lm_state=lm.init_states(batch, device) if lm is not None else None,
     )
 
 
@@ -252,6 +282,29 @@ class _Step:
             dur = torch.zeros_like(label)
         return label, dur, logp
 
+    def fuse(
+        self, logits: torch.Tensor, label: torch.Tensor, lm_scores: torch.Tensor, alpha: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Greedy shallow fusion (NeMo ``greedy_batch`` with an NGPU-LM): blank vs token is the
+        transducer's own decision (``label``, the argmax over V+1); a token decision takes instead
+        ``argmax_k log p(k) + alpha * ln p_LM(k)`` over the V tokens (log p = log-softmax over the V+1
+        token+blank logits). Returns (label, its transducer log-prob, its LM log-prob (0 for blank))."""
+        logp = torch.log_softmax(logits[:, : self.num_labels], dim=-1)
+        fused = logp[:, : self.blank] + alpha * lm_scores
+        is_token = label != self.blank
+        label = torch.where(is_token, fused.argmax(dim=-1), label)
+        token_logp = logp.gather(1, label.unsqueeze(1)).squeeze(1)
+        lm_logp = lm_scores.gather(1, torch.where(is_token, label, 0).unsqueeze(1)).squeeze(1)
+        return label, token_logp, torch.where(is_token, lm_logp, 0.0)
+
+
+def lm_next_state(
+    lm_state: torch.Tensor, lm_next: torch.Tensor, found: torch.Tensor, label: torch.Tensor
+) -> torch.Tensor:
+    """LM states after the step: rows that emitted a token move along it, the others stay."""
+    moved = lm_next.gather(1, torch.where(found, label, 0).unsqueeze(1)).squeeze(1)
+    return torch.where(found, moved, lm_state)
+
 
 def _update_prediction(
     net, found: torch.Tensor, labels: torch.Tensor, pred_state: PredState, pred_proj: torch.Tensor, blank: int
@@ -267,13 +320,15 @@ def _update_prediction(
     return pred_state, pred_proj
 
 
-def _prepare(net, encoder_out, lengths, state, enc_proj):
+def _prepare(net, encoder_out, lengths, state, enc_proj, lm=None):
     device = encoder_out.device
     if enc_proj is None:
         enc_proj = net.project_encoder(encoder_out)  # paper 003 section 3.4: once per batch
     lengths = lengths.to(device=device, dtype=torch.long)
     if state is None:
-        state = initial_stream_state(net, enc_proj.shape[0], device)
+        state = initial_stream_state(net, enc_proj.shape[0], device, lm)
+    elif lm is not None and state.lm_state is None:
+        raise ValueError("LM fusion needs a stream state made with the LM (initial_stream_state)")
     hyps = BatchedHyps(
         enc_proj.shape[0],
         max(enc_proj.shape[1], 1) + 1,
@@ -285,7 +340,9 @@ def _prepare(net, encoder_out, lengths, state, enc_proj):
     return enc_proj, lengths, state, hyps, _Step(net, device)
 
 
-def _final_state(pred_state, pred_proj, last_label, time, lengths, state, hyps) -> TransducerStreamState:
+def _final_state(
+    pred_state, pred_proj, last_label, time, lengths, state, hyps, lm_state=None
+) -> TransducerStreamState:
     return TransducerStreamState(
         pred_state=pred_state,
         pred_proj=pred_proj,
@@ -294,6 +351,7 @@ def _final_state(pred_state, pred_proj, last_label, time, lengths, state, hyps) 
         frame_offset=state.frame_offset + lengths,
         last_timestamp=hyps.last_timestamp,
         last_timestamp_lasts=hyps.last_timestamp_lasts,
+        lm_state=lm_state,
     )
 
 
@@ -313,13 +371,31 @@ class LabelLoopingRunner:
     each stage as a CUDA graph (the ``no_while_loops`` scheme of prior-art A.3: one host read of a flag
     per iteration). The hypothesis storage is fixed (``static``: room for ``max_symbols`` tokens on every
     frame, needed by captured graphs) or grows between iterations on the host (eager default).
+
+    LM shallow fusion (``lm``: a :class:`asrdecode.lm.ngram_tensor.BatchedNgramLM` on the device,
+    ``lm_alpha``): :meth:`after_inner` queries the LM once per outer iteration for every row's LM state
+    and picks tokens by :meth:`_Step.fuse`; the LM call and the fusion allocate their outputs (a captured
+    graph keeps those in its private pool) but still read nothing back to the host.
     """
 
     STAGES = ("outer_start", "inner_step", "after_inner")
 
-    def __init__(self, net, batch: int, max_time: int, max_symbols: int, device, dtype, static: bool = False):
+    def __init__(
+        self,
+        net,
+        batch: int,
+        max_time: int,
+        max_symbols: int,
+        device,
+        dtype,
+        static: bool = False,
+        lm=None,
+        lm_alpha: float = 0.0,
+    ):
         self.net = net
         self.step = _Step(net, device)
+        self.lm, self.lm_alpha = lm, float(lm_alpha)
+        self.lm_state = lm.init_states(batch, device) if lm is not None else None
         self.batch, self.max_time, self.max_symbols = batch, max_time, max_symbols
         blank = self.step.blank
         self.num_labels = self.step.num_labels
@@ -394,8 +470,13 @@ class LabelLoopingRunner:
         for buf, value in zip(self.pred_state, state.pred_state, strict=True):
             buf[:, :B].copy_(value)
         self.last_label[:B].copy_(state.last_label)
+        if self.lm is not None:
+            if state.lm_state is None:
+                raise ValueError("LM fusion needs a stream state made with the LM (initial_stream_state)")
+            self.lm_state.fill_(self.lm.bos_state())
+            self.lm_state[:B].copy_(state.lm_state)
         h = self.hyps
-        for buf in (h.lengths, h.scores, h.last_timestamp_lasts):
+        for buf in (h.lengths, h.scores, h.lm_scores, h.last_timestamp_lasts):
             buf.zero_()
         h.last_timestamp.fill_(-1)
         h.last_timestamp[:B].copy_(state.last_timestamp)
@@ -450,11 +531,20 @@ class LabelLoopingRunner:
         if step.tdt:
             torch.argmax(self.logits[:, self.num_labels :], dim=-1, out=self.dur_index)
             torch.index_select(step.durations, 0, self.dur_index, out=self.duration)
+        lm_logp = lm_next = None
+        if self.lm is not None:  # the token (not the blank/token decision) follows the fused scores
+            lm_scores, lm_next = self.lm.advance(self.lm_state)
+            lm_scores = lm_scores.to(self.logp.dtype)
+            label, logp, lm_logp = step.fuse(self.logits, self.label, lm_scores, self.lm_alpha)
+            self.label.copy_(label)
+            self.logp.copy_(logp)
         torch.ne(self.label, step.blank, out=self.found)
         self.found.logical_and_(self.active)
         self.t_emit.copy_(self.time)  # a row's time only moves on blanks until its token is found
         torch.add(self.t_emit, self.offset, out=self.emit_frame)
-        hyps.add_masked_(self.found, self.label, self.emit_frame, self.duration, self.logp)
+        hyps.add_masked_(self.found, self.label, self.emit_frame, self.duration, self.logp, lm_logp)
+        if lm_next is not None:
+            self.lm_state.copy_(lm_next_state(self.lm_state, lm_next, self.found, self.label))
         if step.tdt:  # tokens may jump too (RNN-T: duration 0)
             self.time.add_(torch.mul(self.duration, self.found, out=self.advance))
         # max_symbols tokens on this frame: move on
@@ -511,8 +601,9 @@ class LabelLoopingRunner:
         h = self.hyps
         n = h.capacity
         out = BatchedHyps(batch, n, h.lengths.device, h.scores.dtype)
-        for name in ("transcript", "timestamps", "durations", "token_logp", "lengths", "scores"):
+        for name in ("transcript", "timestamps", "durations", "token_logp", "token_lm", "lengths", "scores"):
             getattr(out, name).copy_(getattr(h, name)[:batch])
+        out.lm_scores.copy_(h.lm_scores[:batch])
         out.last_timestamp.copy_(h.last_timestamp[:batch])
         out.last_timestamp_lasts.copy_(h.last_timestamp_lasts[:batch])
         state = TransducerStreamState(
@@ -523,6 +614,7 @@ class LabelLoopingRunner:
             frame_offset=time_jump_base + lengths,
             last_timestamp=out.last_timestamp.clone(),
             last_timestamp_lasts=out.last_timestamp_lasts.clone(),
+            lm_state=self.lm_state[:batch].clone() if self.lm is not None else None,
         )
         return out, state
 
@@ -536,13 +628,16 @@ def greedy_label_looping(
     state: TransducerStreamState | None = None,
     enc_proj: torch.Tensor | None = None,
     runner: LabelLoopingRunner | None = None,
+    lm=None,
+    lm_alpha: float = 0.0,
 ) -> tuple[BatchedHyps, TransducerStreamState]:
     """Label-looping greedy decoding (paper 003 Algorithm 3; TDT section 3.3), see
     :class:`LabelLoopingRunner`.
 
     encoder_out [B, T, D] (or ``enc_proj`` [B, T, J] already projected), lengths [B]. Returns the
     hypotheses (timestamps are global frames: ``state.frame_offset`` + frame) and the state after the
-    chunk. ``runner``: a prebuilt (possibly CUDA-graph-captured) runner with at least B rows and T frames.
+    chunk. ``runner``: a prebuilt (possibly CUDA-graph-captured) runner with at least B rows and T frames
+    (built with the same ``lm``). ``lm`` / ``lm_alpha``: greedy shallow fusion (:meth:`_Step.fuse`).
     """
     device = encoder_out.device
     if enc_proj is None:
@@ -550,9 +645,11 @@ def greedy_label_looping(
     lengths = lengths.to(device=device, dtype=torch.long)
     B, T = enc_proj.shape[0], enc_proj.shape[1]
     if state is None:
-        state = initial_stream_state(net, B, device)
+        state = initial_stream_state(net, B, device, lm)
     if runner is None:
-        runner = LabelLoopingRunner(net, B, T, max_symbols, enc_proj.device, enc_proj.dtype)
+        runner = LabelLoopingRunner(
+            net, B, T, max_symbols, enc_proj.device, enc_proj.dtype, lm=lm, lm_alpha=lm_alpha
+        )
     runner.load(enc_proj, lengths, state)
     runner.run()
     return runner.results(B, lengths, state.frame_offset)
@@ -566,17 +663,20 @@ def greedy_frame_looping(
     max_symbols: int = 10,
     state: TransducerStreamState | None = None,
     enc_proj: torch.Tensor | None = None,
+    lm=None,
+    lm_alpha: float = 0.0,
 ) -> tuple[BatchedHyps, TransducerStreamState]:
     """Frame-looping batched greedy decoding (paper 003 Algorithm 2), the baseline.
 
     The frame index is shared by the batch; the inner loop at each frame runs the joint and the
     prediction network for the whole batch until no utterance emits a token (or ``max_symbols``).
     TDT: each row takes part only in the frames it lands on (exact, per-row durations).
-    Same inputs/outputs as :func:`greedy_label_looping`.
+    Same inputs/outputs as :func:`greedy_label_looping` (also the LM fusion).
     """
-    enc_proj, lengths, state, hyps, step = _prepare(net, encoder_out, lengths, state, enc_proj)
+    enc_proj, lengths, state, hyps, step = _prepare(net, encoder_out, lengths, state, enc_proj, lm)
     B, T = enc_proj.shape[0], enc_proj.shape[1]
     pred_state, pred_proj, offset = state.pred_state, state.pred_proj, state.frame_offset
+    lm_state = state.lm_state
     last_label = state.last_label.clone()
     next_t = state.time_jump.clone()
     t_max = min(int(lengths.max()), T) if B else 0
@@ -587,20 +687,46 @@ def greedy_frame_looping(
         for symbol in range(max_symbols):
             logits = step.logits(frame, pred_proj)
             label, dur, logp = step.token(logits)
+            lm_logp = None
+            if lm is not None:
+                lm_scores, lm_next = lm.advance(lm_state)
+                label, logp, lm_logp = step.fuse(logits, label, lm_scores.to(logits.dtype), lm_alpha)
             is_blank = label == step.blank
             next_t = next_t + step.blank_advance(logits, at & is_blank)
             emit = at & ~is_blank
             if not bool(emit.any()):
                 break
             hyps.make_room()
-            hyps.add_masked_(emit, label, frame_t, dur, logp)
+            hyps.add_masked_(emit, label, frame_t, dur, logp, lm_logp)
+            if lm is not None:
+                lm_state = lm_next_state(lm_state, lm_next, emit, label)
             pred_state, pred_proj = _update_prediction(net, emit, label, pred_state, pred_proj, step.blank)
             last_label = torch.where(emit, label, last_label)
             next_t = next_t + dur * emit  # TDT: a token with a duration leaves the frame
             at = emit & (dur == 0)
             if symbol == max_symbols - 1:  # max_symbols reached: force the next frame
                 next_t = next_t + at.long()
-    return hyps, _final_state(pred_state, pred_proj, last_label, next_t, lengths, state, hyps)
+    return hyps, _final_state(pred_state, pred_proj, last_label, next_t, lengths, state, hyps, lm_state)
+
+
+def token_words(
+    spans: list[tuple[str, int, int]],
+    frames: list[int],
+    durations: list[int] | None,
+    shift: float,
+    probs: list[float] | None = None,
+) -> list[Word]:
+    """Words with times from their tokens' frames (see the module docstring, "Word times"): ``spans``
+    = (word, first token, last token) from ``DecoderContext.words_of``; ``durations``: TDT token
+    durations (None for RNN-T); ``probs``: token probabilities -> word confidence = the smallest."""
+    words = []
+    for i, (word, first, last) in enumerate(spans):
+        end = frames[last] + (max(durations[last], 1) if durations is not None else 1)
+        if i + 1 < len(spans):  # several tokens can share a frame: no overlap with the next word
+            end = max(frames[first], min(end, frames[spans[i + 1][1]]))
+        conf = min(probs[first : last + 1]) if probs is not None else None
+        words.append(Word(word, round(frames[first] * shift, 3), round(end * shift, 3), conf))
+    return words
 
 
 class TransducerGreedyDecoder:
@@ -618,8 +744,26 @@ class TransducerGreedyDecoder:
             raise ConfigError(f"decoder.max_symbols must be >= 1, got {config.max_symbols}")
         if config.loop not in ("labels", "frames"):
             raise ConfigError(f"decoder.loop must be 'labels' or 'frames', got {config.loop!r}")
+        if not math.isfinite(config.ngram_lm_alpha):
+            raise ConfigError(f"decoder.ngram_lm_alpha must be a finite number, got {config.ngram_lm_alpha}")
+        if config.ngram_lm_alpha and not config.ngram_lm:
+            raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
         self.config = config
         self.context = context
+        self.lm = None
+        if config.ngram_lm:
+            if context.blank_id != len(context.units):
+                raise ConfigError(
+                    f"decoder.ngram_lm needs the blank after the {len(context.units)} units "
+                    f"(blank id {context.blank_id})"
+                )
+            self.lm = load_fusion_lm(config.ngram_lm, config.ngram_lm_token_ids, context.units)
+
+    def _lm_on(self, device: torch.device):
+        """The fusion LM (None without one), moved to ``device`` on first use there."""
+        if self.lm is not None and self.lm.root_weight.device != device:
+            self.lm.to(device)
+        return self.lm
 
     def _run(self, output: ModelOutput, state: TransducerStreamState | None):
         net = output.extra.get("transducer")
@@ -629,14 +773,17 @@ class TransducerGreedyDecoder:
                 "an RNN-T/TDT .nemo); this model output has no prediction/joint network"
             )
         enc = output.encoder_out
+        lm, alpha = self._lm_on(enc.device), self.config.ngram_lm_alpha
         if self.config.loop == "frames":
-            hyps, new_state = greedy_frame_looping(net, enc, output.lengths, self.config.max_symbols, state)
+            hyps, new_state = greedy_frame_looping(
+                net, enc, output.lengths, self.config.max_symbols, state, lm=lm, lm_alpha=alpha
+            )
             return net, hyps, new_state
         runner = None
         if self.config.cuda_graphs and enc.device.type == "cuda":
             runner = self._graph_runner(net, enc.shape[0], enc.shape[1], enc.device, enc.dtype)
         hyps, new_state = greedy_label_looping(
-            net, enc, output.lengths, self.config.max_symbols, state, runner=runner
+            net, enc, output.lengths, self.config.max_symbols, state, runner=runner, lm=lm, lm_alpha=alpha
         )
         return net, hyps, new_state
 
@@ -657,7 +804,17 @@ class TransducerGreedyDecoder:
         max_time = -(-frames // 64) * 64  # round up so nearby lengths reuse the graphs
         if cached is not None and cached.net is net:
             batch, max_time = max(batch, cached.batch), max(max_time, cached.max_time)
-        runner = LabelLoopingRunner(net, batch, max_time, self.config.max_symbols, device, dtype, static=True)
+        runner = LabelLoopingRunner(
+            net,
+            batch,
+            max_time,
+            self.config.max_symbols,
+            device,
+            dtype,
+            static=True,
+            lm=self._lm_on(device),
+            lm_alpha=self.config.ngram_lm_alpha,
+        )
         runner.capture()
         self._runner = runner
         return runner
@@ -672,7 +829,8 @@ class TransducerGreedyDecoder:
         net = output.extra.get("transducer")
         if net is None or output.encoder_out is None:
             raise ConfigError("decoder.type=transducer-greedy needs a transducer model output")
-        return initial_stream_state(net, output.encoder_out.shape[0], output.encoder_out.device)
+        device = output.encoder_out.device
+        return initial_stream_state(net, output.encoder_out.shape[0], device, self._lm_on(device))
 
     def decode_chunk(
         self, output: ModelOutput, state: TransducerStreamState | None = None
@@ -696,25 +854,21 @@ class TransducerGreedyDecoder:
         durs_h = hyps.durations[:, :n].cpu().tolist()
         probs_h = hyps.token_logp[:, :n].float().exp().cpu().tolist()
         scores = hyps.scores.float().cpu().tolist()
+        lm_scores = hyps.lm_scores.float().cpu().tolist() if self.lm is not None else None
+        alpha = self.config.ngram_lm_alpha
         results = []
         for b in range(hyps.batch):
             k = lengths[b]
             tokens, frames, durs, probs = tokens_h[b][:k], frames_h[b][:k], durs_h[b][:k], probs_h[b][:k]
-            spans = self.context.words_of(tokens)
-            words = []
-            for i, (word, first, last) in enumerate(spans):
-                end = frames[last] + (max(durs[last], 1) if tdt else 1)
-                if i + 1 < len(spans):  # several tokens can share a frame: no overlap with the next word
-                    end = max(frames[first], min(end, frames[spans[i + 1][1]]))
-                conf = min(probs[first : last + 1])
-                words.append(Word(word, round(frames[first] * shift, 3), round(end * shift, 3), conf))
+            words = token_words(self.context.words_of(tokens), frames, durs if tdt else None, shift, probs)
             results.append(
                 DecodeResult(
                     words=words,
                     tokens=tokens,
                     token_frames=frames,
-                    score=scores[b],
+                    score=scores[b] + alpha * lm_scores[b] if lm_scores is not None else scores[b],
                     acoustic_score=scores[b],
+                    lm_score=lm_scores[b] if lm_scores is not None else None,
                     token_durations=durs if tdt else None,
                 )
             )

@@ -41,7 +41,7 @@ import torch
 from asrdecode.errors import GraphError
 from asrdecode.graph.arpa import open_text
 
-__all__ = ["NGPU_TOKEN_OFFSET", "BatchedNgramLM"]
+__all__ = ["FUSION_TOKEN_IDS", "NGPU_TOKEN_OFFSET", "BatchedNgramLM", "load_fusion_lm"]
 
 NGPU_TOKEN_OFFSET = 100  # NeMo's token-level ARPA: token id i is the character chr(i + 100)
 LN10 = math.log(10.0)
@@ -522,6 +522,22 @@ class BatchedNgramLM(torch.nn.Module):
             f"order={self.order}, vocab_size={self.vocab_size}, states={self.num_states}, "
             f"arcs={self.num_arcs + self.vocab_size}"
         )
+
+
+FUSION_TOKEN_IDS = ("ngpu", "words")
+
+
+def load_fusion_lm(path: str | Path, token_ids: str, units: list[str], key: str = "decoder.ngram_lm"):
+    """The token-level LM of a decoder's shallow fusion over a model's ``units`` (blank excluded):
+    ``token_ids="ngpu"``: NeMo's token ARPA (ids = unit indices, ``vocab_size=len(units)``);
+    ``"words"``: the ARPA's words are the unit strings. ``key`` names the config option in errors."""
+    from asrdecode.errors import ConfigError
+
+    if token_ids not in FUSION_TOKEN_IDS:
+        raise ConfigError(f"{key}_token_ids must be one of {', '.join(FUSION_TOKEN_IDS)}, got {token_ids!r}")
+    if token_ids == "ngpu":
+        return BatchedNgramLM.from_arpa(path, token_ids="ngpu", vocab_size=len(units))
+    return BatchedNgramLM.from_arpa(path, vocab=list(units), token_ids="words")
 
 
 def _arpa_unigram_words(path: Path) -> list[str]:
