@@ -5,13 +5,19 @@
     .venv/bin/python scripts/train_demo_model.py --eval-only                # WER of the saved model
     .venv/bin/python scripts/train_demo_model.py --arch rnnt --minutes 50 --threads 1   # RNN-T demo
     .venv/bin/python scripts/train_demo_model.py --arch tdt --minutes 50 --threads 1    # TDT demo
+    .venv/bin/python scripts/train_demo_model.py --arch rnnt --minutes 70 --threads 1 --lr 1e-3 \
+        --warmup 100 --init-transducer data/models/demo_rnnt_bpe.nemo          # train it further
 
 `--arch rnnt|tdt` trains a FastConformer transducer (NeMo EncDecRNNTBPEModel layout: LSTM prediction
 network + joint) with torchaudio's rnnt_loss (RNN-T) or asrdecode.models.transducer_loss.tdt_loss
 (TDT). Its encoder, front end and tokenizer are taken from --init-from (default: the embedded CTC
 demo model), which is what lets it converge in well under an hour on one CPU thread. Checkpoints go
 to data/cache/train_<arch>/, the model to data/models/demo_<arch>_bpe.nemo; WERs use greedy
-label-looping transducer decoding.
+label-looping transducer decoding. `--init-transducer X.nemo` instead continues a saved transducer:
+all its weights (front end, encoder, prediction and joint networks, read with the safe .nemo loader)
+and, from X.json, its steps, minutes, dev-WER history and segments, so the new sidecar records the
+whole history; the optimiser starts afresh (a .nemo holds no Adam moments), hence a new warm-up, and
+--minutes / --max-steps / the cosine schedule count from the start of this segment.
 
 End to end: synthesises the corpus if data/cache/synth holds less than --hours of audio
 (scripts/make_synthetic_speech.py), trains a sentencepiece BPE tokenizer on the training
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import math
 import random
@@ -360,6 +367,19 @@ def transducer_config(ctc_cfg: dict[str, Any], args: argparse.Namespace) -> dict
     return cfg
 
 
+def continued_transducer(path: Path, arch: str) -> tuple[NemoTransducerModel, dict[str, Any]]:
+    """A saved transducer .nemo to train further (asrdecode's loader: tar + safe weights, no pickle)
+    and its sidecar JSON ({} when there is none)."""
+    from asrdecode.models.nemo import load_nemo
+
+    model = load_nemo(path, kind="transducer")
+    if (model.durations is None) != (arch == "rnnt"):
+        sys.exit(f"{path}: a {'TDT' if model.durations else 'RNN-T'} model, but --arch {arch}")
+    sidecar = path.with_suffix(".json")
+    prior = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+    return model, prior
+
+
 def transducer_loss(
     model: NemoTransducerModel, encoder_out: torch.Tensor, enc_lengths: torch.Tensor, tgt: list[list[int]],
     sigma: float = 0.0,
@@ -510,7 +530,20 @@ def train(args: argparse.Namespace) -> None:
 
     transducer = args.arch != "ctc"
     model: NemoCTCModel | NemoTransducerModel
-    if transducer:  # front end, encoder and tokenizer from the CTC model; new prediction + joint nets
+    prior: dict[str, Any] = {}  # --init-transducer: the sidecar of the model being continued
+    if args.init_transducer is not None:
+        model, prior = continued_transducer(args.init_transducer, args.arch)
+        cfg, files, tokenizer = copy.deepcopy(model.config), dict(model.tokenizer_files), model.tokenizer
+        args.pred_hidden = int(cfg["decoder"]["prednet"]["pred_hidden"])
+        args.joint_hidden = int(cfg["joint"]["jointnet"]["joint_hidden"])
+        args.sigma = float(cfg.get("loss", {}).get("tdt_kwargs", {}).get("sigma", args.sigma))
+        log(
+            f"continuing {args.init_transducer}: all weights, {prior.get('steps', 0)} steps and "
+            f"{prior.get('train_wall_minutes', 0.0)} min of training so far (final: {prior.get('final')})"
+        )
+        if prior.get("training_data_hours") not in (None, round(hours, 3)):
+            log(f"note: it was trained on {prior['training_data_hours']} h, this segment uses {hours:.3f} h")
+    elif transducer:  # front end, encoder and tokenizer from the CTC model; new prediction + joint nets
         from asrdecode.models.nemo import load_nemo
 
         init = load_nemo(args.init_from, kind="ctc")
@@ -558,7 +591,25 @@ def train(args: argparse.Namespace) -> None:
     history: list[dict[str, Any]] = []  # dev-WER probes, kept across --resume
     segments: list[dict[str, Any]] = []  # one entry per (re)started run: command, first step
     ckpt_path = WORK / "ckpt.pt"
-    if args.resume and ckpt_path.exists():
+    # the step and training seconds where this segment's warm-up, cosine schedule and budget start
+    # (0 for a fresh run and for --resume of one; the continued model's totals for --init-transducer)
+    origin_step, origin_seconds = 0, 0.0
+    if args.init_transducer is not None:
+        step = int(prior.get("steps", 0))
+        train_seconds = 60.0 * float(prior.get("train_wall_minutes", 0.0))
+        seen_seconds = float(prior.get("epochs", 0.0)) * 3600 * float(prior.get("training_data_hours", hours))
+        epoch = int(prior.get("epochs", 0.0))
+        history = list(prior.get("dev_wer_history", []))
+        segments = [dict(s) for s in prior.get("segments", [])]
+        if segments:
+            segments[-1].setdefault("to_step", step)
+            segments[-1].setdefault("final", prior.get("final"))
+        origin_step, origin_seconds = step, train_seconds
+        # a different data order and augmentation draw than the segment(s) before
+        rng.seed(args.seed + step)
+        g.manual_seed(args.seed + step)
+        torch.manual_seed(args.seed + step)
+    elif args.resume and ckpt_path.exists():
         state = torch.load(ckpt_path, weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -572,16 +623,49 @@ def train(args: argparse.Namespace) -> None:
         g.set_state(state["g"])
         history = state.get("history", [])
         segments = state.get("segments", [])
+        origin_step, origin_seconds = state.get("origin", (0, 0.0))
         log(f"resumed at step {step} ({train_seconds / 60:.1f} min trained)")
     budget = args.minutes * 60.0
     start_step = step
-    segments.append({"command": "scripts/train_demo_model.py " + " ".join(sys.argv[1:]), "from_step": step})
+    segments.append(
+        {
+            "command": "scripts/train_demo_model.py " + " ".join(sys.argv[1:]),
+            "from_step": step,
+            **(
+                {
+                    "init_transducer": str(args.init_transducer),
+                    "init_sha256": hashlib.sha256(args.init_transducer.read_bytes()).hexdigest(),
+                    "optimizer": "fresh AdamW (a .nemo holds no optimiser state)",
+                    "lr": args.lr,
+                    "warmup_steps": args.warmup,
+                    "seed": args.seed + step,
+                }
+                if args.init_transducer is not None and step == origin_step
+                else {}
+            ),
+        }
+    )
 
     def lr_at(step: int, frac: float) -> float:
-        warm = min(1.0, (step + 1) / args.warmup)
+        warm = min(1.0, (step - origin_step + 1) / args.warmup)
         return args.lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
+    init_info: dict[str, Any] = (
+        {
+            "init_from": str(Path(args.init_from).resolve().relative_to(REPO)),
+            "init": "preprocessor, encoder and tokenizer copied from init_from (the CTC demo "
+            "model); prediction and joint networks random",
+        }
+        if transducer
+        else {}
+    )
+    if args.init_transducer is not None:  # keep how the continued model began
+        init_info = {k: prior[k] for k in ("init_from", "init") if k in prior}
+
     def info(final: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        segments[-1].update(
+            to_step=step, train_wall_minutes=round((train_seconds - origin_seconds) / 60, 1), final=final
+        )
         return {
             "final": final,
             "model": {
@@ -591,9 +675,7 @@ def train(args: argparse.Namespace) -> None:
             }[args.arch],
             **(
                 {
-                    "init_from": str(Path(args.init_from).resolve().relative_to(REPO)),
-                    "init": "preprocessor, encoder and tokenizer copied from init_from (the CTC demo "
-                    "model); prediction and joint networks random",
+                    **init_info,
                     "encoder_lr_scale": args.encoder_lr_scale,
                     "prediction_hidden": args.pred_hidden,
                     "joint_hidden": args.joint_hidden,
@@ -647,12 +729,18 @@ def train(args: argparse.Namespace) -> None:
                 "tokenizer_files": files,
                 "history": history,
                 "segments": segments,
+                "origin": (origin_step, origin_seconds),
             },
             WORK / "ckpt.tmp",
         )
         (WORK / "ckpt.tmp").replace(ckpt_path)
         export_nemo(model, cfg, files, args.out, info(final, extra))
 
+    if args.init_transducer is not None and not (history and history[-1]["step"] == step):
+        t_eval = time.time()  # the starting point of this segment's dev-WER curve
+        dev_wer = wer(dev_refs, greedy_texts(model, dev_waves))
+        history.append({"step": step, "minutes": round(train_seconds / 60, 1), "dev_wer": round(dev_wer, 4)})
+        log(f"step {step} (start): dev WER {dev_wer:.3f} ({time.time() - t_eval:.0f} s, not training time)")
     model.train()
     last_ckpt = time.time()
     t_loop, prior_seconds, step_seconds = time.time(), train_seconds, 0.0
@@ -682,7 +770,10 @@ def train(args: argparse.Namespace) -> None:
                 )
             for group in opt.param_groups:
                 group["lr"] = group.get("lr_scale", 1.0) * lr_at(
-                    step, train_seconds / budget if args.max_steps == 0 else step / args.max_steps
+                    step,
+                    (train_seconds - origin_seconds) / budget
+                    if args.max_steps == 0
+                    else (step - origin_step) / args.max_steps,
                 )
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -713,7 +804,9 @@ def train(args: argparse.Namespace) -> None:
                 checkpoint(extra={"dev_wer_history": history})
                 last_ckpt = time.time()
                 log(f"checkpoint at step {step} -> {ckpt_path}, {args.out}")
-            if train_seconds >= budget or (args.max_steps and step >= args.max_steps):
+            if train_seconds - origin_seconds >= budget or (
+                args.max_steps and step - origin_step >= args.max_steps
+            ):
                 done = True
                 break
         epoch += 1
@@ -776,6 +869,12 @@ def main() -> None:
     ap.add_argument(
         "--init-from", type=Path, default=DEFAULT_INIT, help="rnnt/tdt: CTC .nemo giving encoder + tokenizer"
     )
+    ap.add_argument(
+        "--init-transducer",
+        type=Path,
+        default=None,
+        help="rnnt/tdt: continue this saved transducer .nemo (all weights; history from its .json)",
+    )
     ap.add_argument("--encoder-lr-scale", type=float, default=0.5, help="rnnt/tdt: encoder lr factor")
     ap.add_argument("--pred-hidden", type=int, default=160, help="rnnt/tdt: LSTM size")
     ap.add_argument("--joint-hidden", type=int, default=160, help="rnnt/tdt: joint hidden size")
@@ -801,6 +900,10 @@ def main() -> None:
     ap.add_argument("--export-only", action="store_true", help="write --out from the last checkpoint")
     ap.add_argument("--eval-only", action="store_true", help="WER of --out on data/demo/{synthetic,real}")
     args = ap.parse_args()
+    if args.init_transducer is not None and (args.arch == "ctc" or args.resume):
+        ap.error("--init-transducer needs --arch rnnt|tdt and excludes --resume")
+    if args.init_transducer is not None and not args.init_transducer.is_file():
+        ap.error(f"--init-transducer {args.init_transducer}: no such file")
     global WORK
     if args.arch != "ctc":
         WORK = CACHE / f"train_{args.arch}"
