@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -730,7 +731,9 @@ def staged_folder(out_dir: str | Path) -> Iterator[Path]:
         raise GraphError(f"{out}: exists and is not a folder")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+        remove_abandoned_stages(out)
+        prefix = f".{out.name}.building-{os.getpid()}@{socket.gethostname()}-"
+        stage = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
     except OSError as err:
         raise GraphError(f"{out}: cannot create the graph folder ({err.strerror})") from None
     try:
@@ -740,6 +743,31 @@ def staged_folder(out_dir: str | Path) -> Iterator[Path]:
         _swap_into(stage, out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)  # the new files on failure, the old ones after a swap
+
+
+def remove_abandoned_stages(out: Path) -> list[Path]:
+    """Delete staging siblings of `out` left by builds that were killed (SIGKILL, power loss): their
+    name holds the building process's pid and host (`.NAME.building-PID@HOST-*`), and a stage of
+    this host whose process is gone is removed. Stages of live processes or other hosts stay."""
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.building-(\d+)@(.*)-[^-]+$")
+    removed = []
+    for entry in out.parent.iterdir():
+        match = pattern.match(entry.name)
+        if not match or match.group(2) != socket.gethostname() or _process_alive(int(match.group(1))):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
 
 
 def _carry_over(old: Path, new: Path) -> None:

@@ -288,6 +288,41 @@ def test_interrupted_build_leaves_previous_graph_intact(tmp_path, monkeypatch, w
     assert build_graph(toy_config(paths, topology="compact"), out)["cached"] is True
 
 
+def test_stage_of_a_killed_build_is_removed_by_the_next_build(tmp_path):
+    """A build killed with SIGKILL cannot clean up its `.g.building-PID@HOST-*` stage; the next
+    build of the same folder removes it (its process is gone), but not a live process's stage nor
+    one of another host."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    paths = write_toy(tmp_path / "in")
+    out = tmp_path / "g"
+    code = (
+        "import os, signal, sys\n"
+        "from asrdecode.graph.build import staged_folder\n"
+        "with staged_folder(sys.argv[1]) as stage:\n"
+        "    (stage / 'graph.pt').write_bytes(b'half')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".g.building-")]
+    assert len(left) == 1 and (left[0] / "graph.pt").read_bytes() == b"half"
+    host = socket.gethostname()
+    live = tmp_path / f".g.building-{os.getpid()}@{host}-abc123"  # this test's own (live) process
+    dead_pid = left[0].name.split("-")[1].split("@")[0]  # the killed build's pid
+    assert left[0].name.startswith(f".g.building-{dead_pid}@{host}-")
+    other_host = tmp_path / f".g.building-{dead_pid}@{host}.elsewhere-abc123"
+    live.mkdir()
+    other_host.mkdir()
+    build_graph(toy_config(paths, topology="compact"), out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["g", "in", live.name, other_host.name])
+    _assert_meta_matches_graph(out)
+
+
 @pytest.mark.parametrize("exchange", [True, False])
 def test_rebuild_replaces_folder_keeps_user_files(tmp_path, monkeypatch, exchange):
     import asrdecode.graph.build as build_mod
