@@ -9,12 +9,14 @@ from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
 from asrdecode.decoders.transducer_greedy import TransducerGreedyDecoder
 from asrdecode.decoders.wfst import WfstDecoder
+from asrdecode.decoders.wfst_otf import WfstOtfDecoder
 from asrdecode.errors import ConfigError
 
 DECODERS: dict[str, type] = {
     CtcGreedyDecoder.name: CtcGreedyDecoder,
     TransducerGreedyDecoder.name: TransducerGreedyDecoder,
     WfstDecoder.name: WfstDecoder,
+    WfstOtfDecoder.name: WfstOtfDecoder,
 }
 
 __all__ = [

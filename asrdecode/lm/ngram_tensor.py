@@ -484,6 +484,70 @@ class BatchedNgramLM(torch.nn.Module):
         dense = torch.contiguous_format  # always a copy: the same ops for every batch size
         return scores[:, :V].clone(memory_format=dense), nexts[:, :V].clone(memory_format=dense)
 
+    def score(self, states: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sparse lookup: states [N], tokens [N] -> (ln p(token | state) [N], next states [N]).
+
+        The sparse counterpart of `advance` (one token per row instead of the whole vocabulary, as
+        a WFST decoder needs for the word on an arc; paper 000 sec. 3.2): the backoff chain is
+        walked the fixed N-1 steps; at each step the row's token is found in the state's sorted
+        arcs by a binary search of fixed depth (log2 of the widest state), and the highest-order
+        hit wins; rows without a hit take the dense root row plus the accumulated backoff weights.
+        No data-dependent host reads; any device."""
+        states, tokens = states.long(), tokens.long()
+        n = states.shape[0]
+        logp = torch.zeros(n, dtype=self.root_weight.dtype, device=states.device)
+        nxt = torch.zeros(n, dtype=torch.long, device=states.device)
+        found = torch.zeros(n, dtype=torch.bool, device=states.device)
+        above = torch.zeros_like(logp)
+        cur = states
+        steps = max(int(self.max_degree).bit_length(), 1)
+        last = max(self.num_arcs - 1, 0)
+        for _ in range(self.order - 1):
+            if self.num_arcs:
+                lo, hi = self.arc_offsets[cur], self.arc_offsets[cur + 1]  # search [lo, hi)
+                for _ in range(steps):
+                    mid = (lo + hi) // 2
+                    go_right = (mid < hi) & (self.arc_token[mid.clamp(max=last)].long() < tokens)
+                    lo = torch.where(go_right, mid + 1, lo)
+                    hi = torch.where(go_right, hi, mid)
+                pos = lo.clamp(max=last)
+                hit = ~found & (lo < self.arc_offsets[cur + 1]) & (self.arc_token[pos].long() == tokens)
+                logp = torch.where(hit, above + self.arc_weight[pos], logp)
+                nxt = torch.where(hit, self.arc_next[pos].long(), nxt)
+                found = found | hit
+            above = above + self.backoff_weight[cur]
+            cur = self.backoff_state[cur]
+        logp = torch.where(found, logp, above + self.root_weight[tokens])
+        nxt = torch.where(found, nxt, self.root_next[tokens])
+        return logp, nxt
+
+    def histories(self) -> list[tuple[int, ...]]:
+        """The history of every state as token ids (``<s>`` = -1): () for the root, (-1,) for BOS.
+
+        Recovered from the arcs that extend a history by one token (a state's history is its
+        source's history plus the arc's token; top-order arcs go to shorter suffix states)."""
+        hist: list[tuple[int, ...] | None] = [None] * self.num_states
+        hist[self.ROOT], hist[self.BOS] = (), (-1,)
+        order = self.state_order.cpu().numpy()
+        for w, s in enumerate(self.root_next.cpu().numpy().tolist()):
+            if s != self.ROOT and order[s] == 1:
+                hist[s] = (w,)
+        off = self.arc_offsets.cpu().numpy()
+        tok, nxt = self.arc_token.cpu().numpy(), self.arc_next.cpu().numpy()
+        src = np.repeat(np.arange(self.num_states), np.diff(off))
+        grow = order[nxt] == order[src] + 1
+        by_order = np.argsort(order[src[grow]], kind="stable")  # parents are known before children
+        for a in np.flatnonzero(grow)[by_order].tolist():
+            parent = hist[src[a]]
+            if parent is not None:
+                hist[nxt[a]] = (*parent, int(tok[a]))
+        missing = [s for s, h in enumerate(hist) if h is None]
+        if missing:
+            raise GraphError(
+                f"{self.info.get('path', 'LM')}: state {missing[0]} has no history (corrupt tables)"
+            )
+        return hist  # type: ignore[return-value]
+
     def final_scores(self, states: torch.Tensor) -> torch.Tensor:
         """states [N] -> ln p(</s> | state) [N] (-inf if the file has no </s> on the backoff chain)."""
         return self.final_weight[states.long()]

@@ -617,7 +617,14 @@ def search_best(states, ws, ctr, use_final):
             total = sc
     if best_i < 0:
         return np.empty(0, np.int64), np.empty(0, np.int64), _F32_INF, False, False
-    r = cur_rec[best_i]
+    path_arcs, path_frames = trace_records(rec_prev, rec_arc, rec_frame, cur_rec[best_i])
+    return path_arcs, path_frames, total, reached, True
+
+
+@numba.njit(nogil=True, cache=True)
+def trace_records(rec_prev, rec_arc, rec_frame, r):
+    """(arc indices, frames) of the arcs on the record chain ending at record r, in path order."""
+    r0 = r
     length = 0
     while r >= 0:
         if rec_arc[r] >= 0:
@@ -625,7 +632,7 @@ def search_best(states, ws, ctr, use_final):
         r = rec_prev[r]
     path_arcs = np.empty(length, dtype=np.int64)
     path_frames = np.empty(length, dtype=np.int64)
-    r = cur_rec[best_i]
+    r = r0
     p = length
     while r >= 0:
         if rec_arc[r] >= 0:
@@ -633,7 +640,7 @@ def search_best(states, ws, ctr, use_final):
             path_arcs[p] = rec_arc[r]
             path_frames[p] = rec_frame[r]
         r = rec_prev[r]
-    return path_arcs, path_frames, total, reached, True
+    return path_arcs, path_frames
 
 
 STATE_DTYPE = np.dtype(

@@ -41,6 +41,14 @@ sizes the frame needed, the frontier size and the record count. If a size exceed
 capacities; capacities also shrink when far too large (they are powers of two, so few shapes occur
 and a CUDA graph per shape is reused). Counted in ``stats["syncs"]``; see the README for the list.
 
+**LM states** (`wfst-otf`, paper 000): with a `TokenLM` (``lm=``), a token's state is the pair
+(graph state, LM state) folded into one int ``graph_state * lm.num_states + lm_state`` (so the key,
+the sort-based recombination and everything downstream are unchanged and recombine by the pair,
+paper 000 Alg. 4); the graph tables are read at ``state // lm.num_states``. An arc with a word
+olabel adds ``lm.step(lm_state, word)`` (cost, next LM state) to the expansion's cost, before the
+beam's best is taken (emitting and epsilon arcs); final costs add ``lm.final_cost``. The lookups run
+for every arc slot (fixed shapes, no host reads); lattices are not kept with an LM.
+
 Every kept token gets a *record* (predecessor record, arc index, frame, cost) in `Backpointers`, a
 double-buffered device arena written by masked ``index_copy_`` at ids from a device counter and
 copied to host memory in one batched copy every ``host_copy_frames`` frames (pinned, non-blocking
@@ -55,7 +63,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -430,6 +438,21 @@ class BoostTable:
         return _where(hit, self.cost[pos], torch.zeros_like(self.cost[pos]))
 
 
+class TokenLM(Protocol):
+    """What the search needs of an on-the-fly LM (`wfst_otf.difference.DifferenceLM`): states
+    0..num_states-1, START where utterances begin, batched ``step(states, words) -> (added cost
+    float32, next states)`` and ``final_cost(states)``, all device tensors."""
+
+    START: int
+
+    @property
+    def num_states(self) -> int: ...
+
+    def step(self, states: torch.Tensor, words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def final_cost(self, states: torch.Tensor) -> torch.Tensor: ...
+
+
 class SearchGraph:
     """The graph tensors in the dtypes the search indexes with (int64 indices), built once per device."""
 
@@ -625,11 +648,18 @@ class TokenPassing:
         graph: DeviceGraph | SearchGraph,
         options: SearchOptions | None = None,
         lattice_beam: float | None = None,
+        lm: TokenLM | None = None,
     ) -> None:
         self.g = graph if isinstance(graph, SearchGraph) else SearchGraph(graph)
         self.options = o = options or SearchOptions()
         self.device = self.g.device
-        self.num_states = self.g.num_states
+        self.lm = lm
+        self.lm_states = int(lm.num_states) if lm is not None else 1
+        self.num_states = self.g.num_states * self.lm_states  # token states: (graph state, LM state)
+        if lm is not None and lattice_beam is not None:
+            raise ValueError("TokenPassing: lattices are not kept with an LM")
+        if self.num_states >= 2**62 // (1 << 20):
+            raise ValueError("TokenPassing: graph states x LM states too large for int64 token keys")
         self.lattice_beam = lattice_beam
         cuda = self.device.type == "cuda"
         self.backpointers = Backpointers(self.device, pinned=o.pinned_copies and cuda, on_sync=self._sync)
@@ -688,6 +718,25 @@ class TokenPassing:
         if n not in self._aranges:
             self._aranges[n] = torch.arange(n, device=self.device)
         return self._aranges[n]
+
+    def graph_state(self, state: torch.Tensor) -> torch.Tensor:
+        """Graph state of token states (the state itself without an LM)."""
+        return state if self.lm is None else state // self.lm_states
+
+    def _lm_arcs(
+        self, state: torch.Tensor, arc: torch.Tensor, cost: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token states `state` crossing graph arcs `arc`: (cost + LM cost on word arcs, destination
+        token states). Without an LM: (cost, the arcs' next states)."""
+        dst = _take(self.g.nextstate, arc)
+        if self.lm is None:
+            return cost, dst
+        lm_state = state % self.lm_states
+        word = _take(self.g.olabel, arc)
+        is_word = word > 0
+        added, nxt = self.lm.step(lm_state, word.clamp(min=0))
+        cost = _where(is_word, cost + added, cost)
+        return cost, dst * self.lm_states + _where(is_word, nxt, lm_state)
 
     # ------------------------------------------------------------------ building blocks
     def _expand(
@@ -827,21 +876,26 @@ class TokenPassing:
         cut, adaptive = self._cutoff(utt, cost, B, per_utt)
         neg = cut.new_full((1,), -INF)
         alive = cost < _take(torch.cat([cut, neg]), utt)
-        n = _where(alive, _take(g.n_emit, state), 0)
-        if self.kernel == "triton" and boost is None:
+        gstate = self.graph_state(state)
+        n = _where(alive, _take(g.n_emit, gstate), 0)
+        if self.kernel == "triton" and boost is None and self.lm is None:
             from asrdecode.decoders.wfst.kernels import emitting_arcs_triton as emitting_arcs
         else:
             from asrdecode.decoders.wfst.kernels import emitting_arcs_torch as emitting_arcs
         src, arc, valid, u, c, best, total = emitting_arcs(
-            self, n, _take(g.first_emit, state), utt, cost, ac.reshape(-1), V, B, A, boost
+            self, n, _take(g.first_emit, gstate), utt, cost, ac.reshape(-1), V, B, A, boost
         )
+        if self.lm is not None:  # the LM cost of word arcs counts for the beam's best
+            c, lm_dst = self._lm_arcs(_take(state, src), arc, c)
+            c = _where(valid, c, INF)
+            best = self._segment_min(u, c, B + 1)
         next_cut = torch.cat([best[:B] + adaptive, neg])
         keep = c < _take(next_cut, u)  # u == B (invalid slot) meets -inf
         # the survivors, in order, into the `keep` slots (beam pruning removes most arcs)
         kidx, kvalid, kcount = self._compact(keep, caps["keep"])
         src, arc, c = _take(src, kidx), _take(arc, kidx), _take(c, kidx)
         ug = _take(u, kidx).clamp_(max=B - 1)
-        dst = _take(g.nextstate, arc)
+        dst = _take(g.nextstate, arc) if self.lm is None else _take(lm_dst, kidx)
         if self.lattice is not None:  # every arc that survived the search beam (see LatticeArcs)
             ac_v = _take(ac.reshape(-1), (ug * V + _take(g.column, arc)).clamp_(min=0))
             self.lattice.add_arcs(kvalid, ug, _take(frames_ext, ug), _take(state, src), dst, arc, ac_v)
@@ -885,15 +939,16 @@ class TokenPassing:
         f_utt = _where(fvalid, f_key // S, B)
         f_state = _where(fvalid, f_key % S, 0)
         f_ok = fvalid & (_take(cost, fidx) <= _take(cut, f_utt))
-        n = _where(f_ok, _take(g.n_eps, f_state), 0)
-        src_f, arc, valid, total = self._expand(n, _take(g.split, f_state), E)
+        f_graph = self.graph_state(f_state)
+        n = _where(f_ok, _take(g.n_eps, f_graph), 0)
+        src_f, arc, valid, total = self._expand(n, _take(g.split, f_graph), E)
         src = _take(fidx, src_f)
         u = _take(f_utt, src_f).clamp_(max=B - 1)
         c = _take(cost, src) + _take(g.weight, arc)
         if boost is not None:
             c = c + boost.lookup(u, _take(g.olabel, arc))
+        c, dst = self._lm_arcs(_take(f_state, src_f), arc, c)
         keep = valid & (c <= _take(cut, u))
-        dst = _take(g.nextstate, arc)
         if self.lattice is not None:
             self.lattice.add_arcs(
                 keep, u, _take(frames_ext, u), _take(f_state, src_f), dst, arc, torch.zeros_like(c)
@@ -1046,7 +1101,8 @@ class TokenPassing:
         rec = self.backpointers.add(ones, neg, neg, frames, cost0)
         self.backpointers.size += B
         utt = torch.arange(B, device=dev)
-        state = torch.full((B,), self.g.start, dtype=torch.int64, device=dev)
+        start_state = self.g.start * self.lm_states + (self.lm.START if self.lm is not None else 0)
+        state = torch.full((B,), start_state, dtype=torch.int64, device=dev)
         start = Tokens(utt, state, cost0, rec)
         cut = torch.cat([torch.full((B,), INF, device=dev), torch.full((1,), -INF, device=dev)])
         self.capacity["tok"] = max(self.capacity["tok"], _pow2(2 * B))
@@ -1178,7 +1234,9 @@ class TokenPassing:
                 torch.zeros(num_utts, dtype=torch.bool, device=dev),
             )
         if use_final:
-            fin = tok.cost + _take(self.g.final, tok.state)
+            fin = tok.cost + _take(self.g.final, self.graph_state(tok.state))
+            if self.lm is not None:
+                fin = fin + self.lm.final_cost(tok.state % self.lm_states)
             reached = torch.isfinite(self._segment_min(tok.utt, fin, num_utts))
             score = _where(_take(reached, tok.utt), fin, tok.cost)
         else:

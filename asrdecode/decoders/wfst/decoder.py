@@ -421,6 +421,12 @@ class WfstDecoder:
             log.warning("wfst: epsilon closure hit its limit (negative-cost epsilon cycle in the graph?)")
         return results
 
+    def _new_search(self, graph: SearchGraph, device: torch.device, want_lattice: bool) -> TokenPassing:
+        """The torch search of one batch (`wfst-otf` adds its LM here)."""
+        return TokenPassing(
+            graph, self._search_options(device), self.config.lattice_beam if want_lattice else None
+        )
+
     # ------------------------------------------------------------------ offline
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         if output.log_probs is None:
@@ -437,9 +443,7 @@ class WfstDecoder:
         graph = self.graph_on(device)
         boost = self._boost_table(tables, device)
         want_lattice = self.config.lattice or self.config.nbest > 1
-        search = TokenPassing(
-            graph, self._search_options(device), self.config.lattice_beam if want_lattice else None
-        ).inherit(self._tuning.get(str(device)))
+        search = self._new_search(graph, device, want_lattice).inherit(self._tuning.get(str(device)))
         if search.lattice is not None:
             search.lattice.boosts = {b: dense_boost(t) for b, t in enumerate(tables) if t}
         tok = search.init(B, boost=boost)

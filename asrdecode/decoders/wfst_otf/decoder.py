@@ -1,0 +1,158 @@
+"""`wfst-otf`: WFST decoding of a small-LM graph with on-the-fly rescoring by a large ARPA LM (paper 000).
+
+The graph (TLG/HCLG from `asrdecode build-graph`) is built with a small LM; the search composes it on
+the fly with the difference ``lm_scale * (large - small)`` (`difference.DifferenceLM`: one combined
+LM state per token; Kaldi's biglm decoders, paper 000 sec. 3). A token is (graph state, LM state):
+recombination keys on both, word arcs add the difference, final tokens add the ``</s>``
+difference. With ``lm_scale = 1`` the result is the 1-best of (graph with the small LM replaced by
+the large one) without building that graph; memory grows with the large LM's tables (host), not
+with a graph over them.
+
+Everything else is the `wfst` decoder (`WfstDecoder`: config names, pruning, word times, score
+split, compiled thread pool): this class only swaps the search. Scores: ``lm_score`` includes the
+LM difference of the 1-best, ``acoustic_score`` is unchanged in meaning.
+
+Backends (``decoder.backend``): ``compiled`` (numba, CPU; `compiled.OtfCompiledSearch`) and
+``torch`` (the batched token-passing core, `asrdecode.decoders.wfst.core.TokenPassing`, with the
+LM state folded into the token key; any device, built for GPUs); ``auto`` = compiled on CPU.
+Not supported (one-line config errors): lattices / n-best and streaming.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.wfst.core import SearchGraph, TokenPassing
+from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, _graph_folder
+from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step
+from asrdecode.errors import ConfigError
+from asrdecode.graph.format import DeviceGraph
+
+log = logging.getLogger("asrdecode.decoders.wfst_otf")
+
+
+@dataclass
+class WfstOtfConfig(WfstConfig):
+    """Options of `wfst-otf`: every `wfst` option (see `WfstConfig`) plus the LMs.
+
+    lm: the large ARPA LM (plain or .gz) that rescores on the fly.
+    small_lm: the ARPA the graph was built with (default: the `arpa` input recorded in the graph
+      folder's meta.json by `asrdecode build-graph`).
+    lm_scale: weight of the difference: word arcs add ``lm_scale * (cost_large - cost_small)``;
+      1 replaces the small LM by the large one.
+    """
+
+    lm: str = ""
+    small_lm: str = ""
+    lm_scale: float = 1.0
+
+
+def small_lm_of(graph_spec: str) -> str:
+    """The ARPA recorded as the graph's `arpa` input in its folder's meta.json ('' if none)."""
+    folder = _graph_folder(graph_spec)
+    meta = folder / "meta.json" if folder is not None else None
+    if meta is None or not meta.is_file():
+        return ""
+    try:
+        return str(json.loads(meta.read_text())["inputs"]["arpa"]["path"])
+    except (json.JSONDecodeError, KeyError, TypeError, OSError):
+        return ""
+
+
+class WfstOtfDecoder(WfstDecoder):
+    """`WfstDecoder` whose search carries a difference-LM state per token (module docstring)."""
+
+    name: ClassVar[str] = "wfst-otf"
+    config_type: ClassVar[type] = WfstOtfConfig
+
+    def __init__(
+        self,
+        config: WfstOtfConfig,
+        context: DecoderContext | None = None,
+        graph: DeviceGraph | None = None,
+        words: dict[int, str] | None = None,
+        lm: DifferenceLM | None = None,
+    ) -> None:
+        if config.lattice or config.nbest > 1:
+            raise ConfigError("decoder.lattice / decoder.nbest > 1: wfst-otf keeps no lattices (use wfst)")
+        super().__init__(config, context, graph, words)
+        if lm is None:
+            if not config.lm:
+                raise ConfigError("decoder.lm: wfst-otf needs the large ARPA LM (decoder.lm=path)")
+            small = config.small_lm or small_lm_of(config.graph)
+            if not small:
+                raise ConfigError(
+                    "decoder.small_lm: give the ARPA the graph was built with (not recorded in the "
+                    "graph folder's meta.json)"
+                )
+            for key, path in (("lm", config.lm), ("small_lm", small)):
+                if not Path(path).is_file():
+                    raise ConfigError(f"decoder.{key}: {path}: file not found")
+            num_ids = max(int(self.h_olabel.max(initial=0)), max(self.words, default=0)) + 1
+            lm = DifferenceLM.from_arpa(config.lm, small, self.words, num_ids, config.lm_scale)
+            lm.check_words(self.h_olabel, self.words, small, config.lm)
+        self.diff = lm
+        self._lm_arrays = lm.arrays()
+        self._lms: dict[str, DifferenceLM] = {}
+
+    # ------------------------------------------------------------------ backends
+    def compiled_search(self) -> Any:
+        if self._compiled is None:
+            from asrdecode.decoders.wfst_otf.compiled import OtfCompiledSearch
+
+            self._compiled = OtfCompiledSearch(self.graph_cpu, self.diff, self.config.threads)
+        return self._compiled
+
+    def lm_on(self, device: torch.device) -> DifferenceLM:
+        """The difference LM's tables on `device` (moved once, then cached)."""
+        key = str(device)
+        if key not in self._lms:
+            self._lms[key] = self.diff if device.type == "cpu" else copy.deepcopy(self.diff).to(device)
+        return self._lms[key]
+
+    def _new_search(self, graph: SearchGraph, device: torch.device, want_lattice: bool) -> TokenPassing:
+        return TokenPassing(graph, self._search_options(device), None, lm=self.lm_on(device))
+
+    # ------------------------------------------------------------------ results
+    def lm_path_cost(self, word_ids: list[int], final: bool) -> float:
+        """The LM difference added along a word sequence (and at </s> when final), float32 steps."""
+        u, total = DifferenceLM.START, 0.0
+        for w in word_ids:
+            c, u = lm_step(self._lm_arrays, u, w)
+            total += float(c)
+        if final:
+            total += float(lm_final(self._lm_arrays, u))
+        return total
+
+    def _path_result(
+        self,
+        arcs: np.ndarray,
+        frames: np.ndarray,
+        total: float,
+        reached: bool,
+        boost: dict[int, float],
+        blank: int,
+        shift: float,
+    ) -> DecodeResult:
+        ol = self.h_olabel[arcs[arcs >= 0]]
+        lm_cost = self.lm_path_cost([int(o) for o in ol if o > 0], reached)
+        res = super()._path_result(arcs, frames, total - lm_cost, reached, boost, blank, shift)
+        res.score = -total
+        if res.lm_score is not None:
+            res.lm_score -= lm_cost
+        return res
+
+    # ------------------------------------------------------------------ streaming
+    def init_streams(
+        self, count: int, boost: list[dict | None] | None = None, device: torch.device | str | None = None
+    ) -> list[int]:
+        raise ConfigError("wfst-otf does not decode streams (use decoder.type=wfst for streaming)")

@@ -1,0 +1,199 @@
+"""`wfst-otf` against independent references:
+
+(c) brute force: on tiny random WFSTs (epsilon arcs, words on emitting and epsilon arcs) with random
+    trigram/bigram ARPAs, the decoder's 1-best and cost equal the minimum over every output word
+    sequence of (best graph path for it) + lm_scale * (large - small), the LMs scored by a
+    plain-Python ARPA scorer;
+(a) large LM == small LM: the same words and scores as plain `wfst` on the same graph;
+(b) a graph built with a small (unigram) LM + the large (bigram) LM on the fly == plain `wfst` on
+    the graph built directly with the large LM (both built by asrdecode.graph.build_graph, NeMo
+    fixture log-probs, wide beams), and that graph's 1-best also equals kaldi-decoder's.
+Both backends (compiled, torch) in every case.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from otf_ref import ArpaScorer, random_arpa, unigram_arpa
+from test_wfst_viterbi import device_graph, log_probs, run
+from wfst_ref import (  # noqa: F401
+    FIXTURES,
+    all_word_sequences,
+    nemo_log_probs,
+    nemo_sentences,
+    random_wfst,
+    single_thread,
+    write_arpa,
+)
+
+from asrdecode.decoders import DECODERS, decoder_config_from_dict
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
+from asrdecode.errors import ConfigError, GraphError
+from asrdecode.graph import GraphBuildConfig, build_graph
+from asrdecode.models.base import ModelOutput
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+WORDS = {i: f"w{i}" for i in range(1, 7)}
+WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0}
+BACKENDS = ("compiled", "torch")
+NEMO = FIXTURES / "ctc_bpe.nemo"
+
+
+def brute_force(fst: dict, lp: np.ndarray, large: ArpaScorer, small: ArpaScorer, scale: float):
+    """min over word sequences of graph cost + scale * (large - small): (cost, words) or None."""
+    best = None
+    for seq, cost in all_word_sequences(fst, lp).items():
+        ws = [WORDS[o] for o in seq]
+        total = cost + scale * (large.cost(ws) - small.cost(ws))
+        if best is None or total < best[0]:
+            best = (total, ws)
+    return best
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(24))
+def test_random_graph_and_lms_equal_brute_force(tmp_path, seed, backend):
+    rng = np.random.default_rng(seed)
+    fst = random_wfst(rng, int(rng.integers(3, 8)), 4, 6, eps_forward=True)
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, int(rng.integers(1, 3)))
+    scale = 1.0 if seed % 3 else 0.6
+    lp = log_probs(rng, int(rng.integers(1, 7)))
+    cfg = WfstOtfConfig(**WIDE, backend=backend, lm=str(large), small_lm=str(small), lm_scale=scale)
+    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+    (res,) = run(dec, [lp])
+    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), scale)
+    if ref is None:  # no final state reachable: Kaldi's fallback, flagged
+        assert dec.last_info["not_final"] == [0] or res.score == -math.inf
+        return
+    assert dec.last_info["not_final"] == []
+    assert -res.score == pytest.approx(ref[0], abs=1e-3)
+    assert [w.word for w in res.words] == ref[1]
+    # score split: the acoustic part is the path's -log-probs, the rest graph + LM difference
+    assert -(res.acoustic_score + res.lm_score) == pytest.approx(ref[0], abs=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_lm_equals_plain_wfst_on_random_graphs(tmp_path, backend):
+    rng = np.random.default_rng(5)
+    arpa = random_arpa(tmp_path / "lm.arpa", rng, list(WORDS.values()), 3)
+    for _ in range(8):
+        fst = random_wfst(rng, int(rng.integers(3, 9)), 4, 6)
+        lps = [log_probs(rng, int(n)) for n in rng.integers(0, 9, size=3)]
+        opts = {"beam": 6.0, "max_active": 10**9, "min_active": 0, "backend": backend}
+        plain = run(WfstDecoder(WfstConfig(**opts), graph=device_graph(fst), words=WORDS), lps)
+        cfg = WfstOtfConfig(**opts, lm=str(arpa), small_lm=str(arpa))
+        otf = run(WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS), lps)
+        for a, b in zip(plain, otf, strict=True):
+            assert a.words == b.words and a.tokens == b.tokens
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
+# ---------------------------------------------------------------------- built graphs (b)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The NeMo-fixture vocabulary: a unigram graph (small LM) and a bigram graph (large LM)."""
+    d = tmp_path_factory.mktemp("wfst_otf")
+    sents = nemo_sentences()
+    unigram_arpa(d / "small.arpa", sents)
+    write_arpa(d / "large.arpa", sents)
+    for name in ("small", "large"):
+        cfg = GraphBuildConfig(arpa=str(d / f"{name}.arpa"), model=str(NEMO), lexicon_type="bpe", format="pt")
+        build_graph(cfg, d / name)
+    return d
+
+
+def nemo_output() -> ModelOutput:
+    lp, lengths, _ = nemo_log_probs()
+    return ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, 128, [])
+
+
+def test_large_lm_precondition_explicit_bigrams_beat_backoff(built):
+    """In the tropical G of the large LM an explicit bigram must be cheaper than its backoff route,
+    else that graph is not the ARPA and (b) could differ for that reason alone."""
+    lm = ArpaScorer(built / "large.arpa")
+    for gram, p in lm.prob.items():
+        if len(gram) == 2:
+            assert p >= lm.bow.get(gram[:1], 0.0) + lm.prob[gram[1:]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_small_graph_with_large_lm_equals_large_graph(built, backend):
+    opts = {"beam": 30.0, "max_active": 10**6, "min_active": 0, "backend": backend}
+    ref = WfstDecoder(WfstConfig(graph=str(built / "large"), **opts)).decode(nemo_output())
+    # small_lm defaults to the graph's recorded `arpa` input
+    otf = WfstOtfDecoder(WfstOtfConfig(graph=str(built / "small"), lm=str(built / "large.arpa"), **opts))
+    assert otf.diff.small.info["path"] == str((built / "small.arpa").resolve())
+    res = otf.decode(nemo_output())
+    assert sum(len(r.words) for r in ref) > 10
+    for a, b in zip(ref, res, strict=True):
+        assert [w.word for w in a.words] == [w.word for w in b.words]
+        assert a.tokens == b.tokens
+        # float32 costs: G's weights (arpa2fst, pushed by determinization) vs the LM tables
+        assert a.score == pytest.approx(b.score, rel=1e-4)
+        assert a.acoustic_score == pytest.approx(b.acoustic_score, rel=1e-4)
+
+
+def test_large_graph_reference_is_kaldi_faster_decoder(built):
+    """The (b) reference is itself checked: kaldi-decoder on the large TLG gives the same words."""
+    import kaldifst
+    from wfst_ref import kaldi_best_path
+
+    lp, lengths, _ = nemo_log_probs()
+    tlg = kaldifst.StdVectorFst(kaldifst.StdConstFst.read(str(built / "large" / "TLG.fst")))
+    otf = WfstOtfDecoder(
+        WfstOtfConfig(graph=str(built / "small"), lm=str(built / "large.arpa"), beam=30.0, backend="compiled")
+    )
+    words = {i: w for i, w in otf.words.items()}
+    for b, res in enumerate(otf.decode(nemo_output())):
+        kaldi = kaldi_best_path(tlg, lp[b, : lengths[b]], beam=30.0)
+        assert [w.word for w in res.words] == [words[o] for o in kaldi[3] if o > 0]
+        assert -res.score == pytest.approx(kaldi[0], abs=2e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_lm_equals_plain_wfst_on_a_built_graph(built, backend):
+    opts = {"beam": 14.0, "max_active": 3000, "backend": backend}
+    plain = WfstDecoder(WfstConfig(graph=str(built / "large"), **opts)).decode(nemo_output())
+    large = str(built / "large.arpa")
+    cfg = WfstOtfConfig(graph=str(built / "large"), lm=large, small_lm=large, **opts)
+    otf = WfstOtfDecoder(cfg)
+    for a, b in zip(plain, otf.decode(nemo_output()), strict=True):
+        assert a.words == b.words and a.tokens == b.tokens
+        assert a.score == pytest.approx(b.score, abs=1e-4)
+    assert otf.last_info["stats"]["backend"] == backend
+
+
+# ---------------------------------------------------------------------- config
+def test_registry_config_and_errors(built, tmp_path):
+    assert DECODERS["wfst-otf"] is WfstOtfDecoder
+    cfg = decoder_config_from_dict(
+        {"type": "wfst-otf", "graph": str(built / "small"), "lm": "x.arpa", "lm_scale": 0.5, "beam": 9}
+    )
+    assert isinstance(cfg, WfstOtfConfig) and cfg.lm_scale == 0.5 and cfg.beam == 9
+    small = str(built / "small")
+    with pytest.raises(ConfigError, match="decoder.lm"):
+        WfstOtfDecoder(WfstOtfConfig(graph=small))
+    with pytest.raises(ConfigError, match="missing.arpa: file not found"):
+        WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(tmp_path / "missing.arpa")))
+    with pytest.raises(ConfigError, match="lattices"):
+        WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(built / "large.arpa"), nbest=3))
+    (tmp_path / "bad.arpa").write_text("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 a\n")
+    with pytest.raises(GraphError, match="bad.arpa"):
+        WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(tmp_path / "bad.arpa")))
+    # a large LM without the graph's words (and no <unk>): named with the file
+    (tmp_path / "other.arpa").write_text(
+        "\\data\\\nngram 1=3\n\n\\1-grams:\n-99 <s>\n-1 zzz\n-1 </s>\n\n\\end\\\n"
+    )
+    with pytest.raises(ConfigError, match="other.arpa: .* graph words have no probability"):
+        WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(tmp_path / "other.arpa")))
+    otf = WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(built / "large.arpa")))
+    with pytest.raises(ConfigError, match="streams"):
+        otf.init_streams(1)

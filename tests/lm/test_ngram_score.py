@@ -1,0 +1,62 @@
+"""`BatchedNgramLM.score` (sparse batched lookup) and `histories` against a plain-Python ARPA scorer,
+and the `wfst-otf` difference LM's union states against the same scorer."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "decoders"))
+from otf_ref import LN10, ArpaScorer, random_arpa  # noqa: E402
+
+from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step  # noqa: E402
+from asrdecode.lm.ngram_tensor import BatchedNgramLM  # noqa: E402
+
+WORDS = [f"w{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_score_and_histories_equal_brute_force(tmp_path, order):
+    path = random_arpa(tmp_path / "lm.arpa", np.random.default_rng(order), WORDS, order)
+    lm = BatchedNgramLM.from_arpa(path, vocab=WORDS)
+    ref = ArpaScorer(path)
+    hist = lm.histories()
+    assert len(set(hist)) == lm.num_states
+    names = {-1: "<s>", **dict(enumerate(WORDS))}
+    states = torch.arange(lm.num_states).repeat_interleave(len(WORDS))
+    tokens = torch.arange(len(WORDS)).repeat(lm.num_states)
+    logp, nxt = lm.score(states, tokens)
+    full, full_next = lm.advance(torch.arange(lm.num_states))
+    assert torch.equal(logp, full.reshape(-1)) and torch.equal(nxt, full_next.reshape(-1))
+    for i, (s, w) in enumerate(zip(states.tolist(), tokens.tolist(), strict=True)):
+        h = tuple(names[t] for t in hist[s])
+        assert float(logp[i]) == pytest.approx(ref.log10p(h, WORDS[w]) * LN10, abs=1e-4)
+        # the next state's history is the longest suffix of h w that is a history of the LM
+        ext = (*hist[s], w)
+        want = next(ext[k:] for k in range(len(ext) + 1) if ext[k:] in set(hist))
+        assert hist[int(nxt[i])] == want
+
+
+def test_difference_lm_sentences_equal_brute_force(tmp_path):
+    rng = np.random.default_rng(11)
+    large = random_arpa(tmp_path / "large.arpa", rng, WORDS, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, WORDS, 2)
+    diff = DifferenceLM(
+        BatchedNgramLM.from_arpa(large, vocab=WORDS), BatchedNgramLM.from_arpa(small, vocab=WORDS), 0.7
+    )
+    arrays = diff.arrays()
+    big, little = ArpaScorer(large), ArpaScorer(small)
+    for _ in range(40):
+        ids = rng.integers(0, len(WORDS), size=int(rng.integers(0, 9))).tolist()
+        words = [WORDS[i] for i in ids]
+        want = 0.7 * (big.cost(words) - little.cost(words))
+        assert diff.sentence_cost(ids) == pytest.approx(want, abs=1e-4)  # torch lookups
+        u, total = diff.START, 0.0
+        for w in ids:  # numba lookups
+            c, u = lm_step(arrays, u, w)
+            total += float(c)
+        assert total + float(lm_final(arrays, u)) == pytest.approx(want, abs=1e-4)
