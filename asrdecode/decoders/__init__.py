@@ -7,6 +7,7 @@ import dataclasses
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
+from asrdecode.decoders.let import LetDecoder
 from asrdecode.decoders.transducer_greedy import TransducerGreedyDecoder
 from asrdecode.decoders.wfst import WfstDecoder
 from asrdecode.decoders.wfst_otf import WfstOtfDecoder
@@ -17,6 +18,7 @@ DECODERS: dict[str, type] = {
     TransducerGreedyDecoder.name: TransducerGreedyDecoder,
     WfstDecoder.name: WfstDecoder,
     WfstOtfDecoder.name: WfstOtfDecoder,
+    LetDecoder.name: LetDecoder,
 }
 
 __all__ = [

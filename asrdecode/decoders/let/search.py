@@ -1,0 +1,880 @@
+"""The LET search for one utterance, compiled with numba for CPUs (paper 002; prior-art D.3).
+
+Search space: the base WFST B (a TLG/HCLG built with a small LM G_s) composed on the fly with the
+incremental LM D = G_l "minus" G_s (`asrdecode.decoders.wfst_otf.difference.DifferenceLM`, shared
+with `wfst-otf`): a D state is a state of the union of both LMs' histories, and a word w costs
+``lm_scale * (-ln p_l(w | h) + ln p_s(w | h))`` on top of B's arc weight (``</s>`` the same at the
+end, on top of B's final cost; `lm_step` / `lm_final`). A token-per-(B state, D state)
+decoder (Kaldi's ``lattice-biglm-faster-decoder``) repeats B's work for every D state that reaches
+a B state; LET groups them (paper 002 sec. I contributions 1-2, "LET-decoder in brief" 1-3):
+
+* **token groups**: one token per B state per frame (its *group*) with the group's best cost; the
+  group's members are a *block* of at most ``capacity`` (D state, cost offset from the group's
+  best, member back-pointer) entries (the best has offset 0);
+* **lazy evaluation**: an arc without a word shifts every member by the same cost, so a group
+  reached over such arcs *shares its source's block* (a block id and the group cost; no member
+  is touched). Members are evaluated only (a) when a word arc is crossed: every member advances
+  its D state on the word and adds D's weight (a new block, recombined by D state, cut to
+  ``capacity``), and (b) when different blocks meet in one B state (a union, recombined by D
+  state: the min over members with equal D state is what a per-pair decoder keeps, so with a
+  wide beam and enough capacity the search is exact). Two arrivals carrying the *same* block
+  only keep the cheaper arrival (all members shift alike), which is the common case in a CTC
+  graph (self-loop + forward arc inside a word);
+* **pruning** on group costs: Kaldi's GetCutoff (beam, max_active, min_active, adaptive beam)
+  with the max/min-active cut either exact (quickselect) or from a *bucket queue* (paper 002
+  contribution 2): costs binned in ``bucket_width`` bins above the best, the cut at the lower
+  edge of the bin holding the ``max_active``-th group (no selection, no sort). Members of a
+  block above the frame's cut are dropped whenever the block is rebuilt (lazily);
+* **back-pointers**: a group's record chain (previous record, arc, frame) runs back to where
+  its block was made; each member carries a *member record* (previous member record, the
+  record chain tail of its route into the block), so the path of any member is exact
+  (paper 002 contribution "exact lattice", per-member back-pointers). Unreferenced records,
+  member records and blocks are garbage-collected when they pass max(1M, 4x the live ones).
+
+Costs are float32 as in the `wfst` compiled backend; LM log-probs are looked up in the
+`BatchedNgramLM` tables by `wfst-otf`'s numba lookups, so both decoders add the same costs.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from asrdecode.decoders.wfst.compiled import get_cutoff, kth_smallest
+from asrdecode.decoders.wfst_otf.difference import lm_final, lm_step
+
+_INF32 = np.float32(np.inf)
+_INIT = 1024
+
+# workspace arrays
+(
+    W_CUR_STATE, W_CUR_COST, W_CUR_BLK, W_CUR_REC,
+    W_NXT_STATE, W_NXT_COST, W_NXT_BLK, W_NXT_REC, W_NXT_HEAD,
+    W_IT_BLK, W_IT_COST, W_IT_PREV, W_IT_ARC, W_IT_NEXT,
+    W_BLK_START, W_BLK_LEN,
+    W_M_LM, W_M_OFF, W_M_MREC,
+    W_MR_PREV, W_MR_TAIL,
+    W_R_PREV, W_R_ARC, W_R_FRAME,
+    W_C_LM, W_C_COST, W_C_MREC, W_C_TAIL, W_C_KEEP, W_C_NEW,
+    W_QUEUE, W_SCRATCH,
+) = range(32)  # fmt: skip
+WORKSPACE_DTYPES = (
+    (np.int32, np.float32, np.int64, np.int64)
+    + (np.int32, np.float32, np.int64, np.int64, np.int32)
+    + (np.int64, np.float32, np.int64, np.int32, np.int32)
+    + (np.int64, np.int32)
+    + (np.int32, np.float32, np.int64)
+    + (np.int64, np.int64)
+    + (np.int64, np.int32, np.int32)
+    + (np.int32, np.float32, np.int64, np.int64, np.int32, np.int32)
+    + (np.int32, np.float32)
+)
+# counters
+C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN = range(8)
+NUM_COUNTERS = 8
+# stats
+(
+    S_FRAMES, S_ARCS, S_GROUPS, S_EPS_POPS, S_EPS_LIMIT, S_WORD_MEMBERS, S_UNIONS, S_SHARED,
+    S_UNION_MEMBERS, S_RECORDS,
+) = range(10)  # fmt: skip
+NUM_STATS = 10
+GC_MIN = 1 << 20
+
+
+@numba.njit(nogil=True, cache=True)
+def _grow(a: np.ndarray, need: int) -> np.ndarray:
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(need, 2 * a.shape[0]), dtype=a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+# ------------------------------------------------------------------------------ blocks
+@numba.njit(nogil=True, cache=True)
+def _select(n, cap, cut, strict, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch):
+    """Recombine candidates [0, n) by D state (the cheaper wins, the first on ties), drop those
+    above `cut` (``>= cut`` if strict), keep the `cap` cheapest. The kept ones end in [0, k) with
+    c_keep = 1. Returns (k, best cost, kept candidates with c_new = 1)."""
+    k = 0
+    for i in range(n):
+        c = c_cost[i]
+        if strict:
+            if not (c < cut):
+                continue
+        elif c > cut:
+            continue
+        u = c_lm[i]
+        j = slot_lm[u]
+        if j >= 0:
+            if c < c_cost[j]:
+                c_cost[j] = c
+                c_mrec[j] = c_mrec[i]
+                c_tail[j] = c_tail[i]
+                c_new[j] = c_new[i]
+            continue
+        c_lm[k] = u
+        c_cost[k] = c
+        c_mrec[k] = c_mrec[i]
+        c_tail[k] = c_tail[i]
+        c_new[k] = c_new[i]
+        slot_lm[u] = k
+        k += 1
+    for i in range(k):
+        slot_lm[c_lm[i]] = -1
+    best = _INF32
+    new_kept = 0
+    if k > cap:
+        scratch[:k] = c_cost[:k]
+        thr = kth_smallest(scratch, k, cap - 1)
+        below = 0
+        for i in range(k):
+            if c_cost[i] < thr:
+                below += 1
+        ties = cap - below
+        for i in range(k):
+            c = c_cost[i]
+            keep = c < thr
+            if not keep and c == thr and ties > 0:
+                keep = True
+                ties -= 1
+            c_keep[i] = 1 if keep else 0
+    else:
+        for i in range(k):
+            c_keep[i] = 1
+    for i in range(k):
+        if c_keep[i] == 1:
+            if c_cost[i] < best:
+                best = c_cost[i]
+            new_kept += c_new[i]
+    return k, best, new_kept
+
+
+@numba.njit(nogil=True, cache=True)
+def _write_block(k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, ws, ctr):
+    """Write the kept candidates [0, k) as a new block (offsets from `best`); a member whose route
+    has a record tail gets a member record (previous member record, tail). Capacities are the
+    caller's. Returns the block id."""
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
+    b = ctr[C_BLK]
+    top = ctr[C_MEM]
+    nm = ctr[C_MREC]
+    start = top
+    for i in range(k):
+        if c_keep[i] != 1:
+            continue
+        m_lm[top] = c_lm[i]
+        m_off[top] = c_cost[i] - best
+        if c_tail[i] >= 0:
+            mr_prev[nm] = c_mrec[i]
+            mr_tail[nm] = c_tail[i]
+            m_mrec[top] = nm
+            nm += 1
+        else:
+            m_mrec[top] = c_mrec[i]
+        top += 1
+    blk_start[b] = start
+    blk_len[b] = top - start
+    ctr[C_BLK] = b + 1
+    ctr[C_MEM] = top
+    ctr[C_MREC] = nm
+    return b
+
+
+@numba.njit(nogil=True, cache=True)
+def _add_members(blk, c, tail, new, n, ws):
+    """Append the members of block `blk` as candidates at cost c + offset; returns the new count."""
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    c_lm, c_cost, c_mrec, c_tail, c_new = ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_NEW]
+    st = blk_start[blk]
+    for q in range(st, st + blk_len[blk]):
+        c_lm[n] = m_lm[q]
+        c_cost[n] = c + m_off[q]
+        c_mrec[n] = m_mrec[q]
+        c_tail[n] = tail
+        c_new[n] = new
+        n += 1
+    return n
+
+
+@numba.njit(nogil=True, cache=True)
+def _expand_word(blk, c, word, tail, lm, ws, stats):
+    """Candidates of the members of `blk` crossing `word` (group cost c incl. the arc and acoustic
+    cost): next D state, cost c + offset + D weight. Returns (count, best cost)."""
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    c_lm, c_cost, c_mrec, c_tail, c_new = ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_NEW]
+    st = blk_start[blk]
+    n = 0
+    best = _INF32
+    for q in range(st, st + blk_len[blk]):
+        d, nu = lm_step(lm, m_lm[q], word)
+        cost = (c + m_off[q]) + d
+        c_lm[n] = nu
+        c_cost[n] = cost
+        c_mrec[n] = m_mrec[q]
+        c_tail[n] = tail
+        c_new[n] = 1
+        if cost < best:
+            best = cost
+        n += 1
+    stats[S_WORD_MEMBERS] += n
+    return n, best
+
+
+@numba.njit(nogil=True, cache=True)
+def _record(prev, arc, frame, ws, ctr):
+    r = ctr[C_REC]
+    ws[W_R_PREV][r] = prev
+    ws[W_R_ARC][r] = arc
+    ws[W_R_FRAME][r] = frame
+    ctr[C_REC] = r + 1
+    return r
+
+
+# ------------------------------------------------------------------------------ emitting arcs
+@numba.njit(nogil=True, cache=True)
+def _count_arcs(states, arcs, n, cut, ws):
+    """Emitting arcs and word-emitting arcs of the groups below the cutoff."""
+    cur_state, cur_cost = ws[W_CUR_STATE], ws[W_CUR_COST]
+    total = 0
+    words = 0
+    for i in range(n):
+        if cur_cost[i] < cut:
+            s = cur_state[i]
+            total += states[s].split - states[s].first
+            for a in range(states[s].first, states[s].split):
+                if arcs[a].olabel > 0:
+                    words += 1
+    return total, words
+
+
+@numba.njit(nogil=True, cache=True)
+def _arrive(d, blk, c, prev, arc, slot, m, nit, ws):
+    """A candidate (block, cost, route) for B state d in the next frame: same block as an earlier
+    arrival -> the cheaper route; else one more item of d. Returns (groups, items)."""
+    nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
+    it_blk, it_cost, it_prev, it_arc, it_next = (
+        ws[W_IT_BLK],
+        ws[W_IT_COST],
+        ws[W_IT_PREV],
+        ws[W_IT_ARC],
+        ws[W_IT_NEXT],
+    )
+    j = slot[d]
+    if j < 0:
+        j = m
+        m += 1
+        slot[d] = j
+        nxt_state[j] = d
+        nxt_cost[j] = c
+        nxt_head[j] = -1
+    elif c < nxt_cost[j]:
+        nxt_cost[j] = c
+    q = nxt_head[j]
+    while q >= 0:
+        if it_blk[q] == blk:
+            if c < it_cost[q]:
+                it_cost[q] = c
+                it_prev[q] = prev
+                it_arc[q] = arc
+            return m, nit
+        q = it_next[q]
+    it_blk[nit] = blk
+    it_cost[nit] = c
+    it_prev[nit] = prev
+    it_arc[nit] = arc
+    it_next[nit] = nxt_head[j]
+    nxt_head[j] = nit
+    return m, nit + 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _best_word_cost(blk, c, word, lm, ws):
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off = ws[W_M_LM], ws[W_M_OFF]
+    best = _INF32
+    st = blk_start[blk]
+    for q in range(st, st + blk_len[blk]):
+        d, _ = lm_step(lm, m_lm[q], word)
+        cost = (c + m_off[q]) + d
+        if cost < best:
+            best = cost
+    return best
+
+
+@numba.njit(nogil=True, cache=True)
+def _emit(states, arcs, acrow, cut, adaptive, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats):
+    """Emitting arcs of the groups below `cut` (Kaldi ProcessEmitting on groups; capacities are the
+    caller's). Arcs without a word carry the source block along (lazy); word arcs evaluate the
+    members (a new block). As Kaldi, the best group goes first for a tight running bound.
+    Returns (next groups, items, best new cost)."""
+    cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
+    best_i = -1
+    best_c = _INF32
+    for i in range(n):
+        if cur_cost[i] < best_c:
+            best_c = cur_cost[i]
+            best_i = i
+    bound = _INF32
+    if best_i >= 0 and best_c < cut:
+        s = cur_state[best_i]
+        for a in range(states[s].first, states[s].split):
+            arc = arcs[a]
+            c = best_c + arc.weight + acrow[arc.column]
+            if arc.olabel > 0:
+                c = _best_word_cost(cur_blk[best_i], c, arc.olabel, lm, ws)
+            if c + adaptive < bound:
+                bound = c + adaptive
+    best_new = _INF32
+    m = 0
+    nit = 0
+    for i in range(n):
+        c0 = cur_cost[i]
+        if not (c0 < cut):
+            continue
+        s = cur_state[i]
+        blk = cur_blk[i]
+        r0 = cur_rec[i]
+        for a in range(states[s].first, states[s].split):
+            arc = arcs[a]
+            c = c0 + arc.weight + acrow[arc.column]
+            ol = arc.olabel
+            if ol == 0:
+                if c < best_new:
+                    best_new = c
+                if not (c < bound):
+                    continue
+                if c + adaptive < bound:
+                    bound = c + adaptive
+                m, nit = _arrive(arc.nextstate, blk, c, r0, a, slot, m, nit, ws)
+                continue
+            r = _record(r0, a, frame, ws, ctr)
+            cnt, best = _expand_word(blk, c, ol, r, lm, ws, stats)
+            if best < best_new:
+                best_new = best
+            if not (best < bound):
+                ctr[C_REC] -= 1  # the record is the last one made
+                continue
+            if best + adaptive < bound:
+                bound = best + adaptive
+            k, best, _ = _select(
+                cnt, cap, bound, True, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
+                ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
+            )  # fmt: skip
+            nb = _write_block(
+                k, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
+            )  # fmt: skip
+            m, nit = _arrive(arc.nextstate, nb, best, -1, -1, slot, m, nit, ws)
+    return m, nit, best_new
+
+
+@numba.njit(nogil=True, cache=True)
+def _max_items(m, ws):
+    nxt_head, it_next = ws[W_NXT_HEAD], ws[W_IT_NEXT]
+    most = 0
+    for j in range(m):
+        c = 0
+        q = nxt_head[j]
+        while q >= 0:
+            c += 1
+            q = it_next[q]
+        if c > most:
+            most = c
+    return most
+
+
+@numba.njit(nogil=True, cache=True)
+def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
+    """The next groups below the frame's final bound: one item left -> the group shares that block
+    (with a record for its arc); several -> their union (recombined by D state, members below
+    the bound, at most `cap`). Writes the kept groups to the nxt arrays; returns their number."""
+    nxt_state, nxt_cost, nxt_blk, nxt_rec, nxt_head = (
+        ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC], ws[W_NXT_HEAD]
+    )  # fmt: skip
+    it_blk, it_cost, it_prev, it_arc, it_next = (
+        ws[W_IT_BLK],
+        ws[W_IT_COST],
+        ws[W_IT_PREV],
+        ws[W_IT_ARC],
+        ws[W_IT_NEXT],
+    )
+    k = 0
+    for j in range(m):
+        d = nxt_state[j]
+        c = nxt_cost[j]
+        head = nxt_head[j]
+        if not (c < cut):
+            slot[d] = -1
+            continue
+        cnt = 0
+        one = -1
+        q = head
+        while q >= 0:
+            if it_cost[q] < cut:
+                cnt += 1
+                one = q
+            q = it_next[q]
+        if cnt == 1:
+            blk = it_blk[one]
+            rec = _record(it_prev[one], it_arc[one], frame, ws, ctr) if it_arc[one] >= 0 else -1
+            stats[S_SHARED] += 1
+        else:
+            n = 0
+            q = head
+            while q >= 0:
+                if it_cost[q] < cut:
+                    tail = _record(it_prev[q], it_arc[q], frame, ws, ctr) if it_arc[q] >= 0 else -1
+                    n = _add_members(it_blk[q], it_cost[q], tail, 0, n, ws)
+                q = it_next[q]
+            kk, best, _ = _select(
+                n, cap, cut, True, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
+                ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
+            )  # fmt: skip
+            blk = _write_block(
+                kk, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
+            )  # fmt: skip
+            rec = -1
+            stats[S_UNIONS] += 1
+            stats[S_UNION_MEMBERS] += n
+        nxt_state[k] = d
+        nxt_cost[k] = c
+        nxt_blk[k] = blk
+        nxt_rec[k] = rec
+        slot[d] = k
+        k += 1
+    return k
+
+
+# ------------------------------------------------------------------------------ epsilon closure
+@numba.njit(nogil=True, cache=True)
+def _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
+    """Epsilon closure of the queued groups (Kaldi ProcessNonemitting on groups): LIFO queue,
+    groups and candidates above `cut` are not expanded; a group whose cost or block changed is
+    queued again. io: [queue length, pops]. Returns False when an array may be too small for the
+    next group's arcs (the caller grows them and calls again)."""
+    cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
+    queue = ws[W_QUEUE]
+    nq, pops = io[0], io[1]
+    num_states = slot.shape[0]
+    while nq > 0:
+        i = queue[nq - 1]
+        s = cur_state[i]
+        a0 = states[s].split
+        a1 = states[s].end
+        k = a1 - a0
+        n = ctr[C_TOK]
+        if (
+            min(n + k, num_states) > cur_state.shape[0]
+            or nq - 1 + k > queue.shape[0]
+            or ctr[C_REC] + 2 * k > ws[W_R_PREV].shape[0]
+            or ctr[C_BLK] + 2 * k > ws[W_BLK_START].shape[0]
+            or ctr[C_MEM] + 2 * k * cap > ws[W_M_LM].shape[0]
+            or ctr[C_MREC] + 4 * k * cap > ws[W_MR_PREV].shape[0]
+            or 2 * cap > ws[W_C_LM].shape[0]
+        ):
+            io[0], io[1] = nq, pops
+            return False
+        nq -= 1
+        pops += 1
+        if pops > eps_limit:
+            stats[S_EPS_LIMIT] += 1
+            nq = 0
+            break
+        c0 = cur_cost[i]
+        if c0 > cut:
+            continue
+        for a in range(a0, a1):
+            arc = arcs[a]
+            c = c0 + arc.weight
+            d = arc.nextstate
+            ol = arc.olabel
+            blk = cur_blk[i]
+            fresh = False
+            if ol > 0:
+                r = _record(cur_rec[i], a, frame, ws, ctr)
+                cnt, best = _expand_word(blk, c, ol, r, lm, ws, stats)
+                if best > cut:
+                    ctr[C_REC] -= 1
+                    continue
+                kk, best, _ = _select(
+                    cnt, cap, cut, False, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
+                    ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
+                )  # fmt: skip
+                blk = _write_block(
+                    kk, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
+                )  # fmt: skip
+                c = best
+                fresh = True
+            elif c > cut:
+                continue
+            j = slot[d]
+            if j < 0:
+                j = ctr[C_TOK]
+                ctr[C_TOK] = j + 1
+                cur_state[j] = d
+                slot[d] = j
+                cur_cost[j] = c
+                cur_blk[j] = blk
+                cur_rec[j] = -1 if fresh else _record(cur_rec[i], a, frame, ws, ctr)
+            elif not fresh and blk == cur_blk[j]:
+                if not (c < cur_cost[j]):
+                    continue
+                cur_cost[j] = c
+                cur_rec[j] = _record(cur_rec[i], a, frame, ws, ctr)
+            else:
+                tail = -1 if fresh else _record(cur_rec[i], a, frame, ws, ctr)
+                nc = _add_members(cur_blk[j], cur_cost[j], cur_rec[j], 0, 0, ws)
+                nc = _add_members(blk, c, tail, 1, nc, ws)
+                kk, best, new_kept = _select(
+                    nc, cap, cut, False, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
+                    ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
+                )  # fmt: skip
+                if new_kept == 0:
+                    if tail >= 0:
+                        ctr[C_REC] -= 1
+                    continue
+                stats[S_UNIONS] += 1
+                stats[S_UNION_MEMBERS] += nc
+                cur_blk[j] = _write_block(
+                    kk, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
+                )  # fmt: skip
+                if c < cur_cost[j]:
+                    cur_cost[j] = c
+                cur_rec[j] = -1
+            queue[nq] = j
+            nq += 1
+    io[0], io[1] = nq, pops
+    return True
+
+
+@numba.njit(nogil=True, cache=True)
+def _grow_all(ws, ctr, tokens, items, records, blocks, members, mrecs, cands):
+    """The workspace with every array at least as large as asked (others unchanged)."""
+    return (
+        _grow(ws[W_CUR_STATE], tokens), _grow(ws[W_CUR_COST], tokens), _grow(ws[W_CUR_BLK], tokens),
+        _grow(ws[W_CUR_REC], tokens),
+        _grow(ws[W_NXT_STATE], tokens), _grow(ws[W_NXT_COST], tokens), _grow(ws[W_NXT_BLK], tokens),
+        _grow(ws[W_NXT_REC], tokens), _grow(ws[W_NXT_HEAD], tokens),
+        _grow(ws[W_IT_BLK], items), _grow(ws[W_IT_COST], items), _grow(ws[W_IT_PREV], items),
+        _grow(ws[W_IT_ARC], items), _grow(ws[W_IT_NEXT], items),
+        _grow(ws[W_BLK_START], ctr[C_BLK] + blocks), _grow(ws[W_BLK_LEN], ctr[C_BLK] + blocks),
+        _grow(ws[W_M_LM], ctr[C_MEM] + members),
+        _grow(ws[W_M_OFF], ctr[C_MEM] + members), _grow(ws[W_M_MREC], ctr[C_MEM] + members),
+        _grow(ws[W_MR_PREV], ctr[C_MREC] + mrecs), _grow(ws[W_MR_TAIL], ctr[C_MREC] + mrecs),
+        _grow(ws[W_R_PREV], ctr[C_REC] + records), _grow(ws[W_R_ARC], ctr[C_REC] + records),
+        _grow(ws[W_R_FRAME], ctr[C_REC] + records),
+        _grow(ws[W_C_LM], cands), _grow(ws[W_C_COST], cands),
+        _grow(ws[W_C_MREC], cands), _grow(ws[W_C_TAIL], cands), _grow(ws[W_C_KEEP], cands),
+        _grow(ws[W_C_NEW], cands),
+        _grow(ws[W_QUEUE], tokens), _grow(ws[W_SCRATCH], max(tokens, cands)),
+    )  # fmt: skip
+
+
+@numba.njit(nogil=True, cache=True)
+def _close_frame(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats):
+    """Epsilon closure of the current groups (growing arrays as needed), then the reset of the
+    state map. Returns the workspace."""
+    n = ctr[C_TOK]
+    ws = _grow_all(ws, ctr, n, 0, 0, 0, 0, 0, 2 * cap)
+    queue = ws[W_QUEUE]
+    for i in range(n):
+        queue[i] = n - 1 - i
+    io = np.empty(2, np.int64)
+    io[0], io[1] = n, 0
+    while not _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
+        i = ws[W_QUEUE][io[0] - 1]
+        s = ws[W_CUR_STATE][i]
+        k = states[s].end - states[s].split + 1
+        tokens = max(min(ctr[C_TOK] + k, slot.shape[0]), io[0] + k)
+        ws = _grow_all(ws, ctr, tokens, 0, 2 * k, 2 * k, 2 * k * cap, 4 * k * cap, 2 * cap)
+    stats[S_EPS_POPS] += io[1]
+    n = ctr[C_TOK]
+    stats[S_GROUPS] += n
+    cur_state = ws[W_CUR_STATE]
+    for i in range(n):
+        slot[cur_state[i]] = -1
+    return ws
+
+
+# ------------------------------------------------------------------------------ garbage collection
+@numba.njit(nogil=True, cache=True)
+def _collect(ws, ctr):
+    """Keep only the blocks the current groups use, the member records their members lead back
+    to and the records those and the groups lead back to; compacts in place keeping the order
+    (a predecessor comes first) and renumbers."""
+    n = ctr[C_TOK]
+    cur_blk, cur_rec = ws[W_CUR_BLK], ws[W_CUR_REC]
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
+    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
+    nb = ctr[C_BLK]
+    bmap = np.full(nb, -1, np.int64)
+    for i in range(n):
+        bmap[cur_blk[i]] = -2
+    newb = 0
+    top = 0
+    for b in range(nb):  # blocks lie in the arena in id order: in-place copies move left
+        if bmap[b] == -2:
+            st = blk_start[b]
+            ln = blk_len[b]
+            for q in range(ln):
+                m_lm[top + q] = m_lm[st + q]
+                m_off[top + q] = m_off[st + q]
+                m_mrec[top + q] = m_mrec[st + q]
+            blk_start[newb] = top
+            blk_len[newb] = ln
+            bmap[b] = newb
+            newb += 1
+            top += ln
+    for i in range(n):
+        cur_blk[i] = bmap[cur_blk[i]]
+    nm = ctr[C_MREC]
+    mmap = np.full(nm, -1, np.int64)
+    for q in range(top):
+        r = m_mrec[q]
+        while r >= 0 and mmap[r] == -1:
+            mmap[r] = -2
+            r = mr_prev[r]
+    km = 0
+    for r in range(nm):
+        if mmap[r] == -2:
+            p = mr_prev[r]
+            mr_prev[km] = mmap[p] if p >= 0 else -1
+            mr_tail[km] = mr_tail[r]
+            mmap[r] = km
+            km += 1
+    for q in range(top):
+        if m_mrec[q] >= 0:
+            m_mrec[q] = mmap[m_mrec[q]]
+    nr = ctr[C_REC]
+    rmap = np.full(nr, -1, np.int64)
+    for i in range(n + km):
+        r = cur_rec[i] if i < n else mr_tail[i - n]
+        while r >= 0 and rmap[r] == -1:
+            rmap[r] = -2
+            r = r_prev[r]
+    kr = 0
+    for r in range(nr):
+        if rmap[r] == -2:
+            p = r_prev[r]
+            r_prev[kr] = rmap[p] if p >= 0 else -1
+            r_arc[kr] = r_arc[r]
+            r_frame[kr] = r_frame[r]
+            rmap[r] = kr
+            kr += 1
+    for i in range(n):
+        if cur_rec[i] >= 0:
+            cur_rec[i] = rmap[cur_rec[i]]
+    for r in range(km):
+        if mr_tail[r] >= 0:
+            mr_tail[r] = rmap[mr_tail[r]]
+    ctr[C_BLK], ctr[C_MEM], ctr[C_MREC], ctr[C_REC] = newb, top, km, kr
+
+
+# ------------------------------------------------------------------------------ cutoff
+@numba.njit(nogil=True, cache=True)
+def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
+    """GetCutoff with a bucket queue (paper 002 contribution 2): costs binned in `width` bins from
+    the best up to the beam; the max-active cut is the lower edge of the bin holding the
+    `max_active`-th smallest cost (so at most that many are kept), the min-active cut the upper
+    edge of the bin holding the `min_active`-th (so at least that many). No selection, no sort.
+    Returns (cutoff, adaptive beam) like `get_cutoff`."""
+    best = _INF32
+    for i in range(n):
+        if cost[i] < best:
+            best = cost[i]
+    beam_cut = best + beam
+    if n == 0 or (n <= max_active and (min_active <= 0 or n <= min_active)):
+        return beam_cut, beam
+    nbins = int(beam / width) + 1
+    if nbins > 1 << 16:
+        nbins = 1 << 16
+        width = np.float32(beam / (nbins - 1))
+    counts = np.zeros(nbins + 1, np.int64)  # last bin: above the beam
+    for i in range(n):
+        x = (cost[i] - best) / width
+        b = int(x) if x < nbins else nbins
+        if b < 0:
+            b = nbins
+        counts[b] += 1
+    if n > max_active:
+        acc = 0
+        for b in range(nbins):
+            acc += counts[b]
+            if acc > max_active:
+                # the best bin alone holding too many is kept whole (exact selection would keep it too)
+                max_cut = best + np.float32(max(b, 1) * width)
+                if max_cut < beam_cut:
+                    return max_cut, max_cut - best + beam_delta
+                break
+    if min_active > 0 and n > min_active:
+        acc = 0
+        min_cut = _INF32
+        for b in range(nbins):
+            acc += counts[b]
+            if acc > min_active:
+                min_cut = best + np.float32((b + 1) * width)
+                break
+        if acc <= min_active:  # beyond the last bin (rare): the exact value
+            min_cut = kth_smallest(cost[:n].copy(), n, min_active)
+        if min_cut > beam_cut:
+            return min_cut, min_cut - best + beam_delta
+    return beam_cut, beam
+
+
+# ------------------------------------------------------------------------------ drivers
+@numba.njit(nogil=True, cache=True)
+def _swap(ws):
+    """The workspace with the current and next group arrays exchanged (the kept next groups
+    become the current ones). A helper, so the 32-element tuple display is a return value."""
+    return (
+        ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC],
+        ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC], ws[W_NXT_HEAD],
+        ws[W_IT_BLK], ws[W_IT_COST], ws[W_IT_PREV], ws[W_IT_ARC], ws[W_IT_NEXT],
+        ws[W_BLK_START], ws[W_BLK_LEN],
+        ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC],
+        ws[W_MR_PREV], ws[W_MR_TAIL],
+        ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME],
+        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW],
+        ws[W_QUEUE], ws[W_SCRATCH],
+    )  # fmt: skip
+
+
+@numba.njit(nogil=True, cache=True)
+def search_init(states, arcs, start, lm_start, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, gc_at):
+    """Start a search: the start group with one member (the LMs' <s> states) and its epsilon closure."""
+    ctr[:] = 0
+    ctr[C_GC_AT] = gc_at
+    ctr[C_GC_MIN] = gc_at
+    ws = _grow_all(ws, ctr, 1, 0, 0, 1, 1, 0, 2 * cap)
+    ws[W_BLK_START][0] = 0
+    ws[W_BLK_LEN][0] = 1
+    ws[W_M_LM][0] = lm_start
+    ws[W_M_OFF][0] = 0.0
+    ws[W_M_MREC][0] = -1
+    ctr[C_BLK] = 1
+    ctr[C_MEM] = 1
+    if start >= 0:
+        ws[W_CUR_STATE][0] = start
+        ws[W_CUR_COST][0] = 0.0
+        ws[W_CUR_BLK][0] = 0
+        ws[W_CUR_REC][0] = -1
+        slot[start] = 0
+        ctr[C_TOK] = 1
+    return _close_frame(states, arcs, _INF32, -1, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats)
+
+
+@numba.njit(nogil=True, cache=True)
+def search_advance(
+    states, arcs, ac, beam, max_active, min_active, beam_delta, bucket_width, cap, slot, slot_lm, eps_limit,
+    lm, ws, ctr, stats,
+):  # fmt: skip
+    """Advance a started search by the frames of ac (float32 [T, V] acoustic costs)."""
+    num_states = slot.shape[0]
+    for t in range(ac.shape[0]):
+        frame = ctr[C_NEXT_FRAME]
+        ctr[C_NEXT_FRAME] = frame + 1
+        n = ctr[C_TOK]
+        if n == 0:
+            continue
+        stats[S_FRAMES] += 1
+        cur_cost = ws[W_CUR_COST]
+        if bucket_width > 0:
+            cut, adaptive = bucket_cutoff(cur_cost, n, beam, max_active, min_active, beam_delta, bucket_width)
+        else:
+            ws = _grow_all(ws, ctr, n, 0, 0, 0, 0, 0, 0)
+            cut, adaptive = get_cutoff(
+                ws[W_CUR_COST], n, ws[W_SCRATCH], beam, max_active, min_active, beam_delta
+            )
+        n_arcs, n_words = _count_arcs(states, arcs, n, cut, ws)
+        stats[S_ARCS] += n_arcs
+        tokens = max(min(n_arcs, num_states), n)
+        ws = _grow_all(ws, ctr, tokens, n_arcs, n_words, n_words, n_words * cap, n_words * cap, cap)
+        m, nit, best_new = _emit(
+            states, arcs, ac[t], cut, adaptive, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats,
+        )  # fmt: skip
+        most = _max_items(m, ws)
+        ws = _grow_all(ws, ctr, tokens, n_arcs, nit, m, m * cap, m * cap, max(most * cap, cap))
+        k = _keep(best_new + adaptive, frame, cap, m, slot, slot_lm, ws, ctr, stats)
+        ctr[C_TOK] = k
+        ws = _swap(ws)
+        ws = _close_frame(
+            states, arcs, best_new + adaptive, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats,
+        )  # fmt: skip
+        if ctr[C_REC] + ctr[C_MREC] + ctr[C_MEM] > ctr[C_GC_AT]:
+            _collect(ws, ctr)
+            ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * (ctr[C_REC] + ctr[C_MREC] + ctr[C_MEM]))
+    return ws
+
+
+@numba.njit(nogil=True, cache=True)
+def search_best(states, lm, ws, ctr, use_final):
+    """Best member of any group (Kaldi GetBestPath over the composed states): with final costs
+    (B's final + D's final) if some member can end, else without, flagged. Returns (arcs, frames,
+    total, reached, found, D state) of its path."""
+    cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
+    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
+    n = ctr[C_TOK]
+    best_i = -1
+    best_q = -1
+    total = _INF32
+    reached = False
+    for pass_final in (True, False):
+        if pass_final and not use_final:
+            continue
+        for i in range(n):
+            s = cur_state[i]
+            st = blk_start[cur_blk[i]]
+            for q in range(st, st + blk_len[cur_blk[i]]):
+                c = cur_cost[i] + m_off[q]
+                if pass_final:
+                    fb = states[s].final
+                    if fb == _INF32:
+                        continue
+                    c = c + fb + lm_final(lm, m_lm[q])
+                    if not (c < _INF32):
+                        continue
+                if best_i < 0 or c < total or (c == total and s < cur_state[best_i]):
+                    best_i = i
+                    best_q = q
+                    total = c
+        if best_i >= 0:
+            reached = pass_final
+            break
+    if best_i < 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64), _INF32, False, False, -1
+    length = 0
+    r = cur_rec[best_i]
+    mr = m_mrec[best_q]
+    while True:
+        while r >= 0:
+            length += 1
+            r = r_prev[r]
+        if mr < 0:
+            break
+        r = mr_tail[mr]
+        mr = mr_prev[mr]
+    path_arcs = np.empty(length, np.int64)
+    path_frames = np.empty(length, np.int64)
+    p = length
+    r = cur_rec[best_i]
+    mr = m_mrec[best_q]
+    while True:
+        while r >= 0:
+            p -= 1
+            path_arcs[p] = r_arc[r]
+            path_frames[p] = r_frame[r]
+            r = r_prev[r]
+        if mr < 0:
+            break
+        r = mr_tail[mr]
+        mr = mr_prev[mr]
+    return path_arcs, path_frames, total, reached, True, m_lm[best_q]
