@@ -8,6 +8,7 @@ from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
 from asrdecode.decoders.let import LetDecoder
+from asrdecode.decoders.transducer_beam import TransducerBeamDecoder
 from asrdecode.decoders.transducer_greedy import TransducerGreedyDecoder
 from asrdecode.decoders.wfst import WfstDecoder
 from asrdecode.decoders.wfst_otf import WfstOtfDecoder
@@ -16,6 +17,7 @@ from asrdecode.errors import ConfigError
 DECODERS: dict[str, type] = {
     CtcGreedyDecoder.name: CtcGreedyDecoder,
     TransducerGreedyDecoder.name: TransducerGreedyDecoder,
+    TransducerBeamDecoder.name: TransducerBeamDecoder,
     WfstDecoder.name: WfstDecoder,
     WfstOtfDecoder.name: WfstOtfDecoder,
     LetDecoder.name: LetDecoder,

@@ -1,0 +1,172 @@
+"""BatchedBeamHyps: the beam hypotheses of a batch as a tree of tensors (paper 004 section 2.1).
+
+Every utterance b keeps exactly K hypotheses (slots); a slot that is not in use has score -inf. One
+search step extends every slot by exactly one symbol: a token, a blank, or "nothing" (label -1: a
+finished hypothesis carried unchanged). The step stores, per new slot, the symbol and a back-pointer
+to the parent slot of the previous step, so the transcripts form a tree (paper 004 Fig. 1) and a step
+costs O(B K) whatever the hypothesis lengths; :meth:`BatchedBeamHyps.backtrack` walks the pointers
+from the last step to the first (the paper's "full transcript retrieval in reverse order").
+
+Hypotheses with the same token sequence are found in constant time by a rolling hash of the token
+sequence (paper 004 eq. 1, ``H' = (H * P + token + 1) mod M``, M = 2^31 - 1 prime, P = 10^9 + 7 prime),
+compared together with the token count, the last token and the next frame, so a hash collision alone
+cannot merge two different hypotheses.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["HASH_BASE", "HASH_MODULUS", "NO_LABEL", "BatchedBeamHyps", "rolling_hash"]
+
+HASH_MODULUS = 2**31 - 1  # a prime; H * HASH_BASE < 2^62, so int64 arithmetic never overflows
+HASH_BASE = 1_000_000_007
+NO_LABEL = -1  # "no symbol": finished hypotheses carried over, empty hypotheses' last label
+
+
+def rolling_hash(prev: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Paper 004 eq. 1: the hash of a token sequence extended by ``tokens`` (broadcast with ``prev``).
+    ``+ 1`` so that token 0 changes the hash of the empty sequence (0)."""
+    return (prev * HASH_BASE + tokens + 1) % HASH_MODULUS
+
+
+class BatchedBeamHyps:
+    """B x K beam hypotheses: per-slot state tensors [B, K] and the step tree [steps, B, K].
+
+    Slot state: ``scores`` (log score, -inf = unused), ``last_label`` (last token, -1 = none),
+    ``num_tokens`` (tokens, blanks excluded), ``hash`` / ``prefix_hash`` (rolling hash of the tokens and
+    of the tokens without the last one, for AES prefix search), ``time`` (the frame the hypothesis reads
+    next), ``frame_tokens`` (tokens emitted since the last frame advance, for ``max_symbols``).
+
+    Step tree (step-major, so a step is one contiguous write): ``labels`` (token, blank or -1),
+    ``parents`` (slot of the previous step), ``frames`` (frame at which the symbol was emitted),
+    ``durations`` (TDT: frames the symbol advanced). Storage grows by doubling on the host before a step
+    (:meth:`reserve`); ``steps`` counts the steps stored (every slot gets one symbol per step).
+    """
+
+    def __init__(
+        self, batch: int, beam: int, blank: int, device: torch.device, dtype: torch.dtype, capacity: int = 16
+    ) -> None:
+        self.batch, self.beam, self.blank = batch, beam, blank
+        self.device = device
+
+        def full(value, *shape, dt=torch.long):
+            return torch.full(shape, value, dtype=dt, device=device)
+
+        self.scores = full(float("-inf"), batch, beam, dt=dtype)
+        self.scores[:, 0] = 0.0  # one empty hypothesis per utterance
+        self.last_label = full(NO_LABEL, batch, beam)
+        self.num_tokens = full(0, batch, beam)
+        self.hash = full(0, batch, beam)
+        self.prefix_hash = full(0, batch, beam)
+        self.time = full(0, batch, beam)
+        self.frame_tokens = full(0, batch, beam)
+        capacity = max(int(capacity), 1)
+        self.labels = full(NO_LABEL, capacity, batch, beam)
+        self.parents = full(0, capacity, batch, beam)
+        self.frames = full(0, capacity, batch, beam)
+        self.durations = full(0, capacity, batch, beam)
+        self.steps = 0
+        self.lm_scores: torch.Tensor | None = None  # [B, K] ln p_LM of each slot's tokens (LM fusion only)
+        self._slots = torch.arange(beam, device=device)
+
+    # ----------------------------------------------------------------- storage
+    @property
+    def capacity(self) -> int:
+        return self.labels.shape[0]
+
+    def reserve(self, steps: int) -> None:
+        """Room for ``steps`` stored steps (host side, doubling; content kept)."""
+        if steps <= self.capacity:
+            return
+        new = self.capacity
+        while new < steps:
+            new *= 2
+        for name in ("labels", "parents", "frames", "durations"):
+            old = getattr(self, name)
+            grown = torch.full(
+                (new, *old.shape[1:]), NO_LABEL if name == "labels" else 0, dtype=old.dtype, device=old.device
+            )
+            grown[: old.shape[0]] = old
+            setattr(self, name, grown)
+
+    # ----------------------------------------------------------------- one step
+    def gather_slots(self, value: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """[B, K, ...] per-slot values of the parents [B, K] (slot order of the new step)."""
+        if value.dim() == 2:
+            return torch.gather(value, 1, parents)
+        index = parents.view(*parents.shape, *([1] * (value.dim() - 2))).expand(-1, -1, *value.shape[2:])
+        return torch.gather(value, 1, index)
+
+    def add_step(
+        self,
+        parents: torch.Tensor,
+        labels: torch.Tensor,
+        scores: torch.Tensor,
+        durations: torch.Tensor,
+    ) -> None:
+        """Store one step: slot k of utterance b becomes parent slot ``parents[b, k]`` extended by
+        ``labels[b, k]`` (token, blank or -1 = unchanged) with new log score ``scores[b, k]``; the symbol
+        moves the hypothesis ``durations[b, k]`` frames on (RNN-T: blank 1, token 0; -1: ignored).
+        ``frame_tokens`` restarts at 0 after a frame advance and counts tokens that stay on the frame."""
+        self.reserve(self.steps + 1)
+        is_token = (labels >= 0) & (labels != self.blank)
+        moves = torch.where(labels >= 0, durations, 0)
+        time = self.gather_slots(self.time, parents)
+        prev_hash = self.gather_slots(self.hash, parents)
+        step = self.steps
+        self.labels[step] = labels
+        self.parents[step] = parents
+        self.frames[step] = time
+        self.durations[step] = moves
+        self.scores.copy_(scores)
+        self.time.copy_(time + moves)
+        self.frame_tokens.copy_(
+            torch.where(moves > 0, 0, self.gather_slots(self.frame_tokens, parents) + is_token.long())
+        )
+        self.num_tokens.copy_(self.gather_slots(self.num_tokens, parents) + is_token.long())
+        self.prefix_hash.copy_(torch.where(is_token, prev_hash, self.gather_slots(self.prefix_hash, parents)))
+        self.hash.copy_(torch.where(is_token, rolling_hash(prev_hash, labels), prev_hash))
+        self.last_label.copy_(torch.where(is_token, labels, self.gather_slots(self.last_label, parents)))
+        self.steps += 1
+
+    def same_hypothesis(self) -> torch.Tensor:
+        """[B, K, K]: slot i and slot j hold the same token sequence at the same frame (hash, token
+        count, last token and next frame all equal)."""
+        eq = self.hash.unsqueeze(2) == self.hash.unsqueeze(1)
+        for value in (self.num_tokens, self.last_label, self.time):
+            eq &= value.unsqueeze(2) == value.unsqueeze(1)
+        return eq
+
+    def recombine_(self) -> None:
+        """Merge identical hypotheses (paper 004 section 2.1, "merging"): the best-scoring slot of each
+        group gets the log-sum-exp of the group's scores (the probabilities of the alignments add up),
+        the others get -inf. Ties keep the lowest slot."""
+        if self.beam == 1:
+            return
+        group = torch.where(self.same_hypothesis(), self.scores.unsqueeze(1), float("-inf"))
+        keeper = group.argmax(dim=-1) == self._slots
+        self.scores.copy_(torch.where(keeper, torch.logsumexp(group, dim=-1), float("-inf")))
+
+    # ----------------------------------------------------------------- results
+    def backtrack(self, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Symbols, frames and durations [B, R, steps] of the slots ``order`` [B, R] (walking the
+        back-pointers from the last step to the first)."""
+        steps = self.steps
+        B, R = order.shape
+        labels = torch.full((B, R, steps), NO_LABEL, dtype=torch.long, device=self.device)
+        frames = torch.zeros_like(labels)
+        durations = torch.zeros_like(labels)
+        slot = order
+        for s in range(steps - 1, -1, -1):
+            labels[:, :, s] = torch.gather(self.labels[s], 1, slot)
+            frames[:, :, s] = torch.gather(self.frames[s], 1, slot)
+            durations[:, :, s] = torch.gather(self.durations[s], 1, slot)
+            slot = torch.gather(self.parents[s], 1, slot)
+        return labels, frames, durations
+
+    def ranking(self, score_norm: bool) -> torch.Tensor:
+        """[B, K] slots from best to worst; ``score_norm``: by score / (tokens + 1) (NeMo's length
+        normalisation, "+1" for the start symbol)."""
+        key = self.scores / (self.num_tokens + 1).to(self.scores.dtype) if score_norm else self.scores
+        return torch.argsort(key, dim=-1, descending=True, stable=True)
