@@ -55,7 +55,7 @@ from asrdecode.numba_status import announce_first_compile
 _F32_INF = np.float32(np.inf)
 START_STATE = DifferenceLM.START  # union state of <s>
 _INIT = 1024
-MEMO_BITS = 16  # LM lookup cache: 65536 (u, w) entries
+MEMO_BITS = 16  # LM lookup cache: 65536 (u, w) entries (1 MiB per worker thread)
 STAT_LM_LOOKUPS = 7  # stats slot (past the `wfst` ones): LM lookups that missed the cache
 NUM_OTF_STATS = max(NUM_STATS, STAT_LM_LOOKUPS + 1)
 
@@ -63,16 +63,17 @@ NUM_OTF_STATS = max(NUM_STATS, STAT_LM_LOOKUPS + 1)
 (W_CUR_G, W_CUR_U, W_CUR_COST, W_CUR_REC, W_CUR_POS,
  W_NXT_G, W_NXT_U, W_NXT_COST, W_NXT_REC, W_NXT_ARC, W_NXT_POS,
  W_QUEUE, W_SCRATCH, W_REC_PREV, W_REC_ARC, W_REC_FRAME,
- W_HKEY, W_HVAL, W_MKEY, W_MCOST, W_MNEXT) = range(21)  # fmt: skip
+ W_HKEY, W_HVAL, W_MEMO) = range(19)  # fmt: skip
 WORKSPACE_DTYPES = (
     (np.int32, np.int32, np.float32, np.int64, np.int64)
     + (np.int32, np.int32, np.float32, np.int64, np.int32, np.int64)
     + (np.int32, np.float32, np.int64, np.int32, np.int32)
-    + (np.int64, np.int32, np.int64, np.float32, np.int32)
+    + (np.int64, np.int32)
 )
+MEMO_DTYPE = np.dtype([("key", np.int64), ("cost", np.float32), ("next", np.int32)], align=True)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _slot_of(hkey: np.ndarray, key: int) -> int:
     """Position of `key` in the open-addressing table, or of the empty slot (-1) where it goes."""
     mask = hkey.shape[0] - 1
@@ -111,25 +112,25 @@ def _table(hkey: np.ndarray, hval: np.ndarray, need: int) -> tuple[np.ndarray, n
     return np.full(cap, -1, np.int64), np.empty(cap, np.int32)
 
 
-@numba.njit(nogil=True, cache=True)
-def _lm(lm, mkey, mcost, mnext, stats, u: int, w: int, V: int) -> tuple[np.float32, int]:
-    """`lm_step` through the direct-mapped memo."""
+@numba.njit(nogil=True, cache=True, inline="always")
+def _lm(lm, memo, stats, u: int, w: int, V: int) -> tuple[np.float32, int]:
+    """`lm_step` through the direct-mapped memo (one 16-byte record per entry: one cache line)."""
     key = np.int64(u) * V + w
     h = key * np.int64(-7046029254386353131)
-    p = (h ^ (h >> 31)) & (mkey.shape[0] - 1)
-    if mkey[p] == key:
-        return mcost[p], mnext[p]
+    e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
+    if e.key == key:
+        return e.cost, np.int64(e.next)
     c, nxt = lm_step(lm, u, w)
-    mkey[p] = key
-    mcost[p] = c
-    mnext[p] = nxt
+    e.key = key
+    e.cost = c
+    e.next = nxt
     stats[STAT_LM_LOOKUPS] += 1
-    return c, nxt
+    return c, np.int64(nxt)
 
 
 @numba.njit(nogil=True, cache=True)
 def _emit(
-    states, arcs, acrow, boost, lm, U, V, cut, adaptive, hkey, hval, mkey, mcost, mnext, stats,
+    states, arcs, acrow, boost, lm, U, V, cut, adaptive, hkey, hval, memo, stats,
     cur_g, cur_u, cur_cost, cur_rec, n, nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
 ):  # fmt: skip
     """Emitting arcs of the tokens below ``cut`` (as `wfst.compiled._emit`, best token first for
@@ -153,7 +154,7 @@ def _emit(
             if ol > 0:
                 if ol < n_boost:
                     c = c + boost[ol]
-                dc, _ = _lm(lm, mkey, mcost, mnext, stats, cur_u[best_i], ol, V)
+                dc, _ = _lm(lm, memo, stats, cur_u[best_i], ol, V)
                 c = c + dc
             if c + adaptive < bound:
                 bound = c + adaptive
@@ -173,7 +174,7 @@ def _emit(
             if ol > 0:
                 if ol < n_boost:
                     c = c + boost[ol]
-                dc, u = _lm(lm, mkey, mcost, mnext, stats, u0, ol, V)
+                dc, u = _lm(lm, memo, stats, u0, ol, V)
                 c = c + dc
             if c < best_new:
                 best_new = c
@@ -223,7 +224,7 @@ def _keep(cut, frame, m, nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec
 
 @numba.njit(nogil=True, cache=True)
 def _closure(
-    states, arcs, boost, lm, U, V, cut, frame, hkey, hval, mkey, mcost, mnext, eps_limit,
+    states, arcs, boost, lm, U, V, cut, frame, hkey, hval, memo, eps_limit,
     cur_g, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame, io, stats,
 ) -> bool:  # fmt: skip
     """Epsilon closure (Kaldi ProcessNonemitting, as `wfst.compiled._closure`) with the LM
@@ -263,7 +264,7 @@ def _closure(
             if ol > 0:
                 if ol < n_boost:
                     c = c + boost[ol]
-                dc, u = _lm(lm, mkey, mcost, mnext, stats, u0, ol, V)
+                dc, u = _lm(lm, memo, stats, u0, ol, V)
                 c = c + dc
             if c > cut:
                 continue
@@ -312,9 +313,9 @@ def _close_frame(states, arcs, boost, lm, U, V, cut, frame, eps_limit, ws, ctr, 
     )
     rec_prev, rec_arc, rec_frame = ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME]
     hkey, hval = ws[W_HKEY], ws[W_HVAL]
-    mkey, mcost, mnext = ws[W_MKEY], ws[W_MCOST], ws[W_MNEXT]
+    memo = ws[W_MEMO]
     while not _closure(
-        states, arcs, boost, lm, U, V, cut, frame, hkey, hval, mkey, mcost, mnext, eps_limit,
+        states, arcs, boost, lm, U, V, cut, frame, hkey, hval, memo, eps_limit,
         cur_g, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame, io, stats,
     ):  # fmt: skip
         top = cur_g[queue[io[2] - 1]]
@@ -341,7 +342,7 @@ def _close_frame(states, arcs, boost, lm, U, V, cut, frame, eps_limit, ws, ctr, 
         cur_g, cur_u, cur_cost, cur_rec, cur_pos,
         ws[W_NXT_G], ws[W_NXT_U], ws[W_NXT_COST], ws[W_NXT_REC], ws[W_NXT_ARC], ws[W_NXT_POS],
         queue, ws[W_SCRATCH], rec_prev, rec_arc, rec_frame,
-        hkey, hval, mkey, mcost, mnext,
+        hkey, hval, memo,
     )  # fmt: skip
 
 
@@ -357,7 +358,9 @@ def otf_init(states, arcs, start, boost, lm, U, V, eps_limit, ws, ctr, stats, gc
     ctr[C_NEXT_FRAME] = 0
     ctr[C_GC_AT] = gc_at
     ctr[C_GC_MIN] = gc_at
-    ws[W_MKEY][:] = -1
+    memo = ws[W_MEMO]
+    for i in range(memo.shape[0]):
+        memo[i].key = -1
     if start >= 0:
         ws[W_CUR_G][0] = start
         ws[W_CUR_U][0] = START_STATE
@@ -398,7 +401,7 @@ def otf_advance(
         hkey, hval = _table(ws[W_HKEY], ws[W_HVAL], n_arcs)
         m, best_new = _emit(
             states, arcs, ac[t], boost, lm, U, V, cut, adaptive, hkey, hval,
-            ws[W_MKEY], ws[W_MCOST], ws[W_MNEXT], stats,
+            ws[W_MEMO], stats,
             cur_g, cur_u, cur_cost, cur_rec, n, nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
         )  # fmt: skip
         _clear(hkey, nxt_pos, m)
@@ -412,7 +415,7 @@ def otf_advance(
             nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_pos,
             cur_g, cur_u, cur_cost, cur_rec, nxt_arc, ws[W_CUR_POS],
             ws[W_QUEUE], scratch, rec_prev, rec_arc, rec_frame,
-            hkey, hval, ws[W_MKEY], ws[W_MCOST], ws[W_MNEXT],
+            hkey, hval, ws[W_MEMO],
         )  # fmt: skip
         ws = _close_frame(states, arcs, boost, lm, U, V, cut, frame, eps_limit, ws, ctr, stats)
         if ctr[C_RECORDS] > ctr[C_GC_AT]:
@@ -463,12 +466,9 @@ class OtfWorkspace:
         arrays = [np.empty(_INIT, dtype=dt) for dt in WORKSPACE_DTYPES]
         arrays[W_HKEY] = np.full(2 * _INIT, -1, np.int64)
         arrays[W_HVAL] = np.empty(2 * _INIT, np.int32)
-        size = 1 << MEMO_BITS
-        arrays[W_MKEY], arrays[W_MCOST], arrays[W_MNEXT] = (
-            np.full(size, -1, np.int64),
-            np.zeros(size, np.float32),
-            np.zeros(size, np.int32),
-        )
+        memo = np.zeros(1 << MEMO_BITS, MEMO_DTYPE)
+        memo["key"] = -1
+        arrays.append(memo)
         self.arrays = tuple(arrays)
         self.ctr = np.zeros(NUM_COUNTERS, dtype=np.int64)
         self.stats = np.zeros(NUM_OTF_STATS, dtype=np.int64)

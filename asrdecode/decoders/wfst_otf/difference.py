@@ -11,12 +11,13 @@ in the log domain: ``(1 - lm_scale) * small + lm_scale * large``.
 the longest suffix of ``<s> w1 .. wk`` that is a history of the LM (`BatchedNgramLM.histories`). Both
 history sets are prefix-closed, so their union U is too, and the longest suffix of the word sequence
 in U determines the longest suffix in each LM (a suffix of it). The *difference state* is therefore
-a state of U: ``large_of[u]`` and ``small_of[u]`` give the two LMs' states, and the transition
-``u --w--> u'`` (longest suffix of ``h(u) w`` in U) is a backoff walk in an automaton with the same
-CSR shape as the LMs (`BatchedNgramLM` with zero weights: arcs that extend a history, backoff to
-the longest proper suffix). One int per token keeps recombination keyed on (graph state, U state),
-exactly the pairs (graph state, small state, large state) that can differ. When the small LM is a
-pruned copy of the large one, U is the large LM's histories.
+a state of U: ``large_of[u]`` and ``small_of[u]`` give the two LMs' states. The transition
+``u --w--> u'`` needs no automaton of its own: the two lookups of ``w`` already return each LM's
+next state, the longest suffix of ``h(u) w`` among that LM's histories, and the longest suffix in
+U is the longer of the two (``union_of_large`` / ``union_of_small`` map them into U). One int per
+token keeps recombination keyed on (graph state, U state), exactly the pairs (graph state, small
+state, large state) that can differ. When the small LM is a pruned copy of the large one, U is
+the large LM's histories.
 
 Lookups: torch (`step`, batched sparse lookups, any device) and numba (`lm_step` on the
 `arrays()` tuples, for the compiled search). The large LM's tables stay where they are built
@@ -65,52 +66,25 @@ class DifferenceLM:
         hist = [(), (-1,), *rest]
         uid = {h: i for i, h in enumerate(hist)}
 
-        def longest(h: tuple[int, ...], table: dict, start: int = 0) -> int:
-            for i in range(start, len(h)):
+        def longest(h: tuple[int, ...], table: dict) -> int:
+            for i in range(len(h)):
                 if h[i:] in table:
                     return table[h[i:]]
             return 0
 
-        U = len(hist)
         self.large_of = np.array([longest(h, id_l) for h in hist], dtype=np.int64)
         self.small_of = np.array([longest(h, id_s) for h in hist], dtype=np.int64)
-        back = np.array([longest(h, uid, 1) for h in hist], dtype=np.int64)
-        V = large.vocab_size
-        root_next = np.zeros(V, dtype=np.int64)
-        src, tok, dst = [], [], []
-        for u, h in enumerate(hist[2:], 2):
-            if len(h) == 1:
-                root_next[h[0]] = u
-            else:
-                src.append(uid[h[:-1]])
-                tok.append(h[-1])
-                dst.append(u)
-        order = np.lexsort((np.array(tok, dtype=np.int64), np.array(src, dtype=np.int64)))
-        src_a = np.array(src, dtype=np.int64)[order]
-        offsets = np.zeros(U + 1, dtype=np.int64)
-        np.cumsum(np.bincount(src_a, minlength=U), out=offsets[1:])
-        zeros = torch.zeros
-        # the union automaton: a BatchedNgramLM with zero weights (only next states are used)
-        self.union = BatchedNgramLM(
-            vocab_size=V,
-            order=max(large.order, small.order, 1),
-            arc_offsets=torch.from_numpy(offsets),
-            arc_token=torch.tensor(np.array(tok, dtype=np.int32)[order]),
-            arc_next=torch.tensor(np.array(dst, dtype=np.int32)[order]),
-            arc_weight=zeros(len(src)),
-            root_weight=zeros(V),
-            root_next=torch.from_numpy(root_next),
-            backoff_state=torch.from_numpy(back),
-            backoff_weight=zeros(U),
-            final_weight=zeros(U),
-            state_order=torch.tensor([len(h) for h in hist], dtype=torch.int32),
-        )
-        self._large_of_t = torch.from_numpy(self.large_of)
-        self._small_of_t = torch.from_numpy(self.small_of)
+        self.union_of_large = np.array([uid[h] for h in hl], dtype=np.int64)
+        self.union_of_small = np.array([uid[h] for h in hs], dtype=np.int64)
+        self.union_order = np.array([len(h) for h in hist], dtype=np.int64)
+        self._tensors = {
+            k: torch.from_numpy(getattr(self, k))
+            for k in ("large_of", "small_of", "union_of_large", "union_of_small", "union_order")
+        }
 
     @property
     def num_states(self) -> int:
-        return self.union.num_states
+        return len(self.large_of)
 
     @classmethod
     def from_arpa(
@@ -138,23 +112,24 @@ class DifferenceLM:
                 )
 
     def to(self, device: torch.device | str) -> DifferenceLM:
-        for name in ("large", "small", "union"):
-            setattr(self, name, getattr(self, name).to(device))
-        self._large_of_t, self._small_of_t = self._large_of_t.to(device), self._small_of_t.to(device)
+        self.large, self.small = self.large.to(device), self.small.to(device)
+        self._tensors = {k: v.to(device) for k, v in self._tensors.items()}
         return self
 
     # ------------------------------------------------------------------ torch lookups
     def step(self, states: torch.Tensor, words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """states [N] (union), words [N] -> (added cost float32 [N], next states [N]); batched."""
-        lp_l, _ = self.large.score(self._large_of_t[states], words)
-        lp_s, _ = self.small.score(self._small_of_t[states], words)
-        _, nxt = self.union.score(states, words)
+        t = self._tensors
+        lp_l, n_l = self.large.score(t["large_of"][states], words)
+        lp_s, n_s = self.small.score(t["small_of"][states], words)
+        u_l, u_s = t["union_of_large"][n_l], t["union_of_small"][n_s]
+        nxt = torch.where(t["union_order"][u_l] >= t["union_order"][u_s], u_l, u_s)
         return ((lp_s - lp_l) * self.lm_scale).float(), nxt
 
     def final_cost(self, states: torch.Tensor) -> torch.Tensor:
         """The </s> difference per state (float32)."""
-        f_l = self.large.final_weight[self._large_of_t[states]]
-        f_s = self.small.final_weight[self._small_of_t[states]]
+        f_l = self.large.final_weight[self._tensors["large_of"][states]]
+        f_s = self.small.final_weight[self._tensors["small_of"][states]]
         return ((f_s - f_l) * self.lm_scale).float()
 
     def sentence_cost(self, word_ids: list[int], eos: bool = True) -> float:
@@ -170,13 +145,15 @@ class DifferenceLM:
 
     # ------------------------------------------------------------------ numba lookups
     def arrays(self) -> tuple:
-        """(union, large, small) table tuples for `lm_step` / `lm_final`, plus large_of, small_of."""
+        """The tables of `lm_step` / `lm_final` (numba): both LMs' CSR tables and the state maps."""
         return (
-            _tables(self.union),
             _tables(self.large),
             _tables(self.small),
             self.large_of,
             self.small_of,
+            self.union_of_large,
+            self.union_of_small,
+            self.union_order,
             np.float32(self.lm_scale),
         )
 
@@ -185,8 +162,17 @@ class DifferenceLM:
             "states": self.num_states,
             "large": self.large.describe(),
             "small": self.small.describe(),
-            "bytes": self.union.describe()["bytes"] + self.large_of.nbytes + self.small_of.nbytes,
+            "bytes": self.state_bytes(),
         }
+
+    def state_bytes(self) -> int:
+        """Bytes of the union-state maps (on top of the two LMs' tables)."""
+        return sum(getattr(self, k).nbytes for k in self._tensors)
+
+    def table_bytes(self) -> int:
+        """Bytes of everything the lookups read: both LMs' tables and the union-state maps."""
+        lms = sum(b.numel() * b.element_size() for m in (self.large, self.small) for b in m.buffers())
+        return lms + self.state_bytes()
 
 
 def _tables(lm: BatchedNgramLM) -> tuple:
@@ -205,7 +191,7 @@ def _tables(lm: BatchedNgramLM) -> tuple:
     )
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def ngram_lookup(t, s: int, w: int) -> tuple[np.float32, int]:
     """ln p(w | s) and the next state in one LM's tables `t` (see `_tables`): the backoff walk of
     `BatchedNgramLM.score` for one (state, token), binary search within each state's arcs."""
@@ -227,18 +213,20 @@ def ngram_lookup(t, s: int, w: int) -> tuple[np.float32, int]:
     return acc + root_w[w], root_next[w]
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def lm_step(lm, u: int, w: int) -> tuple[np.float32, int]:
     """(added cost, next union state) of word w from union state u (`DifferenceLM.arrays()`)."""
-    un, lg, sm, large_of, small_of, scale = lm
-    lp_l, _ = ngram_lookup(lg, large_of[u], w)
-    lp_s, _ = ngram_lookup(sm, small_of[u], w)
-    _, nxt = ngram_lookup(un, u, w)
+    lg, sm, large_of, small_of, union_of_large, union_of_small, order, scale = lm
+    lp_l, n_l = ngram_lookup(lg, large_of[u], w)
+    lp_s, n_s = ngram_lookup(sm, small_of[u], w)
+    u_l = union_of_large[n_l]
+    u_s = union_of_small[n_s]
+    nxt = u_l if order[u_l] >= order[u_s] else u_s  # the longer suffix: the longest in the union
     return np.float32((lp_s - lp_l) * scale), nxt
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def lm_final(lm, u: int) -> np.float32:
     """The </s> difference of union state u."""
-    un, lg, sm, large_of, small_of, scale = lm
-    return np.float32((sm[8][small_of[u]] - lg[8][large_of[u]]) * scale)
+    lg, sm, large_of, small_of = lm[0], lm[1], lm[2], lm[3]
+    return np.float32((sm[8][small_of[u]] - lg[8][large_of[u]]) * lm[7])

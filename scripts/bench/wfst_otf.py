@@ -1,0 +1,313 @@
+"""Benchmark `wfst-otf` (a graph built with a small, pruned LM, rescored on the fly by the large LM)
+against `wfst` on the graph built directly with the large LM, on the same log-probs (paper 000's
+comparison: speed and accuracy for a fraction of the graph memory).
+
+    nice -n 5 .venv/bin/python scripts/bench/wfst_otf.py                 # both cases
+    .venv/bin/python scripts/bench/wfst_otf.py --cases demo --torch      # + torch-backend rows
+
+Cases (the small LM is the large one entropy-pruned with kaldingram; both graphs are compact TLGs
+built with asrdecode.graph.build_graph from the same units and lexicon rules):
+
+* ``demo``: the embedded demo model (configs/wfst.yaml / configs/wfst-otf.yaml) on the 44 demo clips
+  (data/demo/synthetic + real; log-probs cached in out/bench/inputs/otf-demo.npz); large LM = the
+  demo trigram (data/demo/graph/lm.arpa), small = data/demo/otf/small-lm.arpa
+  (scripts/make_otf_demo_lms.py); graphs out/graphs/demo-ctc-bpe-tlg and -small-tlg; beam 16,
+  max_active 10000 as the configs. The model is barely trained: WER is high for both.
+* ``20k``: scripts/bench/wfst_decode.py's 20k-word synthetic trigram with a character lexicon and
+  its spelled, 10%-confused log-probs of corpus sentences (``--utterances``); small LM pruned at
+  ``--threshold-20k`` into out/bench/wfst-otf/; beam 10, max_active 10000 as that benchmark.
+
+Rows (one process, each decoder set up and warmed up on one utterance before the clock starts; the
+compiled backend on one thread, ``--torch`` adds the torch backend at batch 32): frames/s and the
+ratio to `wfst` on the large graph, process CPU seconds, WER, 1-best identical to `wfst`'s,
+arcs expanded per frame, and memory: the device graph's bytes (CSR tensors) and, for `wfst-otf`,
+plus the LM tables it holds (both LMs' CSR tables and the union states). Wall-clock timings on a
+shared machine: compare the ratios of one run. Writes JSON (``--out``) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "out" / "bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def prune(large: Path, small: Path, threshold: float) -> Path:
+    if not small.is_file():
+        small.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "kaldingram.cli", "prune", "--threshold", str(threshold)]
+        subprocess.run([*cmd, "--lm", str(large), "--write-lm", str(small), "--verbose", "5"], check=True)
+    return small
+
+
+def build(cfg, out: Path) -> Path:
+    from asrdecode.graph import build_graph
+
+    if not (out / "meta.json").is_file():
+        print(f"building {out} ...", flush=True)
+    build_graph(cfg, out)  # reuses an existing build with the same inputs
+    return out
+
+
+def demo_inputs(cache: Path) -> tuple[np.ndarray, np.ndarray, list[list[str]]]:
+    """Log-probs of the embedded demo model on data/demo/{synthetic,real} (cached) and references."""
+    if not cache.is_file():
+        import soundfile
+        import torch
+
+        from asrdecode.audio.batching import pad_batch
+        from asrdecode.models.loading import load_model
+
+        rows, waves = [], []
+        for sub in ("synthetic", "real"):
+            d = ROOT / "data" / "demo" / sub
+            for ln in (d / "manifest.jsonl").read_text().splitlines():
+                if ln.strip():
+                    r = json.loads(ln)
+                    rows.append(r)
+                    waves.append(soundfile.read(d / r["audio_filepath"], dtype="float32")[0])
+        model = load_model("embedded:demo_ctc_bpe").eval()
+        lps, lens = [], []
+        with torch.no_grad():
+            for w in waves:  # one at a time: no padding effects
+                batch, n = pad_batch([w])
+                out = model.forward_features(*model.features(batch, n))
+                lps.append(out.log_probs[0, : int(out.lengths[0])].float().numpy())
+                lens.append(int(out.lengths[0]))
+        T = max(lens)
+        x = np.zeros((len(lps), T, lps[0].shape[1]), np.float32)
+        for b, lp in enumerate(lps):
+            x[b, : len(lp)] = lp
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(cache, log_probs=x, lengths=np.array(lens), text=np.array([r["text"] for r in rows]))
+    d = np.load(cache)
+    return d["log_probs"], d["lengths"], [str(t).split() for t in d["text"]]
+
+
+def wer(refs: list[list[str]], hyps: list[list[str]]) -> float:
+    import jiwer
+
+    return float(jiwer.wer([" ".join(r) for r in refs], [" ".join(h) or "<none>" for h in hyps]))
+
+
+def graph_bytes(graph_dir: Path) -> int:
+    from asrdecode.graph.format import DeviceGraph, find_graph_file
+
+    g = DeviceGraph.load(find_graph_file(graph_dir))
+    return sum(
+        t.numel() * t.element_size()
+        for t in (g.offsets, g.split, g.ilabel, g.olabel, g.nextstate, g.weight, g.final)
+    )
+
+
+def run_row(name: str, decoder, lp, lengths, shift: float, blank: int, batch: int) -> dict:
+    import torch
+
+    from asrdecode.models.base import ModelOutput
+
+    def out(idx: np.ndarray) -> ModelOutput:
+        T = int(lengths[idx].max())
+        return ModelOutput(torch.from_numpy(lp[idx, :T]), torch.from_numpy(lengths[idx]), shift, blank, [])
+
+    decoder.decode(out(np.array([0])))  # warm-up (numba cache load / compile, graph on the device)
+    order = np.argsort(-lengths, kind="stable")
+    results: list = [None] * len(lp)
+    arcs = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    for i in range(0, len(order), batch):
+        idx = order[i : i + batch]
+        for j, r in zip(idx, decoder.decode(out(idx)), strict=True):
+            results[j] = r
+        arcs += int(decoder.last_info["stats"].get("arcs", 0))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    frames = float(lengths.sum())
+    return {
+        "decoder": name,
+        "seconds": wall,
+        "cpu_seconds": cpu,
+        "frames_per_second": frames / wall,
+        "arcs_per_frame": arcs / frames,
+        "words": [[w.word for w in r.words] for r in results],
+    }
+
+
+def run_case(
+    name: str, large_graph: Path, small_graph: Path, large_lm: Path, lp, lengths, refs, shift, beam, args
+):
+    from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+    from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
+
+    blank = lp.shape[2] - 1
+    opts = {"beam": beam, "max_active": 10000, "min_active": 200, "threads": 1}
+    print(f"\n{name}: {len(lp)} utterances, {int(lengths.sum())} frames", flush=True)
+    rows = []
+    backends = [("compiled", 1)] + ([("torch", 32)] if args.torch else [])
+    otf_lm = None
+    for backend, batch in backends:
+        plain = WfstDecoder(WfstConfig(graph=str(large_graph), backend=backend, **opts))
+        rows.append(run_row(f"wfst, large-LM graph ({backend})", plain, lp, lengths, shift, blank, batch))
+        rows[-1]["backend"] = backend
+        rows[-1]["memory_bytes"] = rows[-1]["graph_bytes"] = graph_bytes(large_graph)
+        cfg = WfstOtfConfig(graph=str(small_graph), lm=str(large_lm), backend=backend, **opts)
+        t0 = time.perf_counter()
+        otf = WfstOtfDecoder(cfg, lm=otf_lm)
+        load = time.perf_counter() - t0
+        otf_lm = otf.diff
+        rows.append(
+            run_row(f"wfst-otf, small-LM graph + large LM ({backend})", otf, lp, lengths, shift, blank, batch)
+        )
+        lm_bytes = otf.diff.table_bytes()
+        rows[-1].update(
+            graph_bytes=graph_bytes(small_graph), lm_bytes=lm_bytes, lm_load_seconds=load, backend=backend
+        )
+        rows[-1]["memory_bytes"] = rows[-1]["graph_bytes"] + lm_bytes
+        print(f"  {backend}: done", flush=True)
+    for r in rows:  # ratios to `wfst` on the large-LM graph with the same backend
+        peer = next(p for p in rows if p["backend"] == r["backend"] and p["decoder"].startswith("wfst,"))
+        r["ratio_fps"] = r["frames_per_second"] / peer["frames_per_second"]
+        r["ratio_graph_bytes"] = r["graph_bytes"] / peer["graph_bytes"]
+        r["ratio_memory_bytes"] = r["memory_bytes"] / peer["memory_bytes"]
+        r["wer"] = wer(refs, r["words"])
+        r["same_1best_as_wfst"] = sum(a == b for a, b in zip(r["words"], peer["words"], strict=True))
+    return {
+        "case": name,
+        "utterances": len(lp),
+        "frames": int(lengths.sum()),
+        "options": {"beam": beam, "max_active": 10000, "min_active": 200},
+        "rows": [{k: v for k, v in r.items() if k != "words"} for r in rows],
+    }
+
+
+def print_case(c: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=f"{c['case']}: {c['utterances']} utterances, {c['frames']} frames, beam {c['options']['beam']}"
+    )
+    for col in (
+        "decoder",
+        "frames/s",
+        "ratio",
+        "CPU s",
+        "WER",
+        "1-best = wfst",
+        "arcs/frame",
+        "graph MB",
+        "+ LM MB",
+        "memory ratio",
+    ):
+        t.add_column(col, justify="left" if col == "decoder" else "right")
+    for r in c["rows"]:
+        t.add_row(
+            r["decoder"],
+            f"{r['frames_per_second']:.0f}",
+            f"{r['ratio_fps']:.3f}x",
+            f"{r['cpu_seconds']:.2f}",
+            f"{r['wer']:.3f}",
+            f"{r['same_1best_as_wfst']}/{c['utterances']}",
+            f"{r['arcs_per_frame']:.0f}",
+            f"{r['graph_bytes'] / 1e6:.2f}",
+            f"{r.get('lm_bytes', 0) / 1e6:.2f}",
+            f"{r['ratio_memory_bytes']:.3f} (graph {r['ratio_graph_bytes']:.3f})",
+        )
+    Console(width=200).print(t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k"])
+    ap.add_argument("--utterances", type=int, default=64, help="20k case: spelled sentences")
+    ap.add_argument(
+        "--threshold-20k", type=float, default=1e-5, help="kaldingram prune threshold (20k small LM)"
+    )
+    ap.add_argument("--torch", action="store_true", help="also the torch backend (batch 32)")
+    ap.add_argument("--out", default="out/bench/wfst_otf.json")
+    args = ap.parse_args()
+    import torch
+
+    from asrdecode.graph import GraphBuildConfig
+
+    torch.set_num_threads(1)
+    load_start = os.getloadavg()
+    cases = []
+    if "demo" in args.cases:
+        large_lm = ROOT / "data" / "demo" / "graph" / "lm.arpa"
+        small_lm = ROOT / "data" / "demo" / "otf" / "small-lm.arpa"
+        if not small_lm.is_file():
+            sys.exit(f"{small_lm} not found: run scripts/make_otf_demo_lms.py")
+        import yaml
+
+        graphs = []
+        for name in ("demo-ctc-bpe-tlg", "demo-ctc-bpe-small-tlg"):  # as the configs build them
+            spec = yaml.safe_load((ROOT / "configs" / "graph" / f"{name}.yaml").read_text())
+            spec = {k: str(ROOT / v) if k in ("arpa", "model") else v for k, v in spec.items()}
+            graphs.append(build(GraphBuildConfig(**spec), ROOT / "out" / "graphs" / name))
+        lp, lengths, refs = demo_inputs(BENCH / "inputs" / "otf-demo.npz")
+        cases.append(
+            run_case(
+                "demo TLG (BPE, trigram vs pruned)", *graphs, large_lm, lp, lengths, refs, 0.08, 16.0, args
+            )
+        )
+        print_case(cases[-1])
+    if "20k" in args.cases:
+        from wfst_decode import graph_20k, spelled_logprobs
+
+        large_graph, large_lm, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
+        small_lm = prune(
+            large_lm, BENCH / "wfst-otf" / f"lm_20000_pruned_{args.threshold_20k:g}.arpa", args.threshold_20k
+        )
+        meta = json.loads((large_graph / "meta.json").read_text())["config"]
+        small_graph = build(
+            GraphBuildConfig(**{**meta, "arpa": str(small_lm)}),
+            BENCH / "wfst-otf" / f"graph-20k-{args.threshold_20k:g}",
+        )
+        lines = [ln.split() for ln in corpus.read_text().splitlines() if len(ln.split()) >= 5]
+        rng = np.random.default_rng(1)
+        sents = [lines[i] for i in rng.choice(len(lines), size=args.utterances, replace=False)]
+        lp, lengths = spelled_logprobs(sents)
+        cases.append(
+            run_case(
+                "20k-word TLG (chars + |, trigram vs pruned)",
+                large_graph,
+                small_graph,
+                large_lm,
+                lp,
+                lengths,
+                sents,
+                0.04,
+                10.0,
+                args,
+            )
+        )
+        print_case(cases[-1])
+    report = {
+        "machine": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "cpu": platform.processor() or platform.machine(),
+            "cores": len(os.sched_getaffinity(0)),
+            "load_average_at_start": load_start,
+            "load_average_at_end": os.getloadavg(),
+        },
+        "cases": cases,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
