@@ -100,7 +100,11 @@ class LetWorkspace:
     def __init__(self) -> None:
         from asrdecode.decoders.let import search
 
-        self.arrays = tuple(np.empty(1024, dtype=dt) for dt in search.WORKSPACE_DTYPES)
+        cache = 1 << search.WORD_CACHE_BITS
+        self.arrays = tuple(
+            np.empty(cache if i >= search.W_WC_KEY else 1024, dtype=dt)
+            for i, dt in enumerate(search.WORKSPACE_DTYPES)
+        )
         self.ctr = np.zeros(search.NUM_COUNTERS, np.int64)
         self.stats = np.zeros(search.NUM_STATS, np.int64)
 
@@ -176,7 +180,7 @@ class LetSearch:
         f32 = np.float32
         w.stats[:] = 0
         w.arrays = search.search_init(
-            self.states, self.arcs, self.start, DifferenceLM.START, self.capacity, slot, slot_lm,
+            self.states, self.arcs, self.start, DifferenceLM.START, self.capacity, f32(beam), slot, slot_lm,
             int(eps_limit), self.lm, w.arrays, w.ctr, w.stats, int(gc_records),
         )  # fmt: skip
         w.arrays = search.search_advance(

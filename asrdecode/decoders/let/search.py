@@ -57,7 +57,8 @@ _INIT = 1024
     W_R_PREV, W_R_ARC, W_R_FRAME,
     W_C_LM, W_C_COST, W_C_MREC, W_C_TAIL, W_C_KEEP, W_C_NEW,
     W_QUEUE, W_SCRATCH,
-) = range(32)  # fmt: skip
+    W_WC_KEY, W_WC_BLK, W_WC_DELTA,
+) = range(35)  # fmt: skip
 WORKSPACE_DTYPES = (
     (np.int32, np.float32, np.int64, np.int64)
     + (np.int32, np.float32, np.int64, np.int64, np.int32)
@@ -68,16 +69,18 @@ WORKSPACE_DTYPES = (
     + (np.int64, np.int32, np.int32)
     + (np.int32, np.float32, np.int64, np.int64, np.int32, np.int32)
     + (np.int32, np.float32)
+    + (np.int64, np.int64, np.float32)
 )
+WORD_CACHE_BITS = 16  # word-block cache: 65536 (block, word) entries, direct-mapped
 # counters
 C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN = range(8)
 NUM_COUNTERS = 8
 # stats
 (
     S_FRAMES, S_ARCS, S_GROUPS, S_EPS_POPS, S_EPS_LIMIT, S_WORD_MEMBERS, S_UNIONS, S_SHARED,
-    S_UNION_MEMBERS, S_RECORDS,
-) = range(10)  # fmt: skip
-NUM_STATS = 10
+    S_UNION_MEMBERS, S_RECORDS, S_WORD_HITS,
+) = range(11)  # fmt: skip
+NUM_STATS = 11
 GC_MIN = 1 << 20
 
 
@@ -92,17 +95,14 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 # ------------------------------------------------------------------------------ blocks
 @numba.njit(nogil=True, cache=True)
-def _select(n, cap, cut, strict, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch):
+def _select(n, cap, cut, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch):
     """Recombine candidates [0, n) by D state (the cheaper wins, the first on ties), drop those
-    above `cut` (``>= cut`` if strict), keep the `cap` cheapest. The kept ones end in [0, k) with
+    at or above `cut`, keep the `cap` cheapest. The kept ones end in [0, k) with
     c_keep = 1. Returns (k, best cost, kept candidates with c_new = 1)."""
     k = 0
     for i in range(n):
         c = c_cost[i]
-        if strict:
-            if not (c < cut):
-                continue
-        elif c > cut:
+        if not (c < cut):
             continue
         u = c_lm[i]
         j = slot_lm[u]
@@ -200,10 +200,36 @@ def _add_members(blk, c, tail, new, n, ws):
     return n
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
+    """The word-block cache entry of (blk, word): (slot, key, cached block or -1, its cost shift).
+    No workspace tuple here: passing one costs an atomic reference count per array."""
+    key = (blk << 32) | word
+    h = ((blk * 1000003) ^ (word * 7919)) & (wc_key.shape[0] - 1)
+    if wc_key[h] == key:
+        return h, key, wc_blk[h], wc_delta[h]
+    return h, key, -1, _INF32
+
+
 @numba.njit(nogil=True, cache=True)
-def _expand_word(blk, c, word, tail, lm, ws, stats):
-    """Candidates of the members of `blk` crossing `word` (group cost c incl. the arc and acoustic
-    cost): next D state, cost c + offset + D weight. Returns (count, best cost)."""
+def _word_block(blk, word, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
+    """The block of the members of `blk` after crossing `word` and its cost shift: each member
+    advances its D state and adds D's weight, recombined by D state, members more than `beam`
+    above the best dropped, at most `cap` kept; a member keeps its source's member record (the
+    group's record chain runs on through the word arc). It depends only on (blk, word), so it is
+    cached (direct-mapped, cleared when blocks are renumbered). Returns (block, best - 0)."""
+    h, key, nb, delta = _word_probe(blk, word, wc_key, wc_blk, wc_delta)
+    if nb >= 0:
+        stats[S_WORD_HITS] += 1
+        return nb, delta
+    return _make_word_block(
+        blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
+    )
+
+
+@numba.njit(nogil=True, cache=True)
+def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
+    """`_word_block` on a cache miss."""
     blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
     m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
     c_lm, c_cost, c_mrec, c_tail, c_new = ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_NEW]
@@ -212,25 +238,34 @@ def _expand_word(blk, c, word, tail, lm, ws, stats):
     best = _INF32
     for q in range(st, st + blk_len[blk]):
         d, nu = lm_step(lm, m_lm[q], word)
-        cost = (c + m_off[q]) + d
+        cost = m_off[q] + d
         c_lm[n] = nu
         c_cost[n] = cost
         c_mrec[n] = m_mrec[q]
-        c_tail[n] = tail
+        c_tail[n] = -1
         c_new[n] = 1
         if cost < best:
             best = cost
         n += 1
     stats[S_WORD_MEMBERS] += n
-    return n, best
+    k, best, _ = _select(
+        n, cap, best + beam, c_lm, c_cost, c_mrec, c_tail, ws[W_C_KEEP], c_new, slot_lm, ws[W_SCRATCH]
+    )
+    nb = _write_block(k, best, c_lm, c_cost, c_mrec, c_tail, ws[W_C_KEEP], ws, ctr)
+    wc_key[h] = key
+    wc_blk[h] = nb
+    wc_delta[h] = best
+    return nb, best
 
 
-@numba.njit(nogil=True, cache=True)
-def _record(prev, arc, frame, ws, ctr):
+@numba.njit(nogil=True, cache=True, inline="always")
+def _record(prev, arc, frame, r_prev, r_arc, r_frame, ctr):
+    """A back-pointer record (previous record, arc, frame). Hot helpers take the arrays they use,
+    not the workspace tuple: taking an array out of a tuple costs an atomic reference count."""
     r = ctr[C_REC]
-    ws[W_R_PREV][r] = prev
-    ws[W_R_ARC][r] = arc
-    ws[W_R_FRAME][r] = frame
+    r_prev[r] = prev
+    r_arc[r] = arc
+    r_frame[r] = frame
     ctr[C_REC] = r + 1
     return r
 
@@ -252,18 +287,27 @@ def _count_arcs(states, arcs, n, cut, ws):
     return total, words
 
 
-@numba.njit(nogil=True, cache=True)
-def _arrive(d, blk, c, prev, arc, slot, m, nit, ws):
+@numba.njit(nogil=True, cache=True, inline="always")
+def _arrive(
+    d,
+    blk,
+    c,
+    prev,
+    arc,
+    slot,
+    m,
+    nit,
+    nxt_state,
+    nxt_cost,
+    nxt_head,
+    it_blk,
+    it_cost,
+    it_prev,
+    it_arc,
+    it_next,
+):
     """A candidate (block, cost, route) for B state d in the next frame: same block as an earlier
     arrival -> the cheaper route; else one more item of d. Returns (groups, items)."""
-    nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
-    it_blk, it_cost, it_prev, it_arc, it_next = (
-        ws[W_IT_BLK],
-        ws[W_IT_COST],
-        ws[W_IT_PREV],
-        ws[W_IT_ARC],
-        ws[W_IT_NEXT],
-    )
     j = slot[d]
     if j < 0:
         j = m
@@ -293,26 +337,21 @@ def _arrive(d, blk, c, prev, arc, slot, m, nit, ws):
 
 
 @numba.njit(nogil=True, cache=True)
-def _best_word_cost(blk, c, word, lm, ws):
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off = ws[W_M_LM], ws[W_M_OFF]
-    best = _INF32
-    st = blk_start[blk]
-    for q in range(st, st + blk_len[blk]):
-        d, _ = lm_step(lm, m_lm[q], word)
-        cost = (c + m_off[q]) + d
-        if cost < best:
-            best = cost
-    return best
-
-
-@numba.njit(nogil=True, cache=True)
-def _emit(states, arcs, acrow, cut, adaptive, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats):
+def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats):
     """Emitting arcs of the groups below `cut` (Kaldi ProcessEmitting on groups; capacities are the
-    caller's). Arcs without a word carry the source block along (lazy); word arcs evaluate the
-    members (a new block). As Kaldi, the best group goes first for a tight running bound.
+    caller's). Arcs without a word carry the source block along (lazy); word arcs carry the
+    source block's (cached) word block. As Kaldi, the best group goes first for a tight bound.
     Returns (next groups, items, best new cost)."""
     cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
+    nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
+    it_blk, it_cost, it_prev, it_arc, it_next = (
+        ws[W_IT_BLK],
+        ws[W_IT_COST],
+        ws[W_IT_PREV],
+        ws[W_IT_ARC],
+        ws[W_IT_NEXT],
+    )
+    wc_key, wc_blk, wc_delta = ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA]
     best_i = -1
     best_c = _INF32
     for i in range(n):
@@ -326,7 +365,23 @@ def _emit(states, arcs, acrow, cut, adaptive, slot, slot_lm, frame, cap, lm, n, 
             arc = arcs[a]
             c = best_c + arc.weight + acrow[arc.column]
             if arc.olabel > 0:
-                c = _best_word_cost(cur_blk[best_i], c, arc.olabel, lm, ws)
+                _, _, nb, delta = _word_probe(cur_blk[best_i], arc.olabel, wc_key, wc_blk, wc_delta)
+                if nb < 0:
+                    _, delta = _word_block(
+                        cur_blk[best_i],
+                        arc.olabel,
+                        cap,
+                        beam,
+                        lm,
+                        slot_lm,
+                        wc_key,
+                        wc_blk,
+                        wc_delta,
+                        ws,
+                        ctr,
+                        stats,
+                    )
+                c = c + delta
             if c + adaptive < bound:
                 bound = c + adaptive
     best_new = _INF32
@@ -343,32 +398,26 @@ def _emit(states, arcs, acrow, cut, adaptive, slot, slot_lm, frame, cap, lm, n, 
             arc = arcs[a]
             c = c0 + arc.weight + acrow[arc.column]
             ol = arc.olabel
-            if ol == 0:
-                if c < best_new:
-                    best_new = c
-                if not (c < bound):
-                    continue
-                if c + adaptive < bound:
-                    bound = c + adaptive
-                m, nit = _arrive(arc.nextstate, blk, c, r0, a, slot, m, nit, ws)
+            nb = blk
+            if ol > 0:
+                _, _, nb, delta = _word_probe(blk, ol, wc_key, wc_blk, wc_delta)
+                if nb < 0:
+                    nb, delta = _word_block(
+                        blk, ol, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
+                    )
+                else:
+                    stats[S_WORD_HITS] += 1
+                c = c + delta
+            if c < best_new:
+                best_new = c
+            if not (c < bound):
                 continue
-            r = _record(r0, a, frame, ws, ctr)
-            cnt, best = _expand_word(blk, c, ol, r, lm, ws, stats)
-            if best < best_new:
-                best_new = best
-            if not (best < bound):
-                ctr[C_REC] -= 1  # the record is the last one made
-                continue
-            if best + adaptive < bound:
-                bound = best + adaptive
-            k, best, _ = _select(
-                cnt, cap, bound, True, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
-                ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
+            if c + adaptive < bound:
+                bound = c + adaptive
+            m, nit = _arrive(
+                arc.nextstate, nb, c, r0, a, slot, m, nit,
+                nxt_state, nxt_cost, nxt_head, it_blk, it_cost, it_prev, it_arc, it_next,
             )  # fmt: skip
-            nb = _write_block(
-                k, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
-            )  # fmt: skip
-            m, nit = _arrive(arc.nextstate, nb, best, -1, -1, slot, m, nit, ws)
     return m, nit, best_new
 
 
@@ -402,6 +451,7 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
         ws[W_IT_ARC],
         ws[W_IT_NEXT],
     )
+    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
     k = 0
     for j in range(m):
         d = nxt_state[j]
@@ -420,18 +470,18 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
             q = it_next[q]
         if cnt == 1:
             blk = it_blk[one]
-            rec = _record(it_prev[one], it_arc[one], frame, ws, ctr) if it_arc[one] >= 0 else -1
+            rec = _record(it_prev[one], it_arc[one], frame, r_prev, r_arc, r_frame, ctr)
             stats[S_SHARED] += 1
         else:
             n = 0
             q = head
             while q >= 0:
                 if it_cost[q] < cut:
-                    tail = _record(it_prev[q], it_arc[q], frame, ws, ctr) if it_arc[q] >= 0 else -1
+                    tail = _record(it_prev[q], it_arc[q], frame, r_prev, r_arc, r_frame, ctr)
                     n = _add_members(it_blk[q], it_cost[q], tail, 0, n, ws)
                 q = it_next[q]
             kk, best, _ = _select(
-                n, cap, cut, True, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
+                n, cap, cut, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
                 ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
             )  # fmt: skip
             blk = _write_block(
@@ -451,15 +501,20 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
 
 # ------------------------------------------------------------------------------ epsilon closure
 @numba.njit(nogil=True, cache=True)
-def _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
+def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
     """Epsilon closure of the queued groups (Kaldi ProcessNonemitting on groups): LIFO queue,
     groups and candidates above `cut` are not expanded; a group whose cost or block changed is
     queued again. io: [queue length, pops]. Returns False when an array may be too small for the
     next group's arcs (the caller grows them and calls again)."""
     cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
     queue = ws[W_QUEUE]
+    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
+    wc_key, wc_blk, wc_delta = ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA]
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
+    # capacities (arrays are not replaced inside this call)
+    cap_rec, cap_blk = ws[W_R_PREV].shape[0], ws[W_BLK_START].shape[0]
+    cap_mem, cap_mrec, cap_cand = ws[W_M_LM].shape[0], ws[W_MR_PREV].shape[0], ws[W_C_LM].shape[0]
     while nq > 0:
         i = queue[nq - 1]
         s = cur_state[i]
@@ -470,11 +525,11 @@ def _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ct
         if (
             min(n + k, num_states) > cur_state.shape[0]
             or nq - 1 + k > queue.shape[0]
-            or ctr[C_REC] + 2 * k > ws[W_R_PREV].shape[0]
-            or ctr[C_BLK] + 2 * k > ws[W_BLK_START].shape[0]
-            or ctr[C_MEM] + 2 * k * cap > ws[W_M_LM].shape[0]
-            or ctr[C_MREC] + 4 * k * cap > ws[W_MR_PREV].shape[0]
-            or 2 * cap > ws[W_C_LM].shape[0]
+            or ctr[C_REC] + 2 * k > cap_rec
+            or ctr[C_BLK] + 2 * k > cap_blk
+            or ctr[C_MEM] + 2 * k * cap > cap_mem
+            or ctr[C_MREC] + 4 * k * cap > cap_mrec
+            or 2 * cap > cap_cand
         ):
             io[0], io[1] = nq, pops
             return False
@@ -493,23 +548,17 @@ def _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ct
             d = arc.nextstate
             ol = arc.olabel
             blk = cur_blk[i]
-            fresh = False
             if ol > 0:
-                r = _record(cur_rec[i], a, frame, ws, ctr)
-                cnt, best = _expand_word(blk, c, ol, r, lm, ws, stats)
-                if best > cut:
-                    ctr[C_REC] -= 1
-                    continue
-                kk, best, _ = _select(
-                    cnt, cap, cut, False, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
-                    ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
-                )  # fmt: skip
-                blk = _write_block(
-                    kk, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
-                )  # fmt: skip
-                c = best
-                fresh = True
-            elif c > cut:
+                _, _, nb, delta = _word_probe(blk, ol, wc_key, wc_blk, wc_delta)
+                if nb < 0:
+                    nb, delta = _word_block(
+                        blk, ol, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
+                    )
+                else:
+                    stats[S_WORD_HITS] += 1
+                blk = nb
+                c = c + delta
+            if c > cut:
                 continue
             j = slot[d]
             if j < 0:
@@ -519,23 +568,22 @@ def _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ct
                 slot[d] = j
                 cur_cost[j] = c
                 cur_blk[j] = blk
-                cur_rec[j] = -1 if fresh else _record(cur_rec[i], a, frame, ws, ctr)
-            elif not fresh and blk == cur_blk[j]:
+                cur_rec[j] = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
+            elif blk == cur_blk[j]:
                 if not (c < cur_cost[j]):
                     continue
                 cur_cost[j] = c
-                cur_rec[j] = _record(cur_rec[i], a, frame, ws, ctr)
+                cur_rec[j] = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
             else:
-                tail = -1 if fresh else _record(cur_rec[i], a, frame, ws, ctr)
+                tail = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
                 nc = _add_members(cur_blk[j], cur_cost[j], cur_rec[j], 0, 0, ws)
                 nc = _add_members(blk, c, tail, 1, nc, ws)
                 kk, best, new_kept = _select(
-                    nc, cap, cut, False, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
+                    nc, cap, np.nextafter(cut, _INF32), ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
                     ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
                 )  # fmt: skip
                 if new_kept == 0:
-                    if tail >= 0:
-                        ctr[C_REC] -= 1
+                    ctr[C_REC] -= 1  # the tail record is the last one made
                     continue
                 stats[S_UNIONS] += 1
                 stats[S_UNION_MEMBERS] += nc
@@ -552,8 +600,19 @@ def _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ct
 
 
 @numba.njit(nogil=True, cache=True)
-def _grow_all(ws, ctr, tokens, items, records, blocks, members, mrecs, cands):
-    """The workspace with every array at least as large as asked (others unchanged)."""
+def _grow_all(ws, ctr, need):
+    """The workspace with every array at least as large as asked (others unchanged). need: int64
+    [tokens, items, records, blocks, members, member records, candidates] (records, blocks, members
+    and member records beyond the ones made; an array, so one compiled version serves all calls)."""
+    tokens, items, records, blocks, members, mrecs, cands = (
+        need[0],
+        need[1],
+        need[2],
+        need[3],
+        need[4],
+        need[5],
+        need[6],
+    )
     return (
         _grow(ws[W_CUR_STATE], tokens), _grow(ws[W_CUR_COST], tokens), _grow(ws[W_CUR_BLK], tokens),
         _grow(ws[W_CUR_REC], tokens),
@@ -571,26 +630,29 @@ def _grow_all(ws, ctr, tokens, items, records, blocks, members, mrecs, cands):
         _grow(ws[W_C_MREC], cands), _grow(ws[W_C_TAIL], cands), _grow(ws[W_C_KEEP], cands),
         _grow(ws[W_C_NEW], cands),
         _grow(ws[W_QUEUE], tokens), _grow(ws[W_SCRATCH], max(tokens, cands)),
+        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA],
     )  # fmt: skip
 
 
 @numba.njit(nogil=True, cache=True)
-def _close_frame(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats):
+def _close_frame(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats):
     """Epsilon closure of the current groups (growing arrays as needed), then the reset of the
     state map. Returns the workspace."""
     n = ctr[C_TOK]
-    ws = _grow_all(ws, ctr, n, 0, 0, 0, 0, 0, 2 * cap)
+    ws = _grow_all(ws, ctr, np.array([n, 0, 0, 0, 0, 0, 2 * cap], np.int64))
     queue = ws[W_QUEUE]
     for i in range(n):
         queue[i] = n - 1 - i
     io = np.empty(2, np.int64)
     io[0], io[1] = n, 0
-    while not _closure(states, arcs, cut, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
+    while not _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
         i = ws[W_QUEUE][io[0] - 1]
         s = ws[W_CUR_STATE][i]
         k = states[s].end - states[s].split + 1
         tokens = max(min(ctr[C_TOK] + k, slot.shape[0]), io[0] + k)
-        ws = _grow_all(ws, ctr, tokens, 0, 2 * k, 2 * k, 2 * k * cap, 4 * k * cap, 2 * cap)
+        ws = _grow_all(
+            ws, ctr, np.array([tokens, 0, 2 * k, 2 * k, 2 * k * cap, 4 * k * cap, 2 * cap], np.int64)
+        )
     stats[S_EPS_POPS] += io[1]
     n = ctr[C_TOK]
     stats[S_GROUPS] += n
@@ -674,6 +736,7 @@ def _collect(ws, ctr):
         if mr_tail[r] >= 0:
             mr_tail[r] = rmap[mr_tail[r]]
     ctr[C_BLK], ctr[C_MEM], ctr[C_MREC], ctr[C_REC] = newb, top, km, kr
+    ws[W_WC_KEY][:] = -1  # block ids changed: the word-block cache is void
 
 
 # ------------------------------------------------------------------------------ cutoff
@@ -742,16 +805,20 @@ def _swap(ws):
         ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME],
         ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW],
         ws[W_QUEUE], ws[W_SCRATCH],
+        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA],
     )  # fmt: skip
 
 
 @numba.njit(nogil=True, cache=True)
-def search_init(states, arcs, start, lm_start, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, gc_at):
+def search_init(
+    states, arcs, start, lm_start, cap, beam, slot, slot_lm, eps_limit, lm, ws, ctr, stats, gc_at
+):
     """Start a search: the start group with one member (the LMs' <s> states) and its epsilon closure."""
     ctr[:] = 0
     ctr[C_GC_AT] = gc_at
     ctr[C_GC_MIN] = gc_at
-    ws = _grow_all(ws, ctr, 1, 0, 0, 1, 1, 0, 2 * cap)
+    ws = _grow_all(ws, ctr, np.array([1, 0, 0, 1, 1, 0, 2 * cap], np.int64))
+    ws[W_WC_KEY][:] = -1
     ws[W_BLK_START][0] = 0
     ws[W_BLK_LEN][0] = 1
     ws[W_M_LM][0] = lm_start
@@ -766,7 +833,8 @@ def search_init(states, arcs, start, lm_start, cap, slot, slot_lm, eps_limit, lm
         ws[W_CUR_REC][0] = -1
         slot[start] = 0
         ctr[C_TOK] = 1
-    return _close_frame(states, arcs, _INF32, -1, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats)
+    frame = ctr[C_NEXT_FRAME] - 1  # -1, not a literal: one compiled version of the closure
+    return _close_frame(states, arcs, _INF32, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -787,24 +855,28 @@ def search_advance(
         if bucket_width > 0:
             cut, adaptive = bucket_cutoff(cur_cost, n, beam, max_active, min_active, beam_delta, bucket_width)
         else:
-            ws = _grow_all(ws, ctr, n, 0, 0, 0, 0, 0, 0)
+            ws = _grow_all(ws, ctr, np.array([n, 0, 0, 0, 0, 0, 0], np.int64))
             cut, adaptive = get_cutoff(
                 ws[W_CUR_COST], n, ws[W_SCRATCH], beam, max_active, min_active, beam_delta
             )
         n_arcs, n_words = _count_arcs(states, arcs, n, cut, ws)
         stats[S_ARCS] += n_arcs
         tokens = max(min(n_arcs, num_states), n)
-        ws = _grow_all(ws, ctr, tokens, n_arcs, n_words, n_words, n_words * cap, n_words * cap, cap)
+        ws = _grow_all(
+            ws, ctr, np.array([tokens, n_arcs, 0, 2 * n_words, 2 * n_words * cap, 0, cap], np.int64)
+        )
         m, nit, best_new = _emit(
-            states, arcs, ac[t], cut, adaptive, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats,
+            states, arcs, ac[t], cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats,
         )  # fmt: skip
         most = _max_items(m, ws)
-        ws = _grow_all(ws, ctr, tokens, n_arcs, nit, m, m * cap, m * cap, max(most * cap, cap))
+        ws = _grow_all(
+            ws, ctr, np.array([tokens, n_arcs, nit, m, m * cap, m * cap, max(most * cap, cap)], np.int64)
+        )
         k = _keep(best_new + adaptive, frame, cap, m, slot, slot_lm, ws, ctr, stats)
         ctr[C_TOK] = k
         ws = _swap(ws)
         ws = _close_frame(
-            states, arcs, best_new + adaptive, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats,
+            states, arcs, best_new + adaptive, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats,
         )  # fmt: skip
         if ctr[C_REC] + ctr[C_MREC] + ctr[C_MEM] > ctr[C_GC_AT]:
             _collect(ws, ctr)
