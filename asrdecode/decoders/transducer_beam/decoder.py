@@ -2,9 +2,11 @@
 "Pushing the Limits of Beam Search Decoding for Transducer-based ASR models").
 
 ``strategy: malsd`` = ALSD++ (:mod:`.alsd`, RNN-T and TDT), ``strategy: maes`` = AES++ (:mod:`.aes`,
-RNN-T); both keep their hypotheses in a :class:`~.hyps.BatchedBeamHyps` tree and merge identical
-token sequences by rolling hash. Option names are NeMo's (``rnnt_decoding.beam.*`` with
-``strategy: malsd_batch | maes_batch``) so tuned values carry over.
+RNN-T); both keep their hypotheses in a :class:`~.hyps.BatchedBeamHyps` tree (back-pointers, paper 004
+section 2.1) and merge identical token sequences by rolling hash. Option names are NeMo's
+(``rnnt_decoding.beam.*``, ``strategy: malsd_batch | maes_batch`` accepted) so tuned values carry over.
+All utterances and beam slots advance together in tensor ops ([B, K] / [B*K] rows, no per-utterance
+Python in the search); the only host reads are the loop conditions (one per step) and the results.
 
 Conventions (NeMo's, see tests/fixtures/nemo/README.md): log-probs re-normalised inside the search
 (``log_softmax`` over V+1 tokens+blank; TDT durations separately); <SOS> = blank; ``max_symbols``
@@ -12,10 +14,30 @@ tokens per frame at most; the returned hypothesis maximises ``score / (tokens + 
 ``score_norm`` (raw score otherwise) and ``DecodeResult.score`` is its raw log score. Token frames =
 the frame each token was emitted at (TDT: its start frame; ``token_durations`` = the duration values).
 TDT durations are used by value (``durations[index]``), which is the TDT definition; NeMo 3.0.0's
-``malsd_batch`` jumps by the index (identical when durations = [0, 1, ..., n-1]).
+``malsd_batch`` jumps by the index (identical when durations = [0, 1, ..., n-1], as in the fixtures).
+
+N-gram LM shallow fusion (``ngram_lm``, ``ngram_lm_alpha``, ``ngram_lm_token_ids``; paper 004 section
+2.3, :mod:`.fusion`): one :class:`asrdecode.lm.ngram_tensor.BatchedNgramLM` state per slot (``<s>`` at
+the start, advanced on tokens only, no ``</s>``); ``blank_lm_score_mode`` = eq. 3 (``lm_weighted_full``,
+default) or eq. 2 (``no_score``), ``pruning_mode`` ``late`` (default) or ``early``, NeMo's defaults
+and names. ``DecodeResult.score`` is the fused log score, ``lm_score`` = ln p_LM of the tokens and
+``acoustic_score`` = score - alpha * lm_score (the transducer part, including eq. 3's blank/non-blank
+reweighting). Differences from NeMo 3.0.0 where it is not self-consistent (none is exercised by its
+fixtures): a forced blank (``max_symbols`` reached, or AES's end-of-frame blank) is scored like any blank
+of the mode (eq. 3: ``(1 + alpha) log p(blank)``), where NeMo uses the plain ``log p(blank)`` in ALSD
+with early pruning and in AES; AES early pruning with eq. 3 adds the model's log-prob once (NeMo 3.0.0
+adds it twice). AES: every hypothesis that just took a token may expand again; NeMo decides by the
+previous occupant of the slot, so some of its hypotheses skip a frame's blank
+(:func:`~.aes.aes_search`, ``nemo_expanding_rule``; same tokens on the fixtures, scores differ by
+exactly the skipped blank's log-prob, tests/decoders/test_transducer_beam.py).
 
 ``return_best_hypothesis: false`` adds ``DecodeResult.nbest``: the beam's distinct token sequences
 (words, raw score), best first by the same ranking.
+
+No ``cuda_graphs`` switch: the loop body is not capturable as it stands (the candidate selection,
+back-pointer storage growth and result tensors allocate per step, and the loop condition is read on the
+host every step); NeMo captures only ALSD++, from a preallocated state. ``max_symbols: null`` follows
+NeMo (no cap): a model that keeps preferring tokens never finishes.
 """
 
 from __future__ import annotations
