@@ -150,7 +150,7 @@ def _select(n, cap, cut, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, s
     return k, best, new_kept
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _write_block(k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, ws, ctr):
     """Write the kept candidates [0, k) as a new block (offsets from `best`); a member whose route
     has a record tail gets a member record (previous member record, tail). Capacities are the
@@ -183,7 +183,7 @@ def _write_block(k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, ws, ctr):
     return b
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _add_members(blk, c, tail, new, n, ws):
     """Append the members of block `blk` as candidates at cost c + offset; returns the new count."""
     blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
@@ -211,7 +211,7 @@ def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
     return h, key, -1, _INF32
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _word_block(blk, word, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
     """The block of the members of `blk` after crossing `word` and its cost shift: each member
     advances its D state and adds D's weight, recombined by D state, members more than `beam`
@@ -227,7 +227,7 @@ def _word_block(blk, word, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws,
     )
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
     """`_word_block` on a cache miss."""
     blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
