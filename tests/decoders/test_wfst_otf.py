@@ -45,12 +45,12 @@ BACKENDS = ("compiled", "torch")
 NEMO = FIXTURES / "ctc_bpe.nemo"
 
 
-def brute_force(fst: dict, lp: np.ndarray, large: ArpaScorer, small: ArpaScorer, scale: float):
-    """min over word sequences of graph cost + scale * (large - small): (cost, words) or None."""
+def brute_force(fst: dict, lp: np.ndarray, large: ArpaScorer, small: ArpaScorer, scale: float, boost: dict):
+    """min over word sequences of graph cost + scale * (large - small) - boosts: (cost, words) or None."""
     best = None
     for seq, cost in all_word_sequences(fst, lp).items():
         ws = [WORDS[o] for o in seq]
-        total = cost + scale * (large.cost(ws) - small.cost(ws))
+        total = cost + scale * (large.cost(ws) - small.cost(ws)) - sum(boost.get(w, 0.0) for w in ws)
         if best is None or total < best[0]:
             best = (total, ws)
     return best
@@ -65,11 +65,14 @@ def test_random_graph_and_lms_equal_brute_force(tmp_path, seed, backend):
     large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
     small = random_arpa(tmp_path / "small.arpa", rng, names, int(rng.integers(1, 3)))
     scale = 1.0 if seed % 3 else 0.6
+    boost = {"w3": 1.5} if seed % 4 == 1 else {}  # word boosts as `wfst` (a bonus per occurrence)
     lp = log_probs(rng, int(rng.integers(1, 7)))
-    cfg = WfstOtfConfig(**WIDE, backend=backend, lm=str(large), small_lm=str(small), lm_scale=scale)
+    cfg = WfstOtfConfig(
+        **WIDE, backend=backend, lm=str(large), small_lm=str(small), lm_scale=scale, boost=boost
+    )
     dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
     (res,) = run(dec, [lp])
-    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), scale)
+    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), scale, boost)
     if ref is None:  # no final state reachable: Kaldi's fallback, flagged
         assert dec.last_info["not_final"] == [0] or res.score == -math.inf
         return

@@ -60,3 +60,43 @@ def test_difference_lm_sentences_equal_brute_force(tmp_path):
             c, u = lm_step(arrays, u, w)
             total += float(c)
         assert total + float(lm_final(arrays, u)) == pytest.approx(want, abs=1e-4)
+
+
+def test_lookups_are_batched_without_host_reads(tmp_path):
+    """`score` and the difference LM's `step` / `final_cost` are one fixed op sequence whatever the
+    batch (what the torch search needs to stay free of host reads and capturable), none syncing."""
+    from test_ngram_tensor import HostReads
+
+    rng = np.random.default_rng(3)
+    large = BatchedNgramLM.from_arpa(random_arpa(tmp_path / "l.arpa", rng, WORDS, 3), vocab=WORDS)
+    small = BatchedNgramLM.from_arpa(random_arpa(tmp_path / "s.arpa", rng, WORDS, 2), vocab=WORDS)
+    diff = DifferenceLM(large, small)
+    op_lists = []
+    for n in (1, 300):
+        states = torch.randint(0, diff.num_states, (n,))
+        words = torch.randint(0, len(WORDS), (n,))
+        with HostReads() as rec:
+            large.score(torch.randint(0, large.num_states, (n,)), words)
+            diff.step(states, words)
+            diff.final_cost(states)
+        assert rec.syncs == []
+        op_lists.append(rec.ops)
+    assert op_lists[0] == op_lists[1]
+
+
+def test_gzip_lms_give_the_same_difference(tmp_path):
+    import gzip
+    import shutil
+
+    rng = np.random.default_rng(5)
+    large = random_arpa(tmp_path / "large.arpa", rng, WORDS, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, WORDS, 2)
+    with open(large, "rb") as src, gzip.open(tmp_path / "large.arpa.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    words = dict(enumerate(WORDS))
+    plain = DifferenceLM.from_arpa(large, small, words, len(WORDS))
+    packed = DifferenceLM.from_arpa(tmp_path / "large.arpa.gz", small, words, len(WORDS))
+    for a, b in zip(plain.arrays()[2:7], packed.arrays()[2:7], strict=True):
+        assert np.array_equal(a, b)
+    for a, b in zip(plain.arrays()[0], packed.arrays()[0], strict=True):
+        assert np.array_equal(a, b)
