@@ -210,6 +210,73 @@ def _blank_logp_after(model, frame: torch.Tensor, tokens: list[int]) -> float:
     return float(torch.log_softmax(logits[: model.blank_id + 1], dim=-1)[model.blank_id])
 
 
+BEAM_MODES = json.loads((FIX / "reference" / "beam_modes.json").read_text())  # make_nemo_beam_references.py
+
+
+def nemo_rules(monkeypatch) -> None:
+    """Substitute NeMo 3.0.0's three self-inconsistent LM rules (decoder.py docstring): a forced blank
+    keeps plain log p(blank) except in ALSD with late pruning + eq. 3 (there NeMo fuses the log-probs in
+    place before reading the blank); AES early pruning + eq. 3 adds the model's log-prob twice."""
+    import asrdecode.decoders.transducer_beam.aes as aes_module
+    import asrdecode.decoders.transducer_beam.alsd as alsd_module
+    from asrdecode.decoders.transducer_beam.fusion import fuse_selected
+
+    def alsd_forced(blank_logp, fusion):
+        fused = fusion is not None and fusion.blank_mode == "lm_weighted_full" and fusion.pruning == "late"
+        return blank_logp * (1.0 + fusion.alpha) if fused else blank_logp
+
+    def aes_selected(values, labels, blank_logp, lm_scores, alpha, mode, eps):
+        fused = fuse_selected(values, labels, blank_logp, lm_scores, alpha, mode, eps)
+        return fused + values if mode == "lm_weighted_full" else fused
+
+    monkeypatch.setattr(alsd_module, "forced_blank_score", alsd_forced)
+    monkeypatch.setattr(aes_module, "forced_blank_score", lambda blank_logp, fusion: blank_logp)
+    monkeypatch.setattr(aes_module, "fuse_selected", aes_selected)
+
+
+@pytest.mark.parametrize("key", sorted(BEAM_MODES["cases"]))
+def test_lm_fusion_modes_vs_nemo(key, monkeypatch):
+    """Every blank_lm_score_mode x pruning_mode for malsd (RNN-T, TDT) and maes (RNN-T), token LM at alpha
+    0.5, beam 4, against NeMo 3.0.0 (tests/fixtures/nemo/reference/beam_modes.json). Ours: same tokens,
+    frames and durations except AES early + eq. 3 (NeMo counts the model's log-prob twice there); same
+    scores except where a forced blank is scored (ours: like any blank of the mode, eq. 3 ``(1 + alpha)
+    log p(blank)``, never above NeMo's plain ``log p(blank)``). With NeMo's three rules substituted
+    (:func:`nemo_rules`) and its AES expanding rule, everything is identical, scores included: the
+    differences are exactly those rules."""
+    name, strategy, blank_mode, pruning = key.split("/")
+    model, ref, _ = fixture_model(name)
+    case = BEAM_MODES["cases"][key]
+    assert case["overrides"]["beam"]["blank_lm_score_mode"] == blank_mode and BEAM_MODES["alpha"] == 0.5
+    options = {"strategy": strategy, "beam_size": BEAM_MODES["beam_size"], "ngram_lm": str(ARPA)}
+    options.update(ngram_lm_alpha=0.5, blank_lm_score_mode=blank_mode, pruning_mode=pruning)
+    decoder = beam_decoder(model, **options)
+    output = nemo_output(model, ref)
+    tdt = bool(model.durations)
+    ours = decoder.decode(output)
+    double_count = (strategy, blank_mode, pruning) == ("maes_batch", "lm_weighted_full", "early")
+    tokens_differ = 0
+    for b, (res, exp) in enumerate(zip(ours, case["hyps"], strict=True)):
+        if res.tokens != exp["tokens"]:
+            tokens_differ += 1
+            continue
+        assert res.token_frames == exp["timestamps"], b
+        assert res.token_durations == exp.get("durations"), b
+        if double_count:
+            continue
+        assert res.score <= exp["score"] + 1e-4, b
+        if blank_mode == "no_score" or (strategy == "malsd_batch" and pruning == "late"):
+            assert res.score == pytest.approx(exp["score"], rel=1e-5, abs=1e-4), b
+    assert (tokens_differ > 0) if double_count else (tokens_differ == 0)
+    nemo_rules(monkeypatch)
+    hyps = decoder.search(output, nemo_expanding_rule=True)
+    for b, (res, exp) in enumerate(
+        zip(decoder.results(hyps, model.frame_shift, tdt), case["hyps"], strict=True)
+    ):
+        assert res.tokens == exp["tokens"] and res.token_frames == exp["timestamps"], b
+        assert res.token_durations == exp.get("durations"), b
+        assert res.score == pytest.approx(exp["score"], rel=1e-5, abs=1e-4), b
+
+
 # ----------------------------------------------------------------- against our other decoders / itself
 
 

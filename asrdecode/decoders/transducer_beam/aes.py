@@ -26,7 +26,12 @@ import torch
 
 from asrdecode.decoders.transducer_beam.alsd import FusionConfig
 from asrdecode.decoders.transducer_beam.common import SlotPrediction, flat_slots, joint_log_probs, slot_frames
-from asrdecode.decoders.transducer_beam.fusion import LmFusionState, fuse_all, fuse_selected
+from asrdecode.decoders.transducer_beam.fusion import (
+    LmFusionState,
+    forced_blank_score,
+    fuse_all,
+    fuse_selected,
+)
 from asrdecode.decoders.transducer_beam.hyps import NO_LABEL, BatchedBeamHyps, rolling_hash
 
 __all__ = ["aes_search"]
@@ -187,9 +192,7 @@ def aes_search(
             logp = joint_log_probs(net, enc_rows, pred.proj, blank + 1)[0]
             expanding = is_token & expanding if nemo_expanding_rule else is_token
         if bool(expanding.any()):  # still on a token after the last step: a blank ends the frame
-            blank_logp = logp[:, blank].view(B, K)
-            if fusion is not None and fusion.blank_mode == "lm_weighted_full":
-                blank_logp = blank_logp * (1.0 + fusion.alpha)
+            blank_logp = forced_blank_score(logp[:, blank].view(B, K), fusion)
             scores = torch.where(expanding, hyps.scores + blank_logp, hyps.scores)
             labels = torch.where(expanding, blank, NO_LABEL)
             hyps.add_step(identity, labels, scores, torch.ones_like(labels))

@@ -31,7 +31,12 @@ from __future__ import annotations
 import torch
 
 from asrdecode.decoders.transducer_beam.common import SlotPrediction, flat_slots, joint_log_probs, slot_frames
-from asrdecode.decoders.transducer_beam.fusion import LmFusionState, fuse_all, fuse_selected
+from asrdecode.decoders.transducer_beam.fusion import (
+    LmFusionState,
+    forced_blank_score,
+    fuse_all,
+    fuse_selected,
+)
 from asrdecode.decoders.transducer_beam.hyps import NO_LABEL, BatchedBeamHyps
 
 __all__ = ["FusionConfig", "alsd_search"]
@@ -118,9 +123,7 @@ def alsd_search(
         )
         values, labels, dur_index = _candidates(logp, dur_logp, k, fusion, lm)
         # a forced blank is scored like any blank of this mode (TDT: with its best duration)
-        blank_logp = logp[:, blank]
-        if fusion is not None and fusion.blank_mode == "lm_weighted_full":
-            blank_logp = blank_logp * (1.0 + fusion.alpha)
+        blank_logp = forced_blank_score(logp[:, blank], fusion)
         if durations is None:
             moves = (labels == blank).long()  # RNN-T: blank -> next frame, token stays
             forced_move = torch.ones(B * K, dtype=torch.long, device=device)

@@ -19,17 +19,18 @@ TDT durations are used by value (``durations[index]``), which is the TDT definit
 N-gram LM shallow fusion (``ngram_lm``, ``ngram_lm_alpha``, ``ngram_lm_token_ids``; paper 004 section
 2.3, :mod:`.fusion`): one :class:`asrdecode.lm.ngram_tensor.BatchedNgramLM` state per slot (``<s>`` at
 the start, advanced on tokens only, no ``</s>``); ``blank_lm_score_mode`` = eq. 3 (``lm_weighted_full``,
-default) or eq. 2 (``no_score``), ``pruning_mode`` ``late`` (default) or ``early``, NeMo's defaults
-and names. ``DecodeResult.score`` is the fused log score, ``lm_score`` = ln p_LM of the tokens and
+default) or eq. 2 (``no_score``), ``pruning_mode`` ``late`` (default) or ``early``, NeMo's defaults and
+names. ``DecodeResult.score`` is the fused log score, ``lm_score`` = ln p_LM of the tokens and
 ``acoustic_score`` = score - alpha * lm_score (the transducer part, including eq. 3's blank/non-blank
-reweighting). Differences from NeMo 3.0.0 where it is not self-consistent (none is exercised by its
-fixtures): a forced blank (``max_symbols`` reached, or AES's end-of-frame blank) is scored like any blank
-of the mode (eq. 3: ``(1 + alpha) log p(blank)``), where NeMo uses the plain ``log p(blank)`` in ALSD
-with early pruning and in AES; AES early pruning with eq. 3 adds the model's log-prob once (NeMo 3.0.0
-adds it twice). AES: every hypothesis that just took a token may expand again; NeMo decides by the
-previous occupant of the slot, so some of its hypotheses skip a frame's blank
-(:func:`~.aes.aes_search`, ``nemo_expanding_rule``; same tokens on the fixtures, scores differ by
-exactly the skipped blank's log-prob, tests/decoders/test_transducer_beam.py).
+reweighting). Differences from NeMo 3.0.0 where it is not self-consistent (tests/decoders/
+test_transducer_beam.py reproduces NeMo's tokens, frames and scores in every mode exactly when these
+three rules are substituted): a forced blank (``max_symbols`` reached, or AES's end-of-frame blank) is
+scored like any blank of the mode (eq. 3: ``(1 + alpha) log p(blank)``), where NeMo uses the plain ``log
+p(blank)`` in ALSD with early pruning and in AES; AES early pruning with eq. 3 adds the model's log-prob
+once (NeMo 3.0.0 adds it twice). AES: every hypothesis that just took a token may expand again; NeMo
+decides by the previous occupant of the slot, so some of its hypotheses skip a frame's blank
+(:func:`~.aes.aes_search`, ``nemo_expanding_rule``; same tokens on the fixtures, scores differ by exactly
+the skipped blank's log-prob, tests/decoders/test_transducer_beam.py).
 
 ``return_best_hypothesis: false`` adds ``DecodeResult.nbest``: the beam's distinct token sequences
 (words, raw score), best first by the same ranking.

@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BLANK_LM_SCORE_MODES", "PRUNING_MODES", "LmFusionState", "fuse_all", "fuse_selected"]
+__all__ = [
+    "BLANK_LM_SCORE_MODES",
+    "PRUNING_MODES",
+    "LmFusionState",
+    "forced_blank_score",
+    "fuse_all",
+    "fuse_selected",
+]
 
 BLANK_LM_SCORE_MODES = ("no_score", "lm_weighted_full")
 PRUNING_MODES = ("early", "late")
@@ -62,6 +69,15 @@ def fuse_selected(
         return torch.where(is_blank, values, values + lm)
     non_blank = alpha * _non_blank_logp(blank_logp, eps).unsqueeze(-1)
     return torch.where(is_blank, values * (1.0 + alpha), values + non_blank + lm)
+
+
+def forced_blank_score(blank_logp: torch.Tensor, fusion) -> torch.Tensor:
+    """Score of a blank the search forces (``max_symbols`` reached; AES's end-of-frame blank): scored like
+    any blank of the mode, eq. 3 ``(1 + alpha) log p(blank)`` or eq. 2 / no LM ``log p(blank)``.
+    ``fusion``: an :class:`~.alsd.FusionConfig` or None."""
+    if fusion is not None and fusion.blank_mode == "lm_weighted_full":
+        return blank_logp * (1.0 + fusion.alpha)
+    return blank_logp
 
 
 class LmFusionState:
