@@ -19,11 +19,13 @@ One step for the B x K slots at once (no loop over utterances or slots):
 5. one prediction-network step (and LM step) for all slots, kept where a token was added;
 6. time = parent's frame + duration (RNN-T: blank 1, token 0; TDT: the duration value, blank 0 -> 1).
 
-Objective: with max-merging replaced by log-sum-exp and a beam wide enough to keep every live
-(frame, token sequence) state, the score of a finished hypothesis is log P(y | x), the sum over all its
-alignments (a state's future depends only on its frame and tokens), so the best finished hypothesis is
-argmax_y P(y | x) — tests/decoders/test_transducer_beam.py checks this by enumeration (without
-``max_symbols``, which caps tokens per frame and makes merges of states with different counts approximate).
+Objective: with max-merging replaced by log-sum-exp, RNN-T alignments of a token sequence y reach
+(frame, y) after the same number of steps, so a beam wide enough to keep every live state gives each
+finished hypothesis log P(y | x), the sum over all its alignments, and the best one is argmax_y P(y | x)
+(without ``max_symbols``, which caps tokens per frame and makes merges of states with different counts
+approximate). TDT alignments of y reach (frame, y) after different numbers of steps, so only some of them
+merge: the score lies between the best alignment's and log P(y | x).
+tests/decoders/test_transducer_beam.py checks both by enumerating every alignment of tiny transducers.
 """
 
 from __future__ import annotations

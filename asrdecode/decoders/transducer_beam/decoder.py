@@ -25,8 +25,8 @@ names. ``DecodeResult.score`` is the fused log score, ``lm_score`` = ln p_LM of 
 reweighting). Differences from NeMo 3.0.0 where it is not self-consistent (tests/decoders/
 test_transducer_beam.py reproduces NeMo's tokens, frames and scores in every mode exactly when these
 three rules are substituted): a forced blank (``max_symbols`` reached, or AES's end-of-frame blank) is
-scored like any blank of the mode (eq. 3: ``(1 + alpha) log p(blank)``), where NeMo uses the plain ``log
-p(blank)`` in ALSD with early pruning and in AES; AES early pruning with eq. 3 adds the model's log-prob
+scored like any blank of the mode (eq. 3: ``(1 + alpha) log p(blank)``), where NeMo uses the plain
+``log p(blank)`` in ALSD with early pruning and in AES; AES early pruning with eq. 3 adds the model's log-prob
 once (NeMo 3.0.0 adds it twice). AES: every hypothesis that just took a token may expand again; NeMo
 decides by the previous occupant of the slot, so some of its hypotheses skip a frame's blank
 (:func:`~.aes.aes_search`, ``nemo_expanding_rule``; same tokens on the fixtures, scores differ by exactly
