@@ -63,53 +63,54 @@ NUM_OTF_STATS = max(NUM_STATS, STAT_LM_LOOKUPS + 1)
 (W_CUR_G, W_CUR_U, W_CUR_COST, W_CUR_REC, W_CUR_POS,
  W_NXT_G, W_NXT_U, W_NXT_COST, W_NXT_REC, W_NXT_ARC, W_NXT_POS,
  W_QUEUE, W_SCRATCH, W_REC_PREV, W_REC_ARC, W_REC_FRAME,
- W_HKEY, W_HVAL, W_MEMO) = range(19)  # fmt: skip
+ W_HTAB, W_MEMO) = range(18)  # fmt: skip
 WORKSPACE_DTYPES = (
     (np.int32, np.int32, np.float32, np.int64, np.int64)
     + (np.int32, np.int32, np.float32, np.int64, np.int32, np.int64)
     + (np.int32, np.float32, np.int64, np.int32, np.int32)
-    + (np.int64, np.int32)
+    + (np.int64,)
 )
 MEMO_DTYPE = np.dtype([("key", np.int64), ("cost", np.float32), ("next", np.int32)], align=True)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _slot_of(hkey: np.ndarray, key: int) -> int:
-    """Position of `key` in the open-addressing table, or of the empty slot (-1) where it goes."""
-    mask = hkey.shape[0] - 1
+def _slot_of(htab: np.ndarray, key: int) -> int:
+    """Index of `key` in the open-addressing table (pairs key, token at ``2p``, ``2p + 1``: one
+    cache line per probe), or of the empty pair (key -1) where it goes."""
+    mask = (htab.shape[0] >> 1) - 1
     h = key * np.int64(-7046029254386353131)
     p = (h ^ (h >> 29)) & mask
-    while hkey[p] != key and hkey[p] != -1:
+    while htab[2 * p] != key and htab[2 * p] != -1:
         p = (p + 1) & mask
-    return p
+    return 2 * p
 
 
 @numba.njit(nogil=True, cache=True)
-def _clear(hkey: np.ndarray, pos: np.ndarray, n: int) -> None:
+def _clear(htab: np.ndarray, pos: np.ndarray, n: int) -> None:
     for i in range(n):
-        hkey[pos[i]] = -1
+        htab[pos[i]] = -1
 
 
 @numba.njit(nogil=True, cache=True)
-def _insert_all(hkey, hval, g, u, pos, n: int, U: int) -> None:
+def _insert_all(htab, g, u, pos, n: int, U: int) -> None:
     """Put tokens 0..n-1 into the (empty) table."""
     for i in range(n):
         key = np.int64(g[i]) * U + u[i]
-        p = _slot_of(hkey, key)
-        hkey[p] = key
-        hval[p] = i
+        p = _slot_of(htab, key)
+        htab[p] = key
+        htab[p + 1] = i
         pos[i] = p
 
 
 @numba.njit(nogil=True, cache=True)
-def _table(hkey: np.ndarray, hval: np.ndarray, need: int) -> tuple[np.ndarray, np.ndarray]:
-    """The table arrays with room for `need` keys at load <= 1/2 (new empty arrays if grown)."""
-    cap = hkey.shape[0]
+def _table(htab: np.ndarray, need: int) -> np.ndarray:
+    """The table with room for `need` keys at load <= 1/2 (a new empty one if grown)."""
+    cap = htab.shape[0] >> 1
     if 2 * need <= cap:
-        return hkey, hval
+        return htab
     while 2 * need > cap:
         cap *= 2
-    return np.full(cap, -1, np.int64), np.empty(cap, np.int32)
+    return np.full(2 * cap, -1, np.int64)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -130,7 +131,7 @@ def _lm(lm, memo, stats, u: int, w: int, V: int) -> tuple[np.float32, int]:
 
 @numba.njit(nogil=True, cache=True)
 def _emit(
-    states, arcs, acrow, boost, lm, U, V, cut, adaptive, hkey, hval, memo, stats,
+    states, arcs, acrow, boost, lm, U, V, cut, adaptive, htab, memo, stats,
     cur_g, cur_u, cur_cost, cur_rec, n, nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
 ):  # fmt: skip
     """Emitting arcs of the tokens below ``cut`` (as `wfst.compiled._emit`, best token first for
@@ -184,17 +185,17 @@ def _emit(
                 bound = c + adaptive
             d = arc.nextstate
             key = np.int64(d) * U + u
-            p = _slot_of(hkey, key)
-            if hkey[p] == -1:
+            p = _slot_of(htab, key)
+            if htab[p] == -1:
                 j = m
                 m += 1
-                hkey[p] = key
-                hval[p] = j
+                htab[p] = key
+                htab[p + 1] = j
                 nxt_g[j] = d
                 nxt_u[j] = u
                 nxt_pos[j] = p
             else:
-                j = hval[p]
+                j = htab[p + 1]
                 if not (c < nxt_cost[j]):
                     continue
             nxt_cost[j] = c
@@ -224,7 +225,7 @@ def _keep(cut, frame, m, nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec
 
 @numba.njit(nogil=True, cache=True)
 def _closure(
-    states, arcs, boost, lm, U, V, cut, frame, hkey, hval, memo, eps_limit,
+    states, arcs, boost, lm, U, V, cut, frame, htab, memo, eps_limit,
     cur_g, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame, io, stats,
 ) -> bool:  # fmt: skip
     """Epsilon closure (Kaldi ProcessNonemitting, as `wfst.compiled._closure`) with the LM
@@ -240,7 +241,7 @@ def _closure(
         k = a1 - a0
         if (
             n + k > cur_g.shape[0]
-            or 2 * (n + k) > hkey.shape[0]
+            or 2 * (n + k) > htab.shape[0] >> 1
             or nrec + k > rec_prev.shape[0]
             or nq - 1 + k > queue.shape[0]
         ):
@@ -270,17 +271,17 @@ def _closure(
                 continue
             d = arc.nextstate
             key = np.int64(d) * U + u
-            p = _slot_of(hkey, key)
-            if hkey[p] == -1:
+            p = _slot_of(htab, key)
+            if htab[p] == -1:
                 j = n
                 n += 1
-                hkey[p] = key
-                hval[p] = j
+                htab[p] = key
+                htab[p + 1] = j
                 cur_g[j] = d
                 cur_u[j] = u
                 cur_pos[j] = p
             else:
-                j = hval[p]
+                j = htab[p + 1]
                 if not (c < cur_cost[j]):
                     continue
             cur_cost[j] = c
@@ -312,10 +313,10 @@ def _close_frame(states, arcs, boost, lm, U, V, cut, frame, eps_limit, ws, ctr, 
         ws[W_CUR_POS],
     )
     rec_prev, rec_arc, rec_frame = ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME]
-    hkey, hval = ws[W_HKEY], ws[W_HVAL]
+    htab = ws[W_HTAB]
     memo = ws[W_MEMO]
     while not _closure(
-        states, arcs, boost, lm, U, V, cut, frame, hkey, hval, memo, eps_limit,
+        states, arcs, boost, lm, U, V, cut, frame, htab, memo, eps_limit,
         cur_g, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame, io, stats,
     ):  # fmt: skip
         top = cur_g[queue[io[2] - 1]]
@@ -329,20 +330,20 @@ def _close_frame(states, arcs, boost, lm, U, V, cut, frame, eps_limit, ws, ctr, 
         rec_arc = _grow(rec_arc, rec_prev.shape[0])
         rec_frame = _grow(rec_frame, rec_prev.shape[0])
         queue = _grow(queue, io[2] + need)
-        if 2 * (io[0] + need) > hkey.shape[0]:
-            _clear(hkey, cur_pos, io[0])
-            hkey, hval = _table(hkey, hval, io[0] + need)
-            _insert_all(hkey, hval, cur_g, cur_u, cur_pos, io[0], U)
+        if 2 * (io[0] + need) > htab.shape[0] >> 1:
+            _clear(htab, cur_pos, io[0])
+            htab = _table(htab, io[0] + need)
+            _insert_all(htab, cur_g, cur_u, cur_pos, io[0], U)
     n = io[0]
     stats[STAT_EPS_POPS] += io[3]
     stats[STAT_TOKENS] += n
-    _clear(hkey, cur_pos, n)
+    _clear(htab, cur_pos, n)
     ctr[C_TOKENS], ctr[C_RECORDS] = n, io[1]
     return (
         cur_g, cur_u, cur_cost, cur_rec, cur_pos,
         ws[W_NXT_G], ws[W_NXT_U], ws[W_NXT_COST], ws[W_NXT_REC], ws[W_NXT_ARC], ws[W_NXT_POS],
         queue, ws[W_SCRATCH], rec_prev, rec_arc, rec_frame,
-        hkey, hval, memo,
+        htab, memo,
     )  # fmt: skip
 
 
@@ -367,7 +368,7 @@ def otf_init(states, arcs, start, boost, lm, U, V, eps_limit, ws, ctr, stats, gc
         ws[W_CUR_COST][0] = np.float32(0.0)
         ws[W_CUR_REC][0] = 0
         ctr[C_TOKENS] = 1
-        _insert_all(ws[W_HKEY], ws[W_HVAL], ws[W_CUR_G], ws[W_CUR_U], ws[W_CUR_POS], 1, U)
+        _insert_all(ws[W_HTAB], ws[W_CUR_G], ws[W_CUR_U], ws[W_CUR_POS], 1, U)
     return _close_frame(states, arcs, boost, lm, U, V, _F32_INF, -1, eps_limit, ws, ctr, stats)
 
 
@@ -398,24 +399,24 @@ def otf_advance(
         rec_prev = _grow(ws[W_REC_PREV], nrec + n_arcs)
         rec_arc = _grow(ws[W_REC_ARC], rec_prev.shape[0])
         rec_frame = _grow(ws[W_REC_FRAME], rec_prev.shape[0])
-        hkey, hval = _table(ws[W_HKEY], ws[W_HVAL], n_arcs)
+        htab = _table(ws[W_HTAB], n_arcs)
         m, best_new = _emit(
-            states, arcs, ac[t], boost, lm, U, V, cut, adaptive, hkey, hval,
+            states, arcs, ac[t], boost, lm, U, V, cut, adaptive, htab,
             ws[W_MEMO], stats,
             cur_g, cur_u, cur_cost, cur_rec, n, nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
         )  # fmt: skip
-        _clear(hkey, nxt_pos, m)
+        _clear(htab, nxt_pos, m)
         cut = best_new + adaptive
         k, nrec = _keep(
             cut, frame, m, nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec_arc, rec_frame, nrec
         )
         ctr[C_TOKENS], ctr[C_RECORDS] = k, nrec
-        _insert_all(hkey, hval, nxt_g, nxt_u, nxt_pos, k, U)
+        _insert_all(htab, nxt_g, nxt_u, nxt_pos, k, U)
         ws = (
             nxt_g, nxt_u, nxt_cost, nxt_rec, nxt_pos,
             cur_g, cur_u, cur_cost, cur_rec, nxt_arc, ws[W_CUR_POS],
             ws[W_QUEUE], scratch, rec_prev, rec_arc, rec_frame,
-            hkey, hval, ws[W_MEMO],
+            htab, ws[W_MEMO],
         )  # fmt: skip
         ws = _close_frame(states, arcs, boost, lm, U, V, cut, frame, eps_limit, ws, ctr, stats)
         if ctr[C_RECORDS] > ctr[C_GC_AT]:
@@ -464,8 +465,7 @@ class OtfWorkspace:
 
     def __init__(self) -> None:
         arrays = [np.empty(_INIT, dtype=dt) for dt in WORKSPACE_DTYPES]
-        arrays[W_HKEY] = np.full(2 * _INIT, -1, np.int64)
-        arrays[W_HVAL] = np.empty(2 * _INIT, np.int32)
+        arrays[W_HTAB] = np.full(4 * _INIT, -1, np.int64)
         memo = np.zeros(1 << MEMO_BITS, MEMO_DTYPE)
         memo["key"] = -1
         arrays.append(memo)
