@@ -289,7 +289,8 @@ def test_threads_and_garbage_collection_change_nothing(toy):
 
 
 def reference_bucket_cut(costs: np.ndarray, beam, max_active, min_active, delta, width):
-    """The bucket-queue cut-off as specified, from sorted costs (bins in float32 as the search)."""
+    """The bucket-queue cut-off as specified: Kaldi's GetCutoff rule with the k-th smallest costs
+    replaced by bin edges (bins of `width` above the best, float32 as the search)."""
     f32 = np.float32
     best = costs.min()
     srt = np.sort(costs)
@@ -302,11 +303,14 @@ def reference_bucket_cut(costs: np.ndarray, beam, max_active, min_active, delta,
         cut = best + f32(max(bin_of(srt[max_active]), 1) * width)
         if cut < best + f32(beam):
             return cut, cut - best + delta
-    if min_active > 0 and len(costs) > min_active:
+    min_cut = math.inf  # at most min_active costs: nothing is cut
+    if min_active <= 0:
+        min_cut = best
+    elif len(costs) > min_active:
         b = bin_of(srt[min_active])
-        cut = best + f32((b + 1) * width) if b < nbins else srt[min_active]
-        if cut > best + f32(beam):
-            return cut, cut - best + delta
+        min_cut = best + f32((b + 1) * width) if b < nbins else srt[min_active]
+    if min_cut > best + f32(beam):
+        return min_cut, min_cut - best + delta
     return best + f32(beam), beam
 
 
@@ -316,6 +320,7 @@ def test_bucket_cutoff_matches_its_definition(seed):
     costs = rng.uniform(0, 20, size=int(rng.integers(1, 200))).astype(np.float32) + np.float32(100)
     for beam, max_active, min_active, width in [
         (5.0, 10, 3, 0.5),
+        (3.0, 10**6, 150, 0.5),
         (30.0, 7, 0, 2.0),
         (2.0, 100, 40, 0.25),
         (12.0, 50, 5, 1.0),
@@ -326,6 +331,8 @@ def test_bucket_cutoff_matches_its_definition(seed):
         )
         ref = reference_bucket_cut(costs, beam, max_active, min_active, 0.5, width)
         assert cut == pytest.approx(ref[0], abs=1e-3) and adaptive == pytest.approx(ref[1], abs=1e-3)
+        if len(costs) <= min_active:  # as Kaldi: fewer than min_active survivors are all kept
+            assert cut == math.inf
         if len(costs) > max_active and cut < costs.min() + beam and (costs < cut).sum() > 0:
             kept = int((costs < cut).sum())
             assert kept <= max_active or kept == int((costs < costs.min() + width).sum())

@@ -105,6 +105,8 @@ class LetWorkspace:
             np.empty(cache if i >= search.W_WC_KEY else 1024, dtype=dt)
             for i, dt in enumerate(search.WORKSPACE_DTYPES)
         )
+        self.memo = np.zeros(1 << search.MEMO_BITS, search.MEMO_DTYPE)  # LM lookups (the LM is fixed)
+        self.memo["key"] = -1
         self.ctr = np.zeros(search.NUM_COUNTERS, np.int64)
         self.stats = np.zeros(search.NUM_STATS, np.int64)
 
@@ -178,18 +180,19 @@ class LetSearch:
             ac = np.zeros((ac.shape[0], 1), np.float32)
         slot, slot_lm = self._maps()
         f32 = np.float32
+        lm = (self.lm, w.memo, np.int64(self.diff.large.vocab_size))
         w.stats[:] = 0
         w.arrays = search.search_init(
             self.states, self.arcs, self.start, DifferenceLM.START, self.capacity, f32(beam), slot, slot_lm,
-            int(eps_limit), self.lm, w.arrays, w.ctr, w.stats, int(gc_records),
+            int(eps_limit), lm, w.arrays, w.ctr, w.stats, int(gc_records),
         )  # fmt: skip
         w.arrays = search.search_advance(
             self.states, self.arcs, ac, f32(beam), int(min(max_active, 2**31 - 1)), int(min_active),
-            f32(beam_delta), f32(bucket_width), self.capacity, slot, slot_lm, int(eps_limit), self.lm,
+            f32(beam_delta), f32(bucket_width), self.capacity, slot, slot_lm, int(eps_limit), lm,
             w.arrays, w.ctr, w.stats,
         )  # fmt: skip
         arcs, frames, total, reached, found, state = search.search_best(
-            self.states, self.lm, w.arrays, w.ctr, True
+            self.states, lm, w.arrays, w.ctr, True
         )
         stats = w.stats.copy()
         stats[search.S_RECORDS] = w.ctr[search.C_REC] + w.ctr[search.C_MREC]

@@ -41,7 +41,10 @@ import numba
 import numpy as np
 
 from asrdecode.decoders.wfst.compiled import get_cutoff, kth_smallest
+from asrdecode.decoders.wfst_otf.compiled import MEMO_BITS, MEMO_DTYPE
 from asrdecode.decoders.wfst_otf.difference import lm_final, lm_step
+
+__all__ = ["MEMO_BITS", "MEMO_DTYPE"]
 
 _INF32 = np.float32(np.inf)
 _INIT = 1024
@@ -201,6 +204,24 @@ def _add_members(blk, c, tail, new, n, ws):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _lm_memo(lmx, u, w):
+    """`lm_step` (D's weight of word w from D state u, next state) through a direct-mapped memo of
+    (u, w) entries (wfst-otf's MEMO_DTYPE records). lmx = (DifferenceLM.arrays(), memo, vocabulary
+    size), the `lm` argument of every function here."""
+    lm, memo, V = lmx
+    key = np.int64(u) * V + w
+    h = key * np.int64(-7046029254386353131)
+    e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
+    if e.key == key:
+        return e.cost, np.int64(e.next)
+    c, nxt = lm_step(lm, u, w)
+    e.key = key
+    e.cost = c
+    e.next = nxt
+    return c, np.int64(nxt)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
     """The word-block cache entry of (blk, word): (slot, key, cached block or -1, its cost shift).
     No workspace tuple here: passing one costs an atomic reference count per array."""
@@ -237,7 +258,7 @@ def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, 
     n = 0
     best = _INF32
     for q in range(st, st + blk_len[blk]):
-        d, nu = lm_step(lm, m_lm[q], word)
+        d, nu = _lm_memo(lm, m_lm[q], word)
         cost = m_off[q] + d
         c_lm[n] = nu
         c_cost[n] = cost
@@ -746,25 +767,28 @@ def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
     the best up to the beam; the max-active cut is the lower edge of the bin holding the
     `max_active`-th smallest cost (so at most that many are kept), the min-active cut the upper
     edge of the bin holding the `min_active`-th (so at least that many). No selection, no sort.
-    Returns (cutoff, adaptive beam) like `get_cutoff`."""
+    Otherwise Kaldi's rule as `get_cutoff`; returns (cutoff, adaptive beam)."""
     best = _INF32
     for i in range(n):
         if cost[i] < best:
             best = cost[i]
     beam_cut = best + beam
-    if n == 0 or (n <= max_active and (min_active <= 0 or n <= min_active)):
+    if n == 0 or (max_active >= 2147483647 and min_active <= 0):
         return beam_cut, beam
-    nbins = int(beam / width) + 1
-    if nbins > 1 << 16:
-        nbins = 1 << 16
-        width = np.float32(beam / (nbins - 1))
-    counts = np.zeros(nbins + 1, np.int64)  # last bin: above the beam
-    for i in range(n):
-        x = (cost[i] - best) / width
-        b = int(x) if x < nbins else nbins
-        if b < 0:
-            b = nbins
-        counts[b] += 1
+    counts = np.zeros(0, np.int64)
+    nbins = 0
+    if n > max_active or n > min_active > 0:
+        nbins = int(beam / width) + 1
+        if nbins > 1 << 16:
+            nbins = 1 << 16
+            width = np.float32(beam / (nbins - 1))
+        counts = np.zeros(nbins + 1, np.int64)  # last bin: above the beam
+        for i in range(n):
+            x = (cost[i] - best) / width
+            b = int(x) if x < nbins else nbins
+            if b < 0:
+                b = nbins
+            counts[b] += 1
     if n > max_active:
         acc = 0
         for b in range(nbins):
@@ -775,9 +799,12 @@ def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
                 if max_cut < beam_cut:
                     return max_cut, max_cut - best + beam_delta
                 break
-    if min_active > 0 and n > min_active:
+    # as GetCutoff: with at most min_active costs nothing is cut (inf)
+    min_cut = _INF32
+    if min_active <= 0:
+        min_cut = best
+    elif n > min_active:
         acc = 0
-        min_cut = _INF32
         for b in range(nbins):
             acc += counts[b]
             if acc > min_active:
@@ -785,8 +812,8 @@ def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
                 break
         if acc <= min_active:  # beyond the last bin (rare): the exact value
             min_cut = kth_smallest(cost[:n].copy(), n, min_active)
-        if min_cut > beam_cut:
-            return min_cut, min_cut - best + beam_delta
+    if min_cut > beam_cut:
+        return min_cut, min_cut - best + beam_delta
     return beam_cut, beam
 
 
@@ -911,7 +938,7 @@ def search_best(states, lm, ws, ctr, use_final):
                     fb = states[s].final
                     if fb == _INF32:
                         continue
-                    c = c + fb + lm_final(lm, m_lm[q])
+                    c = c + fb + lm_final(lm[0], m_lm[q])
                     if not (c < _INF32):
                         continue
                 if best_i < 0 or c < total or (c == total and s < cur_state[best_i]):

@@ -1,0 +1,70 @@
+"""build-graph (small LM) + transcribe --decoder let decoder.lm=<large LM> through the CLI, checked
+against kaldi-decoder's FasterDecoder on a TLG built with the large LM, on the log-probs the run saved;
+`backend=torch` is a one-line error."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import kaldifst
+import numpy as np
+import pytest
+from test_cli import AUDIO, MODEL, read_jsonl, run
+
+sys.path.insert(0, str(Path(__file__).parent / "decoders"))
+from otf_ref import unigram_arpa  # noqa: E402
+from wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cli_let")
+    unigram_arpa(d / "small.arpa", nemo_sentences())
+    write_arpa(d / "large.arpa", nemo_sentences())
+    for name in ("small", "large"):
+        run(
+            "build-graph",
+            f"arpa={d / f'{name}.arpa'}",
+            f"model={MODEL}",
+            "lexicon_type=bpe",
+            "--out",
+            str(d / name),
+        )
+    return d
+
+
+def let(graphs: Path, out: Path, *args: str, check: bool = True):
+    return run(
+        "transcribe", str(AUDIO), "--model", str(MODEL), "--decoder", "let",
+        f"decoder.graph={graphs / 'small'}", f"decoder.lm={graphs / 'large.arpa'}", "threads=1",
+        "--out", str(out), *args, check=check,
+    )  # fmt: skip
+
+
+def test_let_cli_equals_kaldi_on_the_large_lm_graph(tmp_path, graphs):
+    out = tmp_path / "let"
+    let(graphs, out, "decoder.beam=30", "decoder.group_capacity=32", "--save-logprobs")
+    rows = {r["utt_id"]: r for r in read_jsonl(out / "transcripts.jsonl")}
+    assert len(rows) == 6
+    words = {
+        int(i): w for w, i in (ln.split() for ln in (graphs / "large" / "words.txt").read_text().splitlines())
+    }
+    tlg = kaldifst.StdVectorFst(kaldifst.StdConstFst.read(str(graphs / "large" / "TLG.fst")))
+    spoken = 0
+    for utt, row in rows.items():
+        lp = np.load(out / "logprobs" / f"{utt}.npy", allow_pickle=False)
+        ref = kaldi_best_path(tlg, lp, beam=30.0)
+        assert row["pred_text"] == " ".join(words[o] for o in ref[3] if o > 0)
+        assert row["score"] == pytest.approx(-ref[0], rel=1e-4)
+        spoken += len(row["words"])
+        for w in row["words"]:
+            assert 0 <= w["start"] <= w["end"] <= row["duration"] + 0.1
+    assert spoken > 5
+
+
+def test_let_cli_torch_backend_is_a_one_line_error(tmp_path, graphs):
+    proc = let(graphs, tmp_path / "o", "decoder.backend=torch", check=False)
+    assert proc.returncode != 0
+    assert "decoder.backend: torch is not implemented for let" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
