@@ -31,7 +31,6 @@ file lacks gets the ``<unk>`` probability). Log-probs are natural logs (ARPA log
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +38,7 @@ import numpy as np
 import torch
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.arpa import open_text
+from asrdecode.graph.arpa import FIELD_SEPARATORS, ArpaReader, open_text, split_fields
 
 __all__ = ["FUSION_TOKEN_IDS", "NGPU_TOKEN_OFFSET", "BatchedNgramLM", "load_fusion_lm"]
 
@@ -47,8 +46,6 @@ NGPU_TOKEN_OFFSET = 100  # NeMo's token-level ARPA: token id i is the character 
 LN10 = math.log(10.0)
 _BOS, _EOS, _UNK = -1, -2, -3  # special ARPA words inside the builder
 _SPECIAL = {"<s>": _BOS, "</s>": _EOS, "<unk>": _UNK}
-_FIELD_SEPARATORS = " \t"  # only these: NGPU tokens include characters str.split() treats as spaces
-_FIELDS = re.compile("[ \t]+")
 
 
 @dataclass
@@ -61,117 +58,29 @@ class _ArpaNgrams:
     dropped: int = 0  # n-grams with a word outside the vocabulary (or <unk> in a history)
 
 
-def _split_fields(line: str) -> list[str]:
-    """Fields of a stripped ARPA line, split on spaces and tabs only."""
-    return _FIELDS.split(line)
-
-
 def _read_arpa(path: Path, word_id) -> _ArpaNgrams:
-    """Parse an ARPA file (plain or gzip); ``word_id(word) -> int | None`` (None = out of vocabulary,
-    raises ValueError for a word that cannot be a token). Every problem is one GraphError line
-    ``file:line: problem``."""
-    if not path.is_file():
-        raise GraphError(f"{path}: ARPA file not found")
-    counts: dict[int, int] = {}
+    """Parse an ARPA file (plain or gzip; structure checked by `ArpaReader`); ``word_id(word) ->
+    int | None`` (None = out of vocabulary, raises ValueError for a word that cannot be a token).
+    Every problem is one GraphError line ``file:line: problem``."""
+    reader = ArpaReader(path)
     grams: list[list] = []
-    section = "start"
-    order = 0
-    lineno = 0
     dropped = 0
-
-    def fail(msg: str) -> GraphError:
-        return GraphError(f"{path}:{lineno}: {msg}")
-
-    def close_section() -> None:
-        if order and len(grams[order - 1]) + seen_dropped[order] != counts[order]:
-            raise fail(
-                f"\\{order}-grams: section has {len(grams[order - 1]) + seen_dropped[order]} entries but "
-                f"\\data\\ declares ngram {order}={counts[order]}"
-            )
-
-    seen_dropped: dict[int, int] = {}
-    try:
-        with open_text(path) as fh:
-            for lineno, raw in enumerate(fh, 1):  # noqa: B007 - lineno is read by fail()
-                line = raw.rstrip("\r\n")
-                stripped = line.strip(_FIELD_SEPARATORS)
-                if not stripped:
-                    continue
-                if section == "start":
-                    if stripped == "\\data\\":
-                        section = "data"
-                    continue  # text before \data\ is a comment
-                if stripped == "\\end\\":
-                    close_section()
-                    section = "end"
-                    break
-                if stripped.startswith("\\") and stripped.endswith("-grams:"):
-                    close_section()
-                    try:
-                        order = int(stripped[1 : -len("-grams:")])
-                    except ValueError:
-                        raise fail(f"bad section header '{stripped[:60]}'") from None
-                    if order not in counts:
-                        raise fail(f"section \\{order}-grams: is not declared in \\data\\")
-                    if order != len(grams) + 1:
-                        raise fail(f"section \\{order}-grams: is out of order")
-                    grams.append([])
-                    seen_dropped[order] = 0
-                    section = "ngrams"
-                    continue
-                if section == "data":
-                    if not stripped.startswith("ngram ") or "=" not in stripped:
-                        raise fail(f"expected 'ngram N=count' in \\data\\, got '{stripped[:60]}'")
-                    key, _, value = stripped[6:].partition("=")
-                    try:
-                        n, c = int(key), int(value)
-                    except ValueError:
-                        raise fail(f"bad count line '{stripped[:60]}'") from None
-                    if n < 1 or c < 0 or n in counts:
-                        raise fail(f"bad or repeated count line '{stripped[:60]}'")
-                    counts[n] = c
-                    continue
-                if section != "ngrams":
-                    raise fail(f"unexpected line '{stripped[:60]}'")
-                fields = _split_fields(stripped)
-                max_order = max(counts)
-                if len(fields) not in (order + 1, order + 2) or (
-                    len(fields) == order + 2 and order == max_order
-                ):
-                    raise fail(
-                        f"a {order}-gram line needs a log-prob, {order} words"
-                        f"{' and an optional backoff' if order < max_order else ''}; got '{stripped[:60]}'"
-                    )
-                try:
-                    logp = float(fields[0])
-                    backoff = float(fields[order + 1]) if len(fields) == order + 2 else 0.0
-                except ValueError:
-                    raise fail(f"bad number in '{stripped[:60]}'") from None
-                if math.isnan(logp) or logp > 0 or math.isnan(backoff) or math.isinf(backoff):
-                    raise fail(f"log-prob must be a number <= 0 and backoff finite in '{stripped[:60]}'")
-                ids = []
-                for word in fields[1 : order + 1]:
-                    try:
-                        ids.append(word_id(word))
-                    except ValueError as err:
-                        raise fail(str(err)) from None
-                if None in ids:
-                    seen_dropped[order] += 1
-                    dropped += 1
-                    continue
-                grams[order - 1].append((tuple(ids), logp * LN10, backoff * LN10, lineno))
-    except UnicodeDecodeError:
-        raise GraphError(f"{path}:{lineno + 1}: not UTF-8 text") from None
-    except (OSError, EOFError) as err:
-        raise GraphError(f"{path}: cannot read ARPA ({err})") from None
-    if section == "start":
-        raise GraphError(f"{path}: no \\data\\ section (not an ARPA file)")
-    if section != "end":
-        raise GraphError(f"{path}:{lineno}: missing \\end\\ (truncated ARPA file?)")
-    missing = [n for n in counts if n > len(grams)]
-    if missing:
-        raise GraphError(f"{path}: \\data\\ declares {missing[0]}-grams but the section is missing")
-    return _ArpaNgrams(path=path, order=len(grams), grams=grams, dropped=dropped)
+    for entry in reader:
+        while len(grams) < entry.order:
+            grams.append([])
+        try:
+            ids = [word_id(word) for word in entry.words]
+        except ValueError as err:
+            raise reader.fail(str(err)) from None
+        if None in ids:
+            dropped += 1
+            continue
+        grams[entry.order - 1].append(
+            (tuple(ids), entry.log10_prob * LN10, entry.log10_backoff * LN10, entry.lineno)
+        )
+    while len(grams) < len(reader.counts):  # declared sections whose every n-gram was dropped
+        grams.append([])
+    return _ArpaNgrams(path=reader.path, order=len(grams), grams=grams, dropped=dropped)
 
 
 def _ngpu_word_id(vocab_size: int):
@@ -614,13 +523,13 @@ def _arpa_unigram_words(path: Path) -> list[str]:
     try:
         with open_text(path) as fh:
             for raw in fh:
-                line = raw.rstrip("\r\n").strip(_FIELD_SEPARATORS)
+                line = raw.rstrip("\r\n").strip(FIELD_SEPARATORS)
                 if line == "\\1-grams:":
                     in_unigrams = True
                 elif in_unigrams and line.startswith("\\"):
                     break
                 elif in_unigrams and line:
-                    fields = _split_fields(line)
+                    fields = split_fields(line)
                     if len(fields) >= 2 and fields[1] not in ("<s>", "</s>"):
                         words.append(fields[1])
     except (OSError, EOFError, UnicodeDecodeError) as err:

@@ -288,7 +288,7 @@ BAD = [
     ("no data", "just text\n", "no \\data\\ section"),
     ("truncated", "\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n-1\ta\n", "missing \\end\\"),
     ("count", "\\data\\\nngram 1=3\n\n\\1-grams:\n-1\t<s>\n-1\ta\n\\end\\\n", ":7: \\1-grams: section has 2"),
-    ("float", "\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\nx\ta\n\\end\\\n", ":6: bad number"),
+    ("float", "\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\nx\ta\n\\end\\\n", ":6: 'x' is not a number"),
     ("positive", "\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n0.5\ta\n\\end\\\n", ":6: log-prob must be"),
     ("fields", "\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t<s>\n-1\ta b c d\n\\end\\\n", ":6: a 1-gram line"),
     (
