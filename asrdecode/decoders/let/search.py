@@ -294,18 +294,14 @@ def _record(prev, arc, frame, r_prev, r_arc, r_frame, ctr):
 # ------------------------------------------------------------------------------ emitting arcs
 @numba.njit(nogil=True, cache=True)
 def _count_arcs(states, arcs, n, cut, ws):
-    """Emitting arcs and word-emitting arcs of the groups below the cutoff."""
+    """Emitting arcs of the groups below the cutoff (twice: also the bound used for word arcs)."""
     cur_state, cur_cost = ws[W_CUR_STATE], ws[W_CUR_COST]
     total = 0
-    words = 0
     for i in range(n):
         if cur_cost[i] < cut:
             s = cur_state[i]
             total += states[s].split - states[s].first
-            for a in range(states[s].first, states[s].split):
-                if arcs[a].olabel > 0:
-                    words += 1
-    return total, words
+    return total, total  # (arcs, an upper bound of the word arcs)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -408,6 +404,8 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
     best_new = _INF32
     m = 0
     nit = 0
+    hits = 0
+    wc_mask = wc_key.shape[0] - 1
     for i in range(n):
         c0 = cur_cost[i]
         if not (c0 < cut):
@@ -420,25 +418,54 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
             c = c0 + arc.weight + acrow[arc.column]
             ol = arc.olabel
             nb = blk
-            if ol > 0:
-                _, _, nb, delta = _word_probe(blk, ol, wc_key, wc_blk, wc_delta)
-                if nb < 0:
+            if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
+                key = (blk << 32) | ol
+                h = ((blk * 1000003) ^ (ol * 7919)) & wc_mask
+                if wc_key[h] == key:
+                    nb = wc_blk[h]
+                    c = c + wc_delta[h]
+                    hits += 1
+                else:
                     nb, delta = _word_block(
                         blk, ol, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
                     )
-                else:
-                    stats[S_WORD_HITS] += 1
-                c = c + delta
+                    c = c + delta
             if c < best_new:
                 best_new = c
             if not (c < bound):
                 continue
             if c + adaptive < bound:
                 bound = c + adaptive
-            m, nit = _arrive(
-                arc.nextstate, nb, c, r0, a, slot, m, nit,
-                nxt_state, nxt_cost, nxt_head, it_blk, it_cost, it_prev, it_arc, it_next,
-            )  # fmt: skip
+            # `_arrive`, written out (hot loop: no helper taking arrays)
+            d = arc.nextstate
+            j = slot[d]
+            if j < 0:
+                j = m
+                m += 1
+                slot[d] = j
+                nxt_state[j] = d
+                nxt_cost[j] = c
+                nxt_head[j] = -1
+            elif c < nxt_cost[j]:
+                nxt_cost[j] = c
+            q = nxt_head[j]
+            while q >= 0:
+                if it_blk[q] == nb:
+                    if c < it_cost[q]:
+                        it_cost[q] = c
+                        it_prev[q] = r0
+                        it_arc[q] = a
+                    break
+                q = it_next[q]
+            if q < 0:
+                it_blk[nit] = nb
+                it_cost[nit] = c
+                it_prev[nit] = r0
+                it_arc[nit] = a
+                it_next[nit] = nxt_head[j]
+                nxt_head[j] = nit
+                nit += 1
+    stats[S_WORD_HITS] += hits
     return m, nit, best_new
 
 
