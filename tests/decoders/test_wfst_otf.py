@@ -8,7 +8,8 @@
 (b) a graph built with a small (unigram) LM + the large (bigram) LM on the fly == plain `wfst` on
     the graph built directly with the large LM (both built by asrdecode.graph.build_graph, NeMo
     fixture log-probs, wide beams), and that graph's 1-best also equals kaldi-decoder's.
-Both backends (compiled, torch) in every case.
+Both backends (compiled, torch) in every case, the torch backend with the LM tables on the device and
+in host memory (`lm_on_host`, paper 000 sec. 2.2-2.3).
 """
 
 from __future__ import annotations
@@ -41,8 +42,18 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 WORDS = {i: f"w{i}" for i in range(1, 7)}
 WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0}
-BACKENDS = ("compiled", "torch")
+# torch: both LMs' tables on the device; torch-host: decoder.lm_on_host (paper 000: weights and next
+# states in host memory, lookups deduplicated and cached), the path a GPU runs by default
+BACKENDS = ("compiled", "torch", "torch-host")
 NEMO = FIXTURES / "ctc_bpe.nemo"
+
+
+def backend_options(backend: str, variant: int = 2) -> dict:
+    """Decoder options of a BACKENDS entry; torch-host's LM cache by `variant`: none, 4 entries
+    (collisions overwrite entries all the time), the default size."""
+    if backend == "torch-host":
+        return {"backend": "torch", "lm_on_host": True, "lm_cache": (0, 4, 1 << 16)[variant % 3]}
+    return {"backend": backend, "lm_on_host": False}
 
 
 def brute_force(fst: dict, lp: np.ndarray, large: ArpaScorer, small: ArpaScorer, scale: float, boost: dict):
@@ -68,7 +79,12 @@ def test_random_graph_and_lms_equal_brute_force(tmp_path, seed, backend):
     boost = {"w3": 1.5} if seed % 4 == 1 else {}  # word boosts as `wfst` (a bonus per occurrence)
     lp = log_probs(rng, int(rng.integers(1, 7)))
     cfg = WfstOtfConfig(
-        **WIDE, backend=backend, lm=str(large), small_lm=str(small), lm_scale=scale, boost=boost
+        **WIDE,
+        **backend_options(backend, seed),
+        lm=str(large),
+        small_lm=str(small),
+        lm_scale=scale,
+        boost=boost,
     )
     dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
     (res,) = run(dec, [lp])
@@ -90,9 +106,10 @@ def test_same_lm_equals_plain_wfst_on_random_graphs(tmp_path, backend):
     for _ in range(8):
         fst = random_wfst(rng, int(rng.integers(3, 9)), 4, 6)
         lps = [log_probs(rng, int(n)) for n in rng.integers(0, 9, size=3)]
-        opts = {"beam": 6.0, "max_active": 10**9, "min_active": 0, "backend": backend}
-        plain = run(WfstDecoder(WfstConfig(**opts), graph=device_graph(fst), words=WORDS), lps)
-        cfg = WfstOtfConfig(**opts, lm=str(arpa), small_lm=str(arpa))
+        opts = {"beam": 6.0, "max_active": 10**9, "min_active": 0}
+        wfst = {**opts, "backend": backend_options(backend)["backend"]}
+        plain = run(WfstDecoder(WfstConfig(**wfst), graph=device_graph(fst), words=WORDS), lps)
+        cfg = WfstOtfConfig(**opts, **backend_options(backend), lm=str(arpa), small_lm=str(arpa))
         otf = run(WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS), lps)
         for a, b in zip(plain, otf, strict=True):
             assert a.words == b.words and a.tokens == b.tokens
@@ -129,10 +146,12 @@ def test_large_lm_precondition_explicit_bigrams_beat_backoff(built):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_small_graph_with_large_lm_equals_large_graph(built, backend):
-    opts = {"beam": 30.0, "max_active": 10**6, "min_active": 0, "backend": backend}
-    ref = WfstDecoder(WfstConfig(graph=str(built / "large"), **opts)).decode(nemo_output())
+    opts = {"beam": 30.0, "max_active": 10**6, "min_active": 0}
+    wfst = {**opts, "backend": backend_options(backend)["backend"]}
+    ref = WfstDecoder(WfstConfig(graph=str(built / "large"), **wfst)).decode(nemo_output())
     # small_lm defaults to the graph's recorded `arpa` input
-    otf = WfstOtfDecoder(WfstOtfConfig(graph=str(built / "small"), lm=str(built / "large.arpa"), **opts))
+    otf_opts = {**opts, **backend_options(backend)}
+    otf = WfstOtfDecoder(WfstOtfConfig(graph=str(built / "small"), lm=str(built / "large.arpa"), **otf_opts))
     assert otf.diff.small.info["path"] == str((built / "small.arpa").resolve())
     res = otf.decode(nemo_output())
     assert sum(len(r.words) for r in ref) > 10
@@ -163,15 +182,18 @@ def test_large_graph_reference_is_kaldi_faster_decoder(built):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_same_lm_equals_plain_wfst_on_a_built_graph(built, backend):
-    opts = {"beam": 14.0, "max_active": 3000, "backend": backend}
-    plain = WfstDecoder(WfstConfig(graph=str(built / "large"), **opts)).decode(nemo_output())
+    opts = {"beam": 14.0, "max_active": 3000}
+    wfst = {**opts, "backend": backend_options(backend)["backend"]}
+    plain = WfstDecoder(WfstConfig(graph=str(built / "large"), **wfst)).decode(nemo_output())
     large = str(built / "large.arpa")
-    cfg = WfstOtfConfig(graph=str(built / "large"), lm=large, small_lm=large, **opts)
+    cfg = WfstOtfConfig(
+        graph=str(built / "large"), lm=large, small_lm=large, **opts, **backend_options(backend)
+    )
     otf = WfstOtfDecoder(cfg)
     for a, b in zip(plain, otf.decode(nemo_output()), strict=True):
         assert a.words == b.words and a.tokens == b.tokens
         assert a.score == pytest.approx(b.score, abs=1e-4)
-    assert otf.last_info["stats"]["backend"] == backend
+    assert otf.last_info["stats"]["backend"] == wfst["backend"]
 
 
 # ---------------------------------------------------------------------- config

@@ -46,8 +46,10 @@ and a CUDA graph per shape is reused). Counted in ``stats["syncs"]``; see the RE
 the sort-based recombination and everything downstream are unchanged and recombine by the pair,
 paper 000 Alg. 4); the graph tables are read at ``state // lm.num_states``. An arc with a word
 olabel adds ``lm.step(lm_state, word)`` (cost, next LM state) to the expansion's cost, before the
-beam's best is taken (emitting and epsilon arcs); final costs add ``lm.final_cost``. The lookups run
-for every arc slot (fixed shapes, no host reads); lattices are not kept with an LM.
+beam's best is taken (emitting and epsilon arcs); final costs add ``lm.final_cost``. The LM sees
+every arc slot (word 0 where a slot crosses no word): `DifferenceLM` looks them all up (fixed
+shapes, no host reads), `wfst_otf.host_lm.HostLookupLM` deduplicates them and reads its host tables
+(paper 000 sec. 2.3); lattices are not kept with an LM.
 
 Every kept token gets a *record* (predecessor record, arc index, frame, cost) in `Backpointers`, a
 double-buffered device arena written by masked ``index_copy_`` at ids from a device counter and
@@ -724,17 +726,18 @@ class TokenPassing:
         return state if self.lm is None else state // self.lm_states
 
     def _lm_arcs(
-        self, state: torch.Tensor, arc: torch.Tensor, cost: torch.Tensor
+        self, state: torch.Tensor, arc: torch.Tensor, cost: torch.Tensor, valid: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token states `state` crossing graph arcs `arc`: (cost + LM cost on word arcs, destination
-        token states). Without an LM: (cost, the arcs' next states)."""
+        """Token states `state` crossing graph arcs `arc` (slots with `valid` false are empty): (cost
+        + LM cost on word arcs, destination token states). Without an LM: (cost, the arcs' next
+        states). The LM is asked word 0 for slots that cross no word (it may skip those)."""
         dst = _take(self.g.nextstate, arc)
         if self.lm is None:
             return cost, dst
         lm_state = state % self.lm_states
         word = _take(self.g.olabel, arc)
-        is_word = word > 0
-        added, nxt = self.lm.step(lm_state, word.clamp(min=0))
+        is_word = (word > 0) & valid
+        added, nxt = self.lm.step(lm_state, _where(is_word, word, 0))
         cost = _where(is_word, cost + added, cost)
         return cost, dst * self.lm_states + _where(is_word, nxt, lm_state)
 
@@ -886,7 +889,7 @@ class TokenPassing:
             self, n, _take(g.first_emit, gstate), utt, cost, ac.reshape(-1), V, B, A, boost
         )
         if self.lm is not None:  # the LM cost of word arcs counts for the beam's best
-            c, lm_dst = self._lm_arcs(_take(state, src), arc, c)
+            c, lm_dst = self._lm_arcs(_take(state, src), arc, c, valid)
             c = _where(valid, c, INF)
             best = self._segment_min(u, c, B + 1)
         next_cut = torch.cat([best[:B] + adaptive, neg])
@@ -947,7 +950,7 @@ class TokenPassing:
         c = _take(cost, src) + _take(g.weight, arc)
         if boost is not None:
             c = c + boost.lookup(u, _take(g.olabel, arc))
-        c, dst = self._lm_arcs(_take(f_state, src_f), arc, c)
+        c, dst = self._lm_arcs(_take(f_state, src_f), arc, c, valid)
         keep = valid & (c <= _take(cut, u))
         if self.lattice is not None:
             self.lattice.add_arcs(

@@ -14,7 +14,10 @@ LM difference of the 1-best, ``acoustic_score`` is unchanged in meaning.
 
 Backends (``decoder.backend``): ``compiled`` (numba, CPU; `compiled.OtfCompiledSearch`) and
 ``torch`` (the batched token-passing core, `asrdecode.decoders.wfst.core.TokenPassing`, with the
-LM state folded into the token key; any device, built for GPUs); ``auto`` = compiled on CPU.
+LM state folded into the token key; any device, built for GPUs); ``auto`` = compiled on CPU. The
+torch backend's LM tables stay in host memory with ``lm_on_host`` (default on CUDA; paper 000 sec.
+2.2-2.3: the device keeps labels, offsets and backoff states, lookups are deduplicated, cached and
+fetched from the host; `host_lm.HostLookupLM`), else both LMs' tables are on the device.
 Not supported (one-line config errors): lattices / n-best and streaming.
 """
 
@@ -31,11 +34,13 @@ import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
-from asrdecode.decoders.wfst.core import SearchGraph, TokenPassing
+from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, _graph_folder
 from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step
+from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst_otf")
 
@@ -49,11 +54,20 @@ class WfstOtfConfig(WfstConfig):
       folder's meta.json by `asrdecode build-graph`).
     lm_scale: weight of the difference: word arcs add ``lm_scale * (cost_large - cost_small)``;
       1 replaces the small LM by the large one.
+    lm_on_host: torch backend: keep the LMs' weights and next states in host memory, the device
+      holding only labels, first-label offsets and backoff states (paper 000 sec. 2.2; lookups
+      deduplicated per call and fetched from the host, `host_lm`); null = true on CUDA, false
+      elsewhere. false = both LMs' whole tables on the device (fixed-shape lookups, no host reads,
+      so frames can be captured with cuda_graphs; with lm_on_host they run eagerly).
+    lm_cache: lm_on_host: entries of the device cache of looked-up (LM state, word) pairs (a power
+      of two; 0 = none; paper 000 sec. 2.3).
     """
 
     lm: str = ""
     small_lm: str = ""
     lm_scale: float = 1.0
+    lm_on_host: bool | None = None
+    lm_cache: int = 1 << 16
 
 
 def small_lm_of(graph_spec: str) -> str:
@@ -100,9 +114,12 @@ class WfstOtfDecoder(WfstDecoder):
             num_ids = max(int(self.h_olabel.max(initial=0)), max(self.words, default=0)) + 1
             lm = DifferenceLM.from_arpa(config.lm, small, self.words, num_ids, config.lm_scale)
             lm.check_words(self.h_olabel, self.words, small, config.lm)
+        if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
+            raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")
         self.diff = lm
         self._lm_arrays = lm.arrays()
-        self._lms: dict[str, DifferenceLM] = {}
+        self._lms: dict[str, DifferenceLM | HostLookupLM] = {}
+        self._host_note_logged = False
 
     # ------------------------------------------------------------------ backends
     def compiled_search(self) -> Any:
@@ -112,15 +129,53 @@ class WfstOtfDecoder(WfstDecoder):
             self._compiled = OtfCompiledSearch(self.graph_cpu, self.diff, self.config.threads)
         return self._compiled
 
-    def lm_on(self, device: torch.device) -> DifferenceLM:
-        """The difference LM's tables on `device` (moved once, then cached)."""
+    def lm_on_host(self, device: torch.device) -> bool:
+        """Whether the torch search on `device` keeps the LM tables in host memory."""
+        on = self.config.lm_on_host
+        return device.type == "cuda" if on is None else bool(on)
+
+    def lm_on(self, device: torch.device) -> DifferenceLM | HostLookupLM:
+        """The LM lookups of the torch search on `device` (built once, then cached): the
+        `DifferenceLM` with its tables on the device, or with lm_on_host the `HostLookupLM`."""
         key = str(device)
         if key not in self._lms:
-            self._lms[key] = self.diff if device.type == "cpu" else copy.deepcopy(self.diff).to(device)
+            if self.lm_on_host(device):
+                staged = self.config.pinned_copies and device.type == "cuda"
+                self._lms[key] = HostLookupLM(self.diff, device, self.config.lm_cache, staged)
+            elif device.type == "cpu":
+                self._lms[key] = self.diff
+            else:
+                self._lms[key] = copy.deepcopy(self.diff).to(device)
         return self._lms[key]
+
+    def lm_device_bytes(self, device: torch.device | str) -> dict[str, int]:
+        """Device bytes of the LM lookups on `device` for the torch search: with lm_on_host the
+        `HostLookupLM.device_bytes` parts, else both LMs' tables and the union-state maps."""
+        lm = self.lm_on(torch.device(device))
+        if isinstance(lm, HostLookupLM):
+            return lm.device_bytes()
+        tables = lm.table_bytes() - lm.state_bytes()
+        return {"tables": tables, "state_maps": lm.state_bytes(), "total": lm.table_bytes()}
+
+    def _search_options(self, device: torch.device) -> SearchOptions:
+        options = super()._search_options(device)
+        if options.cuda_graphs and self.lm_on_host(device):
+            options.cuda_graphs = False  # a lookup reads the device (sizes, positions): not capturable
+            if not self._host_note_logged:
+                log.info("wfst-otf: decoder.cuda_graphs is off with decoder.lm_on_host (host LM lookups)")
+                self._host_note_logged = True
+        return options
 
     def _new_search(self, graph: SearchGraph, device: torch.device, want_lattice: bool) -> TokenPassing:
         return TokenPassing(graph, self._search_options(device), None, lm=self.lm_on(device))
+
+    def decode(self, output: ModelOutput) -> list[DecodeResult]:
+        results = super().decode(output)
+        if self.last_info["stats"]["backend"] == "torch":
+            lm = self.lm_on(output.log_probs.device)
+            if isinstance(lm, HostLookupLM):
+                self.last_info["stats"]["lm_lookups"] = lm.take_stats()
+        return results
 
     # ------------------------------------------------------------------ results
     def lm_path_cost(self, word_ids: list[int], final: bool) -> float:
