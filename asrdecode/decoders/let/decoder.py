@@ -101,12 +101,15 @@ class LetWorkspace:
         from asrdecode.decoders.let import search
 
         cache = 1 << search.WORD_CACHE_BITS
-        self.arrays = tuple(
-            np.empty(cache if i >= search.W_WC_KEY else 1024, dtype=dt)
-            for i, dt in enumerate(search.WORKSPACE_DTYPES)
+        memo = np.zeros(1 << search.MEMO_BITS, search.MEMO_DTYPE)  # LM lookups (one search's LM is fixed)
+        memo["key"] = -1
+        self.arrays = (
+            *(
+                np.empty(cache if i >= search.W_WC_KEY else 1024, dtype=dt)
+                for i, dt in enumerate(search.WORKSPACE_DTYPES)
+            ),
+            memo,
         )
-        self.memo = np.zeros(1 << search.MEMO_BITS, search.MEMO_DTYPE)  # LM lookups (the LM is fixed)
-        self.memo["key"] = -1
         self.ctr = np.zeros(search.NUM_COUNTERS, np.int64)
         self.stats = np.zeros(search.NUM_STATS, np.int64)
 
@@ -180,7 +183,8 @@ class LetSearch:
             ac = np.zeros((ac.shape[0], 1), np.float32)
         slot, slot_lm = self._maps()
         f32 = np.float32
-        lm = (self.lm, w.memo, np.int64(self.diff.large.vocab_size))
+        lm = self.lm
+        w.ctr[search.C_VOCAB] = self.diff.large.vocab_size
         w.stats[:] = 0
         w.arrays = search.search_init(
             self.states, self.arcs, self.start, DifferenceLM.START, self.capacity, f32(beam), slot, slot_lm,

@@ -60,8 +60,8 @@ _INIT = 1024
     W_R_PREV, W_R_ARC, W_R_FRAME,
     W_C_LM, W_C_COST, W_C_MREC, W_C_TAIL, W_C_KEEP, W_C_NEW,
     W_QUEUE, W_SCRATCH,
-    W_WC_KEY, W_WC_BLK, W_WC_DELTA,
-) = range(35)  # fmt: skip
+    W_WC_KEY, W_WC_BLK, W_WC_DELTA, W_MEMO,
+) = range(36)  # fmt: skip
 WORKSPACE_DTYPES = (
     (np.int32, np.float32, np.int64, np.int64)
     + (np.int32, np.float32, np.int64, np.int64, np.int32)
@@ -76,8 +76,8 @@ WORKSPACE_DTYPES = (
 )
 WORD_CACHE_BITS = 16  # word-block cache: 65536 (block, word) entries, direct-mapped
 # counters
-C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN = range(8)
-NUM_COUNTERS = 8
+C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_VOCAB = range(9)
+NUM_COUNTERS = 9
 # stats
 (
     S_FRAMES, S_ARCS, S_GROUPS, S_EPS_POPS, S_EPS_LIMIT, S_WORD_MEMBERS, S_UNIONS, S_SHARED,
@@ -204,24 +204,6 @@ def _add_members(blk, c, tail, new, n, ws):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _lm_memo(lmx, u, w):
-    """`lm_step` (D's weight of word w from D state u, next state) through a direct-mapped memo of
-    (u, w) entries (wfst-otf's MEMO_DTYPE records). lmx = (DifferenceLM.arrays(), memo, vocabulary
-    size), the `lm` argument of every function here."""
-    lm, memo, V = lmx
-    key = np.int64(u) * V + w
-    h = key * np.int64(-7046029254386353131)
-    e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
-    if e.key == key:
-        return e.cost, np.int64(e.next)
-    c, nxt = lm_step(lm, u, w)
-    e.key = key
-    e.cost = c
-    e.next = nxt
-    return c, np.int64(nxt)
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
 def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
     """The word-block cache entry of (blk, word): (slot, key, cached block or -1, its cost shift).
     No workspace tuple here: passing one costs an atomic reference count per array."""
@@ -254,11 +236,27 @@ def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, 
     blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
     m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
     c_lm, c_cost, c_mrec, c_tail, c_new = ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_NEW]
+    memo = ws[W_MEMO]
+    mmask = memo.shape[0] - 1
+    vocab = ctr[C_VOCAB]
     st = blk_start[blk]
     n = 0
     best = _INF32
     for q in range(st, st + blk_len[blk]):
-        d, nu = _lm_memo(lm, m_lm[q], word)
+        # D's weight through the memo of (D state, word) lookups (wfst-otf's record layout); the LM
+        # tuple is touched only on a memo miss (passing it around costs a reference count per array)
+        u = m_lm[q]
+        mkey = np.int64(u) * vocab + word
+        mh = mkey * np.int64(-7046029254386353131)
+        e = memo[(mh ^ (mh >> 31)) & mmask]
+        if e.key == mkey:
+            d = e.cost
+            nu = np.int64(e.next)
+        else:
+            d, nu = lm_step(lm, u, word)
+            e.key = mkey
+            e.cost = d
+            e.next = nu
         cost = m_off[q] + d
         c_lm[n] = nu
         c_cost[n] = cost
@@ -678,7 +676,7 @@ def _grow_all(ws, ctr, need):
         _grow(ws[W_C_MREC], cands), _grow(ws[W_C_TAIL], cands), _grow(ws[W_C_KEEP], cands),
         _grow(ws[W_C_NEW], cands),
         _grow(ws[W_QUEUE], tokens), _grow(ws[W_SCRATCH], max(tokens, cands)),
-        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA],
+        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA], ws[W_MEMO],
     )  # fmt: skip
 
 
@@ -859,7 +857,7 @@ def _swap(ws):
         ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME],
         ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW],
         ws[W_QUEUE], ws[W_SCRATCH],
-        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA],
+        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA], ws[W_MEMO],
     )  # fmt: skip
 
 
@@ -868,7 +866,9 @@ def search_init(
     states, arcs, start, lm_start, cap, beam, slot, slot_lm, eps_limit, lm, ws, ctr, stats, gc_at
 ):
     """Start a search: the start group with one member (the LMs' <s> states) and its epsilon closure."""
+    vocab = ctr[C_VOCAB]  # set by the caller (the memo's key stride)
     ctr[:] = 0
+    ctr[C_VOCAB] = vocab
     ctr[C_GC_AT] = gc_at
     ctr[C_GC_MIN] = gc_at
     ws = _grow_all(ws, ctr, np.array([1, 0, 0, 1, 1, 0, 2 * cap], np.int64))
@@ -965,7 +965,7 @@ def search_best(states, lm, ws, ctr, use_final):
                     fb = states[s].final
                     if fb == _INF32:
                         continue
-                    c = c + fb + lm_final(lm[0], m_lm[q])
+                    c = c + fb + lm_final(lm, m_lm[q])
                     if not (c < _INF32):
                         continue
                 if best_i < 0 or c < total or (c == total and s < cur_state[best_i]):
