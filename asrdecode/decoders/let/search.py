@@ -215,24 +215,13 @@ def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _word_block(blk, word, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
+def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
     """The block of the members of `blk` after crossing `word` and its cost shift: each member
     advances its D state and adds D's weight, recombined by D state, members more than `beam`
     above the best dropped, at most `cap` kept; a member keeps its source's member record (the
     group's record chain runs on through the word arc). It depends only on (blk, word), so it is
-    cached (direct-mapped, cleared when blocks are renumbered). Returns (block, best - 0)."""
-    h, key, nb, delta = _word_probe(blk, word, wc_key, wc_blk, wc_delta)
-    if nb >= 0:
-        stats[S_WORD_HITS] += 1
-        return nb, delta
-    return _make_word_block(
-        blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
-    )
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
-    """`_word_block` on a cache miss."""
+    cached (direct-mapped, cleared when blocks are renumbered): called on a miss of `_word_probe`,
+    makes the block, caches it and returns (block, cost shift)."""
     blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
     m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
     c_lm, c_cost, c_mrec, c_tail, c_new = ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_NEW]
@@ -380,22 +369,12 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
             arc = arcs[a]
             c = best_c + arc.weight + acrow[arc.column]
             if arc.olabel > 0:
-                _, _, nb, delta = _word_probe(cur_blk[best_i], arc.olabel, wc_key, wc_blk, wc_delta)
+                h, key, nb, delta = _word_probe(cur_blk[best_i], arc.olabel, wc_key, wc_blk, wc_delta)
                 if nb < 0:
-                    _, delta = _word_block(
-                        cur_blk[best_i],
-                        arc.olabel,
-                        cap,
-                        beam,
-                        lm,
-                        slot_lm,
-                        wc_key,
-                        wc_blk,
-                        wc_delta,
-                        ws,
-                        ctr,
-                        stats,
-                    )
+                    _, delta = _make_word_block(
+                        cur_blk[best_i], arc.olabel, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta,
+                        ws, ctr, stats,
+                    )  # fmt: skip
                 c = c + delta
             if c + adaptive < bound:
                 bound = c + adaptive
@@ -423,9 +402,9 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
                     nb = wc_blk[h]
                     c = c + wc_delta[h]
                     hits += 1
-                else:
-                    nb, delta = _word_block(
-                        blk, ol, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
+                else:  # a miss: the one call that takes the workspace tuple
+                    nb, delta = _make_word_block(
+                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
                     )
                     c = c + delta
             if c < best_new:
@@ -595,10 +574,10 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
             ol = arc.olabel
             blk = cur_blk[i]
             if ol > 0:
-                _, _, nb, delta = _word_probe(blk, ol, wc_key, wc_blk, wc_delta)
+                h, key, nb, delta = _word_probe(blk, ol, wc_key, wc_blk, wc_delta)
                 if nb < 0:
-                    nb, delta = _word_block(
-                        blk, ol, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
+                    nb, delta = _make_word_block(
+                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
                     )
                 else:
                     stats[S_WORD_HITS] += 1
