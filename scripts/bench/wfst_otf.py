@@ -20,11 +20,18 @@ built with asrdecode.graph.build_graph from the same units and lexicon rules):
   after the small graph's pushed weights have already steered the pruning.
 
 Rows (one process, each decoder set up and warmed up on one utterance before the clock starts; the
-compiled backend on one thread, ``--torch`` adds the torch backend at batch 32): frames/s and the
+compiled backend on one thread, ``--torch`` adds the torch backend at batch 32, `wfst-otf` with
+``lm_on_host`` false and true, with the lookup counters of the latter in the JSON): frames/s and the
 ratio to `wfst` on the large graph, process CPU seconds, WER, 1-best identical to `wfst`'s,
 arcs expanded per frame, and memory: the device graph's bytes (CSR tensors) and, for `wfst-otf`,
-plus the LM tables it holds (both LMs' CSR tables and the union states). Wall-clock timings on a
+plus the LM tables it holds (both LMs' CSR tables and the union states; torch rows: the LM bytes on
+the device). Wall-clock timings on a
 shared machine: compare the ratios of one run. Writes JSON (``--out``) and prints a table.
+
+A second table per case: the bytes the torch backend keeps on the device for the LM lookups with
+``decoder.lm_on_host`` false (both LMs' tables) vs true (paper 000 sec. 2.2: labels, first-label
+offsets and backoff states, the union states' LM states, the ``--lm-cache`` arc cache), as a
+ratio; and the large LM alone (its device structure / all its tables; paper 000 reports about 30%).
 """
 
 from __future__ import annotations
@@ -113,6 +120,35 @@ def graph_bytes(graph_dir: Path) -> int:
     )
 
 
+def lm_device_memory(diff, cache: int) -> dict:
+    """Device bytes of the torch backend's LM lookups: ``lm_on_host: false`` (both LMs' tables and
+    the union-state maps on the device) vs ``true`` (paper 000 sec. 2.2: labels, first-label offsets
+    and backoff states per LM, the union states' LM states and orders, the arc cache), and the large
+    LM alone (labels + offsets + backoff vs all its tables: paper 000's "about 30%")."""
+    from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
+
+    host = HostLookupLM(diff, "cpu", cache_size=cache)
+    parts = host.device_bytes()
+    on_device = diff.table_bytes()
+    large_all = diff.large.describe()["bytes"]
+    return {
+        "lm_on_host_false": {"total": on_device, "state_maps": diff.state_bytes()},
+        "lm_on_host_true": parts,
+        "lm_cache_entries": cache,
+        "host_bytes_lm_on_host_true": host.host_bytes(),
+        "ratio_total": parts["total"] / on_device,
+        "ratio_without_cache": (parts["total"] - parts["cache"]) / on_device,
+        "large_lm": {
+            "tables": large_all,
+            "device_structure": host.large.nbytes(),
+            "ratio": host.large.nbytes() / large_all,
+            "ngrams": diff.large.info["ngrams"],
+            "states": diff.large.num_states,
+            "arcs": diff.large.num_arcs,
+        },
+    }
+
+
 def run_row(name: str, decoder, lp, lengths, shift: float, blank: int, batch: int) -> dict:
     import torch
 
@@ -126,12 +162,16 @@ def run_row(name: str, decoder, lp, lengths, shift: float, blank: int, batch: in
     order = np.argsort(-lengths, kind="stable")
     results: list = [None] * len(lp)
     arcs = 0
+    lookups: dict[str, int] = {}
     wall, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(order), batch):
         idx = order[i : i + batch]
         for j, r in zip(idx, decoder.decode(out(idx)), strict=True):
             results[j] = r
-        arcs += int(decoder.last_info["stats"].get("arcs", 0))
+        stats = decoder.last_info["stats"]
+        arcs += int(stats.get("arcs", 0))
+        for k, v in stats.get("lm_lookups", {}).items():  # torch, lm_on_host: deduplication counters
+            lookups[k] = lookups.get(k, 0) + v
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     frames = float(lengths.sum())
     return {
@@ -140,6 +180,7 @@ def run_row(name: str, decoder, lp, lengths, shift: float, blank: int, batch: in
         "cpu_seconds": cpu,
         "frames_per_second": frames / wall,
         "arcs_per_frame": arcs / frames,
+        "lm_lookups": lookups,
         "words": [[w.word for w in r.words] for r in results],
     }
 
@@ -171,24 +212,39 @@ def run_case(
         rows.append(run_row(f"wfst, large-LM graph ({backend})", plain, lp, lengths, shift, blank, batch))
         rows[-1]["backend"] = backend
         rows[-1]["memory_bytes"] = rows[-1]["graph_bytes"] = graph_bytes(large_graph)
+        # torch: the LM tables on the device and in host memory (decoder.lm_on_host, paper 000)
+        variants = [False, True] if backend == "torch" else [False]
         for b in (beam, *otf_beams):  # the same beam, then wider ones (the large LM scores words late)
-            cfg = WfstOtfConfig(
-                graph=str(small_graph), lm=str(large_lm), backend=backend, **{**opts, "beam": b}
-            )
-            t0 = time.perf_counter()
-            otf = WfstOtfDecoder(cfg, lm=otf_lm)
-            load = time.perf_counter() - t0
-            otf_lm = otf.diff
-            label = f"wfst-otf, small-LM graph + large LM ({backend})" + (
-                f", beam {b:g}" if b != beam else ""
-            )
-            rows.append(run_row(label, otf, lp, lengths, shift, blank, batch))
-            lm_bytes = otf.diff.table_bytes()
-            rows[-1].update(
-                graph_bytes=graph_bytes(small_graph), lm_bytes=lm_bytes, lm_load_seconds=load, backend=backend
-            )
-            rows[-1]["memory_bytes"] = rows[-1]["graph_bytes"] + lm_bytes
+            for on_host in variants:
+                cfg = WfstOtfConfig(
+                    graph=str(small_graph),
+                    lm=str(large_lm),
+                    backend=backend,
+                    lm_on_host=on_host,
+                    lm_cache=args.lm_cache,
+                    **{**opts, "beam": b},
+                )
+                t0 = time.perf_counter()
+                otf = WfstOtfDecoder(cfg, lm=otf_lm)
+                load = time.perf_counter() - t0
+                otf_lm = otf.diff
+                label = f"wfst-otf, small-LM graph + large LM ({backend}{', lm_on_host' if on_host else ''})"
+                label += f", beam {b:g}" if b != beam else ""
+                rows.append(run_row(label, otf, lp, lengths, shift, blank, batch))
+                # compiled: the LM tables in host memory; torch: what sits on the device
+                lm_bytes = (
+                    otf.lm_device_bytes("cpu")["total"] if backend == "torch" else otf.diff.table_bytes()
+                )
+                rows[-1].update(
+                    graph_bytes=graph_bytes(small_graph),
+                    lm_bytes=lm_bytes,
+                    lm_load_seconds=load,
+                    backend=backend,
+                    lm_on_host=on_host,
+                )
+                rows[-1]["memory_bytes"] = rows[-1]["graph_bytes"] + lm_bytes
         print(f"  {backend}: done", flush=True)
+    lm_memory = lm_device_memory(otf_lm, args.lm_cache)
     for r in rows:  # ratios to `wfst` on the large-LM graph with the same backend
         peer = next(p for p in rows if p["backend"] == r["backend"] and p["decoder"].startswith("wfst,"))
         r["ratio_fps"] = r["frames_per_second"] / peer["frames_per_second"]
@@ -202,6 +258,7 @@ def run_case(
         "frames": int(lengths.sum()),
         "options": {"beam": beam, "max_active": 10000, "min_active": 200},
         "rows": [{k: v for k, v in r.items() if k != "words"} for r in rows],
+        "lm_device_memory": lm_memory,
     }
 
 
@@ -239,6 +296,26 @@ def print_case(c: dict) -> None:
             f"{r['ratio_memory_bytes']:.3f} (graph {r['ratio_graph_bytes']:.3f})",
         )
     Console(width=200).print(t)
+    m = c["lm_device_memory"]
+    t = Table(title=f"{c['case']}: LM bytes on the device, torch backend (decoder.lm_on_host)")
+    for col in ("lm_on_host", "LM tables / labels MB", "state maps MB", "cache MB", "total MB", "ratio"):
+        t.add_column(col, justify="left" if col == "lm_on_host" else "right")
+    off, on = m["lm_on_host_false"], m["lm_on_host_true"]
+    t.add_row(
+        "false", f"{(off['total'] - off['state_maps']) / 1e6:.3f}", f"{off['state_maps'] / 1e6:.3f}", "-",
+        f"{off['total'] / 1e6:.3f}", "1",
+    )  # fmt: skip
+    t.add_row(
+        f"true (cache {m['lm_cache_entries']})", f"{on['labels'] / 1e6:.3f}", f"{on['state_maps'] / 1e6:.3f}",
+        f"{on['cache'] / 1e6:.3f}", f"{on['total'] / 1e6:.3f}",
+        f"{m['ratio_total']:.3f} ({m['ratio_without_cache']:.3f} without cache)",
+    )  # fmt: skip
+    big = m["large_lm"]
+    t.add_row(
+        "large LM alone: device structure / all tables", f"{big['device_structure'] / 1e6:.3f}", "-", "-",
+        f"{big['tables'] / 1e6:.3f}", f"{big['ratio']:.3f}",
+    )  # fmt: skip
+    Console(width=200).print(t)
 
 
 def main() -> None:
@@ -251,6 +328,9 @@ def main() -> None:
     ap.add_argument("--torch", action="store_true", help="also the torch backend (batch 32)")
     ap.add_argument(
         "--otf-beams-20k", type=float, nargs="*", default=[13.0, 16.0], help="wider wfst-otf beams"
+    )
+    ap.add_argument(
+        "--lm-cache", type=int, default=1 << 16, help="decoder.lm_cache entries for the LM memory table"
     )
     ap.add_argument("--out", default="out/bench/wfst_otf.json")
     args = ap.parse_args()

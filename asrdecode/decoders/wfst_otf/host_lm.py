@@ -68,12 +68,13 @@ class DeviceLabels:
         return sum(t.numel() * t.element_size() for t in (self.labels, self.offsets, self.backoff))
 
     @staticmethod
-    def host_records(lm: BatchedNgramLM) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weights float32, next states int32) of this LM's records in `DeviceLabels` order."""
+    def host_records(lm: BatchedNgramLM, state_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights float32, next states int32) of this LM's records in `DeviceLabels` order; the
+        next states mapped by `state_map` (the difference LM's union state of each LM state)."""
         weight = torch.cat([lm.arc_weight.cpu(), lm.root_weight.cpu(), lm.backoff_weight.cpu()]).float()
-        none = torch.zeros(lm.num_states, dtype=torch.int32)  # a backoff record's next state is unused
-        nxt = torch.cat([lm.arc_next.cpu().int(), lm.root_next.cpu().int(), none])
-        return weight, nxt
+        none = torch.zeros(lm.num_states, dtype=torch.int64)  # a backoff record's next state is unused
+        nxt = torch.cat([state_map[lm.arc_next.cpu().long()], state_map[lm.root_next.cpu().long()], none])
+        return weight, nxt.int()
 
     def positions(self, states: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
         """[M] states, [M] words -> [M, order] host record ids: column 0 the record that gives the
@@ -110,7 +111,8 @@ class DeviceLabels:
 
 class HostLookupLM:
     """`TokenLM` of the torch search over a `DifferenceLM` whose tables stay in host memory (module
-    docstring). Device: both LMs' `DeviceLabels`, the union-state maps (int32) and the arc cache.
+    docstring). Device: both LMs' `DeviceLabels`, the union states' LM states (int32) and history
+    lengths (int8), and the arc cache. Host: the records (weight, next *union* state) of both LMs.
     ``stats`` counts per lookup call, as device scalars (read by `take_stats`): ``pairs`` (word slots
     asked), ``distinct`` (distinct (state, word) pairs), ``cache_hits``, ``looked_up`` (pairs whose
     records were fetched from the host: distinct - cache hits), ``records`` (host records copied)."""
@@ -132,16 +134,21 @@ class HostLookupLM:
         self.large = DeviceLabels(large, device, 0, n_records)
         self.small = DeviceLabels(small, device, self.large.num_records, n_records)
         # host memory: one int32 pair (weight bits, next state) per record, then the zero record
-        w_l, n_l = DeviceLabels.host_records(large)
-        w_s, n_s = DeviceLabels.host_records(small)
+        # next states as union states: the maps from each LM's states to the union stay on the host
+        w_l, n_l = DeviceLabels.host_records(large, torch.from_numpy(diff.union_of_large))
+        w_s, n_s = DeviceLabels.host_records(small, torch.from_numpy(diff.union_of_small))
         weight = torch.cat([w_l, w_s, torch.zeros(1)])
         nxt = torch.cat([n_l, n_s, torch.zeros(1, dtype=torch.int32)])
         self.host_records = torch.stack([weight.view(torch.int32), nxt], 1).contiguous()
         self.host_final = torch.cat([large.final_weight.cpu(), small.final_weight.cpu()]).float()
         self.staged = staged  # decoder.pinned_copies on CUDA
         self._staging: dict[str, torch.Tensor] = {}
-        maps = ("large_of", "small_of", "union_of_large", "union_of_small", "union_order")
-        self.maps = {k: torch.from_numpy(getattr(diff, k)).to(device=device, dtype=torch.int32) for k in maps}
+        # device: each union state's state in both LMs (where lookups start) and its history length
+        # (int8: an n-gram order), which picks the next union state of a word
+        self.maps = {
+            k: torch.from_numpy(getattr(diff, k)).to(device, torch.int32) for k in ("large_of", "small_of")
+        }
+        self.maps["union_order"] = torch.from_numpy(diff.union_order).to(device, torch.int8)
         self.cache_size = cache_size
         if cache_size:  # slot cache_size: where writes that lose a slot go
             self.cache_key = torch.full((cache_size + 1,), -1, dtype=torch.int64, device=device)
@@ -156,7 +163,7 @@ class HostLookupLM:
     # ------------------------------------------------------------------ memory
     def device_bytes(self) -> dict[str, int]:
         """Device bytes: ``labels`` (both LMs' `DeviceLabels`, paper 000's structure), ``state_maps``
-        (union-state maps), ``cache`` (the arc cache) and their ``total``."""
+        (the union states' LM states and history lengths), ``cache`` (the arc cache), ``total``."""
         out = {
             "labels": self.large.nbytes() + self.small.nbytes(),
             "state_maps": sum(t.numel() * t.element_size() for t in self.maps.values()),
@@ -218,8 +225,7 @@ class HostLookupLM:
 
         n_l = self.large.order
         lp_l, lp_s = logp(weight[:, :n_l]), logp(weight[:, n_l:])
-        u_l = t["union_of_large"][nxt[:, 0].long()].long()
-        u_s = t["union_of_small"][nxt[:, n_l].long()].long()
+        u_l, u_s = nxt[:, 0].long(), nxt[:, n_l].long()  # union states (host records, `host_records`)
         order = t["union_order"]
         nxt_u = torch.where(order[u_l] >= order[u_s], u_l, u_s)
         return ((lp_s - lp_l) * self.lm_scale).float(), nxt_u
