@@ -325,6 +325,24 @@ def test_batch_equals_one_utterance_at_a_time(name, options):
         assert one.score == pytest.approx(res.score, abs=1e-4), b
 
 
+@pytest.mark.parametrize(
+    "name, strategy", [("rnnt_bpe", "malsd"), ("rnnt_bpe", "maes"), ("tdt_bpe", "malsd")]
+)
+def test_zero_length_utterance_in_a_batch(name, strategy):
+    """An utterance with no encoder frames gives no tokens (it must not come back to life after the
+    first step) and leaves the other utterances of its batch as they are alone."""
+    model, ref, _ = fixture_model(name)
+    decoder = beam_decoder(model, strategy=strategy, beam_size=4)
+    output = nemo_output(model, ref)
+    alone = decoder.decode(output)
+    output.lengths[1] = 0
+    mixed = decoder.decode(output)
+    assert mixed[1].tokens == [] and mixed[1].words == []
+    for b in (0, 2, 3, 4, 5):
+        assert mixed[b].tokens == alone[b].tokens and mixed[b].token_frames == alone[b].token_frames, b
+    assert sum(len(r.tokens) for r in alone) > 10
+
+
 def test_nbest():
     """return_best_hypothesis false: the distinct token sequences of the beam, best first by
     score / (tokens + 1); the first is the 1-best."""
