@@ -154,13 +154,14 @@ def _select(n, cap, cut, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, s
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _write_block(k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, ws, ctr):
+def _write_block(
+    k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail,
+    ctr,
+):  # fmt: skip
     """Write the kept candidates [0, k) as a new block (offsets from `best`); a member whose route
     has a record tail gets a member record (previous member record, tail). Capacities are the
-    caller's. Returns the block id."""
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
+    caller's. Returns the block id. Takes the arrays it uses, not the workspace tuple: passing a
+    tuple to a helper costs two atomic reference counts per array in it (36 here)."""
     b = ctr[C_BLK]
     top = ctr[C_MEM]
     nm = ctr[C_MREC]
@@ -187,11 +188,10 @@ def _write_block(k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, ws, ctr):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _add_members(blk, c, tail, new, n, ws):
+def _add_members(
+    blk, c, tail, new, n, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm, c_cost, c_mrec, c_tail, c_new
+):
     """Append the members of block `blk` as candidates at cost c + offset; returns the new count."""
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    c_lm, c_cost, c_mrec, c_tail, c_new = ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_NEW]
     st = blk_start[blk]
     for q in range(st, st + blk_len[blk]):
         c_lm[n] = m_lm[q]
@@ -215,17 +215,16 @@ def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats):
+def _make_word_block(
+    blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len, m_lm, m_off,
+    m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, scratch, memo, ctr, stats,
+):  # fmt: skip
     """The block of the members of `blk` after crossing `word` and its cost shift: each member
     advances its D state and adds D's weight, recombined by D state, members more than `beam`
     above the best dropped, at most `cap` kept; a member keeps its source's member record (the
     group's record chain runs on through the word arc). It depends only on (blk, word), so it is
     cached (direct-mapped, cleared when blocks are renumbered): called on a miss of `_word_probe`,
-    makes the block, caches it and returns (block, cost shift)."""
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    c_lm, c_cost, c_mrec, c_tail, c_new = ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_NEW]
-    memo = ws[W_MEMO]
+    makes the block, caches it and returns (block, cost shift). Takes arrays, not the workspace tuple."""
     mmask = memo.shape[0] - 1
     vocab = ctr[C_VOCAB]
     st = blk_start[blk]
@@ -256,10 +255,11 @@ def _make_word_block(blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, 
             best = cost
         n += 1
     stats[S_WORD_MEMBERS] += n
-    k, best, _ = _select(
-        n, cap, best + beam, c_lm, c_cost, c_mrec, c_tail, ws[W_C_KEEP], c_new, slot_lm, ws[W_SCRATCH]
-    )
-    nb = _write_block(k, best, c_lm, c_cost, c_mrec, c_tail, ws[W_C_KEEP], ws, ctr)
+    k, best, _ = _select(n, cap, best + beam, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch)
+    nb = _write_block(
+        k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev,
+        mr_tail, ctr,
+    )  # fmt: skip
     wc_key[h] = key
     wc_blk[h] = nb
     wc_delta[h] = best
@@ -356,6 +356,13 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
         ws[W_IT_NEXT],
     )
     wc_key, wc_blk, wc_delta = ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA]
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
+    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = (
+        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW]
+    )  # fmt: skip
+    scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
     best_i = -1
     best_c = _INF32
     for i in range(n):
@@ -373,7 +380,8 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
                 if nb < 0:
                     _, delta = _make_word_block(
                         cur_blk[best_i], arc.olabel, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta,
-                        ws, ctr, stats,
+                        blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec,
+                        c_tail, c_keep, c_new, scratch, memo, ctr, stats,
                     )  # fmt: skip
                 c = c + delta
             if c + adaptive < bound:
@@ -402,10 +410,12 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
                     nb = wc_blk[h]
                     c = c + wc_delta[h]
                     hits += 1
-                else:  # a miss: the one call that takes the workspace tuple
+                else:  # a miss: the block is built (arrays taken out of the workspace once, above)
                     nb, delta = _make_word_block(
-                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
-                    )
+                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len,
+                        m_lm, m_off, m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new,
+                        scratch, memo, ctr, stats,
+                    )  # fmt: skip
                     c = c + delta
             if c < best_new:
                 best_new = c
@@ -477,6 +487,13 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
         ws[W_IT_NEXT],
     )
     r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
+    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = (
+        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW]
+    )  # fmt: skip
+    scratch = ws[W_SCRATCH]
     k = 0
     for j in range(m):
         d = nxt_state[j]
@@ -503,14 +520,15 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
             while q >= 0:
                 if it_cost[q] < cut:
                     tail = _record(it_prev[q], it_arc[q], frame, r_prev, r_arc, r_frame, ctr)
-                    n = _add_members(it_blk[q], it_cost[q], tail, 0, n, ws)
+                    n = _add_members(
+                        it_blk[q], it_cost[q], tail, 0, n, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm,
+                        c_cost, c_mrec, c_tail, c_new,
+                    )  # fmt: skip
                 q = it_next[q]
-            kk, best, _ = _select(
-                n, cap, cut, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
-                ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
-            )  # fmt: skip
+            kk, best, _ = _select(n, cap, cut, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch)
             blk = _write_block(
-                kk, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
+                kk, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec,
+                mr_prev, mr_tail, ctr,
             )  # fmt: skip
             rec = -1
             stats[S_UNIONS] += 1
@@ -535,6 +553,13 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
     queue = ws[W_QUEUE]
     r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
     wc_key, wc_blk, wc_delta = ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA]
+    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
+    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
+    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
+    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = (
+        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW]
+    )  # fmt: skip
+    scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
     # capacities (arrays are not replaced inside this call)
@@ -577,8 +602,10 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                 h, key, nb, delta = _word_probe(blk, ol, wc_key, wc_blk, wc_delta)
                 if nb < 0:
                     nb, delta = _make_word_block(
-                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, ws, ctr, stats
-                    )
+                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len,
+                        m_lm, m_off, m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new,
+                        scratch, memo, ctr, stats,
+                    )  # fmt: skip
                 else:
                     stats[S_WORD_HITS] += 1
                 blk = nb
@@ -601,11 +628,17 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                 cur_rec[j] = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
             else:
                 tail = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
-                nc = _add_members(cur_blk[j], cur_cost[j], cur_rec[j], 0, 0, ws)
-                nc = _add_members(blk, c, tail, 1, nc, ws)
+                nc = _add_members(
+                    cur_blk[j], cur_cost[j], cur_rec[j], 0, 0, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm,
+                    c_cost, c_mrec, c_tail, c_new,
+                )  # fmt: skip
+                nc = _add_members(
+                    blk, c, tail, 1, nc, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm, c_cost, c_mrec,
+                    c_tail, c_new,
+                )  # fmt: skip
                 kk, best, new_kept = _select(
-                    nc, cap, np.nextafter(cut, _INF32), ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL],
-                    ws[W_C_KEEP], ws[W_C_NEW], slot_lm, ws[W_SCRATCH],
+                    nc, cap, np.nextafter(cut, _INF32), c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm,
+                    scratch,
                 )  # fmt: skip
                 if new_kept == 0:
                     ctr[C_REC] -= 1  # the tail record is the last one made
@@ -613,7 +646,8 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                 stats[S_UNIONS] += 1
                 stats[S_UNION_MEMBERS] += nc
                 cur_blk[j] = _write_block(
-                    kk, best, ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws, ctr,
+                    kk, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec,
+                    mr_prev, mr_tail, ctr,
                 )  # fmt: skip
                 if c < cur_cost[j]:
                     cur_cost[j] = c
