@@ -266,18 +266,6 @@ def _make_word_block(
     return nb, best
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _record(prev, arc, frame, r_prev, r_arc, r_frame, ctr):
-    """A back-pointer record (previous record, arc, frame). Hot helpers take the arrays they use,
-    not the workspace tuple: taking an array out of a tuple costs an atomic reference count."""
-    r = ctr[C_REC]
-    r_prev[r] = prev
-    r_arc[r] = arc
-    r_frame[r] = frame
-    ctr[C_REC] = r + 1
-    return r
-
-
 # ------------------------------------------------------------------------------ emitting arcs
 @numba.njit(nogil=True, cache=True)
 def _count_arcs(states, arcs, n, cut, ws):
@@ -512,14 +500,22 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
             q = it_next[q]
         if cnt == 1:
             blk = it_blk[one]
-            rec = _record(it_prev[one], it_arc[one], frame, r_prev, r_arc, r_frame, ctr)
+            rec = ctr[C_REC]  # a back-pointer record (previous record, arc, frame)
+            r_prev[rec] = it_prev[one]
+            r_arc[rec] = it_arc[one]
+            r_frame[rec] = frame
+            ctr[C_REC] = rec + 1
             stats[S_SHARED] += 1
         else:
             n = 0
             q = head
             while q >= 0:
                 if it_cost[q] < cut:
-                    tail = _record(it_prev[q], it_arc[q], frame, r_prev, r_arc, r_frame, ctr)
+                    tail = ctr[C_REC]  # the item's record
+                    r_prev[tail] = it_prev[q]
+                    r_arc[tail] = it_arc[q]
+                    r_frame[tail] = frame
+                    ctr[C_REC] = tail + 1
                     n = _add_members(
                         it_blk[q], it_cost[q], tail, 0, n, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm,
                         c_cost, c_mrec, c_tail, c_new,
@@ -562,6 +558,7 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
+    wc_mask = wc_key.shape[0] - 1
     # capacities (arrays are not replaced inside this call)
     cap_rec, cap_blk = ws[W_R_PREV].shape[0], ws[W_BLK_START].shape[0]
     cap_mem, cap_mrec, cap_cand = ws[W_M_LM].shape[0], ws[W_MR_PREV].shape[0], ws[W_C_LM].shape[0]
@@ -598,21 +595,31 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
             d = arc.nextstate
             ol = arc.olabel
             blk = cur_blk[i]
-            if ol > 0:
-                h, key, nb, delta = _word_probe(blk, ol, wc_key, wc_blk, wc_delta)
-                if nb < 0:
-                    nb, delta = _make_word_block(
+            if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
+                key = (blk << 32) | ol
+                h = ((blk * 1000003) ^ (ol * 7919)) & wc_mask
+                if wc_key[h] == key:
+                    blk = wc_blk[h]
+                    c = c + wc_delta[h]
+                    stats[S_WORD_HITS] += 1
+                else:
+                    blk, delta = _make_word_block(
                         blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len,
                         m_lm, m_off, m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new,
                         scratch, memo, ctr, stats,
                     )  # fmt: skip
-                else:
-                    stats[S_WORD_HITS] += 1
-                blk = nb
-                c = c + delta
+                    c = c + delta
             if c > cut:
                 continue
             j = slot[d]
+            if j >= 0 and blk == cur_blk[j] and not (c < cur_cost[j]):
+                continue
+            # the arrival's back-pointer record (previous record, arc, frame), written out
+            rec = ctr[C_REC]
+            r_prev[rec] = cur_rec[i]
+            r_arc[rec] = a
+            r_frame[rec] = frame
+            ctr[C_REC] = rec + 1
             if j < 0:
                 j = ctr[C_TOK]
                 ctr[C_TOK] = j + 1
@@ -620,14 +627,12 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                 slot[d] = j
                 cur_cost[j] = c
                 cur_blk[j] = blk
-                cur_rec[j] = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
+                cur_rec[j] = rec
             elif blk == cur_blk[j]:
-                if not (c < cur_cost[j]):
-                    continue
                 cur_cost[j] = c
-                cur_rec[j] = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
+                cur_rec[j] = rec
             else:
-                tail = _record(cur_rec[i], a, frame, r_prev, r_arc, r_frame, ctr)
+                tail = rec
                 nc = _add_members(
                     cur_blk[j], cur_cost[j], cur_rec[j], 0, 0, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm,
                     c_cost, c_mrec, c_tail, c_new,
