@@ -13,25 +13,13 @@ import pytest
 from test_cli import AUDIO, MODEL, read_jsonl, run
 
 sys.path.insert(0, str(Path(__file__).parent / "decoders"))
-from otf_ref import unigram_arpa  # noqa: E402
-from wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
+from otf_ref import cli_small_and_large_graphs  # noqa: E402
+from wfst_ref import kaldi_best_path  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def graphs(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("cli_let")
-    unigram_arpa(d / "small.arpa", nemo_sentences())
-    write_arpa(d / "large.arpa", nemo_sentences())
-    for name in ("small", "large"):
-        run(
-            "build-graph",
-            f"arpa={d / f'{name}.arpa'}",
-            f"model={MODEL}",
-            "lexicon_type=bpe",
-            "--out",
-            str(d / name),
-        )
-    return d
+    return cli_small_and_large_graphs(tmp_path_factory.mktemp("cli_let"), run, MODEL)
 
 
 def let(graphs: Path, out: Path, *args: str, check: bool = True):

@@ -89,3 +89,16 @@ def unigram_arpa(path: Path, sentences: list[list[str]]) -> Path:
     lines += ["", "\\end\\", ""]
     path.write_text("\n".join(lines))
     return path
+
+
+def cli_small_and_large_graphs(folder: Path, run, model: Path) -> Path:
+    """`folder` with small.arpa (unigram) and large.arpa (trigram) of the NeMo fixture sentences and
+    their TLGs `small/` and `large/` built through the CLI (`run` = test_cli.run) for `model`."""
+    from wfst_ref import nemo_sentences, write_arpa
+
+    unigram_arpa(folder / "small.arpa", nemo_sentences())
+    write_arpa(folder / "large.arpa", nemo_sentences())
+    for name in ("small", "large"):
+        arpa = folder / f"{name}.arpa"
+        run("build-graph", f"arpa={arpa}", f"model={model}", "lexicon_type=bpe", "--out", str(folder / name))
+    return folder
