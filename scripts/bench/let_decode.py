@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from wfst_otf import BENCH, build, demo_inputs, prune, wer  # noqa: E402
+from wfst_otf import case_20k, demo_case, wer  # noqa: E402
 
 
 def run_row(name: str, decoder, lp, lengths, shift: float, blank: int) -> dict:
@@ -166,56 +166,22 @@ def main() -> None:
     ap.add_argument("--out", default="out/bench/let_decode.json")
     args = ap.parse_args()
     import torch
-    import yaml
-
-    from asrdecode.graph import GraphBuildConfig
 
     torch.set_num_threads(1)
     load_start = os.getloadavg()
     cases = []
     if "demo" in args.cases:
-        large_lm = ROOT / "data" / "demo" / "graph" / "lm.arpa"
-        small_lm = ROOT / "data" / "demo" / "otf" / "small-lm.arpa"
-        if not small_lm.is_file():
-            sys.exit(f"{small_lm} not found: run scripts/make_otf_demo_lms.py")
-        graphs = []
-        for name in ("demo-ctc-bpe-tlg", "demo-ctc-bpe-small-tlg"):  # as the configs build them
-            spec = yaml.safe_load((ROOT / "configs" / "graph" / f"{name}.yaml").read_text())
-            spec = {k: str(ROOT / v) if k in ("arpa", "model") else v for k, v in spec.items()}
-            graphs.append(build(GraphBuildConfig(**spec), ROOT / "out" / "graphs" / name))
-        lp, lengths, refs = demo_inputs(BENCH / "inputs" / "otf-demo.npz")
-        cases.append(
-            run_case(
-                "demo TLG (BPE, trigram vs pruned)", *graphs, large_lm, lp, lengths, refs, 0.08, 16.0, args
-            )
-        )
+        cases.append(run_case("demo TLG (BPE, trigram vs pruned)", *demo_case(), 0.08, 16.0, args))
         print_case(cases[-1])
     if "20k" in args.cases:
-        from wfst_decode import graph_20k, spelled_logprobs
-
-        large_graph, large_lm, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
-        small_lm = prune(large_lm, BENCH / "wfst-otf" / "lm_20000_pruned_1e-05.arpa", 1e-5)
-        meta = json.loads((large_graph / "meta.json").read_text())["config"]
-        small_graph = build(
-            GraphBuildConfig(**{**meta, "arpa": str(small_lm)}), BENCH / "wfst-otf" / "graph-20k-1e-05"
-        )
-        lines = [ln.split() for ln in corpus.read_text().splitlines() if len(ln.split()) >= 5]
-        rng = np.random.default_rng(1)  # the sentences of scripts/bench/wfst_otf.py
-        sents = [lines[i] for i in rng.choice(len(lines), size=args.utterances, replace=False)]
-        lp, lengths = spelled_logprobs(sents)
         cases.append(
             run_case(
                 "20k-word TLG (chars + |, trigram vs pruned)",
-                large_graph,
-                small_graph,
-                large_lm,
-                lp,
-                lengths,
-                sents,
+                *case_20k(1e-5, args.utterances),  # the sentences and pruned graph of wfst_otf.py
                 0.04,
                 10.0,
                 args,
-            )  # fmt: skip
+            )
         )
         print_case(cases[-1])
     report = {

@@ -104,6 +104,46 @@ def demo_inputs(cache: Path) -> tuple[np.ndarray, np.ndarray, list[list[str]]]:
     return d["log_probs"], d["lengths"], [str(t).split() for t in d["text"]]
 
 
+def demo_case() -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list[list[str]]]:
+    """The demo case: (large-LM TLG, small-LM TLG, large ARPA, log-probs, lengths, references), the
+    graphs built as configs/graph/demo-ctc-bpe-{,small-}tlg.yaml build them."""
+    import yaml
+
+    from asrdecode.graph import GraphBuildConfig
+
+    large_lm = ROOT / "data" / "demo" / "graph" / "lm.arpa"
+    small_lm = ROOT / "data" / "demo" / "otf" / "small-lm.arpa"
+    if not small_lm.is_file():
+        sys.exit(f"{small_lm} not found: run scripts/make_otf_demo_lms.py")
+    graphs = []
+    for name in ("demo-ctc-bpe-tlg", "demo-ctc-bpe-small-tlg"):
+        spec = yaml.safe_load((ROOT / "configs" / "graph" / f"{name}.yaml").read_text())
+        spec = {k: str(ROOT / v) if k in ("arpa", "model") else v for k, v in spec.items()}
+        graphs.append(build(GraphBuildConfig(**spec), ROOT / "out" / "graphs" / name))
+    lp, lengths, refs = demo_inputs(BENCH / "inputs" / "otf-demo.npz")
+    return graphs[0], graphs[1], large_lm, lp, lengths, refs
+
+
+def case_20k(threshold: float, utterances: int) -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list]:
+    """The 20k-word case: (large-LM TLG, TLG of the LM pruned at `threshold`, large ARPA, log-probs,
+    lengths, sentences): `utterances` spelled corpus sentences of 5+ words (seed 1)."""
+    from wfst_decode import graph_20k, spelled_logprobs
+
+    from asrdecode.graph import GraphBuildConfig
+
+    large_graph, large_lm, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
+    small_lm = prune(large_lm, BENCH / "wfst-otf" / f"lm_20000_pruned_{threshold:g}.arpa", threshold)
+    meta = json.loads((large_graph / "meta.json").read_text())["config"]
+    small_graph = build(
+        GraphBuildConfig(**{**meta, "arpa": str(small_lm)}), BENCH / "wfst-otf" / f"graph-20k-{threshold:g}"
+    )
+    lines = [ln.split() for ln in corpus.read_text().splitlines() if len(ln.split()) >= 5]
+    rng = np.random.default_rng(1)
+    sents = [lines[i] for i in rng.choice(len(lines), size=utterances, replace=False)]
+    lp, lengths = spelled_logprobs(sents)
+    return large_graph, small_graph, large_lm, lp, lengths, sents
+
+
 def wer(refs: list[list[str]], hyps: list[list[str]]) -> float:
     import jiwer
 
@@ -336,55 +376,17 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from asrdecode.graph import GraphBuildConfig
-
     torch.set_num_threads(1)
     load_start = os.getloadavg()
     cases = []
     if "demo" in args.cases:
-        large_lm = ROOT / "data" / "demo" / "graph" / "lm.arpa"
-        small_lm = ROOT / "data" / "demo" / "otf" / "small-lm.arpa"
-        if not small_lm.is_file():
-            sys.exit(f"{small_lm} not found: run scripts/make_otf_demo_lms.py")
-        import yaml
-
-        graphs = []
-        for name in ("demo-ctc-bpe-tlg", "demo-ctc-bpe-small-tlg"):  # as the configs build them
-            spec = yaml.safe_load((ROOT / "configs" / "graph" / f"{name}.yaml").read_text())
-            spec = {k: str(ROOT / v) if k in ("arpa", "model") else v for k, v in spec.items()}
-            graphs.append(build(GraphBuildConfig(**spec), ROOT / "out" / "graphs" / name))
-        lp, lengths, refs = demo_inputs(BENCH / "inputs" / "otf-demo.npz")
-        cases.append(
-            run_case(
-                "demo TLG (BPE, trigram vs pruned)", *graphs, large_lm, lp, lengths, refs, 0.08, 16.0, args
-            )
-        )
+        cases.append(run_case("demo TLG (BPE, trigram vs pruned)", *demo_case(), 0.08, 16.0, args))
         print_case(cases[-1])
     if "20k" in args.cases:
-        from wfst_decode import graph_20k, spelled_logprobs
-
-        large_graph, large_lm, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
-        small_lm = prune(
-            large_lm, BENCH / "wfst-otf" / f"lm_20000_pruned_{args.threshold_20k:g}.arpa", args.threshold_20k
-        )
-        meta = json.loads((large_graph / "meta.json").read_text())["config"]
-        small_graph = build(
-            GraphBuildConfig(**{**meta, "arpa": str(small_lm)}),
-            BENCH / "wfst-otf" / f"graph-20k-{args.threshold_20k:g}",
-        )
-        lines = [ln.split() for ln in corpus.read_text().splitlines() if len(ln.split()) >= 5]
-        rng = np.random.default_rng(1)
-        sents = [lines[i] for i in rng.choice(len(lines), size=args.utterances, replace=False)]
-        lp, lengths = spelled_logprobs(sents)
         cases.append(
             run_case(
                 "20k-word TLG (chars + |, trigram vs pruned)",
-                large_graph,
-                small_graph,
-                large_lm,
-                lp,
-                lengths,
-                sents,
+                *case_20k(args.threshold_20k, args.utterances),
                 0.04,
                 10.0,
                 args,
