@@ -29,12 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +38,8 @@ import soundfile as sf
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_NEMO_PYTHON = "/work/nemo-venv/bin/python"
+
+from transducer_greedy import DEFAULT_NEMO_PYTHON, NemoChild, batches, timed  # noqa: E402 (same folder)
 
 
 def load_manifest(path: Path, n: int) -> tuple[list[torch.Tensor], list[str], list[str]]:
@@ -61,24 +58,6 @@ def load_manifest(path: Path, n: int) -> tuple[list[torch.Tensor], list[str], li
     return [waves[i % k] for i in range(n)], [ids[i % k] for i in range(n)], [texts[i % k] for i in range(n)]
 
 
-def batches(waves: list[torch.Tensor], size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    out = []
-    for i in range(0, len(waves), size):
-        chunk = waves[i : i + size]
-        lengths = torch.tensor([len(w) for w in chunk])
-        batch = torch.zeros(len(chunk), int(lengths.max()))
-        for j, w in enumerate(chunk):
-            batch[j, : len(w)] = w
-        out.append((batch, lengths))
-    return out
-
-
-def timed(fn) -> tuple[float, object]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
-
-
 def decoder_specs(args) -> list[tuple[str, int]]:
     """(strategy, beam) of every decoder timed; ("greedy", 1) first."""
     return [("greedy", 1)] + [(s, k) for s in args.strategies for k in args.beams]
@@ -87,13 +66,11 @@ def decoder_specs(args) -> list[tuple[str, int]]:
 # ----------------------------------------------------------------- NeMo (child process in the NeMo venv)
 
 
-class NemoPeer:
-    """The NeMo child: loads the request .npz (our encoder outputs per batch size), prints ``@@ready``,
-    then answers each stdin line ``<strategy> <beam> <batch size>`` with one timed pass as ``@@{json}``."""
+class NemoPeer(NemoChild):
+    """The NeMo child of this script: the request holds our encoder outputs per batch size; each line
+    ``<strategy> <beam> <batch size>`` is one timed pass."""
 
     def __init__(self, python: str, model_path: Path, data: dict, args) -> None:
-        self.tmp = tempfile.TemporaryDirectory()
-        request = Path(self.tmp.name) / "request.npz"
         arrays = {}
         for size, items in data.items():
             for i, out in enumerate(items):
@@ -106,35 +83,10 @@ class NemoPeer:
             "max_symbols": args.max_symbols,
             "maes": [args.maes_num_steps, args.maes_expansion_beta, args.maes_expansion_gamma],
         }
-        np.savez(request, meta=np.array(json.dumps(meta)), **arrays)
-        self.log = open(Path(self.tmp.name) / "stderr.txt", "w+")  # noqa: SIM115 - closed in close()
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore"}
-        cmd = [python, str(Path(__file__).resolve()), "--nemo-child", str(request)]
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
-        )
-        self.info = self._reply()
-
-    def _reply(self) -> dict:
-        for line in self.proc.stdout:
-            if line.startswith("@@"):
-                return json.loads(line[2:])
-        self.log.seek(0)
-        lines = [x for x in self.log.read().strip().splitlines() if x.strip()] or ["(no output)"]
-        raise SystemExit(f"NeMo child stopped: {lines[-1]}")
+        super().__init__(python, __file__, meta, arrays, args.threads)
 
     def run(self, strategy: str, beam: int, size: int) -> dict:
-        self.proc.stdin.write(f"{strategy} {beam} {size}\n")
-        self.proc.stdin.flush()
-        return self._reply()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=60)
-        self.log.close()
-        self.tmp.cleanup()
+        return self.ask(strategy, beam, size)
 
 
 def nemo_child(request: Path) -> int:

@@ -100,17 +100,51 @@ def rates(audio_seconds: float, enc: float, dec: float) -> dict:
 # ----------------------------------------------------------------- NeMo (child process in the NeMo venv)
 
 
-class NemoPeer:
-    """The NeMo child, kept alive for the whole model so its passes interleave with ours (same load).
+class NemoChild:
+    """A bench script run as ``--nemo-child REQUEST`` under NeMo's venv, kept alive so its passes
+    interleave with ours (same load). The request .npz holds ``meta`` (JSON) and the arrays; the child
+    prints ``@@ready`` (its info as JSON after ``@@``), then answers each stdin line with one timed pass
+    as a ``@@{json}`` line; ``quit`` ends it."""
 
-    Protocol: the child loads the request .npz (audio batches + our encoder outputs), prints ``@@ready``,
-    then answers each stdin line ``<what> <batch size>`` (what: encoder | labels | frames) with one timed
-    pass over that batch size's batches as a ``@@{json}`` line; ``quit`` ends it.
-    """
-
-    def __init__(self, python: str, model_path: Path, data: dict, max_symbols: int, threads: int) -> None:
+    def __init__(self, python: str, script: str, meta: dict, arrays: dict, threads: int) -> None:
         self.tmp = tempfile.TemporaryDirectory()
         request = Path(self.tmp.name) / "request.npz"
+        np.savez(request, meta=np.array(json.dumps(meta)), **arrays)
+        self.log = open(Path(self.tmp.name) / "stderr.txt", "w+")  # noqa: SIM115 - closed in close()
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+        cmd = [python, str(Path(script).resolve()), "--nemo-child", str(request)]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
+        )
+        self.info = self._reply()
+
+    def _reply(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith("@@"):
+                return json.loads(line[2:])
+        self.log.seek(0)
+        lines = [x for x in self.log.read().strip().splitlines() if x.strip()] or ["(no output)"]
+        raise SystemExit(f"NeMo child stopped: {lines[-1]}")
+
+    def ask(self, *words) -> dict:
+        self.proc.stdin.write(" ".join(str(w) for w in words) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=60)
+        self.log.close()
+        self.tmp.cleanup()
+
+
+class NemoPeer(NemoChild):
+    """This script's NeMo child: the request holds audio batches + our encoder outputs; each line
+    ``<what> <batch size>`` (what: encoder | labels | frames) is one timed pass over that size's batches."""
+
+    def __init__(self, python: str, model_path: Path, data: dict, max_symbols: int, threads: int) -> None:
         arrays = {}
         for size, items in data.items():
             for i, (audio, audio_len, out) in enumerate(items):
@@ -125,35 +159,10 @@ class NemoPeer:
             "max_symbols": max_symbols,
             "threads": threads,
         }
-        np.savez(request, meta=np.array(json.dumps(meta)), **arrays)
-        self.log = open(Path(self.tmp.name) / "stderr.txt", "w+")  # noqa: SIM115 - closed in close()
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
-        cmd = [python, str(Path(__file__).resolve()), "--nemo-child", str(request)]
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
-        )
-        self.info = self._reply()
-
-    def _reply(self) -> dict:
-        for line in self.proc.stdout:
-            if line.startswith("@@"):
-                return json.loads(line[2:])
-        self.log.seek(0)
-        lines = [x for x in self.log.read().strip().splitlines() if x.strip()] or ["(no output)"]
-        raise SystemExit(f"NeMo child stopped: {lines[-1]}")
+        super().__init__(python, __file__, meta, arrays, threads)
 
     def run(self, what: str, size: int) -> dict:
-        self.proc.stdin.write(f"{what} {size}\n")
-        self.proc.stdin.flush()
-        return self._reply()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=60)
-        self.log.close()
-        self.tmp.cleanup()
+        return self.ask(what, size)
 
 
 def nemo_child(request: Path) -> int:
