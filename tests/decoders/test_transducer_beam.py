@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_transducer_greedy import nemo_output  # a helper of the same folder
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders import decoder_config_from_dict
@@ -62,17 +63,6 @@ def context(model) -> DecoderContext:
 def beam_decoder(model, **options) -> TransducerBeamDecoder:
     config = dataclass_from_dict(TransducerBeamConfig, options, prefix="decoder.")
     return TransducerBeamDecoder(config, context(model))
-
-
-def nemo_output(model, ref: dict, rows: list[int] | None = None) -> ModelOutput:
-    """NeMo's own encoder output of the fixture batch (so only the search is compared)."""
-    enc = torch.from_numpy(ref["encoder_out"]).transpose(1, 2).contiguous()
-    lengths = torch.from_numpy(ref["encoder_len"]).long()
-    if rows is not None:
-        enc, lengths = enc[rows, : int(lengths[rows].max())], lengths[rows]
-    return ModelOutput(
-        None, lengths, model.frame_shift, model.blank_id, model.units, enc, {"transducer": model}
-    )
 
 
 def options_from_nemo(decoding: dict) -> dict:

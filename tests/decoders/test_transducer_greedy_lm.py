@@ -15,13 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_transducer_greedy import make_decoder, nemo_output  # helpers of the same folder
+from test_transducer_greedy import reference as greedy_reference
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from asrdecode.config import dataclass_from_dict
-from asrdecode.decoders.base import DecoderContext
 from asrdecode.decoders.transducer_greedy import (
     LabelLoopingRunner,
-    TransducerGreedyConfig,
     TransducerGreedyDecoder,
     greedy_frame_looping,
     greedy_label_looping,
@@ -58,37 +57,12 @@ def token_lm() -> BatchedNgramLM:
     return BatchedNgramLM.from_arpa(ARPA, token_ids="ngpu", vocab_size=128)
 
 
-def make_decoder(model, **options) -> TransducerGreedyDecoder:
-    config = dataclass_from_dict(TransducerGreedyConfig, options, prefix="decoder.")
-    ctx = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
-    return TransducerGreedyDecoder(config, ctx)
-
-
 def lm_decoder(model, **options) -> TransducerGreedyDecoder:
     return make_decoder(model, ngram_lm=str(ARPA), ngram_lm_alpha=ALPHA, **options)
 
 
-def nemo_output(model, ref: dict, rows: list[int] | None = None) -> ModelOutput:
-    enc = torch.from_numpy(ref["encoder_out"]).transpose(1, 2).contiguous()
-    lengths = torch.from_numpy(ref["encoder_len"]).long()
-    if rows is not None:
-        enc, lengths = enc[rows, : int(lengths[rows].max())], lengths[rows]
-    return ModelOutput(
-        None, lengths, model.frame_shift, model.blank_id, model.units, enc, {"transducer": model}
-    )
-
-
 def reference(ref: dict, b: int, key: str = "greedy_lm") -> dict:
-    n = int(ref[f"{key}_tokens_len"][b])
-    out = {
-        "tokens": ref[f"{key}_tokens"][b, :n].tolist(),
-        "frames": ref[f"{key}_timestamps"][b, :n].tolist(),
-        "text": str(ref[f"{key}_text"][b]),
-        "score": float(ref[f"{key}_score"][b]),
-    }
-    if f"{key}_durations_single" in ref:
-        out["durations"] = ref[f"{key}_durations_single"][b, :n].tolist()
-    return out
+    return greedy_reference(ref, b, key)
 
 
 class KenLmScorer:
