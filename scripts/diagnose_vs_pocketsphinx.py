@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Per utterance: is asrdecode's loss (or win) against pocketsphinx a search error or a model difference?
+
+    .venv/bin/python scripts/diagnose_vs_pocketsphinx.py data/real/dev/manifest.jsonl
+    .venv/bin/python scripts/diagnose_vs_pocketsphinx.py my_wavs/ --graph GRAPH_DIR decoder.beam=18
+
+No transcripts needed. Each recording is read and resampled to 16 kHz once; the same samples go to
+pocketsphinx 5.1.1's own decoder (`scripts/pocketsphinx_peer.py`: a fresh front end per
+utterance; given the LM file the graph was built from, `--lm`; default: the graph's `arpa`) and
+to asrdecode (`--config`, the pocketsphinx en-us HMM + HCLG + `wfst`).
+Then both word sequences, and the reference if the input has one, are force-aligned through the
+same HCLG with the same scales (`asrdecode.decoders.wfst.align`: the exhaustive best path that
+outputs exactly those words), and their costs in asrdecode's model are compared with the 1-best
+cost asrdecode's search returned:
+
+* ``search error``: pocketsphinx's words cost less in our model than our own 1-best: our search
+  lost them (beams, max_active, pruning);
+* ``model differs``: pocketsphinx's words cost more in our model: the two systems score differently
+  (front end, HMM, LM weighting, silence/filler handling), and the search is not to blame;
+* ``same``: same words; ``unreachable``: pocketsphinx's words have a word our graph lacks, or no
+  path of the graph outputs them in the utterance's frames.
+
+Costs are asrdecode's (acoustic cost / lw + graph cost incl. LM, HMM transitions, word insertion
+penalty; lower is better); the acoustic/graph split shows which side the difference is on. A
+reference that costs less than our 1-best is a search error as well (listed as `ref`).
+Prints a table per utterance and a verdict count; writes JSON (`--json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asrdecode.audio.loading import load_audio, resample_batch
+from asrdecode.config import build_config
+from asrdecode.decoders import DecoderContext, make_decoder
+from asrdecode.decoders.wfst import WfstDecoder
+from asrdecode.decoders.wfst.align import force_align
+from asrdecode.errors import AsrDecodeError
+from asrdecode.graph.restrict import WordSequenceGraphs
+from asrdecode.io.manifests import read_inputs
+from asrdecode.models.loading import load_model
+from asrdecode.scoring import score
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pocketsphinx_peer import Pocketsphinx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TOLERANCE = 1e-3  # cost units: float32 sums over thousands of frames
+
+
+def verdict(ours: list[str], theirs: list[str], our_cost: float, their_cost: float | None) -> str:
+    if theirs == ours:
+        return "same"
+    if their_cost is None:
+        return "unreachable"
+    return "search error" if their_cost < our_cost - TOLERANCE else "model differs"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("input", type=Path, help="manifest.jsonl, audio folder or Kaldi data dir")
+    ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
+    ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
+    ap.add_argument("--lm", type=Path, help="LM file for pocketsphinx (default: the graph's ARPA)")
+    ap.add_argument("--default-lm", action="store_true", help="also run pocketsphinx with its own LM")
+    ap.add_argument("--json", type=Path, default=ROOT / "out/diagnose_vs_pocketsphinx.json")
+    ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
+    args = ap.parse_intermixed_args()
+
+    try:
+        cfg = build_config(args.config, [f"decoder.graph={args.graph}", *args.overrides])
+        meta = json.loads((args.graph / "meta.json").read_text())
+        lm = args.lm or (ROOT / meta["arpa"] if not Path(meta["arpa"]).is_absolute() else Path(meta["arpa"]))
+        inputs = read_inputs(args.input)
+        model = load_model(cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads).eval()
+        context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+        decoder = make_decoder(cfg.decoder, context)
+    except (AsrDecodeError, OSError, KeyError) as err:
+        sys.exit(f"diagnose: {err}")
+    if not isinstance(decoder, WfstDecoder) or type(decoder) is not WfstDecoder:
+        sys.exit("diagnose: the config's decoder must be `wfst` (forced alignment runs through its graph)")
+    graphs = WordSequenceGraphs(decoder.graph_cpu)
+    torch.set_num_threads(1)
+
+    ps_same_lm = Pocketsphinx(lm)
+    ps_default = Pocketsphinx(None) if args.default_lm else None
+
+    rows, refs = [], {}
+    for utt in inputs.utterances:
+        try:
+            wave, rate = load_audio(utt)
+        except AsrDecodeError as err:
+            print(f"skipped: {err}", file=sys.stderr)
+            continue
+        wav = resample_batch([torch.from_numpy(np.ascontiguousarray(wave))], [rate], model.sample_rate)[0]
+        if isinstance(wav, Exception):
+            print(f"skipped: {wav}", file=sys.stderr)
+            continue
+        pcm = np.clip(np.round(wav.numpy() * 32768.0), -32768, 32767).astype(np.int16)
+        samples = torch.from_numpy(pcm.astype(np.float32) / 32768.0)[None]
+        with torch.inference_mode():
+            feats, n = model.features(samples, torch.tensor([samples.shape[1]]))
+            output = model.forward_features(feats, n)
+        ours = decoder.decode(output)[0]
+        our_words = [w.word for w in ours.words]
+        theirs, ps_seconds = ps_same_lm.words(pcm)
+        ref = (utt.text or "").split()
+        wanted = [our_words, theirs] + ([ref] if ref else [])
+        forced = [force_align(decoder, output, [words], graphs)[0] for words in wanted]
+        cost = [None if r is None else -r.score for r in forced]
+        row = {
+            "id": utt.utt_id,
+            "seconds": round(samples.shape[1] / model.sample_rate, 2),
+            "ref": " ".join(ref),
+            "asrdecode": " ".join(our_words),
+            "pocketsphinx": " ".join(theirs),
+            "asrdecode_cost": -ours.score,
+            "asrdecode_forced_cost": cost[0],
+            "asrdecode_parts": {"acoustic": -ours.acoustic_score, "graph": -ours.lm_score},
+            "pocketsphinx_cost": cost[1],
+            "pocketsphinx_parts": None
+            if forced[1] is None
+            else {"acoustic": -forced[1].acoustic_score, "graph": -forced[1].lm_score},
+            "ref_cost": cost[2] if ref else None,
+            "verdict": verdict(our_words, theirs, -ours.score, cost[1]),
+            "pocketsphinx_seconds": ps_seconds,
+        }
+        if ref and cost[2] is not None and cost[2] < -ours.score - TOLERANCE:
+            row["ref_verdict"] = "search error"
+        if ps_default is not None:
+            row["pocketsphinx_default_lm"] = " ".join(ps_default.words(pcm)[0])
+        rows.append(row)
+        refs[utt.utt_id] = " ".join(ref)
+        print_row(row)
+
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    summary = {"utterances": len(rows), "verdicts": counts}
+    if any(refs.values()):
+        summary["wer"] = {
+            "asrdecode": score(refs, {r["id"]: r["asrdecode"] for r in rows}).wer,
+            "pocketsphinx_same_lm": score(refs, {r["id"]: r["pocketsphinx"] for r in rows}).wer,
+        }
+        if ps_default is not None:
+            summary["wer"]["pocketsphinx_default_lm"] = score(
+                refs, {r["id"]: r["pocketsphinx_default_lm"] for r in rows}
+            ).wer
+        summary["ref_search_errors"] = sum(1 for r in rows if r.get("ref_verdict") == "search error")
+    print("\n" + json.dumps(summary))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "input": str(args.input),
+                "config": str(args.config),
+                "graph": str(args.graph),
+                "lm": str(lm),
+                "overrides": args.overrides,
+                "summary": summary,
+                "utterances": rows,
+            },
+            indent=2,
+        )  # fmt: skip
+    )
+    print(f"wrote {args.json}")
+
+
+def print_row(row: dict) -> None:
+    def fmt(cost: float | None, parts: dict | None = None) -> str:
+        if cost is None:
+            return "unreachable"
+        extra = f" (ac {parts['acoustic']:.2f} + graph {parts['graph']:.2f})" if parts else ""
+        return f"{cost:.3f}{extra}"
+
+    print(f"\n{row['id']} ({row['seconds']} s): {row['verdict'].upper()}")
+    if row["ref"]:
+        flag = " SEARCH ERROR" if row.get("ref_verdict") else ""
+        print(f"  REF  {row['ref']}   cost {fmt(row['ref_cost'])}{flag}")
+    print(f"  ASR  {row['asrdecode']}   cost {fmt(row['asrdecode_cost'], row['asrdecode_parts'])}")
+    print(f"  PS   {row['pocketsphinx']}   cost {fmt(row['pocketsphinx_cost'], row['pocketsphinx_parts'])}")
+    if "pocketsphinx_default_lm" in row:
+        print(f"  PS*  {row['pocketsphinx_default_lm']}   (pocketsphinx's own LM)")
+
+
+if __name__ == "__main__":
+    main()

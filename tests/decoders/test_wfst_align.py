@@ -1,0 +1,91 @@
+"""Forced alignment (`decoders.wfst.align`) against independent references: the plain-Python
+Viterbi over (state, words output so far) of `wfst_ref.word_sequence_cost` on random WFSTs, and
+the decoder's own 1-best score when the transcript is the decoder's 1-best."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from wfst_ref import all_word_sequences, random_wfst, single_thread, word_sequence_cost  # noqa: F401
+
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst.align import force_align
+from asrdecode.graph import DeviceGraph
+from asrdecode.graph.restrict import WordSequenceGraphs
+from asrdecode.models.base import ModelOutput
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+V = 4
+WORDS = {i: f"w{i}" for i in range(1, 10)}
+
+
+def device_graph(fst: dict) -> DeviceGraph:
+    a = np.array(fst["arcs"], dtype=np.float64).reshape(-1, 5)
+    return DeviceGraph.from_arrays(
+        fst["num_states"], fst["start"], np.array(fst["final"]), a[:, 0].astype(int),
+        a[:, 1].astype(int), a[:, 2].astype(int), a[:, 3], a[:, 4].astype(int),
+    )  # fmt: skip
+
+
+def model_output(lp: np.ndarray) -> ModelOutput:
+    return ModelOutput(torch.from_numpy(lp[None]), torch.tensor([len(lp)]), 0.01, -1, [])
+
+
+def log_probs(rng, T: int) -> np.ndarray:
+    x = rng.normal(size=(T, V)) * 2
+    return (x - np.log(np.exp(x).sum(-1, keepdims=True))).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_forced_cost_equals_exhaustive_reference(seed):
+    """Every word sequence the graph can output in T frames, and some it cannot: the forced cost is
+    the reference's best cost of that sequence (None where the reference finds no path)."""
+    rng = np.random.default_rng(seed)
+    fst = random_wfst(rng, int(rng.integers(3, 8)), V, 4, eps_forward=True)
+    lp = log_probs(rng, int(rng.integers(2, 7)))
+    dec = WfstDecoder(WfstConfig(backend="compiled", threads=1), graph=device_graph(fst), words=WORDS)
+    graphs = WordSequenceGraphs(dec.graph_cpu)
+    sequences = list(all_word_sequences(fst, lp))[:8]
+    sequences += [tuple(int(w) for w in rng.integers(1, 5, size=int(rng.integers(0, 4)))) for _ in range(4)]
+    for seq in sequences:
+        ref = word_sequence_cost(fst, lp, list(seq))
+        got = force_align(dec, model_output(lp), [[WORDS[w] for w in seq]], graphs)[0]
+        if math.isinf(ref):
+            assert got is None, seq
+        else:
+            assert got is not None, seq
+            assert -got.score == pytest.approx(ref, abs=1e-4), seq
+
+
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+@pytest.mark.parametrize("seed", range(10))
+def test_forced_cost_of_the_one_best_is_its_score(seed, backend):
+    """The decoder's 1-best, force-aligned, costs what the decoder said it costs (acoustic and
+    graph parts too), with a word insertion penalty and an acoustic scale."""
+    rng = np.random.default_rng(100 + seed)
+    cfg = WfstConfig(backend=backend, threads=1, acoustic_scale=0.7, word_insertion_penalty=0.3)
+    while True:  # a graph whose final states are reachable in these frames
+        fst = random_wfst(rng, 7, V, 4, eps_forward=True)
+        lp = log_probs(rng, 6)
+        dec = WfstDecoder(cfg, graph=device_graph(fst), words=WORDS)
+        best = dec.decode(model_output(lp))[0]
+        if math.isfinite(best.score) and not dec.last_info["not_final"]:
+            break
+    forced = force_align(dec, model_output(lp), [[w.word for w in best.words]])[0]
+    assert forced is not None
+    assert forced.score == pytest.approx(best.score, abs=1e-4)
+    assert forced.acoustic_score == pytest.approx(best.acoustic_score, abs=1e-4)
+    assert forced.lm_score == pytest.approx(best.lm_score, abs=1e-4)
+
+
+def test_unknown_word_and_empty_sequence():
+    rng = np.random.default_rng(7)
+    fst = random_wfst(rng, 5, V, 4, eps_forward=True)
+    lp = log_probs(rng, 4)
+    dec = WfstDecoder(WfstConfig(backend="compiled", threads=1), graph=device_graph(fst), words=WORDS)
+    assert force_align(dec, model_output(lp), [["nope"]])[0] is None
+    ref = word_sequence_cost(fst, lp, [])
+    got = force_align(dec, model_output(lp), [[]])[0]
+    assert (got is None) == math.isinf(ref)
