@@ -19,7 +19,7 @@ Per utterance (``waveforms [B, S]``, ``lengths [B]``), following pocketsphinx's 
    loop on CPU tensors and as per-frame torch ops on other devices (equal gains, tested).
 6. ``log(mel + 1e-4)``; cepstra by the ``legacy`` sphinx DCT (first bin weighted 1/2, scaled by
    1/nfilt), ``dct`` (orthogonal DCT-II) or ``htk``; sine liftering ``1 + L/2 sin(pi i / L)``.
-7. ``1s_c_d_dd`` features: batch CMN (mean over the utterance's frames), then per frame
+7. ``1s_c_d_dd`` features: batch CMN (mean over the utterance's frames with c0 >= 0), then per frame
    ``[c[t], c[t+2] - c[t-2], (c[t+3] - c[t-1]) - (c[t+1] - c[t-3])]`` with the first/last frame
    replicated past the utterance edges.
 
@@ -256,11 +256,17 @@ def sphinx_num_frames(lengths: torch.Tensor, cfg: SphinxFeConfig) -> torch.Tenso
 
 
 def batch_cmn(cep: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Subtract each utterance's mean over its valid frames ([B, T, D]); padding stays 0."""
-    mask = (torch.arange(cep.shape[1], device=cep.device)[None, :] < lengths[:, None]).to(cep.dtype)
-    count = lengths.clamp(min=1).to(cep.dtype)[:, None]
-    mean = (cep * mask[..., None]).sum(1) / count
-    return (cep - mean[:, None, :]) * mask[..., None]
+    """Subtract each utterance's cepstral mean ([B, T, D]); padding stays 0.
+
+    As pocketsphinx's batch CMN, the mean is taken over the frames whose c0 is not negative
+    (it skips "zero energy" frames: digital silence, dropouts); an utterance with no such frame
+    uses all its frames (pocketsphinx would divide by zero there)."""
+    valid = torch.arange(cep.shape[1], device=cep.device)[None, :] < lengths[:, None]
+    counted = valid & (cep[..., 0] >= 0)
+    counted = torch.where(counted.any(1, keepdim=True), counted, valid)
+    weight = counted.to(cep.dtype)
+    mean = (cep * weight[..., None]).sum(1) / weight.sum(1).clamp(min=1)[:, None]
+    return (cep - mean[:, None, :]) * valid[..., None].to(cep.dtype)
 
 
 def deltas_1s_c_d_dd(cep: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

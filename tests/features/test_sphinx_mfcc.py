@@ -171,6 +171,7 @@ def test_num_frames_edges() -> None:
 def test_cmn_and_dynamic_features_formula() -> None:
     torch.manual_seed(0)
     cep = torch.randn(2, 9, 13)
+    cep[..., 0] += 5.0  # no "zero energy" frame (c0 < 0)
     lens = torch.tensor([9, 5])
     norm = batch_cmn(cep, lens)
     assert norm[0].mean(0).abs().max() < 1e-6 and norm[1, :5].mean(0).abs().max() < 1e-6
@@ -184,6 +185,19 @@ def test_cmn_and_dynamic_features_formula() -> None:
             want = np.concatenate([c[t], at[2] - at[-2], (at[3] - at[-1]) - (at[1] - at[-3])])
             np.testing.assert_allclose(feats[b, t].numpy(), want, atol=1e-5)
     assert feats[1, 5:].abs().max() == 0
+
+
+def test_batch_cmn_skips_negative_c0_frames_as_pocketsphinx() -> None:
+    """pocketsphinx's cmn(): the mean is over frames with c0 >= 0 only, subtracted from every frame;
+    with no such frame every frame counts."""
+    cep = torch.tensor(
+        [[[2.0, 1.0], [-3.0, 7.0], [4.0, 3.0], [9.0, 9.0]], [[-1.0, 2.0], [-3.0, 4.0], [0, 0], [0, 0]]]
+    )
+    lens = torch.tensor([3, 2])
+    norm = batch_cmn(cep, lens)
+    mean0 = torch.tensor([3.0, 2.0])  # frames 0 and 2; frame 1 has c0 < 0, frame 3 is padding
+    assert torch.allclose(norm[0, :3], cep[0, :3] - mean0) and norm[0, 3].abs().max() == 0
+    assert torch.allclose(norm[1, :2], cep[1, :2] - torch.tensor([-2.0, 3.0]))
 
 
 def test_feat_params_validation() -> None:
