@@ -32,6 +32,9 @@ class ModelConfig:
     type: str = "auto"  # auto | nemo-ctc | nemo-transducer | sphinx
     topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture
     threads: int = 0  # sphinx models on CPU: threads scoring chunks of frames in parallel (0 = all cores)
+    # sphinx models: a Gaussian counts at most this many nats below the frame's best (per stream), as
+    # pocketsphinx scores (-1 = its value, 96 steps of its log table = 9.83 nats); 0 = no floor
+    density_floor: float = -1.0
 
 
 @dataclass

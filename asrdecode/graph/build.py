@@ -59,7 +59,7 @@ BUILD_FILES = ("TLG.fst", "words.txt", "units.txt", "meta.json")  # + graph.pt /
 # Files a build owns: replaced as a whole, never carried over from an older build of the folder.
 OWNED_FILES = (*GRAPH_FILES, "TLG.fst", "HCLG.fst", "words.txt", "units.txt", "meta.json")
 # Bump when a change to the recipe changes what a build with the same inputs produces (cache key).
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 _DISAMBIG = re.compile(r"^#\d+$")
 
 

@@ -150,8 +150,8 @@ def compile_hclg(
     save_format: str = "both",
 ) -> dict[str, Any]:
     """Shared HCLG recipe; `prons` use phone ids 1..num_phones, `optional` = (phone id, cost) that may
-    appear between words with no output (silence, fillers). `edge_silence`: a phone id that may
-    also start and end the utterance at no cost (pocketsphinx's `<s>`/`</s>` are silence).
+    appear between words with no output (silence, fillers). `edge_silence`: a phone id that every
+    utterance starts and ends with, at no cost (pocketsphinx's `<s>`/`</s>` are silence words).
     Writes the graph folder (atomically, `staged_folder`; graph.pt and/or graph.safetensors by
     `save_format`), returns meta.
 
@@ -252,30 +252,21 @@ def _map_ilabels(fst: Any, label_map: np.ndarray) -> Any:
 
 
 def _add_loops(L: Any, loops: tuple[tuple[int, float], ...], edge_unit: int | None = None) -> Any:
-    """Optional units on L's loop state 0 (read between words, no output). With `edge_unit`, a
-    new start state (a copy of state 0's arcs plus `edge_unit` -> 0) and a new final state
-    (0 -> `edge_unit` -> it) let that unit begin and end the utterance at no cost."""
+    """Optional units on L's loop state 0 (read between words, no output). With `edge_unit`,
+    every utterance must begin and end with that unit (pocketsphinx's `<s>` and `</s>` are
+    silence words every hypothesis starts and ends with): a new start state reads it into state 0,
+    and each final state reads it (its final cost on that arc) into a new, only final state."""
     g = DeviceGraph.from_kaldifst(L)
     a = g.arc_arrays()
     rows = [[0, u, 0, c, 0] for u, c in loops]
     num_states, start, final = g.num_states, g.start, g.final.numpy()
     if edge_unit is not None:
         first, last = num_states, num_states + 1
-        from_loop = a["src"] == 0
-        rows += [
-            [first, il, ol, w, ns]
-            for il, ol, w, ns in zip(
-                a["ilabel"][from_loop],
-                a["olabel"][from_loop],
-                a["weight"][from_loop],
-                a["nextstate"][from_loop],
-                strict=True,
-            )
-        ]
-        rows += [[first, u, 0, c, 0] for u, c in loops]
-        rows += [[first, edge_unit, 0, 0.0, 0], [0, edge_unit, 0, 0.0, last]]
+        rows += [[first, edge_unit, 0, 0.0, start]]
+        rows += [[int(f), edge_unit, 0, float(final[f]), last] for f in np.flatnonzero(np.isfinite(final))]
         num_states, start = num_states + 2, first
-        final = np.concatenate([final, [final[0], 0.0]]).astype(final.dtype)
+        final = np.full(num_states, np.inf, dtype=final.dtype)
+        final[last] = 0.0
     extra = np.array(rows, dtype=np.float64).reshape(-1, 5)
     g2 = DeviceGraph.from_arrays(
         num_states,

@@ -62,14 +62,17 @@ def resolve_model_path(spec: str) -> Path:
     return path
 
 
-def load_model(spec: str, model_type: str = "auto", topn: int = 4, threads: int = 1):
+def load_model(
+    spec: str, model_type: str = "auto", topn: int = 4, threads: int = 1, density_floor: float = -1.0
+):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
     model_type: ``auto`` (a ``.nemo`` file: CTC or transducer by the class in its config; hybrid
     RNNT-CTC models load their CTC head; a folder with an ``mdef``: sphinx), ``nemo-ctc``,
     ``nemo-transducer`` (RNN-T/TDT, or a hybrid's transducer part) or ``sphinx`` (a pocketsphinx
     PTM model folder, e.g. ``embedded:sphinx-en-us``; ``topn`` = its Gaussian selection, 0 = full;
-    ``threads`` = CPU threads scoring chunks of frames, 0 = all cores).
+    ``threads`` = CPU threads scoring chunks of frames, 0 = all cores; ``density_floor`` = nats,
+    -1 = pocketsphinx's, 0 = none).
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -86,9 +89,10 @@ def load_model(spec: str, model_type: str = "auto", topn: int = 4, threads: int 
 
         return load_nemo(path, nemo_kinds[kind])
     if kind == "sphinx":
-        from asrdecode.models.sphinx import load_sphinx
+        from asrdecode.models.sphinx import POCKETSPHINX_DENSITY_FLOOR, load_sphinx
 
-        return load_sphinx(path, topn=topn, threads=threads)
+        floor = POCKETSPHINX_DENSITY_FLOOR if density_floor == -1.0 else density_floor
+        return load_sphinx(path, topn=topn, threads=threads, density_floor=floor)
     raise ModelError(
         f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc, nemo-transducer, sphinx)"
     )

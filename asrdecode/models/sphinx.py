@@ -73,7 +73,10 @@ __all__ = [
 
 MIXW_LOG_UNIT = 1024 * math.log(1.0001)  # nats per sendump step
 VARFLOOR = 1e-4
-DENSITY_FLOOR = 60.0  # nats below a codebook's best density that still count (see _full_mixture)
+UNDERFLOW_FLOOR = 60.0  # nats below a codebook's best density that still count (see _full_mixture)
+# pocketsphinx clamps every top-N density at MAX_NEG_ASCR = 96 steps of its 8-bit log table below the
+# stream's best density of the frame (ptm_mgau.c, ptm_mgau_codebook_norm): 96 * 1024 * ln(1.0001) nats.
+POCKETSPHINX_DENSITY_FLOOR = 96 * 1024 * math.log(1.0001)
 SENONE_BLOCK = 32  # senone columns per row of the top-N lookup table (see _init_sparse_mixture)
 KEY_STEP = 2.0**-40  # relative step between tie-broken keys of equal values (see tie_broken_keys)
 KEY_FLOOR = 2.0**-140  # keeps the keys of exact zeros apart
@@ -283,6 +286,10 @@ class SphinxAcousticModel(nn.Module):
     """A pocketsphinx PTM model as an ``AcousticModel``: waveforms -> MFCC -> senone log-likelihoods.
 
     ``topn``: 0 = exact full mixtures, N > 0 = pocketsphinx's top-N densities per codebook/stream.
+    ``density_floor``: Gaussian log-densities more than this many nats below the frame's best
+    density of their stream (over all codebooks) count as that far below, as pocketsphinx scores
+    them (``POCKETSPHINX_DENSITY_FLOOR``, 9.83 nats: a senone far from the frame costs at most
+    about that much per stream plus its mixture weight); 0 = no floor (exact mixtures).
     ``dtype``: precision of the Gaussians and mixtures (float32 is fast; float64 for exactness
     checks). ``chunk_frames``: frames scored at once (the valid frames of a whole batch are packed
     first); top-N selects ``TOPN_SELECT_FRAMES`` at a time (2 x 4 MB of float64 keys). The working
@@ -303,8 +310,12 @@ class SphinxAcousticModel(nn.Module):
         dtype: torch.dtype = torch.float32,
         chunk_frames: int = CHUNK_FRAMES,
         threads: int = 1,
+        density_floor: float = POCKETSPHINX_DENSITY_FLOOR,
     ) -> None:
         super().__init__()
+        if not density_floor >= 0:
+            raise ModelError(f"model.density_floor={density_floor} must be >= 0 (0 = no floor)")
+        self.density_floor = float(density_floor)
         if threads < 0:
             raise ModelError(f"model.threads={threads} must be >= 0 (0 = all cores)")
         self.threads = threads if threads > 0 else len(os.sched_getaffinity(0))
@@ -533,7 +544,10 @@ class SphinxAcousticModel(nn.Module):
         the log domain, the streams' best log-densities added and the senones' columns picked.
         """
         n_f, _, n, frames = top.shape
-        p = (top - top[:, :, :1]).clamp_(min=-DENSITY_FLOOR).exp_()
+        if self.density_floor:
+            lowest = top[:, :, 0].amax(1) - self.density_floor  # [f, N]
+            top = torch.maximum(top, lowest[:, None, None, :])
+        p = (top - top[:, :, :1]).clamp_(min=-UNDERFLOW_FLOOR).exp_()
         # bags ordered (stream, block, frame), so that consecutive bags read the same block's
         # table rows: table rows / weights [f, blocks, N, n]
         bags = idx.index_select(1, self.block_cb).transpose(2, 3) + self.block_rows
@@ -553,14 +567,17 @@ class SphinxAcousticModel(nn.Module):
         log-likelihoods of the full mixtures.
 
         Each codebook/stream's densities are shifted by their best (so the largest term is 1) and
-        exponentiated (clamped ``DENSITY_FLOOR`` nats below: an exp that underflows is ~60x slower
+        exponentiated (clamped ``UNDERFLOW_FLOOR`` nats below: an exp that underflows is ~60x slower
         on CPUs, and the terms changed weigh < 128 e^-60 against a mixture >= e^-26, the smallest
         mixture weight), then mixed with the weights of the codebook's senones by one batched
         (over streams) matmul per codebook; the stream mixtures are multiplied and taken back to
         the log domain.
         """
+        if self.density_floor:
+            lowest = g.amax(dim=(1, 2), keepdim=True) - self.density_floor  # [f, 1, 1, N]
+            g = torch.maximum(g, lowest, out=g)
         best = g.amax(2, keepdim=True)
-        p = g.sub_(best).clamp_(min=-DENSITY_FLOOR).exp_()
+        p = g.sub_(best).clamp_(min=-UNDERFLOW_FLOOR).exp_()
         n_f, n = p.shape[0], p.shape[-1]
         mix = self._buffer("mixtures", (n_f, n, self.mixw.shape[2]), p.dtype, p.device)  # [f, N, S]
         bounds = self.cb_bounds
@@ -614,8 +631,12 @@ class SphinxAcousticModel(nn.Module):
 
 
 def load_sphinx(
-    folder: str | Path, topn: int = 4, dtype: torch.dtype = torch.float32, threads: int = 1
+    folder: str | Path,
+    topn: int = 4,
+    dtype: torch.dtype = torch.float32,
+    threads: int = 1,
+    density_floor: float = POCKETSPHINX_DENSITY_FLOOR,
 ) -> SphinxAcousticModel:
     """Read a pocketsphinx PTM model folder into a :class:`SphinxAcousticModel`."""
     data = read_sphinx_model(folder)
-    return SphinxAcousticModel(data, topn=topn, dtype=dtype, threads=threads)
+    return SphinxAcousticModel(data, topn=topn, dtype=dtype, threads=threads, density_floor=density_floor)

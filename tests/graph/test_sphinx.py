@@ -154,11 +154,12 @@ def test_build_graph_kind_hclg_sphinx_is_cached(sphinx, tmp_path):
     assert info["kind"] == "HCLG" and info["words (vocabulary)"] == str(len(WORDS))
 
 
-def test_edge_silence_is_free_and_transition_scale_applies(sphinx):
-    """pocketsphinx's utterances begin and end in silence at no insertion cost, and its transition
-    and silence costs sit on the acoustic side (`transition_scale`). Decoded with kaldi-decoder:
-    adding silence frames at both edges must cost exactly their acoustic cost plus the scaled
-    transition costs of the silence HMM, and no -ln(silprob)."""
+def test_edge_silence_is_required_free_and_transition_scale_applies(sphinx):
+    """pocketsphinx's utterances begin and end with its silence words `<s>`/`</s>` (no insertion
+    cost), and its transition and silence costs sit on the acoustic side (`transition_scale`).
+    Every path of the HCLG starts by reading the silence HMM's first senone; decoded with
+    kaldi-decoder, one more frame per silence HMM state at both edges costs exactly its acoustic
+    cost plus the scaled self-loop costs of the silence HMM (no -ln(silprob))."""
     import kaldi_decoder
 
     d, _ = sphinx
@@ -193,9 +194,23 @@ def test_edge_silence_is_free_and_transition_scale_applies(sphinx):
         _, _, out, w = kaldifst.get_linear_symbol_sequence(lat)
         return [table[o] for o in out], w.value1 + w.value2
 
-    plain_words, plain = decode(frames)
-    edge_words, with_edges = decode(edge + frames + edge)
-    assert plain_words == edge_words == words
-    sil_hmm = sum(-math.log(tmat[i, i]) - math.log(tmat[i, i + 1]) for i in range(3))  # 2 frames/state
-    expected = 2 * (len(edge) * -math.log(0.5) + scale * sil_hmm)
-    assert with_edges - plain == pytest.approx(expected, abs=1e-3)
+    longer = [s for s in sil for _ in range(3)]
+    short_words, short = decode(edge + frames + edge)
+    long_words, long = decode(longer + frames + longer)
+    assert short_words == long_words == words
+    self_loops = sum(-math.log(tmat[i, i]) for i in range(3))  # one more frame in each state
+    expected = 2 * (len(sil) * -math.log(0.5) + scale * self_loops)
+    assert long - short == pytest.approx(expected, abs=1e-3)
+
+    g = DeviceGraph.load(d / "graph-scaled" / "graph.pt")
+    a = g.arc_arrays()
+    reached, todo, first_reads = {g.start}, [g.start], set()
+    while todo:  # the start state's epsilon closure and the units its emitting arcs read
+        s = todo.pop()
+        for i in np.flatnonzero(a["src"] == s):
+            if a["ilabel"][i]:
+                first_reads.add(int(a["ilabel"][i]) - 1)
+            elif int(a["nextstate"][i]) not in reached:
+                reached.add(int(a["nextstate"][i]))
+                todo.append(int(a["nextstate"][i]))
+    assert first_reads == {sil[0]}

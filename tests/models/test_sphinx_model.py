@@ -14,6 +14,7 @@ from asrdecode.errors import ModelError
 from asrdecode.models.loading import load_model, resolve_model_path
 from asrdecode.models.sphinx import (
     MIXW_LOG_UNIT,
+    POCKETSPHINX_DENSITY_FLOOR,
     SphinxAcousticModel,
     key_index,
     read_feat_params,
@@ -45,6 +46,8 @@ def models(data) -> dict[str, SphinxAcousticModel]:
         "top1": SphinxAcousticModel(data, topn=1),
         "top16": SphinxAcousticModel(data, topn=16),
         "topn64": SphinxAcousticModel(data, topn=4, dtype=torch.float64),
+        "full-nofloor": SphinxAcousticModel(data, topn=0, density_floor=0.0),
+        "topn-nofloor": SphinxAcousticModel(data, topn=4, density_floor=0.0),
     }
 
 
@@ -79,19 +82,30 @@ def test_model_facts(data, folder) -> None:
     assert read_feat_params(folder / "feat.params")["feat"] == "1s_c_d_dd"
 
 
-def numpy_senone_scores(data, x: np.ndarray, topn: int = 0) -> np.ndarray:
-    """Slow reference: one frame, one senone, one stream at a time, float64."""
+def numpy_senone_scores(
+    data, x: np.ndarray, topn: int = 0, floor: float = POCKETSPHINX_DENSITY_FLOOR
+) -> np.ndarray:
+    """Slow reference: one frame, one senone, one stream at a time, float64. `floor`: densities
+    count at most that many nats below the stream's best density of any codebook (pocketsphinx's
+    ptm_mgau_codebook_norm clamp; 0 = none)."""
     out = np.zeros(data.n_senones)
     logw = data.log_mixw
     means = data.means.astype(np.float64)
     var = data.variances.astype(np.float64)
+
+    def densities(cb: int, f: int) -> np.ndarray:
+        xs = x[data.streams[f]].astype(np.float64)
+        return -0.5 * (np.log(2 * np.pi * var[cb, f]) + (xs - means[cb, f]) ** 2 / var[cb, f]).sum(-1)
+
+    best = [max(densities(cb, f).max() for cb in range(data.n_codebooks)) for f in range(len(data.streams))]
     for s in range(data.n_senones):
         cb = int(data.sen2cb[s])
         total = 0.0
-        for f, idx in enumerate(data.streams):
-            xs = x[idx].astype(np.float64)
-            dens = -0.5 * (np.log(2 * np.pi * var[cb, f]) + (xs - means[cb, f]) ** 2 / var[cb, f]).sum(-1)
-            keep = np.argsort(-dens)[:topn] if topn else np.arange(len(dens))
+        for f in range(len(data.streams)):
+            dens = densities(cb, f)
+            keep = np.argsort(-dens)[:topn] if topn else np.arange(len(dens))  # before the floor
+            if floor:
+                dens = np.maximum(dens, best[f] - floor)
             terms = dens[keep] + logw[f, keep, s]
             top = terms.max()
             total += top + np.log(np.exp(terms - top).sum())
@@ -101,14 +115,16 @@ def numpy_senone_scores(data, x: np.ndarray, topn: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "kind, topn",
-    [("full", 0), ("full64", 0), ("topn", 4), ("top1", 1), ("top16", 16), ("topn64", 4)],
+    [("full", 0), ("full64", 0), ("topn", 4), ("top1", 1), ("top16", 16), ("topn64", 4)]
+    + [("full-nofloor", 0), ("topn-nofloor", 4)],
 )
 def test_batched_scores_equal_numpy_loop(data, models, goforward, kind: str, topn: int) -> None:
     feats, _ = goforward
     frames = [3, 120] if kind in ("full", "topn") else [60]
     got = models[kind].senone_scores(feats[:, frames])[0].double().numpy()
+    floor = 0.0 if kind.endswith("nofloor") else POCKETSPHINX_DENSITY_FLOOR
     for i, t in enumerate(frames):
-        want = numpy_senone_scores(data, feats[0, t].numpy(), topn)
+        want = numpy_senone_scores(data, feats[0, t].numpy(), topn, floor)
         err = np.abs(got[i] - want).max()
         assert err < 5e-4, (kind, t, err)
 
