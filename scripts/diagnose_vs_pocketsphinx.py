@@ -76,9 +76,11 @@ def main() -> None:
     try:
         cfg = build_config(args.config, [f"decoder.graph={args.graph}", *args.overrides])
         meta = json.loads((args.graph / "meta.json").read_text())
-        lm = args.lm or (ROOT / meta["arpa"] if not Path(meta["arpa"]).is_absolute() else Path(meta["arpa"]))
+        lm = args.lm or Path(meta["inputs"]["arpa"]["path"])
         inputs = read_inputs(args.input)
-        model = load_model(cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads).eval()
+        model = load_model(
+            cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor
+        ).eval()
         context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
         decoder = make_decoder(cfg.decoder, context)
     except (AsrDecodeError, OSError, KeyError) as err:

@@ -1,28 +1,31 @@
 #!/usr/bin/env python3
 """Real English speech: asrdecode (pocketsphinx's HMM on the device + HCLG + `wfst`) vs pocketsphinx.
 
-    .venv/bin/python scripts/eval_real_speech.py                      # builds the graph if needed
-    .venv/bin/python scripts/eval_real_speech.py --graph out/graphs/sphinx-en-us --json out/eval.json
+    .venv/bin/python scripts/eval_real_speech.py                      # every real set; builds the graph
+    .venv/bin/python scripts/eval_real_speech.py --manifest data/real/test/manifest.jsonl
 
-Both decoders get the same 16 kHz recordings (`data/demo/real`, from the pocketsphinx 5.1.1 source
-distribution). pocketsphinx runs through its Python API with its default settings (its own en-us
-model, full trigram with 72.5k words, 2.05M bigrams and 1.67M trigrams, and its dictionary), one
-thread. asrdecode runs `asrdecode transcribe` with `configs/sphinx-en-us.yaml`: the same acoustic
-model and pocketsphinx's LM with every pronounceable word (72.5k), entropy-pruned
-(`configs/graph/sphinx-en-us.yaml`), twice: with one thread everywhere (`threads=1
-model.threads=1 decoder.threads=1`, like for like with pocketsphinx) and with senone scoring and
-the search on all cores (`model.threads=0 decoder.threads=0`: Python threads over chunks of frames
-and over utterances; torch's own intra-op pool stays at one thread: its OpenMP workers spin-wait,
-and with another process on the second core the front end and scoring took 5x longer with two).
-Both are scored with `asrdecode.scoring` (jiwer) against the same references.
-RTFx = audio seconds / wall seconds of the work both decoders do per utterance (front end,
-acoustic scoring, search), measured the same way for both: one-time costs (model and graph
+Sets (each printed with how it was used): `data/demo/real` (pocketsphinx 5.1.1's test clips; earlier
+sessions chose the graph's pruning on it), `data/real/dev` (the tuning set of the decoding defaults)
+and `data/real/test` (held out: no choice was ever made by looking at it); see data/README.md.
+Both decoders get the same 16 kHz recordings. Per set, three rows besides asrdecode's:
+pocketsphinx with the LM file the graph was built from ("same LM": the exported en-us trigram,
+72.5k words, entropy-pruned; `configs/graph/sphinx-en-us.yaml`) and with its own full en-us.lm.bin
+("its own LM": 72.5k / 2.05M / 1.67M n-grams), each through its Python API with its defaults
+otherwise, one thread, its front end re-initialised before each utterance
+(scripts/pocketsphinx_peer.py: otherwise its noise estimate carries over from the previous file).
+asrdecode runs `asrdecode transcribe` with `configs/sphinx-en-us.yaml`, twice: with one thread
+everywhere (`threads=1 model.threads=1 decoder.threads=1`, like for like with pocketsphinx) and
+with senone scoring and the search on all cores (`model.threads=0 decoder.threads=0`: Python
+threads over chunks of frames and over utterances; torch's own intra-op pool stays at one thread).
+All are scored with `asrdecode.scoring` (jiwer) against the same references.
+RTFx = audio seconds / wall seconds of the work each decoder does per utterance (front end,
+acoustic scoring, search), measured the same way for all: one-time costs (model and graph
 loading, asrdecode's warm-up batch that loads the compiled search, pocketsphinx's Decoder()) and
 reading the audio files are excluded. asrdecode: the sum of its report's `features`, `model` and
-`decode` stage seconds; pocketsphinx: start_utt .. end_utt around each utterance. The end-to-end
-wall RTFx of each asrdecode command (incl. warm-up and writing outputs) is reported as well.
-Prints a table and writes JSON. On a shared machine run it when the CPU is quiet: the decoders
-run one after the other, so load changes in between skew the ratios.
+`decode` stage seconds; pocketsphinx: start_utt .. end_utt around each utterance. "vs PS" is the
+ratio to pocketsphinx with the same LM. The end-to-end wall RTFx of each asrdecode command (incl.
+warm-up and writing outputs) is in the JSON. The load average before and after is printed: on a
+shared machine run it when the CPU is quiet (the decoders run one after the other).
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ import soundfile
 
 from asrdecode.scoring import score
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pocketsphinx_peer import Pocketsphinx  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,32 +56,25 @@ def read_manifest(path: Path) -> list[dict]:
     return rows
 
 
-def run_pocketsphinx(rows: list[dict]) -> dict:
-    """pocketsphinx's own decoder, default configuration, one utterance at a time."""
-    from pocketsphinx import Decoder
-
-    t0 = time.perf_counter()
-    decoder = Decoder(loglevel="FATAL")
-    load = time.perf_counter() - t0
+def run_pocketsphinx(rows: list[dict], lm: Path | None) -> dict:
+    """pocketsphinx's own decoder (`lm` None = its default LM), one utterance at a time, from a
+    fresh front end per utterance (scripts/pocketsphinx_peer.py)."""
+    peer = Pocketsphinx(lm)
     hyps, seconds, audio = {}, 0.0, 0.0
     for row in rows:
         pcm, rate = soundfile.read(row["path"], dtype="int16")
         if rate != 16000:
             sys.exit(f"{row['path']}: {rate} Hz, pocketsphinx's en-us model needs 16 kHz")
-        t = time.perf_counter()
-        decoder.start_utt()
-        decoder.process_raw(pcm.tobytes(), no_search=False, full_utt=True)
-        decoder.end_utt()
-        hyp = decoder.hyp()
-        seconds += time.perf_counter() - t
+        words, spent = peer.words(pcm)
+        seconds += spent
         audio += len(pcm) / rate
-        words = [s.word for s in decoder.seg()] if hyp is not None else []
-        hyps[row["id"]] = " ".join(w.split("(")[0] for w in words if not _is_filler(w))
-    return {"hyps": hyps, "decode_seconds": seconds, "audio_seconds": audio, "load_seconds": load}
-
-
-def _is_filler(word: str) -> bool:
-    return word.startswith("<") or word.startswith("[") or word.startswith("++")
+        hyps[row["id"]] = " ".join(words)
+    return {
+        "hyps": hyps,
+        "decode_seconds": seconds,
+        "audio_seconds": audio,
+        "load_seconds": peer.load_seconds,
+    }
 
 
 def run_checked(cmd: list[str], what: str) -> None:
@@ -101,92 +100,142 @@ def run_asrdecode(manifest: Path, config: Path, graph: Path, out: Path, override
     return {"hyps": hyps, "report": report, "process_seconds": wall}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--manifest", type=Path, default=ROOT / "data/demo/real/manifest.jsonl")
-    ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
-    ap.add_argument("--graph-config", type=Path, default=ROOT / "configs/graph/sphinx-en-us.yaml")
-    ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
-    ap.add_argument("--out", type=Path, default=ROOT / "out/eval-real-speech")
-    ap.add_argument("--json", type=Path, default=ROOT / "out/eval_real_speech.json")
-    ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
-    args = ap.parse_args()
+SETS = {  # manifest -> how it was used
+    "data/demo/real/manifest.jsonl": "seen: earlier sessions chose graph pruning and weights on it",
+    "data/real/dev/manifest.jsonl": "tuning set",
+    "data/real/test/manifest.jsonl": "held out: never used for any choice",
+}
 
-    if not (args.graph / "graph.pt").is_file():
-        print(f"building {args.graph} from {args.graph_config} ...", flush=True)
-        cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
-        run_checked([*cmd, "--out", str(args.graph)], "asrdecode build-graph")
 
-    rows = read_manifest(args.manifest)
+def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
+    """asrdecode (one thread, all cores) and pocketsphinx (same LM, its default LM) on one set."""
+    rows = read_manifest(manifest)
     refs = {row["id"]: row.get("text", "") for row in rows}
     cores = len(os.sched_getaffinity(0))
     runs = {  # name -> (overrides, output folder)
         "asrdecode 1 thread": (["threads=1", "model.threads=1", "decoder.threads=1"], "1-thread"),
         f"asrdecode {cores} cores": (["threads=1", "model.threads=0", "decoder.threads=0"], "all-cores"),
     }
+    out = args.out / manifest.parent.name
     ours = {}
     for name, (threads, folder) in runs.items():
         overrides = [*threads, *args.overrides]
-        ours[name] = run_asrdecode(args.manifest, args.config, args.graph, args.out / folder, overrides)
-    theirs = run_pocketsphinx(rows)
-
-    audio = theirs["audio_seconds"]
-    theirs_score = score(refs, theirs["hyps"])
-    theirs_rtfx = audio / theirs["decode_seconds"]
-    result = {"audio_seconds": audio, "utterances": len(rows), "cores": cores, "asrdecode": {}}
+        ours[name] = run_asrdecode(manifest, args.config, args.graph, out / folder, overrides)
+    peers = {"pocketsphinx, same LM": run_pocketsphinx(rows, lm)}
+    if not args.no_default_lm:
+        peers["pocketsphinx, its own LM"] = run_pocketsphinx(rows, None)
+    same_lm = peers["pocketsphinx, same LM"]
+    audio = same_lm["audio_seconds"]
+    ps_rtfx = audio / same_lm["decode_seconds"]
+    rel = (
+        str(manifest.resolve().relative_to(ROOT))
+        if manifest.resolve().is_relative_to(ROOT)
+        else str(manifest)
+    )
+    result = {
+        "manifest": rel,
+        "use": SETS.get(rel, "not listed"),
+        "audio_seconds": audio,
+        "utterances": len(rows),
+        "cores": cores,
+        "rows": {},
+    }
     for name, run in ours.items():
         stages = run["report"]["stage_seconds"]
         seconds = sum(stages[k] for k in ("features", "model", "decode"))
         run_score = score(refs, run["hyps"])
-        result["asrdecode"][name] = {
+        result["rows"][name] = {
             "wer": run_score.wer,
             "cer": run_score.cer,
             "rtfx": audio / seconds,
-            "rtfx_ratio": audio / seconds / theirs_rtfx,
+            "rtfx_vs_pocketsphinx": audio / seconds / ps_rtfx,
             "decode_seconds": seconds,
             "rtfx_end_to_end": run["report"]["rtfx"],
             "stage_seconds": stages,
-            "rtfx_per_stage": run["report"].get("rtfx_per_stage"),
-            "config": str(args.config),
-            "graph": str(args.graph),
             "overrides": [*runs[name][0], *args.overrides],
         }
-    result["pocketsphinx"] = {
-        "wer": theirs_score.wer,
-        "cer": theirs_score.cer,
-        "rtfx": theirs_rtfx,
-        "decode_seconds": theirs["decode_seconds"],
-        "load_seconds": theirs["load_seconds"],
-    }
+    for name, run in peers.items():
+        run_score = score(refs, run["hyps"])
+        rtfx = audio / run["decode_seconds"]
+        result["rows"][name] = {
+            "wer": run_score.wer,
+            "cer": run_score.cer,
+            "rtfx": rtfx,
+            "rtfx_vs_pocketsphinx": rtfx / ps_rtfx,
+            "decode_seconds": run["decode_seconds"],
+            "load_seconds": run["load_seconds"],
+        }
     first = next(iter(ours.values()))["hyps"]
     result["per_utterance"] = [
-        {"id": u, "ref": refs[u], "asrdecode": first.get(u, ""), "pocketsphinx": theirs["hyps"][u]}
+        {
+            "id": u,
+            "ref": refs[u],
+            "asrdecode": first.get(u, ""),
+            **{name: run["hyps"][u] for name, run in peers.items()},
+        }
         for u in refs
     ]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
+    others = [n for n in list(ours)[1:] if ours[n]["hyps"] != first]
+    result["hypotheses_differ_between_thread_settings"] = others
+    return result
 
-    print(f"\n{len(rows)} real recordings, {audio:.1f} s of audio ({args.manifest})\n")
-    print(f"{'decoder':<22}{'WER':>8}{'CER':>8}{'RTFx':>9}{'vs PS':>8}")
-    for name, r in result["asrdecode"].items():
-        print(f"{name:<22}{r['wer']:>8.1%}{r['cer']:>8.1%}{r['rtfx']:>9.1f}{r['rtfx_ratio']:>7.2f}x")
-    print(
-        f"{'pocketsphinx':<22}{theirs_score.wer:>8.1%}{theirs_score.cer:>8.1%}{theirs_rtfx:>9.1f}{1:>7.2f}x"
-    )
-    for name, r in result["asrdecode"].items():
-        stages = r["stage_seconds"]
-        per_stage = ", ".join(f"{k} {stages[k]:.2f} s" for k in ("features", "model", "decode"))
-        print(f"{name} stages: {per_stage}; end-to-end RTFx {r['rtfx_end_to_end']:.1f}")
-    print()
-    width = max(len(u) for u in refs)
+
+def print_set(result: dict) -> None:
+    print(f"\n{result['manifest']} ({result['use']}): {result['utterances']} recordings, "
+          f"{result['audio_seconds']:.1f} s\n")  # fmt: skip
+    print(f"{'decoder':<26}{'WER':>8}{'CER':>8}{'RTFx':>9}{'vs PS':>8}")
+    for name, r in result["rows"].items():
+        print(
+            f"{name:<26}{r['wer']:>8.1%}{r['cer']:>8.1%}{r['rtfx']:>9.1f}{r['rtfx_vs_pocketsphinx']:>7.2f}x"
+        )
+    width = max(len(u["id"]) for u in result["per_utterance"])
     for item in result["per_utterance"]:
         print(f"{item['id']:<{width}}  REF {item['ref']}")
         print(f"{'':<{width}}  ASR {item['asrdecode']}")
-        print(f"{'':<{width}}  PS  {item['pocketsphinx']}")
-    others = [n for n in list(ours)[1:] if ours[n]["hyps"] != first]
-    if others:
-        print(f"\n(hypotheses of {', '.join(others)} differ from the first run's)")
-    print(f"\nwrote {args.json}")
+        print(f"{'':<{width}}  PS  {item['pocketsphinx, same LM']}")
+    if result["hypotheses_differ_between_thread_settings"]:
+        print(f"(hypotheses of {', '.join(result['hypotheses_differ_between_thread_settings'])} differ)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--manifest", type=Path, action="append", help="a set (repeatable); default: every real set"
+    )
+    ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
+    ap.add_argument("--graph-config", type=Path, default=ROOT / "configs/graph/sphinx-en-us.yaml")
+    ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
+    ap.add_argument("--out", type=Path, default=ROOT / "out/eval-real-speech")
+    ap.add_argument("--json", type=Path, default=ROOT / "out/eval_real_speech.json")
+    ap.add_argument("--no-default-lm", action="store_true", help="skip pocketsphinx with its own LM")
+    ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
+    args = ap.parse_intermixed_args()
+
+    if not (args.graph / "graph.pt").is_file():
+        print(f"building {args.graph} from {args.graph_config} ...", flush=True)
+        cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
+        run_checked([*cmd, "--out", str(args.graph)], "asrdecode build-graph")
+    meta = json.loads((args.graph / "meta.json").read_text())
+    lm = Path(meta["inputs"]["arpa"]["path"])
+    manifests = args.manifest or [ROOT / m for m in SETS if (ROOT / m).is_file()]
+    load = os.getloadavg()
+    results = [evaluate_set(args, m, lm) for m in manifests]
+    for result in results:
+        print_set(result)
+    load_after = os.getloadavg()
+    print(f"\nload average (1/5/15 min) before {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
+          f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}")  # fmt: skip
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "graph": str(args.graph),
+        "config": str(args.config),
+        "pocketsphinx_same_lm": str(lm),
+        "load_average_before": load,
+        "load_average_after": load_after,
+        "sets": results,
+    }
+    args.json.write_text(json.dumps(summary, indent=2))
+    print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

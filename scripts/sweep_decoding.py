@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""WER of a grid of decoder settings on tuning sets, from saved model outputs (acoustic scoring once).
+
+    .venv/bin/python scripts/sweep_decoding.py --graph out/graphs/sphinx-en-us \\
+        decoder.acoustic_scale=0.0870,0.0952,0.10526,0.1176 decoder.max_active=5000,20000
+
+For each `--manifest` (default: the tuning sets data/real/dev and data/demo/real; never point it at
+data/real/test, the held-out set) the model runs once with `output.save_logprobs=true`; then every
+combination of the grid's values decodes the saved log-probs (`asrdecode transcribe LOGPROBS_DIR`)
+and its WER per set and pooled over the sets (errors / reference words) is printed and written to
+JSON. Grid keys are config overrides with comma-separated values; the last one varies fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNING = ["data/real/dev/manifest.jsonl", "data/demo/real/manifest.jsonl"]
+
+
+def transcribe(source: Path, out: Path, config: Path, overrides: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(source), "--config", str(config)]
+    proc = subprocess.run(
+        [*cmd, *overrides, "--out", str(out), "--overwrite"], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        sys.exit(f"asrdecode transcribe failed:\n{proc.stderr}")
+    return json.loads((out / "report.json").read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--manifest", type=Path, action="append", help="a tuning set (repeatable)")
+    ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
+    ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
+    ap.add_argument("--out", type=Path, default=ROOT / "out/sweep")
+    ap.add_argument("--json", type=Path, default=ROOT / "out/sweep.json")
+    ap.add_argument("grid", nargs="+", help="key=v1,v2,... (config overrides)")
+    args = ap.parse_intermixed_args()
+
+    manifests = args.manifest or [ROOT / m for m in TUNING]
+    if any("real/test" in str(m) for m in manifests):
+        sys.exit("sweep: data/real/test is the held-out set; tune on data/real/dev and data/demo/real")
+    keys, values = zip(*[(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.grid], strict=True)
+    base = [f"decoder.graph={args.graph}"]
+    saved = {}
+    for m in manifests:
+        name = m.parent.name if m.parent.name != "real" else f"{m.parent.parent.name}-real"
+        out = args.out / name / "model"
+        transcribe(m, out, args.config, [*base, "output.save_logprobs=true"])
+        saved[name] = out / "logprobs"
+    rows = []
+    for point in itertools.product(*values):
+        overrides = [f"{k}={v}" for k, v in zip(keys, point, strict=True)]
+        row = {"overrides": overrides, "sets": {}}
+        errors = words = 0
+        for name, logprobs in saved.items():
+            report = transcribe(logprobs, args.out / name / "point", args.config, [*base, *overrides])
+            counts = report["scoring"]
+            row["sets"][name] = report["wer"]
+            errors += counts["substitutions"] + counts["deletions"] + counts["insertions"]
+            words += counts["ref_words"]
+        row["pooled_wer"] = errors / words
+        rows.append(row)
+        sets = "  ".join(f"{n} {w:6.1%}" for n, w in row["sets"].items())
+        print(f"{' '.join(overrides):<60} {sets}  pooled {row['pooled_wer']:6.1%}", flush=True)
+    best = min(rows, key=lambda r: r["pooled_wer"])
+    print(f"\nbest pooled: {' '.join(best['overrides'])} ({best['pooled_wer']:.1%})")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"graph": str(args.graph), "sets": list(saved), "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
