@@ -27,6 +27,8 @@ demo: install
 	$(BIN)/asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out $(OUT)/graphs/sphinx-en-us
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/sphinx-en-us.yaml \
 		decoder.graph=$(OUT)/graphs/sphinx-en-us --out $(OUT)/demo-real-sphinx --overwrite
+	$(BIN)/asrdecode transcribe data/real/test/manifest.jsonl --config configs/sphinx-en-us.yaml \
+		decoder.graph=$(OUT)/graphs/sphinx-en-us --out $(OUT)/real-test-sphinx --overwrite
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/transducer-greedy.yaml \
 		--out $(OUT)/demo-synthetic-rnnt --overwrite
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/transducer-greedy.yaml \
@@ -36,6 +38,7 @@ demo: install
 		"synthetic TTS, demo model, wfst + demo TLG=$(OUT)/demo-synthetic-wfst" \
 		"real speech, demo model, ctc-greedy=$(OUT)/demo-real" \
 		"real speech, sphinx en-us HMM, wfst + HCLG=$(OUT)/demo-real-sphinx" \
+		"real speech held out (data/real/test), sphinx en-us HMM, wfst + HCLG=$(OUT)/real-test-sphinx" \
 		"synthetic TTS, demo RNN-T, transducer-greedy=$(OUT)/demo-synthetic-rnnt" \
 		"real speech, demo RNN-T, transducer-greedy=$(OUT)/demo-real-rnnt"
 

@@ -69,8 +69,9 @@ def test_goforward_decodes_with_sphinx_hclg(tmp_path):
 
 def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
     """configs/sphinx-en-us.yaml and configs/graph/sphinx-en-us.yaml load through the typed config
-    loaders and carry pocketsphinx's defaults in asrdecode's cost convention: lw 6.5 ->
-    acoustic_scale = transition_scale = 1/6.5; wip 0.65 -> word_insertion_penalty -ln(0.65)/6.5;
+    loaders and carry pocketsphinx's defaults in asrdecode's cost convention: its final pass's LM
+    weight bestpathlw 9.5 -> acoustic_scale = transition_scale = 1/9.5; wip 0.65 (in lw 6.5 scores)
+    -> word_insertion_penalty -ln(0.65)/6.5; pocketsphinx's density floor (model.density_floor -1);
     silprob 0.005, fillprob 1e-8; and the graph LM is the committed export of en-us.lm.bin."""
     import math
 
@@ -85,10 +86,10 @@ def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
     dec = WfstConfig(**{k: v for k, v in run_cfg.decoder.items() if k != "type"})
     graph_yaml = yaml.safe_load((ROOT / "configs/graph/sphinx-en-us.yaml").read_text())
     graph = dataclass_from_dict(GraphBuildConfig, graph_yaml)
-    lw, wip = 6.5, 0.65
-    assert run_cfg.model.type == "sphinx" and run_cfg.model.topn == 4
-    assert dec.acoustic_scale == pytest.approx(1 / lw, abs=1e-4)
-    assert graph.transition_scale == pytest.approx(1 / lw, abs=1e-4)
+    lw, bestpath_lw, wip = 6.5, 9.5, 0.65
+    assert run_cfg.model.type == "sphinx" and run_cfg.model.topn == 4 and run_cfg.model.density_floor == -1
+    assert dec.acoustic_scale == pytest.approx(1 / bestpath_lw, abs=1e-4)
+    assert graph.transition_scale == pytest.approx(1 / bestpath_lw, abs=1e-4)
     assert dec.word_insertion_penalty == pytest.approx(-math.log(wip) / lw, abs=1e-4)
     assert (graph.silprob, graph.fillprob) == (0.005, 1e-8)
     assert check_arpa(ROOT / graph.arpa).counts[1] > 72000  # every pronounceable word of en-us.lm.bin

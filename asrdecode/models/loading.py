@@ -91,6 +91,10 @@ def load_model(
     if kind == "sphinx":
         from asrdecode.models.sphinx import POCKETSPHINX_DENSITY_FLOOR, load_sphinx
 
+        if density_floor < 0 and density_floor != -1.0:
+            raise ModelError(
+                f"model.density_floor={density_floor}: use -1 (pocketsphinx's), 0 (none) or nats > 0"
+            )
         floor = POCKETSPHINX_DENSITY_FLOOR if density_floor == -1.0 else density_floor
         return load_sphinx(path, topn=topn, threads=threads, density_floor=floor)
     raise ModelError(

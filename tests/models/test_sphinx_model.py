@@ -299,3 +299,11 @@ def test_wrong_sizes_are_reported(folder, tmp_path) -> None:
 
 def _truncate(path: Path, size: int) -> None:
     path.write_bytes(path.read_bytes()[:size])
+
+
+def test_density_floor_setting(folder) -> None:
+    """-1 = pocketsphinx's floor, 0 = none; anything else negative is a one-line config error."""
+    assert load_model(str(folder), "sphinx", density_floor=-1).density_floor == POCKETSPHINX_DENSITY_FLOOR
+    assert load_model(str(folder), "sphinx", density_floor=0).density_floor == 0.0
+    with pytest.raises(ModelError, match="model.density_floor=-3"):
+        load_model(str(folder), "sphinx", density_floor=-3)
