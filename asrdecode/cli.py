@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from asrdecode import __version__
@@ -323,6 +331,26 @@ def info(path: Path, debug: bool) -> None:
     out_console.print(table)
 
 
+@contextmanager
+def build_progress():
+    """A rich display of a graph build: the running stage with a spinner and its elapsed time, then
+    one line per finished stage with its seconds (on stderr; plain lines when not a terminal)."""
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+    )
+    tasks: dict[str, int] = {}
+
+    def on_stage(name: str, event: str, seconds: float) -> None:
+        if event == "start":
+            tasks[name] = progress.add_task(f"graph build: {name}", total=None)
+        else:
+            progress.remove_task(tasks.pop(name))
+            progress.console.print(f"graph build: {name} done in {seconds:.1f} s", highlight=False)
+
+    with progress:
+        yield on_stage
+
+
 @main.command("build-graph")
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML (see configs/graph/).")
@@ -356,8 +384,8 @@ def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
         if isinstance(tree.get(key), str):
             tree[key] = resolve_packaged_path(tree[key])
     cfg = dataclass_from_dict(GraphBuildConfig, tree)
-    with console.status("building graph (cached when inputs are unchanged)"):
-        meta = build_graph(cfg, out_dir, force=force)
+    with build_progress() as on_stage:
+        meta = build_graph(cfg, out_dir, force=force, on_stage=on_stage)
     table = Table(title=f"graph {out_dir}", show_header=False, title_justify="left")
     table.add_column("key", style="bold")
     table.add_column("value")

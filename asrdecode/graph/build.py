@@ -46,6 +46,7 @@ from asrdecode.graph.format import (
     find_graph_file,
     graph_file_names,
 )
+from asrdecode.graph.stages import BuildStages, StageCallback
 
 log = logging.getLogger("asrdecode.graph")
 
@@ -817,9 +818,13 @@ def _swap_into(stage: Path, out: Path) -> None:
     old.rmdir()
 
 
-def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
+def build_graph(
+    cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False, on_stage: StageCallback | None = None
+) -> dict[str, Any]:
     """Build TLG (or sphinx HCLG) into `out_dir` (graph.pt and/or graph.safetensors, TLG.fst, words.txt,
     units.txt, meta.json); returns meta. The folder is replaced as a whole (`staged_folder`).
+    `on_stage(name, "start" | "done", seconds)` hears each named stage (`asrdecode.graph.stages`);
+    their seconds are in meta["seconds"].
 
     Skips the build (meta["cached"] = True) when meta.json records the same input checksums,
     config and code versions (`_cache_key`), unless `force`.
@@ -833,13 +838,16 @@ def build_graph(cfg: GraphBuildConfig, out_dir: str | Path, force: bool = False)
         if meta is not None:
             meta["cached"] = True
             return meta
+    stages = BuildStages(on_stage)
     with staged_folder(out) as stage:
         if cfg.kind == "hclg-sphinx":
-            return _build_sphinx(cfg, stage, inputs, t0)
-        return _build_tlg(cfg, stage, inputs, t0)
+            return _build_sphinx(cfg, stage, inputs, t0, stages)
+        return _build_tlg(cfg, stage, inputs, t0, stages)
 
 
-def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, str]], t0: float) -> dict:
+def _build_tlg(
+    cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, str]], t0: float, stages: BuildStages
+) -> dict:
     """The TLG recipe, writing the graph folder's files into `stage`."""
     import kaldifst
 
@@ -911,19 +919,20 @@ def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, s
         with open(arpa_plain, "rb") as fh:
             if fh.read(2) == b"\x1f\x8b":
                 arpa_plain = plain_copy(arpa_plain, tmp / "lm.arpa")
-        t_g = time.perf_counter()
-        arpa_to_g(arpa_plain, stage / "words.txt", tmp / "G.fst", cfg.max_order)
-        G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
-        t_lg = time.perf_counter()
-        L = make_lexicon_fst(prons, word_ids, first_disambig, word_disambig0, optional)
-        LG = compile_lg(L, G, first_disambig, word_disambig0, cfg.remove_epsilon, word_labels=cfg.word_labels)
-        t_tlg = time.perf_counter()
-        T = make_ctc_topo(units, cfg.topology)
-        kaldifst.arcsort(T, sort_type="olabel")
-        TLG = kaldifst.compose(T, LG)
-        kaldifst.connect(TLG)
-        kaldifst.arcsort(TLG, sort_type="ilabel")
-        t_conv = time.perf_counter()
+        with stages("G"):
+            arpa_to_g(arpa_plain, stage / "words.txt", tmp / "G.fst", cfg.max_order)
+            G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
+        with stages("LG"):
+            L = make_lexicon_fst(prons, word_ids, first_disambig, word_disambig0, optional)
+            LG = compile_lg(
+                L, G, first_disambig, word_disambig0, cfg.remove_epsilon, word_labels=cfg.word_labels
+            )
+        with stages("T∘LG"):
+            T = make_ctc_topo(units, cfg.topology)
+            kaldifst.arcsort(T, sort_type="olabel")
+            TLG = kaldifst.compose(T, LG)
+            kaldifst.connect(TLG)
+            kaldifst.arcsort(TLG, sort_type="ilabel")
         lg_states, lg_arcs = LG.num_states, _num_arcs(LG)
         meta_core = {
             "kind": "TLG",
@@ -942,10 +951,11 @@ def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, s
                 "spelling that is a prefix of another); label pushing would move none"
             ),
         }
-        graph = DeviceGraph.from_kaldifst(TLG, meta=meta_core)
-        graph.validate()
-        graph_files = graph.save_folder(stage, cfg.format)
-        kaldifst.StdConstFst(TLG).write(str(stage / "TLG.fst"))
+        with stages("write"):
+            graph = DeviceGraph.from_kaldifst(TLG, meta=meta_core)
+            graph.validate()
+            graph_files = graph.save_folder(stage, cfg.format)
+            kaldifst.StdConstFst(TLG).write(str(stage / "TLG.fst"))
         summary = graph.summary()
         meta = {
             **meta_core,
@@ -978,13 +988,7 @@ def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, s
                 "T": {"states": T.num_states, "arcs": _num_arcs(T)},
                 "TLG": summary,
             },
-            "seconds": {
-                "G": round(t_lg - t_g, 3),
-                "LG": round(t_tlg - t_lg, 3),
-                "TLG": round(t_conv - t_tlg, 3),
-                "convert": round(time.perf_counter() - t_conv, 3),
-                "total": round(time.perf_counter() - t0, 3),
-            },
+            "seconds": {**stages.seconds, "total": round(time.perf_counter() - t0, 3)},
             "cached": False,
         }
         (stage / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -992,7 +996,7 @@ def _build_tlg(cfg: GraphBuildConfig, stage: Path, inputs: dict[str, dict[str, s
 
 
 def _build_sphinx(
-    cfg: GraphBuildConfig, out: Path, inputs: dict[str, dict[str, str]], t0: float
+    cfg: GraphBuildConfig, out: Path, inputs: dict[str, dict[str, str]], t0: float, stages: BuildStages
 ) -> dict[str, Any]:
     from asrdecode.graph.sphinx import SphinxGraphConfig, build_sphinx_hclg
 
@@ -1006,7 +1010,7 @@ def _build_sphinx(
         transition_scale=cfg.transition_scale,
     )
     check_arpa(cfg.arpa)
-    meta = build_sphinx_hclg(scfg, out, cfg.format)
+    meta = build_sphinx_hclg(scfg, out, cfg.format, stages)
     meta.update(
         {
             "inputs": inputs,

@@ -36,6 +36,7 @@ from asrdecode.graph.build import (
     write_symbols,
 )
 from asrdecode.graph.format import FORMAT_VERSION, DeviceGraph
+from asrdecode.graph.stages import BuildStages
 
 Triphone = tuple[str | None, str, str | None]
 
@@ -148,9 +149,12 @@ def compile_hclg(
     determinize: bool = True,
     edge_silence: int | None = None,
     save_format: str = "both",
+    stages: BuildStages | None = None,
 ) -> dict[str, Any]:
-    """Shared HCLG recipe; `prons` use phone ids 1..num_phones, `optional` = (phone id, cost) that may
-    appear between words with no output (silence, fillers). `edge_silence`: a phone id that every
+    """Shared HCLG recipe, timed in `stages` (G, LG, CLG, H∘CLG, determinize, minimize, write).
+
+    `prons` use phone ids 1..num_phones, `optional` = (phone id, cost) that may appear between
+    words with no output (silence, fillers). `edge_silence`: a phone id that every
     utterance starts and ends with, at no cost (pocketsphinx's `<s>`/`</s>` are silence words).
     Writes the graph folder (atomically, `staged_folder`; graph.pt and/or graph.safetensors by
     `save_format`), returns meta.
@@ -183,40 +187,48 @@ def compile_hclg(
         with open(arpa_plain, "rb") as fh:
             if fh.read(2) == b"\x1f\x8b":
                 arpa_plain = plain_copy(arpa_plain, tmp / "lm.arpa")
-        arpa_to_g(arpa_plain, stage / "words.txt", tmp / "G.fst", -1)
-        G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
-        L = make_lexicon_fst(dis_prons, word_ids, first_disambig, n)
-        if optional or edge_silence is not None:
-            L = _add_loops(L, optional, edge_silence)
-        disambig = list(range(first_disambig, first_disambig + max_dis + 1)) if determinize else []
-        LG = compile_lg(L, G, first_disambig, n, keep_disambig=determinize)
-        CLG, windows = kaldifst.compose_context(disambig, 3, 1, LG)
-        kaldifst.arcsort(CLG, sort_type="ilabel")
-        H, backed_off, label_map = make_h(windows, resolve)
-        kaldifst.arcsort(H, sort_type="olabel")
-        HCLG = kaldifst.compose(H, CLG)
-        kaldifst.connect(HCLG)
+        stages = stages or BuildStages()
+        with stages("G"):
+            arpa_to_g(arpa_plain, stage / "words.txt", tmp / "G.fst", -1)
+            G = kaldifst.StdVectorFst.read(str(tmp / "G.fst"))
+        with stages("LG"):
+            L = make_lexicon_fst(dis_prons, word_ids, first_disambig, n)
+            if optional or edge_silence is not None:
+                L = _add_loops(L, optional, edge_silence)
+            disambig = list(range(first_disambig, first_disambig + max_dis + 1)) if determinize else []
+            LG = compile_lg(L, G, first_disambig, n, keep_disambig=determinize)
+        with stages("CLG"):
+            CLG, windows = kaldifst.compose_context(disambig, 3, 1, LG)
+            kaldifst.arcsort(CLG, sort_type="ilabel")
+        with stages("H∘CLG"):
+            H, backed_off, label_map = make_h(windows, resolve)
+            kaldifst.arcsort(H, sort_type="olabel")
+            HCLG = kaldifst.compose(H, CLG)
+            kaldifst.connect(HCLG)
         if HCLG.num_states == 0:
             raise GraphError("H o CLG is empty")
         unreduced = HCLG.num_states
         if determinize:
-            if kaldifst.determinize_star(HCLG):
-                raise GraphError("determinization of H o CLG stopped early")
-            kaldifst.minimize_encoded(HCLG)
-        HCLG = _map_ilabels(HCLG, label_map)
-        kaldifst.connect(HCLG)
-        kaldifst.arcsort(HCLG, sort_type="ilabel")
-        meta = {
-            "kind": "HCLG",
-            "label_convention": "ilabel i reads model column (pdf/senone) i-1; 0 = epsilon; "
-            "olabel = words.txt id",
-            **meta,
-        }
-        graph = DeviceGraph.from_kaldifst(HCLG, meta=dict(meta))
-        graph.validate()
-        graph_files = graph.save_folder(stage, save_format)
-        kaldifst.StdConstFst(HCLG).write(str(stage / "HCLG.fst"))
-        write_symbols(stage / "units.txt", unit_table or [("<eps>", 0)])
+            with stages("determinize"):
+                if kaldifst.determinize_star(HCLG):
+                    raise GraphError("determinization of H o CLG stopped early")
+            with stages("minimize"):
+                kaldifst.minimize_encoded(HCLG)
+        with stages("write"):
+            HCLG = _map_ilabels(HCLG, label_map)
+            kaldifst.connect(HCLG)
+            kaldifst.arcsort(HCLG, sort_type="ilabel")
+            meta = {
+                "kind": "HCLG",
+                "label_convention": "ilabel i reads model column (pdf/senone) i-1; 0 = epsilon; "
+                "olabel = words.txt id",
+                **meta,
+            }
+            graph = DeviceGraph.from_kaldifst(HCLG, meta=dict(meta))
+            graph.validate()
+            graph_files = graph.save_folder(stage, save_format)
+            kaldifst.StdConstFst(HCLG).write(str(stage / "HCLG.fst"))
+            write_symbols(stage / "units.txt", unit_table or [("<eps>", 0)])
         covered = {w for w, _ in prons}
         meta.update(
             {
@@ -234,7 +246,7 @@ def compile_hclg(
                     "HoCLG": {"states": unreduced},
                     "HCLG": graph.summary(),
                 },
-                "seconds": {"total": round(time.perf_counter() - t0, 3)},
+                "seconds": {**stages.seconds, "total": round(time.perf_counter() - t0, 3)},
             }
         )
         (stage / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -291,6 +303,7 @@ def build_hclg(
     silence: str | None = None,
     silence_prob: float = 0.5,
     save_format: str = "both",
+    stages: BuildStages | None = None,
 ) -> dict[str, Any]:
     """Generic HCLG into out_dir (graph.pt/.safetensors, HCLG.fst, words.txt, units.txt = phones, meta.json).
 
@@ -325,5 +338,14 @@ def build_hclg(
     }
     units = [("<eps>", 0)] + list(phone_id.items())
     return compile_hclg(
-        len(phones), prons, arpa, resolve, out_dir, meta, optional, units, save_format=save_format
+        len(phones),
+        prons,
+        arpa,
+        resolve,
+        out_dir,
+        meta,
+        optional,
+        units,
+        save_format=save_format,
+        stages=stages,
     )

@@ -21,6 +21,7 @@ import numpy as np
 
 from asrdecode.errors import GraphError
 from asrdecode.graph.hclg import compile_hclg
+from asrdecode.graph.stages import BuildStages
 
 WPOS = "ibes"  # pocketsphinx mdef.h: WORD_POSN_INTERNAL=0, BEGIN=1, END=2, SINGLE=3
 _BMDF = 0x46444D42
@@ -217,7 +218,7 @@ class SphinxGraphConfig:
 
 
 def build_sphinx_hclg(
-    cfg: SphinxGraphConfig, out_dir: str | Path, save_format: str = "both"
+    cfg: SphinxGraphConfig, out_dir: str | Path, save_format: str = "both", stages: BuildStages | None = None
 ) -> dict[str, Any]:
     """HCLG for a pocketsphinx model folder (mdef, transition_matrices, noisedict) into `out_dir`;
     `save_format`: graph.pt and/or graph.safetensors (pt | safetensors | both)."""
@@ -295,4 +296,5 @@ def build_sphinx_hclg(
         units,
         edge_silence=sym(mdef.sil, 3),
         save_format=save_format,
+        stages=stages,
     )

@@ -31,12 +31,16 @@ def test_build_graph_cached_info_and_convert(tmp_path):
     out = tmp_path / "graph"
     first = cli("build-graph", "--config", str(cfg), "topology=normal", "--out", str(out))
     assert "False" in first.stdout  # not cached
+    # each stage of the recipe is reported with its time, in order (stderr)
+    done = re.findall(r"graph build: (\S+) done in [0-9.]+ s", first.stderr)
+    assert done == ["G", "LG", "T∘LG", "write"]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["topology"] == "normal"
     words = [line.split()[0] for line in (out / "words.txt").read_text().splitlines()]
     assert set(LEXICON) <= set(words)
     again = cli("build-graph", "--config", str(cfg), "topology=normal", "--out", str(out))
     assert "True" in again.stdout  # cached: same inputs and config
+    assert "graph build:" not in again.stderr
     info = cli("info", str(out)).stdout
     # states, arcs, epsilon share and bytes counted on the OpenFst file with kaldifst's iterators
     tlg = kaldifst.StdVectorFst(kaldifst.StdConstFst.read(str(out / "TLG.fst")))

@@ -147,8 +147,12 @@ def test_build_graph_kind_hclg_sphinx_is_cached(sphinx, tmp_path):
         acoustic_model=str(d / "en-us"),
         lexicon=str(d / "words.dict"),
     )
-    meta = build_graph(cfg, tmp_path / "g")
+    events = []
+    meta = build_graph(cfg, tmp_path / "g", on_stage=lambda name, event, s: events.append((name, event)))
     assert meta["cached"] is False and set(meta["inputs"]) >= {"mdef", "transition_matrices", "noisedict"}
+    stages = ["G", "LG", "CLG", "H∘CLG", "determinize", "minimize", "write"]
+    assert events == [(name, event) for name in stages for event in ("start", "done")]
+    assert set(meta["seconds"]) == {*stages, "total"}
     assert build_graph(cfg, tmp_path / "g")["cached"] is True
     info = describe_graph(tmp_path / "g")
     assert info["kind"] == "HCLG" and info["words (vocabulary)"] == str(len(WORDS))
