@@ -121,6 +121,12 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
     for name, (threads, folder) in runs.items():
         overrides = [*threads, *args.overrides]
         ours[name] = run_asrdecode(manifest, args.config, args.graph, out / folder, overrides)
+    for decoder in args.on_the_fly:  # the small graph + the full LM, all cores
+        overrides = [*runs[f"asrdecode {cores} cores"][0], f"decoder.type={decoder}", *args.overrides]
+        runs[f"asrdecode {decoder}, full LM"] = (overrides, decoder)
+        ours[f"asrdecode {decoder}, full LM"] = run_asrdecode(
+            manifest, args.otf_config, args.small_graph, out / decoder, overrides
+        )
     peers = {"pocketsphinx, same LM": run_pocketsphinx(rows, lm)}
     if not args.no_default_lm:
         peers["pocketsphinx, its own LM"] = run_pocketsphinx(rows, None)
@@ -152,7 +158,7 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
             "decode_seconds": seconds,
             "rtfx_end_to_end": run["report"]["rtfx"],
             "stage_seconds": stages,
-            "overrides": [*runs[name][0], *args.overrides],
+            "overrides": runs[name][0] if "full LM" in name else [*runs[name][0], *args.overrides],
         }
     for name, run in peers.items():
         run_score = score(refs, run["hyps"])
@@ -171,11 +177,12 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
             "id": u,
             "ref": refs[u],
             "asrdecode": first.get(u, ""),
+            **{name: run["hyps"].get(u, "") for name, run in ours.items() if "full LM" in name},
             **{name: run["hyps"][u] for name, run in peers.items()},
         }
         for u in refs
     ]
-    others = [n for n in list(ours)[1:] if ours[n]["hyps"] != first]
+    others = [n for n in list(ours)[1:2] if ours[n]["hyps"] != first]
     result["hypotheses_differ_between_thread_settings"] = others
     return result
 
@@ -208,6 +215,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "out/eval-real-speech")
     ap.add_argument("--json", type=Path, default=ROOT / "out/eval_real_speech.json")
     ap.add_argument("--no-default-lm", action="store_true", help="skip pocketsphinx with its own LM")
+    ap.add_argument(
+        "--on-the-fly",
+        default="",
+        type=lambda v: [d for d in v.split(",") if d],
+        help="also these decoders (wfst-otf,let) with --otf-config: the small graph + the full LM",
+    )
+    ap.add_argument("--otf-config", type=Path, default=ROOT / "configs/sphinx-en-us-otf.yaml")
+    ap.add_argument("--small-graph-config", type=Path, default=ROOT / "configs/graph/sphinx-en-us-small.yaml")
+    ap.add_argument("--small-graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us-small")
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
     args = ap.parse_intermixed_args()
 
@@ -215,6 +231,10 @@ def main() -> None:
         print(f"building {args.graph} from {args.graph_config} ...", flush=True)
         cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
         run_checked([*cmd, "--out", str(args.graph)], "asrdecode build-graph")
+    if args.on_the_fly and not (args.small_graph / "graph.pt").is_file():
+        print(f"building {args.small_graph} from {args.small_graph_config} ...", flush=True)
+        cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.small_graph_config)]
+        run_checked([*cmd, "--out", str(args.small_graph)], "asrdecode build-graph")
     meta = json.loads((args.graph / "meta.json").read_text())
     lm = Path(meta["inputs"]["arpa"]["path"])
     manifests = args.manifest or [ROOT / m for m in SETS if (ROOT / m).is_file()]

@@ -4,6 +4,8 @@
     .venv/bin/python scripts/export_sphinx_lm.py            # data/lm/sphinx-en-us-72k.arpa.gz (~4 min)
     .venv/bin/python scripts/export_sphinx_lm.py --full     # + data/cache/sphinx-en-us.arpa.gz (35 MB)
     .venv/bin/python scripts/export_sphinx_lm.py --vocab 20000 --prune 1e-7
+    .venv/bin/python scripts/export_sphinx_lm.py --prune 1e-5 --name sphinx-en-us-72k-small   # OTF graph LM
+    .venv/bin/python scripts/export_sphinx_lm.py --prune 0 --name sphinx-en-us-72k-full --out data/cache/lm
 
 pocketsphinx 5.1.1's own `NGramModel.write(path, 'arpa')` multiplies every log10 value by a
 constant that changes from run to run, and dies (SIGSEGV) at the end of the bigrams, before any
@@ -131,6 +133,7 @@ def main() -> None:
     ap.add_argument(
         "--prune", type=float, default=1e-6, help="kaldingram entropy-pruning threshold (0 = none)"
     )
+    ap.add_argument("--name", help="file stem of the graph LM (default sphinx-en-us-<vocab/1000>k)")
     ap.add_argument("--full", action="store_true", help="also write the whole LM as ARPA (35 MB gz)")
     ap.add_argument("--full-out", type=Path, default=Path("data/cache/sphinx-en-us.arpa.gz"))
     ap.add_argument(
@@ -170,7 +173,7 @@ def main() -> None:
     ranked = [lm.vocab[i] for i in np.argsort(-uni, kind="stable") if lm.vocab[i] in pronounceable]
     keep = set(ranked[: args.vocab] if args.vocab > 0 else ranked)
     limited = limit_vocabulary(lm, keep)
-    name = f"sphinx-en-us-{len(keep) // 1000}k"
+    name = args.name or f"sphinx-en-us-{len(keep) // 1000}k"
     stage = write_arpa(limited, args.out / f"{name}-unpruned.arpa")
     pruned = args.out / f"{name}-pruned.arpa"
     if args.prune > 0:
