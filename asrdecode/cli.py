@@ -371,19 +371,10 @@ def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
       asrdecode build-graph --config configs/graph/demo-ctc-bpe-tlg.yaml --out out/graphs/demo
       asrdecode build-graph --config configs/graph/demo-tlg.yaml topology=normal --out out/graphs/n
     """
-    from asrdecode.config import apply_override, dataclass_from_dict, load_yaml, parse_override
-    from asrdecode.graph import GraphBuildConfig, build_graph
+    from asrdecode.graph import build_graph
+    from asrdecode.graph.cache import load_graph_config
 
-    tree = load_yaml(config_file) if config_file else {}
-    for item in overrides:
-        path, value = parse_override(item)
-        apply_override(tree, path, value)
-    from asrdecode.models.loading import resolve_packaged_path
-
-    for key in ("acoustic_model", "lexicon", "noisedict", "model"):
-        if isinstance(tree.get(key), str):
-            tree[key] = resolve_packaged_path(tree[key])
-    cfg = dataclass_from_dict(GraphBuildConfig, tree)
+    cfg = load_graph_config(config_file, overrides)
     with build_progress() as on_stage:
         meta = build_graph(cfg, out_dir, force=force, on_stage=on_stage)
     table = Table(title=f"graph {out_dir}", show_header=False, title_justify="left")

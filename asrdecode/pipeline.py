@@ -171,6 +171,15 @@ class Transcriber:
         context = DecoderContext(
             units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift, words_of=words_of
         )
+        graph = self.cfg.decoder.get("graph")
+        if isinstance(graph, str) and graph.startswith("cache:"):  # built on first use (graph.cache)
+            from asrdecode.graph.cache import resolve_graph_spec
+
+            def on_stage(name: str, event: str, seconds: float) -> None:
+                if event == "done":
+                    self.on_status(f"graph build: {name} done in {seconds:.1f} s")
+
+            self.cfg.decoder["graph"] = resolve_graph_spec(graph, on_stage, self.on_status)
         self.decoder = make_decoder(self.cfg.decoder, context)
         if self.cfg.output.save_logprobs:
             from asrdecode.io.manifests import write_logprobs_meta

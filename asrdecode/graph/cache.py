@@ -1,0 +1,90 @@
+"""Graphs built on first use into a cache folder that every run on the machine shares.
+
+``decoder.graph: cache:configs/graph/NAME.yaml`` names a build config instead of a graph folder:
+the graph is built the first time (with the same named, timed stages as ``asrdecode build-graph``)
+into ``<cache root>/graphs/<kind>-<digest>``, where the digest is that of the build's cache key
+(input checksums, config, graph format / recipe / asrdecode versions; `build.cached_meta`), and
+later runs find it there and only load it. The cache root is ``$ASRDECODE_CACHE``, else
+``$XDG_CACHE_HOME/asrdecode``, else ``~/.cache/asrdecode``.
+
+Processes that want the same graph at once take an exclusive lock on ``<folder>.lock``: the first
+builds, the others wait and then reuse its build. A folder left incomplete or stale (a file missing,
+meta.json unreadable or for other inputs) is rebuilt with a one-line notice; builds replace the
+folder in one step (`build.staged_folder`), so a killed build never leaves a half-written graph.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from asrdecode.errors import GraphError
+from asrdecode.graph.build import GraphBuildConfig, _cache_key, _inputs, build_graph, cached_meta
+from asrdecode.graph.stages import StageCallback
+
+CACHE_PREFIX = "cache:"
+
+
+def cache_root() -> Path:
+    """$ASRDECODE_CACHE, else $XDG_CACHE_HOME/asrdecode, else ~/.cache/asrdecode."""
+    if os.environ.get("ASRDECODE_CACHE"):
+        return Path(os.environ["ASRDECODE_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "asrdecode"
+
+
+def load_graph_config(config_file: str | Path | None, overrides: Sequence[str] = ()) -> GraphBuildConfig:
+    """A graph build config from YAML + `key=value` overrides; `embedded:` model paths resolved."""
+    from asrdecode.config import apply_override, dataclass_from_dict, load_yaml, parse_override
+    from asrdecode.models.loading import resolve_packaged_path
+
+    tree = load_yaml(config_file) if config_file else {}
+    for item in overrides:
+        path, value = parse_override(item)
+        apply_override(tree, path, value)
+    for key in ("acoustic_model", "lexicon", "noisedict", "model"):
+        if isinstance(tree.get(key), str):
+            tree[key] = resolve_packaged_path(tree[key])
+    return dataclass_from_dict(GraphBuildConfig, tree)
+
+
+def cached_graph(
+    cfg: GraphBuildConfig,
+    on_stage: StageCallback | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> Path:
+    """The cache folder of `cfg`'s graph, built first if it is missing, incomplete or stale."""
+    cfg.validate()
+    inputs = _inputs(cfg)
+    key = json.dumps(_cache_key(cfg, inputs), sort_keys=True)
+    folder = cache_root() / "graphs" / f"{cfg.kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(folder.with_name(folder.name + ".lock"), "a")  # noqa: SIM115 (held while building)
+    except OSError as err:
+        raise GraphError(f"graph cache {folder.parent}: {err.strerror or err}") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same graph: wait for it
+        if cached_meta(cfg, folder, inputs) is None:
+            if folder.exists() and on_status is not None:
+                on_status(f"graph cache {folder}: incomplete or stale, rebuilding")
+            elif on_status is not None:
+                on_status(f"graph cache: building {folder} (first use)")
+            build_graph(cfg, folder, force=True, on_stage=on_stage)
+    return folder
+
+
+def resolve_graph_spec(
+    spec: str, on_stage: StageCallback | None = None, on_status: Callable[[str], None] | None = None
+) -> str:
+    """`cache:CONFIG.yaml` -> the cached graph folder of that build config; anything else as it is."""
+    if not spec.startswith(CACHE_PREFIX):
+        return spec
+    config = spec[len(CACHE_PREFIX) :]
+    if not Path(config).is_file():
+        raise GraphError(f"decoder.graph={spec}: build config {config} not found")
+    return str(cached_graph(load_graph_config(config), on_stage, on_status))
