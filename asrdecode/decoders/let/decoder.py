@@ -38,6 +38,7 @@ from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, load_graph
 from asrdecode.decoders.wfst_otf.decoder import small_lm_of
 from asrdecode.decoders.wfst_otf.difference import DifferenceLM
 from asrdecode.errors import ConfigError, GraphError
+from asrdecode.graph.cache import cache_root
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
@@ -280,7 +281,9 @@ class LetDecoder:
         base = self.base
         num_ids = max(int(base.h_olabel.max(initial=0)), max(base.words, default=0)) + 1
         try:
-            lm = DifferenceLM.from_arpa(c.lm, small, base.words, num_ids, c.lm_scale)
+            lm = DifferenceLM.from_arpa(
+                c.lm, small, base.words, num_ids, c.lm_scale, cache=cache_root() / "lm"
+            )
         except GraphError as err:
             raise ConfigError(f"decoder.lm: {err}") from None
         lm.check_words(base.h_olabel, base.words, small, c.lm)

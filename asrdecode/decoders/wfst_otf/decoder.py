@@ -39,6 +39,7 @@ from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, _graph_fold
 from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step
 from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
 from asrdecode.errors import ConfigError
+from asrdecode.graph.cache import cache_root
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
 
@@ -112,7 +113,9 @@ class WfstOtfDecoder(WfstDecoder):
                 if not Path(path).is_file():
                     raise ConfigError(f"decoder.{key}: {path}: file not found")
             num_ids = max(int(self.h_olabel.max(initial=0)), max(self.words, default=0)) + 1
-            lm = DifferenceLM.from_arpa(config.lm, small, self.words, num_ids, config.lm_scale)
+            lm = DifferenceLM.from_arpa(
+                config.lm, small, self.words, num_ids, config.lm_scale, cache=cache_root() / "lm"
+            )
             lm.check_words(self.h_olabel, self.words, small, config.lm)
         if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
             raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")

@@ -22,10 +22,20 @@ the large LM's histories.
 Lookups: torch (`step`, batched sparse lookups, any device) and numba (`lm_step` on the
 `arrays()` tuples, for the compiled search). The large LM's tables stay where they are built
 (host memory); only the lookups' answers enter the search.
+
+Building the tables of a large ARPA (parsing, the union of histories) takes tens of seconds for a
+trigram with millions of n-grams; `from_arpa` with a `cache` folder stores the finished tables as
+one safetensors file keyed by the SHA-256 of both ARPA files and of the vocabulary, so later runs
+load them in about a second (safetensors: reading runs no code; an unreadable file is rebuilt).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import tempfile
 from pathlib import Path
 
 import numba
@@ -35,6 +45,7 @@ import torch
 from asrdecode.errors import ConfigError
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
 
+log = logging.getLogger("asrdecode.decoders.wfst_otf")
 _NO_WORD = "\x00olabel-{}"  # vocabulary placeholder for an id that is not a word (never in an ARPA)
 
 
@@ -88,14 +99,31 @@ class DifferenceLM:
 
     @classmethod
     def from_arpa(
-        cls, large: str | Path, small: str | Path, words: dict[int, str], num_ids: int, lm_scale: float = 1.0
+        cls,
+        large: str | Path,
+        small: str | Path,
+        words: dict[int, str],
+        num_ids: int,
+        lm_scale: float = 1.0,
+        cache: str | Path | None = None,
     ) -> DifferenceLM:
+        """Both LMs from their ARPA files over the graph's word ids; with `cache`, the finished
+        tables are loaded from / saved to that folder (module docstring)."""
         vocab = word_vocabulary(words, num_ids)
-        return cls(
+        path = _cache_file(cache, large, small, vocab) if cache is not None else None
+        if path is not None and path.is_file():
+            try:
+                return _load_tables(path, vocab, lm_scale)
+            except Exception as err:  # a damaged cache entry is rebuilt
+                log.warning("%s: cannot read cached LM tables (%s); rebuilding", path, err)
+        lm = cls(
             BatchedNgramLM.from_arpa(large, vocab=vocab),
             BatchedNgramLM.from_arpa(small, vocab=vocab),
             lm_scale,
         )
+        if path is not None:
+            _save_tables(lm, path)
+        return lm
 
     def check_words(
         self, olabels: np.ndarray, words: dict[int, str], small_path: str, large_path: str
@@ -173,6 +201,72 @@ class DifferenceLM:
         """Bytes of everything the lookups read: both LMs' tables and the union-state maps."""
         lms = sum(b.numel() * b.element_size() for m in (self.large, self.small) for b in m.buffers())
         return lms + self.state_bytes()
+
+
+_CACHE_FORMAT = 1
+_BUFFERS = (
+    "arc_offsets", "arc_token", "arc_next", "arc_weight", "root_weight", "root_next",
+    "backoff_state", "backoff_weight", "final_weight", "state_order",
+)  # fmt: skip
+_MAPS = ("large_of", "small_of", "union_of_large", "union_of_small", "union_order")
+
+
+def _cache_file(cache: str | Path, large: str | Path, small: str | Path, vocab: list[str]) -> Path:
+    digest = hashlib.sha256(f"difference-lm v{_CACHE_FORMAT}".encode())
+    for path in (large, small):
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    digest.update("\n".join(vocab).encode())
+    return Path(cache) / f"difference-{digest.hexdigest()[:24]}.safetensors"
+
+
+def _save_tables(lm: DifferenceLM, path: Path) -> None:
+    """Both LMs' buffers and the union maps in one safetensors file (written atomically)."""
+    from safetensors.torch import save_file
+
+    tensors = {
+        f"{side}.{b}": getattr(getattr(lm, side), b).cpu().contiguous()
+        for side in ("large", "small")
+        for b in _BUFFERS
+    }
+    tensors.update({k: torch.from_numpy(getattr(lm, k)) for k in _MAPS})
+    meta = {
+        side: {"vocab_size": m.vocab_size, "order": m.order, "info": m.info}
+        for side, m in (("large", lm.large), ("small", lm.small))
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        save_file(tensors, tmp, metadata={"asrdecode": json.dumps(meta)})
+        os.replace(tmp, path)
+    except OSError as err:
+        log.warning("%s: cannot cache the LM tables (%s)", path, err.strerror or err)
+
+
+def _load_tables(path: Path, vocab: list[str], lm_scale: float) -> DifferenceLM:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["asrdecode"])
+        t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    lms = {
+        side: BatchedNgramLM(
+            meta[side]["vocab_size"],
+            meta[side]["order"],
+            *(t[f"{side}.{b}"] for b in _BUFFERS),
+            vocab=vocab,
+            info=meta[side]["info"],
+        )  # fmt: skip
+        for side in ("large", "small")
+    }
+    lm = DifferenceLM.__new__(DifferenceLM)
+    lm.large, lm.small, lm.lm_scale = lms["large"], lms["small"], float(lm_scale)
+    for k in _MAPS:
+        setattr(lm, k, t[k].numpy())
+    lm._tensors = {k: torch.from_numpy(getattr(lm, k)) for k in _MAPS}
+    return lm
 
 
 def _tables(lm: BatchedNgramLM) -> tuple:
