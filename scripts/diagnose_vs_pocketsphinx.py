@@ -85,7 +85,7 @@ def main() -> None:
         decoder = make_decoder(cfg.decoder, context)
     except (AsrDecodeError, OSError, KeyError) as err:
         sys.exit(f"diagnose: {err}")
-    if not isinstance(decoder, WfstDecoder) or type(decoder) is not WfstDecoder:
+    if type(decoder) is not WfstDecoder:
         sys.exit("diagnose: the config's decoder must be `wfst` (forced alignment runs through its graph)")
     graphs = WordSequenceGraphs(decoder.graph_cpu)
     torch.set_num_threads(1)

@@ -112,21 +112,20 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
     rows = read_manifest(manifest)
     refs = {row["id"]: row.get("text", "") for row in rows}
     cores = len(os.sched_getaffinity(0))
-    runs = {  # name -> (overrides, output folder)
-        "asrdecode 1 thread": (["threads=1", "model.threads=1", "decoder.threads=1"], "1-thread"),
-        f"asrdecode {cores} cores": (["threads=1", "model.threads=0", "decoder.threads=0"], "all-cores"),
+    one_thread = ["threads=1", "model.threads=1", "decoder.threads=1"]
+    all_cores = ["threads=1", "model.threads=0", "decoder.threads=0"]
+    runs = {  # name -> (config, graph, overrides, output folder)
+        "asrdecode 1 thread": (args.config, args.graph, one_thread, "1-thread"),
+        f"asrdecode {cores} cores": (args.config, args.graph, all_cores, "all-cores"),
     }
-    out = args.out / manifest.parent.name
-    ours = {}
-    for name, (threads, folder) in runs.items():
-        overrides = [*threads, *args.overrides]
-        ours[name] = run_asrdecode(manifest, args.config, args.graph, out / folder, overrides)
     for decoder in args.on_the_fly:  # the small graph + the full LM, all cores
-        overrides = [*runs[f"asrdecode {cores} cores"][0], f"decoder.type={decoder}", *args.overrides]
-        runs[f"asrdecode {decoder}, full LM"] = (overrides, decoder)
-        ours[f"asrdecode {decoder}, full LM"] = run_asrdecode(
-            manifest, args.otf_config, args.small_graph, out / decoder, overrides
-        )
+        overrides = [*all_cores, f"decoder.type={decoder}"]
+        runs[f"asrdecode {decoder}, full LM"] = (args.otf_config, args.small_graph, overrides, decoder)
+    out = args.out / manifest.parent.name
+    ours = {
+        name: run_asrdecode(manifest, config, graph, out / folder, [*overrides, *args.overrides])
+        for name, (config, graph, overrides, folder) in runs.items()
+    }
     peers = {"pocketsphinx, same LM": run_pocketsphinx(rows, lm)}
     if not args.no_default_lm:
         peers["pocketsphinx, its own LM"] = run_pocketsphinx(rows, None)
@@ -158,7 +157,8 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
             "decode_seconds": seconds,
             "rtfx_end_to_end": run["report"]["rtfx"],
             "stage_seconds": stages,
-            "overrides": runs[name][0] if "full LM" in name else [*runs[name][0], *args.overrides],
+            "config": str(runs[name][0]),
+            "overrides": [*runs[name][2], *args.overrides],
         }
     for name, run in peers.items():
         run_score = score(refs, run["hyps"])

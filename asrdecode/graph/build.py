@@ -647,7 +647,7 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _inputs(cfg: GraphBuildConfig) -> dict[str, dict[str, str]]:
+def input_checksums(cfg: GraphBuildConfig) -> dict[str, dict[str, str]]:
     if cfg.kind == "hclg-sphinx":
         model = Path(cfg.acoustic_model or "")
         noise = Path(cfg.noisedict) if cfg.noisedict else model / "noisedict"
@@ -682,7 +682,7 @@ def _checksums(files: dict[str, str | None]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _cache_key(cfg: GraphBuildConfig, inputs: dict[str, dict[str, str]]) -> dict[str, Any]:
+def cache_key(cfg: GraphBuildConfig, inputs: dict[str, dict[str, str]]) -> dict[str, Any]:
     """What decides whether a build can be reused: input checksums, config (without paths) and the
     code that builds and writes the graph (graph format, recipe and asrdecode versions)."""
     config = {
@@ -716,7 +716,7 @@ def cached_meta(
         meta = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if meta.get("cache_key") != _cache_key(cfg, inputs if inputs is not None else _inputs(cfg)):
+    if meta.get("cache_key") != cache_key(cfg, inputs if inputs is not None else input_checksums(cfg)):
         return None
     return meta
 
@@ -827,12 +827,12 @@ def build_graph(
     their seconds are in meta["seconds"].
 
     Skips the build (meta["cached"] = True) when meta.json records the same input checksums,
-    config and code versions (`_cache_key`), unless `force`.
+    config and code versions (`cache_key`), unless `force`.
     """
     cfg.validate()
     t0 = time.perf_counter()
     out = Path(out_dir)
-    inputs = _inputs(cfg)
+    inputs = input_checksums(cfg)
     if not force:
         meta = cached_meta(cfg, out, inputs)
         if meta is not None:
@@ -963,7 +963,7 @@ def _build_tlg(
             "graph_files": list(graph_files),
             "inputs": inputs,
             "config": dataclasses.asdict(cfg),
-            "cache_key": _cache_key(cfg, inputs),
+            "cache_key": cache_key(cfg, inputs),
             "units": {
                 "count": len(units.names),
                 "blank_symbol": units.names[units.blank_column],
@@ -1015,7 +1015,7 @@ def _build_sphinx(
         {
             "inputs": inputs,
             "config": dataclasses.asdict(cfg),
-            "cache_key": _cache_key(cfg, inputs),
+            "cache_key": cache_key(cfg, inputs),
             "cached": False,
         }
     )

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.build import GraphBuildConfig, _cache_key, _inputs, build_graph, cached_meta
+from asrdecode.graph.build import GraphBuildConfig, build_graph, cache_key, cached_meta, input_checksums
 from asrdecode.graph.stages import StageCallback
 
 CACHE_PREFIX = "cache:"
@@ -59,8 +59,8 @@ def cached_graph(
 ) -> Path:
     """The cache folder of `cfg`'s graph, built first if it is missing, incomplete or stale."""
     cfg.validate()
-    inputs = _inputs(cfg)
-    key = json.dumps(_cache_key(cfg, inputs), sort_keys=True)
+    inputs = input_checksums(cfg)
+    key = json.dumps(cache_key(cfg, inputs), sort_keys=True)
     folder = cache_root() / "graphs" / f"{cfg.kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)

@@ -61,37 +61,55 @@ def word_vocabulary(words: dict[int, str], num_ids: int) -> list[str]:
     return vocab
 
 
+_MAPS = ("large_of", "small_of", "union_of_large", "union_of_small", "union_order")
+
+
+def union_maps(large: BatchedNgramLM, small: BatchedNgramLM) -> dict[str, np.ndarray]:
+    """The union U of both LMs' histories (module docstring) as maps: U state -> each LM's state
+    (longest suffix), each LM's state -> U state, and the history length of each U state."""
+    hl, hs = large.histories(), small.histories()
+    id_l = {h: i for i, h in enumerate(hl)}
+    id_s = {h: i for i, h in enumerate(hs)}
+    rest = sorted((set(hl) | set(hs)) - {(), (-1,)}, key=lambda h: (len(h), h))
+    hist = [(), (-1,), *rest]
+    uid = {h: i for i, h in enumerate(hist)}
+
+    def longest(h: tuple[int, ...], table: dict) -> int:
+        for i in range(len(h)):
+            if h[i:] in table:
+                return table[h[i:]]
+        return 0
+
+    return {
+        "large_of": np.array([longest(h, id_l) for h in hist], dtype=np.int64),
+        "small_of": np.array([longest(h, id_s) for h in hist], dtype=np.int64),
+        "union_of_large": np.array([uid[h] for h in hl], dtype=np.int64),
+        "union_of_small": np.array([uid[h] for h in hs], dtype=np.int64),
+        "union_order": np.array([len(h) for h in hist], dtype=np.int64),
+    }
+
+
 class DifferenceLM:
     """``lm_scale * (large - small)`` over word ids (= graph olabels) with one combined state."""
 
     START = BatchedNgramLM.BOS  # the union state of <s> (as in both LMs)
 
-    def __init__(self, large: BatchedNgramLM, small: BatchedNgramLM, lm_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        large: BatchedNgramLM,
+        small: BatchedNgramLM,
+        lm_scale: float = 1.0,
+        maps: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """`maps`: the union-state maps (`_MAPS`) when already known (a cache entry), else computed."""
         if large.vocab_size != small.vocab_size:
             raise ValueError("large and small LM must share the vocabulary (token ids = graph olabels)")
         self.large, self.small, self.lm_scale = large, small, float(lm_scale)
-        hl, hs = large.histories(), small.histories()
-        id_l = {h: i for i, h in enumerate(hl)}
-        id_s = {h: i for i, h in enumerate(hs)}
-        rest = sorted((set(hl) | set(hs)) - {(), (-1,)}, key=lambda h: (len(h), h))
-        hist = [(), (-1,), *rest]
-        uid = {h: i for i, h in enumerate(hist)}
-
-        def longest(h: tuple[int, ...], table: dict) -> int:
-            for i in range(len(h)):
-                if h[i:] in table:
-                    return table[h[i:]]
-            return 0
-
-        self.large_of = np.array([longest(h, id_l) for h in hist], dtype=np.int64)
-        self.small_of = np.array([longest(h, id_s) for h in hist], dtype=np.int64)
-        self.union_of_large = np.array([uid[h] for h in hl], dtype=np.int64)
-        self.union_of_small = np.array([uid[h] for h in hs], dtype=np.int64)
-        self.union_order = np.array([len(h) for h in hist], dtype=np.int64)
-        self._tensors = {
-            k: torch.from_numpy(getattr(self, k))
-            for k in ("large_of", "small_of", "union_of_large", "union_of_small", "union_order")
-        }
+        maps = maps if maps is not None else union_maps(large, small)
+        self.large_of, self.small_of = maps["large_of"], maps["small_of"]
+        self.union_of_large, self.union_of_small = maps["union_of_large"], maps["union_of_small"]
+        self.union_order = maps["union_order"]
+        self._tensors = {k: torch.from_numpy(getattr(self, k)) for k in _MAPS}
 
     @property
     def num_states(self) -> int:
@@ -208,7 +226,6 @@ _BUFFERS = (
     "arc_offsets", "arc_token", "arc_next", "arc_weight", "root_weight", "root_next",
     "backoff_state", "backoff_weight", "final_weight", "state_order",
 )  # fmt: skip
-_MAPS = ("large_of", "small_of", "union_of_large", "union_of_small", "union_order")
 
 
 def _cache_file(cache: str | Path, large: str | Path, small: str | Path, vocab: list[str]) -> Path:
@@ -258,15 +275,10 @@ def _load_tables(path: Path, vocab: list[str], lm_scale: float) -> DifferenceLM:
             *(t[f"{side}.{b}"] for b in _BUFFERS),
             vocab=vocab,
             info=meta[side]["info"],
-        )  # fmt: skip
+        )
         for side in ("large", "small")
     }
-    lm = DifferenceLM.__new__(DifferenceLM)
-    lm.large, lm.small, lm.lm_scale = lms["large"], lms["small"], float(lm_scale)
-    for k in _MAPS:
-        setattr(lm, k, t[k].numpy())
-    lm._tensors = {k: torch.from_numpy(getattr(lm, k)) for k in _MAPS}
-    return lm
+    return DifferenceLM(lms["large"], lms["small"], lm_scale, {k: t[k].numpy() for k in _MAPS})
 
 
 def _tables(lm: BatchedNgramLM) -> tuple:
