@@ -45,17 +45,29 @@ __all__ = ["FUSION_TOKEN_IDS", "NGPU_TOKEN_OFFSET", "BatchedNgramLM", "load_fusi
 NGPU_TOKEN_OFFSET = 100  # NeMo's token-level ARPA: token id i is the character chr(i + 100)
 LN10 = math.log(10.0)
 _BOS, _EOS, _UNK = -1, -2, -3  # special ARPA words inside the builder
+HISTORY_PAD = -4  # after the end of a history shorter than the widest (`history_array`)
 _SPECIAL = {"<s>": _BOS, "</s>": _EOS, "<unk>": _UNK}
 
 
 @dataclass
 class _ArpaNgrams:
-    """N-grams of one ARPA file, per order: token-id tuples (specials negative), ln prob, ln backoff."""
+    """N-grams of one LM file per order as arrays: ``ids[k]`` [n, k+1] token ids (specials negative),
+    ``logp[k]`` / ``bow[k]`` [n] natural logs, ``lineno[k]`` [n] source lines (-1: no line numbers)."""
 
     path: Path
     order: int
-    grams: list[list[tuple[tuple[int, ...], float, float, int]]] = field(default_factory=list)
+    ids: list[np.ndarray] = field(default_factory=list)
+    logp: list[np.ndarray] = field(default_factory=list)
+    bow: list[np.ndarray] = field(default_factory=list)
+    lineno: list[np.ndarray] = field(default_factory=list)
     dropped: int = 0  # n-grams with a word outside the vocabulary (or <unk> in a history)
+
+    def add(self, ids: np.ndarray, logp: np.ndarray, bow: np.ndarray, lineno: np.ndarray) -> None:
+        self.ids.append(np.asarray(ids, dtype=np.int64).reshape(len(logp), len(self.ids) + 1))
+        self.logp.append(np.asarray(logp, dtype=np.float64))
+        self.bow.append(np.asarray(bow, dtype=np.float64))
+        self.lineno.append(np.asarray(lineno, dtype=np.int64))
+        self.order = len(self.ids)
 
 
 def _read_arpa(path: Path, word_id) -> _ArpaNgrams:
@@ -63,11 +75,11 @@ def _read_arpa(path: Path, word_id) -> _ArpaNgrams:
     int | None`` (None = out of vocabulary, raises ValueError for a word that cannot be a token).
     Every problem is one GraphError line ``file:line: problem``."""
     reader = ArpaReader(path)
-    grams: list[list] = []
+    rows: list[list] = []
     dropped = 0
     for entry in reader:
-        while len(grams) < entry.order:
-            grams.append([])
+        while len(rows) < entry.order:
+            rows.append([])
         try:
             ids = [word_id(word) for word in entry.words]
         except ValueError as err:
@@ -75,12 +87,81 @@ def _read_arpa(path: Path, word_id) -> _ArpaNgrams:
         if None in ids:
             dropped += 1
             continue
-        grams[entry.order - 1].append(
-            (tuple(ids), entry.log10_prob * LN10, entry.log10_backoff * LN10, entry.lineno)
-        )
-    while len(grams) < len(reader.counts):  # declared sections whose every n-gram was dropped
-        grams.append([])
-    return _ArpaNgrams(path=reader.path, order=len(grams), grams=grams, dropped=dropped)
+        rows[entry.order - 1].append((*ids, entry.log10_prob, entry.log10_backoff, entry.lineno))
+    while len(rows) < len(reader.counts):  # declared sections whose every n-gram was dropped
+        rows.append([])
+    out = _ArpaNgrams(path=reader.path, order=0, dropped=dropped)
+    for k, table in enumerate(rows, 1):
+        a = np.array(table, dtype=np.float64).reshape(len(table), k + 3)
+        out.add(a[:, :k].astype(np.int64), a[:, k] * LN10, a[:, k + 1] * LN10, a[:, k + 2].astype(np.int64))
+    return out
+
+
+def ngrams_of_trie(lm, vocab: list[str], path: Path) -> _ArpaNgrams:
+    """The n-grams of a decoded pocketsphinx trie LM (`asrdecode.lm.sphinx_trie.TrieLM`) over the
+    word ids of ``vocab`` (its words elsewhere dropped with their n-grams, as from an ARPA file)."""
+    ids = {w: i for i, w in enumerate(vocab)}
+    ids.update(_SPECIAL)
+    missing = len(vocab) + 3  # never a token: marks words outside the vocabulary
+    remap = np.array([ids.get(w, missing) for w in lm.vocab], dtype=np.int64)
+    out = _ArpaNgrams(path=Path(path), order=0)
+    for table in lm.orders:
+        words = remap[table.words]
+        keep = (words != missing).all(axis=1)
+        out.dropped += int((~keep).sum())
+        bow = table.log10_backoff if table.log10_backoff is not None else np.zeros(len(words))
+        out.add(words[keep], table.log10_prob[keep] * LN10, bow[keep] * LN10, np.full(int(keep.sum()), -1))
+    return out
+
+
+class _HistoryIndex:
+    """States keyed by (parent state, last token): the trie of the LM's histories, for vectorised
+    lookups of whole token sequences (``walk``) and of their longest suffix that is a state."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.radix = vocab_size + 4  # tokens shifted by +3 (specials are -3..-1)
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.states = np.zeros(0, dtype=np.int64)
+
+    def add(self, parents: np.ndarray, tokens: np.ndarray, states: np.ndarray) -> None:
+        keys = np.concatenate([self.keys, parents * self.radix + tokens + 3])
+        states = np.concatenate([self.states, states])
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.states = keys[order], states[order]
+
+    def triples(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(parent state, token, state) of every entry."""
+        return self.keys // self.radix, self.keys % self.radix - 3, self.states
+
+    def child(self, parents: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """State of history(parent) + token, -1 where absent (or where parent is -1)."""
+        out = np.full(len(parents), -1, dtype=np.int64)
+        if not len(self.keys):
+            return out
+        q = parents * self.radix + tokens + 3
+        pos = np.minimum(np.searchsorted(self.keys, q), len(self.keys) - 1)
+        hit = (self.keys[pos] == q) & (parents >= 0)
+        out[hit] = self.states[pos[hit]]
+        return out
+
+    def walk(self, grams: np.ndarray) -> np.ndarray:
+        """State of each row's whole token sequence (rows may end in ``HISTORY_PAD``), -1 where it
+        is not a history of the LM."""
+        s = np.zeros(len(grams), dtype=np.int64)  # the root
+        for j in range(grams.shape[1]):
+            s = np.where(grams[:, j] == HISTORY_PAD, s, self.child(s, grams[:, j]))
+        return s
+
+    def longest(self, grams: np.ndarray) -> np.ndarray:
+        """State of each row's longest suffix that is a history (the root if none)."""
+        out = np.zeros(len(grams), dtype=np.int64)
+        todo = np.ones(len(grams), dtype=bool)
+        for i in range(grams.shape[1]):
+            s = self.walk(grams[todo, i:])
+            idx = np.flatnonzero(todo)[s >= 0]
+            out[idx] = s[s >= 0]
+            todo[idx] = False
+        return out
 
 
 def _ngpu_word_id(vocab_size: int):
@@ -206,99 +287,148 @@ class BatchedNgramLM(torch.nn.Module):
         return cls._build(ngrams, int(vocab_size), bool(normalize_unk), tokens, token_ids)
 
     @classmethod
+    def from_sphinx_trie(cls, path: str | Path, vocab: list[str]) -> BatchedNgramLM:
+        """Build from pocketsphinx's binary trie LM (e.g. its ``en-us.lm.bin``), decoded by
+        `asrdecode.lm.sphinx_trie` with no ARPA text in between. The LM is restricted to the words of
+        ``vocab`` and renormalised (`limit_vocabulary`: unigrams rescaled, backoffs recomputed), as
+        ``scripts/export_sphinx_lm.py`` exports it; token id = index in ``vocab``."""
+        from asrdecode.lm.sphinx_trie import limit_vocabulary, read_trie_lm
+
+        trie = read_trie_lm(path)
+        limited = limit_vocabulary(trie, set(vocab) & set(trie.vocab))
+        return cls._build(ngrams_of_trie(limited, vocab, Path(path)), len(vocab), False, list(vocab), "words")
+
+    @classmethod
+    def from_file(cls, path: str | Path, vocab: list[str]) -> BatchedNgramLM:
+        """A word LM over ``vocab`` from an ARPA file (plain or .gz) or a pocketsphinx binary trie
+        (told apart by the file's first bytes)."""
+        from asrdecode.lm.sphinx_trie import is_sphinx_trie
+
+        if is_sphinx_trie(path):
+            return cls.from_sphinx_trie(path, vocab)
+        return cls.from_arpa(path, vocab=vocab)
+
+    @classmethod
     def _build(
         cls, ngrams: _ArpaNgrams, vocab_size: int, normalize_unk: bool, vocab, token_ids: str
     ) -> BatchedNgramLM:
+        """The acceptor of the module docstring from the n-gram arrays, one order at a time (states
+        numbered in file order: root, BOS, then the n-grams of each order below N that are histories)."""
         path, order = ngrams.path, ngrams.order
         V = vocab_size
-        state_of: dict[tuple[int, ...], int] = {(_BOS,): cls.BOS}
-        backoff_state = [cls.ROOT, cls.ROOT]
-        backoff_weight = [0.0, 0.0]
-        final = [-math.inf, -math.inf]
-        hist_len = [0, 1]
-        arc_from: list[int] = []
-        arc_tok: list[int] = []
-        arc_to: list[int] = []
-        arc_w: list[float] = []
+        index = _HistoryIndex(V)
+        index.add(np.array([cls.ROOT]), np.array([_BOS]), np.array([cls.BOS]))
+        backoff_state = [np.array([cls.ROOT, cls.ROOT])]
+        backoff_weight = [np.zeros(2)]
+        hist_len = [np.array([0, 1])]
+        num_states = 2
+        arcs: list[tuple[np.ndarray, ...]] = []
         root_weight = np.full(V, np.nan, dtype=np.float64)
         root_next = np.zeros(V, dtype=np.int64)
-        unk_logp = -math.inf
+        final_root, unk_logp = -math.inf, -math.inf
+        final_of: dict[int, float] = {}
         dropped = ngrams.dropped
         seen_bos = False
 
         def fail(lineno: int, msg: str) -> GraphError:
-            return GraphError(f"{path}:{lineno}: {msg}")
+            return GraphError(f"{path}:{lineno}: {msg}" if lineno >= 0 else f"{path}: {msg}")
 
-        def longest_state(suffix: tuple[int, ...]) -> int:
-            for i in range(len(suffix)):
-                s = state_of.get(suffix[i:])
-                if s is not None:
-                    return s
-            return cls.ROOT
+        def first_error(checks: list[tuple[np.ndarray, str]], lines: np.ndarray) -> None:
+            """Raise for the earliest row (file order) that fails any check."""
+            hits = [(int(np.flatnonzero(bad)[0]), msg) for bad, msg in checks if bad.any()]
+            if hits:
+                row, msg = min(hits, key=lambda h: h[0])
+                raise fail(int(lines[row]), msg)
 
-        def new_state(gram: tuple[int, ...], bow: float) -> int:
-            s = len(backoff_state)
-            state_of[gram] = s
-            backoff_state.append(longest_state(gram[1:]))
-            backoff_weight.append(bow)
-            final.append(-math.inf)
-            hist_len.append(len(gram))
-            return s
+        def repeated(keys: np.ndarray) -> np.ndarray:
+            """True at every occurrence of a key after its first (in row order)."""
+            out = np.zeros(len(keys), dtype=bool)
+            if len(keys):
+                _, first = np.unique(keys, return_index=True)
+                out[:] = True
+                out[first] = False
+            return out
 
-        for k, grams in enumerate(ngrams.grams, 1):
-            for gram, logp, bow, lineno in grams:
-                *hist, w = gram
-                hist = tuple(hist)
-                if k == 1:
-                    if w == _BOS:
-                        seen_bos = True
-                        backoff_weight[cls.BOS] = bow
-                    elif w == _EOS:
-                        final[cls.ROOT] = logp
-                    elif w == _UNK:
-                        unk_logp = logp
-                    else:
-                        if not math.isnan(root_weight[w]):
-                            raise fail(lineno, "repeated unigram")
-                        root_weight[w] = logp
-                        root_next[w] = new_state(gram, bow) if order > 1 else cls.ROOT
-                    continue
-                if w == _BOS or any(t in (_EOS,) for t in hist) or _BOS in hist[1:]:
-                    raise fail(lineno, "<s> may only start an n-gram and </s> only end one")
-                if _UNK in hist or w == _UNK:
-                    dropped += 1  # <unk> resets the history: such n-grams are never reached
-                    continue
-                src = state_of.get(hist)
-                if src is None:
-                    raise fail(lineno, f"the history of this {k}-gram is not an n-gram of the file")
-                if w == _EOS:
-                    if final[src] != -math.inf:
-                        raise fail(lineno, "repeated n-gram")
-                    final[src] = logp
-                    continue
-                if k < order:
-                    if gram in state_of:
-                        raise fail(lineno, "repeated n-gram")
-                    dst = new_state(gram, bow)
-                else:
-                    dst = longest_state(gram[1:])
-                arc_from.append(src)
-                arc_tok.append(w)
-                arc_to.append(dst)
-                arc_w.append(logp)
+        for k in range(1, order + 1):
+            ids, logp, bow, lines = (
+                ngrams.ids[k - 1],
+                ngrams.logp[k - 1],
+                ngrams.bow[k - 1],
+                ngrams.lineno[k - 1],
+            )
+            w = ids[:, -1]
+            if k == 1:
+                for special, rows in ((_BOS, w == _BOS), (_EOS, w == _EOS), (_UNK, w == _UNK)):
+                    if rows.any():
+                        last = np.flatnonzero(rows)[-1]
+                        if special == _BOS:
+                            seen_bos = True
+                            backoff_weight[0][cls.BOS] = bow[last]
+                        elif special == _EOS:
+                            final_root = float(logp[last])
+                        else:
+                            unk_logp = float(logp[last])
+                regular = w >= 0
+                first_error(
+                    [(regular & repeated(np.where(regular, w, -1 - np.arange(len(w)))), "repeated unigram")],
+                    lines,
+                )
+                words = w[regular]
+                root_weight[words] = logp[regular]
+                if order > 1:
+                    new = np.arange(num_states, num_states + len(words))
+                    root_next[words] = new
+                    index.add(np.zeros(len(words), dtype=np.int64), words, new)
+                    backoff_state.append(np.zeros(len(words), dtype=np.int64))
+                    backoff_weight.append(bow[regular])
+                    hist_len.append(np.ones(len(words), dtype=np.int64))
+                    num_states += len(words)
+                continue
+            hist = ids[:, :-1]
+            misplaced = (w == _BOS) | (hist == _EOS).any(axis=1) | (hist[:, 1:] == _BOS).any(axis=1)
+            unk = ~misplaced & ((hist == _UNK).any(axis=1) | (w == _UNK))  # <unk> resets the history
+            src = index.walk(np.where(misplaced[:, None] | unk[:, None], 0, hist))
+            valid = ~misplaced & ~unk & (src >= 0)
+            eos = valid & (w == _EOS)
+            arc = valid & (w != _EOS)
+            unique = -1 - np.arange(len(w))  # a key no other row shares
+            checks = [
+                (misplaced, "<s> may only start an n-gram and </s> only end one"),
+                (~misplaced & ~unk & (src < 0), f"the history of this {k}-gram is not an n-gram of the file"),
+                (eos & repeated(np.where(eos, src, unique)), "repeated n-gram"),
+            ]
+            if k < order:
+                checks.append(
+                    (arc & repeated(np.where(arc, src * (V + 4) + w + 3, unique)), "repeated n-gram")
+                )
+            first_error(checks, lines)
+            dropped += int(unk.sum())  # such n-grams are never reached
+            final_of.update(zip(src[eos].tolist(), logp[eos].tolist(), strict=True))
+            src, w, grams, logp, bow = src[arc], w[arc], ids[arc], logp[arc], bow[arc]
+            if k < order:
+                dst = np.arange(num_states, num_states + len(w))
+                backoff_state.append(index.longest(grams[:, 1:]))
+                index.add(src, w, dst)
+                backoff_weight.append(bow)
+                hist_len.append(np.full(len(w), k, dtype=np.int64))
+                num_states += len(w)
+            else:
+                dst = index.longest(grams[:, 1:])
+            arcs.append((src, w, dst, logp))
         if order > 1 and not seen_bos:
             raise GraphError(f"{path}: no <s> unigram (every ARPA LM has one)")
         if order == 1:
-            backoff_weight[cls.BOS] = 0.0  # a unigram LM has no context to back off from
+            backoff_weight[0][cls.BOS] = 0.0  # a unigram LM has no context to back off from
         missing = np.isnan(root_weight)
         n_missing = int(missing.sum())
         if n_missing:
             fill = unk_logp - (math.log(n_missing) if normalize_unk and n_missing > 1 else 0.0)
             root_weight[missing] = fill
             root_next[missing] = cls.ROOT
-        num_states = len(backoff_state)
-        a_from = np.asarray(arc_from, dtype=np.int64)
-        a_tok = np.asarray(arc_tok, dtype=np.int64)
+        a_from, a_tok, a_to, a_w = (
+            np.concatenate([a[i] for a in arcs]) if arcs else np.zeros(0) for i in range(4)
+        )
+        a_from, a_tok, a_to = a_from.astype(np.int64), a_tok.astype(np.int64), a_to.astype(np.int64)
         sort = np.lexsort((a_tok, a_from))
         a_from, a_tok = a_from[sort], a_tok[sort]
         if len(a_from) > 1:
@@ -307,17 +437,23 @@ class BatchedNgramLM(torch.nn.Module):
                 raise GraphError(f"{path}: repeated {order}-gram")
         offsets = np.zeros(num_states + 1, dtype=np.int64)
         np.cumsum(np.bincount(a_from, minlength=num_states), out=offsets[1:])
-        # final weights through the backoff chain (states are numbered by increasing history length)
-        final_resolved = np.asarray(final, dtype=np.float64)
-        bstate = np.asarray(backoff_state, dtype=np.int64)
-        bweight = np.asarray(backoff_weight, dtype=np.float64)
-        for s in np.argsort(np.asarray(hist_len), kind="stable"):
-            if final_resolved[s] == -math.inf and s != cls.ROOT:
-                final_resolved[s] = bweight[s] + final_resolved[bstate[s]]
+        bstate = np.concatenate(backoff_state)
+        bweight = np.concatenate(backoff_weight)
+        lengths = np.concatenate(hist_len)
+        # final weights through the backoff chain, shorter histories first
+        final_resolved = np.full(num_states, -math.inf)
+        final_resolved[cls.ROOT] = final_root
+        if final_of:
+            final_resolved[np.fromiter(final_of, dtype=np.int64)] = np.fromiter(
+                final_of.values(), dtype=np.float64
+            )
+        for length in range(1, max(order, 2)):  # BOS has length 1 even in a unigram LM
+            todo = np.flatnonzero((lengths == length) & (final_resolved == -math.inf))
+            final_resolved[todo] = bweight[todo] + final_resolved[bstate[todo]]
         info = {
             "path": str(path),
             "token_ids": token_ids,
-            "ngrams": {k: len(g) for k, g in enumerate(ngrams.grams, 1)},
+            "ngrams": {k: len(g) for k, g in enumerate(ngrams.ids, 1)},
             "dropped_ngrams": dropped,
             "tokens_without_unigram": n_missing,
             "unk_logp": unk_logp,
@@ -327,14 +463,14 @@ class BatchedNgramLM(torch.nn.Module):
             order=order,
             arc_offsets=torch.from_numpy(offsets),
             arc_token=torch.from_numpy(a_tok.astype(np.int32)),
-            arc_next=torch.from_numpy(np.asarray(arc_to, dtype=np.int32)[sort]),
-            arc_weight=torch.from_numpy(np.asarray(arc_w, dtype=np.float32)[sort]),
+            arc_next=torch.from_numpy(a_to[sort].astype(np.int32)),
+            arc_weight=torch.from_numpy(np.asarray(a_w, dtype=np.float64)[sort].astype(np.float32)),
             root_weight=torch.from_numpy(root_weight.astype(np.float32)),
             root_next=torch.from_numpy(root_next),
-            backoff_state=torch.from_numpy(bstate),
+            backoff_state=torch.from_numpy(bstate.astype(np.int64)),
             backoff_weight=torch.from_numpy(bweight.astype(np.float32)),
             final_weight=torch.from_numpy(final_resolved.astype(np.float32)),
-            state_order=torch.tensor(hist_len, dtype=torch.int32),
+            state_order=torch.from_numpy(lengths.astype(np.int32)),
             vocab=vocab,
             info=info,
         )
@@ -430,32 +566,52 @@ class BatchedNgramLM(torch.nn.Module):
         nxt = torch.where(found, nxt, self.root_next[tokens])
         return logp, nxt
 
-    def histories(self) -> list[tuple[int, ...]]:
-        """The history of every state as token ids (``<s>`` = -1): () for the root, (-1,) for BOS.
-
-        Recovered from the arcs that extend a history by one token (a state's history is its
-        source's history plus the arc's token; top-order arcs go to shorter suffix states)."""
-        hist: list[tuple[int, ...] | None] = [None] * self.num_states
-        hist[self.ROOT], hist[self.BOS] = (), (-1,)
-        order = self.state_order.cpu().numpy()
-        for w, s in enumerate(self.root_next.cpu().numpy().tolist()):
-            if s != self.ROOT and order[s] == 1:
-                hist[s] = (w,)
+    def history_index(self) -> _HistoryIndex:
+        """The states as a trie of histories: (state, token) -> the state of the history one token
+        longer (``<s>`` = -1; the unigram states hang off the root; top-order arcs, which go to
+        shorter suffix states, are not part of it)."""
+        order = self.state_order.cpu().numpy().astype(np.int64)
         off = self.arc_offsets.cpu().numpy()
-        tok, nxt = self.arc_token.cpu().numpy(), self.arc_next.cpu().numpy()
+        tok, nxt = self.arc_token.cpu().numpy().astype(np.int64), self.arc_next.cpu().numpy().astype(np.int64)
         src = np.repeat(np.arange(self.num_states), np.diff(off))
         grow = order[nxt] == order[src] + 1
-        by_order = np.argsort(order[src[grow]], kind="stable")  # parents are known before children
-        for a in np.flatnonzero(grow)[by_order].tolist():
-            parent = hist[src[a]]
-            if parent is not None:
-                hist[nxt[a]] = (*parent, int(tok[a]))
-        missing = [s for s, h in enumerate(hist) if h is None]
-        if missing:
+        root_next = self.root_next.cpu().numpy()
+        words = np.flatnonzero((root_next != self.ROOT) & (order[root_next] == 1))
+        index = _HistoryIndex(self.vocab_size)
+        index.add(
+            np.concatenate([[self.ROOT], np.zeros(len(words), dtype=np.int64), src[grow]]),
+            np.concatenate([[_BOS], words, tok[grow]]),
+            np.concatenate([[self.BOS], root_next[words], nxt[grow]]),
+        )
+        return index
+
+    def history_array(self) -> np.ndarray:
+        """The history of every state as token ids [S, max(order - 1, 1)], ``<s>`` = -1, padded at
+        the end with ``HISTORY_PAD``; row 0 (root) is empty, row 1 (BOS) is ``<s>``."""
+        index = self.history_index()
+        width = max(self.order - 1, 1)
+        hist = np.full((self.num_states, width), HISTORY_PAD, dtype=np.int64)
+        known = np.zeros(self.num_states, dtype=bool)
+        known[self.ROOT] = True
+        parent, token, child = index.triples()
+        for _ in range(width):  # parents one token shorter than their children, level by level
+            ready = known[parent] & ~known[child]
+            p, c = parent[ready], child[ready]
+            hist[c] = hist[p]
+            lengths = self.state_order.cpu().numpy()[p].astype(np.int64)
+            hist[c, lengths] = token[ready]
+            known[c] = True
+        if not known.all():
+            missing = int(np.flatnonzero(~known)[0])
             raise GraphError(
-                f"{self.info.get('path', 'LM')}: state {missing[0]} has no history (corrupt tables)"
+                f"{self.info.get('path', 'LM')}: state {missing} has no history (corrupt tables)"
             )
-        return hist  # type: ignore[return-value]
+        return hist
+
+    def histories(self) -> list[tuple[int, ...]]:
+        """The history of every state as a tuple of token ids (``<s>`` = -1): () for the root, (-1,)
+        for BOS (`history_array` without the padding)."""
+        return [tuple(int(t) for t in row if t != HISTORY_PAD) for row in self.history_array()]
 
     def final_scores(self, states: torch.Tensor) -> torch.Tensor:
         """states [N] -> ln p(</s> | state) [N] (-inf if the file has no </s> on the backoff chain)."""

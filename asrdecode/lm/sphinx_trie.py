@@ -61,6 +61,15 @@ def _level_size(entries: int, word_bits: int, rest_bits: int) -> int:
     return ((1 + entries) * (word_bits + rest_bits) + 7) // 8 + 8
 
 
+def is_sphinx_trie(path: str | Path) -> bool:
+    """True if the file starts with the trie LM header (False for anything else, unreadable included)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(TRIE_HEADER)) == TRIE_HEADER
+    except OSError:
+        return False
+
+
 def read_trie_lm(path: str | Path) -> TrieLM:
     """Decode a pocketsphinx binary trie LM; one-line `InputError` on a malformed file."""
     path = Path(path)

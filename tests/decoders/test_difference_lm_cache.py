@@ -1,4 +1,4 @@
-"""The on-disk cache of the difference LM's tables (`DifferenceLM.from_arpa(cache=...)`): a second
+"""The on-disk cache of the difference LM's tables (`DifferenceLM.from_files(cache=...)`): a second
 load reads the file and gives the same tables and costs as building from the ARPA files; other
 ARPA contents are another entry; a damaged entry is rebuilt."""
 
@@ -36,21 +36,21 @@ def same(a: DifferenceLM, b: DifferenceLM) -> None:
 def test_cached_tables_equal_built_tables(tmp_path, caplog):
     w = words()
     n = max(w) + 1
-    built = DifferenceLM.from_arpa(LARGE, SMALL, w, n, 0.7)
-    first = DifferenceLM.from_arpa(LARGE, SMALL, w, n, 0.7, cache=tmp_path)
+    built = DifferenceLM.from_files(LARGE, SMALL, w, n, 0.7)
+    first = DifferenceLM.from_files(LARGE, SMALL, w, n, 0.7, cache=tmp_path)
     (entry,) = list(tmp_path.glob("difference-*.safetensors"))
-    loaded = DifferenceLM.from_arpa(LARGE, SMALL, w, n, 0.7, cache=tmp_path)
+    loaded = DifferenceLM.from_files(LARGE, SMALL, w, n, 0.7, cache=tmp_path)
     same(built, first)
     same(built, loaded)
     assert loaded.lm_scale == 0.7
     # another ARPA content: another entry
     copy = tmp_path / "large-copy.arpa"
     copy.write_text(LARGE.read_text().replace("\\end\\", "\\end\\\n"))
-    DifferenceLM.from_arpa(copy, SMALL, w, n, cache=tmp_path)
+    DifferenceLM.from_files(copy, SMALL, w, n, cache=tmp_path)
     assert len(list(tmp_path.glob("difference-*.safetensors"))) == 2
     # a damaged entry is rebuilt, with a warning
     entry.write_bytes(b"not a safetensors file")
     with caplog.at_level(logging.WARNING):
-        again = DifferenceLM.from_arpa(LARGE, SMALL, w, n, 0.7, cache=tmp_path)
+        again = DifferenceLM.from_files(LARGE, SMALL, w, n, 0.7, cache=tmp_path)
     assert "cannot read cached LM tables" in caplog.text
     same(built, again)

@@ -34,7 +34,7 @@ from wfst_ref import (  # noqa: F401
 from asrdecode.decoders import DECODERS, decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
-from asrdecode.errors import ConfigError, GraphError
+from asrdecode.errors import ConfigError
 from asrdecode.graph import GraphBuildConfig, build_graph
 from asrdecode.models.base import ModelOutput
 
@@ -211,7 +211,7 @@ def test_registry_config_and_errors(built, tmp_path):
     with pytest.raises(ConfigError, match="lattices"):
         WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(built / "large.arpa"), nbest=3))
     (tmp_path / "bad.arpa").write_text("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 a\n")
-    with pytest.raises(GraphError, match="bad.arpa"):
+    with pytest.raises(ConfigError, match="decoder.lm: .*bad.arpa"):
         WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(tmp_path / "bad.arpa")))
     # a large LM without the graph's words (and no <unk>): named with the file
     (tmp_path / "other.arpa").write_text(

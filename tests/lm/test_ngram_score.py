@@ -94,8 +94,8 @@ def test_gzip_lms_give_the_same_difference(tmp_path):
     with open(large, "rb") as src, gzip.open(tmp_path / "large.arpa.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     words = dict(enumerate(WORDS))
-    plain = DifferenceLM.from_arpa(large, small, words, len(WORDS))
-    packed = DifferenceLM.from_arpa(tmp_path / "large.arpa.gz", small, words, len(WORDS))
+    plain = DifferenceLM.from_files(large, small, words, len(WORDS))
+    packed = DifferenceLM.from_files(tmp_path / "large.arpa.gz", small, words, len(WORDS))
     for a, b in zip(plain.arrays()[2:7], packed.arrays()[2:7], strict=True):
         assert np.array_equal(a, b)
     for a, b in zip(plain.arrays()[0], packed.arrays()[0], strict=True):

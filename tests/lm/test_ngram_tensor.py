@@ -391,3 +391,12 @@ def test_describe_reports_memory(token_lm, token_brute):
     below_top = [g for g in grams if len(g) < 3 and g[-1] not in ("</s>", "<s>", "<unk>")]
     assert info["states"] == token_lm.num_states == 2 + len(below_top)
     assert info["order"] == 3 and info["token_ids"] == "ngpu"
+
+
+def test_unigram_lm_final_weight_from_bos(tmp_path):
+    """In a unigram LM the BOS state backs off to the root: p(</s> | <s>) = p(</s>)."""
+    path = tmp_path / "uni.arpa"
+    path.write_text("\\data\\\nngram 1=3\n\n\\1-grams:\n-1.5\t</s>\n-99\t<s>\n-0.2\ta\n\n\\end\\\n")
+    lm = BatchedNgramLM.from_arpa(path)
+    assert lm.score_sentence([], bos=True, eos=True) == pytest.approx(-1.5 * LN10, abs=1e-5)
+    assert lm.score_sentence([0], bos=True, eos=True) == pytest.approx(-1.7 * LN10, abs=1e-5)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pocketsphinx
 import pytest
+import torch
 
 from asrdecode.errors import InputError
 from asrdecode.graph.arpa import check_arpa
@@ -98,3 +99,25 @@ def test_truncated_file_is_a_one_line_error(tmp_path):
     other.write_bytes(b"not an LM at all")
     with pytest.raises(InputError, match="not a pocketsphinx trie LM"):
         read_trie_lm(other)
+
+
+def test_trie_tables_equal_the_exported_arpa(trie_lm, tmp_path):
+    """`BatchedNgramLM.from_sphinx_trie` (no ARPA text) builds the same tables as reading the ARPA
+    that `write_arpa` exports for the same vocabulary, up to the ARPA's 6 printed decimals; the
+    vocabulary is a random subset (other words dropped) in a shuffled order with one unknown word."""
+    from asrdecode.lm.ngram_tensor import BatchedNgramLM
+
+    rng = np.random.default_rng(7)
+    words = [w for w in trie_lm.vocab if w not in ("<s>", "</s>")]
+    vocab = [words[i] for i in rng.choice(len(words), 4000, replace=False)] + ["zzz-not-a-word"]
+    rng.shuffle(vocab)
+    arpa = write_arpa(limit_vocabulary(trie_lm, set(vocab)), tmp_path / "subset.arpa")
+    ours = BatchedNgramLM.from_file(LM_BIN, vocab)
+    reference = BatchedNgramLM.from_file(arpa, vocab)
+    assert ours.info["ngrams"] == reference.info["ngrams"] and ours.info["ngrams"][2] > 1000
+    for (name, a), (_, b) in zip(ours.named_buffers(), reference.named_buffers(), strict=True):
+        assert a.shape == b.shape, name
+        if a.dtype.is_floating_point:
+            assert torch.allclose(a, b, atol=1e-5, rtol=0) or torch.equal(a, b), name
+        else:
+            assert torch.equal(a, b), name

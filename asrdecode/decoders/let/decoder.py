@@ -26,7 +26,6 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,10 +34,9 @@ import torch
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.wfst.compiled import default_threads, graph_records
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, load_graph
-from asrdecode.decoders.wfst_otf.decoder import small_lm_of
+from asrdecode.decoders.wfst_otf.decoder import load_difference_lm
 from asrdecode.decoders.wfst_otf.difference import DifferenceLM
-from asrdecode.errors import ConfigError, GraphError
-from asrdecode.graph.cache import cache_root
+from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
@@ -261,33 +259,9 @@ class LetDecoder:
         # the wfst decoder over the same graph: path -> words, word times and costs (no search of its own)
         self.base = WfstDecoder(base_cfg, context, graph=graph, words=words)
         if lm is None:
-            lm = self._load_lm(c)
+            lm = load_difference_lm(c, self.base.words, self.base.h_olabel)
         self.search = LetSearch(self.base.graph_cpu, lm, c.group_capacity, c.threads)
         self.last_info: dict[str, Any] = {}
-
-    def _load_lm(self, c: LetConfig) -> DifferenceLM:
-        """The LM difference from the two ARPAs, as `wfst-otf` builds it (one-line errors)."""
-        if not c.lm:
-            raise ConfigError("decoder.lm: let needs the large ARPA LM (decoder.lm=path)")
-        small = c.small_lm or small_lm_of(c.graph)
-        if not small:
-            raise ConfigError(
-                "decoder.small_lm: give the ARPA the graph was built with (not recorded in the graph "
-                "folder's meta.json)"
-            )
-        for key, path in (("lm", c.lm), ("small_lm", small)):
-            if not Path(path).is_file():
-                raise ConfigError(f"decoder.{key}: {path}: file not found")
-        base = self.base
-        num_ids = max(int(base.h_olabel.max(initial=0)), max(base.words, default=0)) + 1
-        try:
-            lm = DifferenceLM.from_arpa(
-                c.lm, small, base.words, num_ids, c.lm_scale, cache=cache_root() / "lm"
-            )
-        except GraphError as err:
-            raise ConfigError(f"decoder.lm: {err}") from None
-        lm.check_words(base.h_olabel, base.words, small, c.lm)
-        return lm
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         from asrdecode.decoders.let import search as S

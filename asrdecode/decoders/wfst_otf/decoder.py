@@ -38,7 +38,7 @@ from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassin
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, _graph_folder
 from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step
 from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
-from asrdecode.errors import ConfigError
+from asrdecode.errors import AsrDecodeError, ConfigError
 from asrdecode.graph.cache import cache_root
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
@@ -50,8 +50,10 @@ log = logging.getLogger("asrdecode.decoders.wfst_otf")
 class WfstOtfConfig(WfstConfig):
     """Options of `wfst-otf`: every `wfst` option (see `WfstConfig`) plus the LMs.
 
-    lm: the large ARPA LM (plain or .gz) that rescores on the fly.
-    small_lm: the ARPA the graph was built with (default: the `arpa` input recorded in the graph
+    lm: the large LM that rescores on the fly: an ARPA file (plain or .gz) or pocketsphinx's binary
+      trie (`.lm.bin`, e.g. ``embedded:sphinx-en-us/../en-us.lm.bin``, pocketsphinx's own trigram;
+      restricted to the graph's words and renormalised).
+    small_lm: the LM the graph was built with (default: the `arpa` input recorded in the graph
       folder's meta.json by `asrdecode build-graph`).
     lm_scale: weight of the difference: word arcs add ``lm_scale * (cost_large - cost_small)``;
       1 replaces the small LM by the large one.
@@ -83,6 +85,34 @@ def small_lm_of(graph_spec: str) -> str:
         return ""
 
 
+def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) -> DifferenceLM:
+    """The LM difference of a `wfst-otf` or `let` config (its ``lm`` minus its ``small_lm`` or the
+    LM recorded with its ``graph``, weighted by its ``lm_scale``) over the graph's words (``words``,
+    arc ``olabels``), tables from the LM cache when built before; every problem a one-line
+    ConfigError."""
+    from asrdecode.models.loading import resolve_packaged_path
+
+    if not config.lm:
+        raise ConfigError("decoder.lm: needs the large LM (decoder.lm=ARPA or pocketsphinx .lm.bin)")
+    small = config.small_lm or small_lm_of(config.graph)
+    if not small:
+        raise ConfigError(
+            "decoder.small_lm: give the LM the graph was built with (not recorded in the graph "
+            "folder's meta.json)"
+        )
+    large = resolve_packaged_path(config.lm)
+    for key, path in (("lm", large), ("small_lm", small)):
+        if not Path(path).is_file():
+            raise ConfigError(f"decoder.{key}: {path}: file not found")
+    num_ids = max(int(olabels.max(initial=0)), max(words, default=0)) + 1
+    try:
+        lm = DifferenceLM.from_files(large, small, words, num_ids, config.lm_scale, cache=cache_root() / "lm")
+    except AsrDecodeError as err:
+        raise ConfigError(f"decoder.lm: {err}") from None
+    lm.check_words(olabels, words, small, large)
+    return lm
+
+
 class WfstOtfDecoder(WfstDecoder):
     """`WfstDecoder` whose search carries a difference-LM state per token (module docstring)."""
 
@@ -101,22 +131,7 @@ class WfstOtfDecoder(WfstDecoder):
             raise ConfigError("decoder.lattice / decoder.nbest > 1: wfst-otf keeps no lattices (use wfst)")
         super().__init__(config, context, graph, words)
         if lm is None:
-            if not config.lm:
-                raise ConfigError("decoder.lm: wfst-otf needs the large ARPA LM (decoder.lm=path)")
-            small = config.small_lm or small_lm_of(config.graph)
-            if not small:
-                raise ConfigError(
-                    "decoder.small_lm: give the ARPA the graph was built with (not recorded in the "
-                    "graph folder's meta.json)"
-                )
-            for key, path in (("lm", config.lm), ("small_lm", small)):
-                if not Path(path).is_file():
-                    raise ConfigError(f"decoder.{key}: {path}: file not found")
-            num_ids = max(int(self.h_olabel.max(initial=0)), max(self.words, default=0)) + 1
-            lm = DifferenceLM.from_arpa(
-                config.lm, small, self.words, num_ids, config.lm_scale, cache=cache_root() / "lm"
-            )
-            lm.check_words(self.h_olabel, self.words, small, config.lm)
+            lm = load_difference_lm(config, self.words, self.h_olabel)
         if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
             raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")
         self.diff = lm

@@ -23,10 +23,11 @@ Lookups: torch (`step`, batched sparse lookups, any device) and numba (`lm_step`
 `arrays()` tuples, for the compiled search). The large LM's tables stay where they are built
 (host memory); only the lookups' answers enter the search.
 
-Building the tables of a large ARPA (parsing, the union of histories) takes tens of seconds for a
-trigram with millions of n-grams; `from_arpa` with a `cache` folder stores the finished tables as
-one safetensors file keyed by the SHA-256 of both ARPA files and of the vocabulary, so later runs
-load them in about a second (safetensors: reading runs no code; an unreadable file is rebuilt).
+Building the tables of a large LM takes seconds to tens of seconds for a trigram with millions of
+n-grams (ARPA text parsing dominates; pocketsphinx's binary trie is decoded without it).
+`from_files` with a `cache` folder stores the finished tables as one safetensors file keyed by the
+SHA-256 of both LM files and of the vocabulary, so later runs load them in about a second
+(safetensors: reading runs no code; an unreadable file is rebuilt).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import numpy as np
 import torch
 
 from asrdecode.errors import ConfigError
-from asrdecode.lm.ngram_tensor import BatchedNgramLM
+from asrdecode.lm.ngram_tensor import HISTORY_PAD, BatchedNgramLM
 
 log = logging.getLogger("asrdecode.decoders.wfst_otf")
 _NO_WORD = "\x00olabel-{}"  # vocabulary placeholder for an id that is not a word (never in an ARPA)
@@ -66,26 +67,26 @@ _MAPS = ("large_of", "small_of", "union_of_large", "union_of_small", "union_orde
 
 def union_maps(large: BatchedNgramLM, small: BatchedNgramLM) -> dict[str, np.ndarray]:
     """The union U of both LMs' histories (module docstring) as maps: U state -> each LM's state
-    (longest suffix), each LM's state -> U state, and the history length of each U state."""
-    hl, hs = large.histories(), small.histories()
-    id_l = {h: i for i, h in enumerate(hl)}
-    id_s = {h: i for i, h in enumerate(hs)}
-    rest = sorted((set(hl) | set(hs)) - {(), (-1,)}, key=lambda h: (len(h), h))
-    hist = [(), (-1,), *rest]
-    uid = {h: i for i, h in enumerate(hist)}
-
-    def longest(h: tuple[int, ...], table: dict) -> int:
-        for i in range(len(h)):
-            if h[i:] in table:
-                return table[h[i:]]
-        return 0
-
+    (longest suffix), each LM's state -> U state, and the history length of each U state. U is
+    numbered by (length, tokens): the root, BOS, then longer histories (vectorised over arrays
+    of histories, `BatchedNgramLM.history_array`)."""
+    hl, hs = large.history_array(), small.history_array()
+    width = max(hl.shape[1], hs.shape[1])
+    rows = np.full((len(hl) + len(hs), width), HISTORY_PAD, dtype=np.int64)
+    rows[: len(hl), : hl.shape[1]] = hl
+    rows[len(hl) :, : hs.shape[1]] = hs
+    hist, inverse = np.unique(rows, axis=0, return_inverse=True)
+    lengths = (hist != HISTORY_PAD).sum(axis=1)
+    by_length = np.lexsort((*hist.T[::-1], lengths))  # (length, tokens): root, BOS, ...
+    rank = np.empty_like(by_length)
+    rank[by_length] = np.arange(len(by_length))
+    hist, inverse = hist[by_length], rank[inverse.reshape(-1)]
     return {
-        "large_of": np.array([longest(h, id_l) for h in hist], dtype=np.int64),
-        "small_of": np.array([longest(h, id_s) for h in hist], dtype=np.int64),
-        "union_of_large": np.array([uid[h] for h in hl], dtype=np.int64),
-        "union_of_small": np.array([uid[h] for h in hs], dtype=np.int64),
-        "union_order": np.array([len(h) for h in hist], dtype=np.int64),
+        "large_of": large.history_index().longest(hist),
+        "small_of": small.history_index().longest(hist),
+        "union_of_large": inverse[: len(hl)],
+        "union_of_small": inverse[len(hl) :],
+        "union_order": lengths[by_length].astype(np.int64),
     }
 
 
@@ -116,7 +117,7 @@ class DifferenceLM:
         return len(self.large_of)
 
     @classmethod
-    def from_arpa(
+    def from_files(
         cls,
         large: str | Path,
         small: str | Path,
@@ -125,8 +126,9 @@ class DifferenceLM:
         lm_scale: float = 1.0,
         cache: str | Path | None = None,
     ) -> DifferenceLM:
-        """Both LMs from their ARPA files over the graph's word ids; with `cache`, the finished
-        tables are loaded from / saved to that folder (module docstring)."""
+        """Both LMs from their files (ARPA or pocketsphinx's binary trie, `BatchedNgramLM.from_file`)
+        over the graph's word ids; with `cache`, the finished tables are loaded from / saved to that
+        folder (module docstring)."""
         vocab = word_vocabulary(words, num_ids)
         path = _cache_file(cache, large, small, vocab) if cache is not None else None
         if path is not None and path.is_file():
@@ -135,8 +137,8 @@ class DifferenceLM:
             except Exception as err:  # a damaged cache entry is rebuilt
                 log.warning("%s: cannot read cached LM tables (%s); rebuilding", path, err)
         lm = cls(
-            BatchedNgramLM.from_arpa(large, vocab=vocab),
-            BatchedNgramLM.from_arpa(small, vocab=vocab),
+            BatchedNgramLM.from_file(large, vocab),
+            BatchedNgramLM.from_file(small, vocab),
             lm_scale,
         )
         if path is not None:
@@ -221,7 +223,7 @@ class DifferenceLM:
         return lms + self.state_bytes()
 
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: pocketsphinx trie LMs restricted to the vocabulary and renormalised
 _BUFFERS = (
     "arc_offsets", "arc_token", "arc_next", "arc_weight", "root_weight", "root_next",
     "backoff_state", "backoff_weight", "final_weight", "state_order",
