@@ -17,28 +17,28 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-## demo: transcribe the bundled demo data with the embedded default model and print the report
+## demo: real English first (the default setup: no config, graph built into the cache on first use),
+## then the embedded neural demo models; a summary table at the end
 demo: install
-	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --out $(OUT)/demo-synthetic --overwrite
-	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --out $(OUT)/demo-real --overwrite
+	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --out $(OUT)/demo-real-default --overwrite
+	$(BIN)/asrdecode transcribe data/real/test/manifest.jsonl --out $(OUT)/real-test-default --overwrite
+	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --model embedded:demo_ctc_bpe \
+		--out $(OUT)/demo-synthetic --overwrite
+	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --model embedded:demo_ctc_bpe \
+		--out $(OUT)/demo-real --overwrite
 	$(BIN)/asrdecode build-graph --config configs/graph/demo-ctc-bpe-tlg.yaml --out $(OUT)/graphs/demo-ctc-bpe-tlg
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/wfst.yaml \
 		decoder.graph=$(OUT)/graphs/demo-ctc-bpe-tlg --out $(OUT)/demo-synthetic-wfst --overwrite
-	$(BIN)/asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out $(OUT)/graphs/sphinx-en-us
-	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/sphinx-en-us.yaml \
-		decoder.graph=$(OUT)/graphs/sphinx-en-us --out $(OUT)/demo-real-sphinx --overwrite
-	$(BIN)/asrdecode transcribe data/real/test/manifest.jsonl --config configs/sphinx-en-us.yaml \
-		decoder.graph=$(OUT)/graphs/sphinx-en-us --out $(OUT)/real-test-sphinx --overwrite
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/transducer-greedy.yaml \
 		--out $(OUT)/demo-synthetic-rnnt --overwrite
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/transducer-greedy.yaml \
 		--out $(OUT)/demo-real-rnnt --overwrite
 	$(BIN)/python scripts/demo_summary.py \
+		"real speech, default (sphinx + wfst-otf)=$(OUT)/demo-real-default" \
+		"real speech held out (real/test), default=$(OUT)/real-test-default" \
 		"synthetic TTS, demo model, ctc-greedy=$(OUT)/demo-synthetic" \
 		"synthetic TTS, demo model, wfst + demo TLG=$(OUT)/demo-synthetic-wfst" \
 		"real speech, demo model, ctc-greedy=$(OUT)/demo-real" \
-		"real speech, sphinx en-us HMM, wfst + HCLG=$(OUT)/demo-real-sphinx" \
-		"real speech held out (data/real/test), sphinx en-us HMM, wfst + HCLG=$(OUT)/real-test-sphinx" \
 		"synthetic TTS, demo RNN-T, transducer-greedy=$(OUT)/demo-synthetic-rnnt" \
 		"real speech, demo RNN-T, transducer-greedy=$(OUT)/demo-real-rnnt"
 

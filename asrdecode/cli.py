@@ -173,16 +173,20 @@ def transcribe(
       a NeMo-style JSONL manifest (audio_filepath, duration, text?, offset?, boost?)
       a Kaldi data dir (wav.scp, text?, segments?)
       a folder written by --save-logprobs (runs only the decoder)
-    Any config key can be overridden as KEY.PATH=VALUE (e.g. batch.max_seconds=60).
-    Rerunning into the same --out resumes; --overwrite starts again.
+    With no --config and no --model, audio is transcribed as English with the default setup
+    (pocketsphinx's en-us model, a graph built into the cache on first use, its full trigram
+    applied on the fly by wfst-otf; see --print-config). Any config key can be overridden as
+    KEY.PATH=VALUE (e.g. batch.max_seconds=60). Rerunning into the same --out resumes;
+    --overwrite starts again.
 
     \b
     Examples:
-      asrdecode transcribe data/demo/real --out out/real
-      asrdecode transcribe data/demo/synthetic/manifest.jsonl --save-logprobs --out out/syn
+      asrdecode transcribe my_recordings/ --out out/real
+      asrdecode transcribe my_recordings/ --decoder let --out out/let
+      asrdecode transcribe syn/manifest.jsonl --model embedded:demo_ctc_bpe --save-logprobs --out out/syn
       asrdecode transcribe out/syn/logprobs --decoder ctc-greedy --out out/syn-redecode
     """
-    from asrdecode.config import build_config, config_to_yaml
+    from asrdecode.config import DEFAULT_SETUP, build_config, config_to_yaml, uses_default_setup
 
     items = list(overrides)
     if model:
@@ -195,8 +199,15 @@ def transcribe(
         items.append("output.save_logprobs=true")
     if boost_file:
         items.append(f"decoder.boost={json.dumps(read_boost_file(boost_file))}")
-    cfg = build_config(config_file, items)
+    default_setup = uses_default_setup(config_file, items, input_path)
+    cfg = build_config(config_file, items, default_setup=default_setup)
     if print_config:
+        if default_setup:
+            out_console.print(
+                f"# the default setup ({DEFAULT_SETUP}; --model or --config to change)",
+                highlight=False,
+                soft_wrap=True,
+            )
         out_console.print(config_to_yaml(cfg), highlight=False, end="")
         return
     if out_dir is None:

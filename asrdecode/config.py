@@ -21,7 +21,10 @@ import yaml
 
 from asrdecode.errors import ConfigError
 
-DEFAULT_MODEL = "embedded:demo_ctc_bpe"
+DEFAULT_MODEL = "embedded:demo_ctc_bpe"  # model.path when a config names no model
+# What `asrdecode transcribe` runs with no --config and no model choice: real English (pocketsphinx's
+# en-us HMM, a small HCLG built on first use, its full trigram on the fly with wfst-otf)
+DEFAULT_SETUP = "embedded:configs/sphinx-en-us-otf.yaml"
 
 
 @dataclass
@@ -231,15 +234,45 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def build_config(config_file: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """YAML file (optional) + CLI overrides → validated RunConfig (decoder section included)."""
-    tree: dict = load_yaml(config_file) if config_file else {}
+def build_config(
+    config_file: str | Path | None = None, overrides: list[str] | None = None, default_setup: bool = False
+) -> RunConfig:
+    """YAML file (optional; `embedded:configs/...` for packaged ones) + CLI overrides → validated
+    RunConfig (decoder section included). ``default_setup`` (no file given): start from
+    `DEFAULT_SETUP`; when the overrides choose another decoder.type, its decoder options that the
+    chosen decoder does not take are left out (``--decoder let`` or ``wfst`` keep the same graph)."""
+    from asrdecode.models.loading import resolve_packaged_path
+
+    if default_setup and config_file is None:
+        config_file = DEFAULT_SETUP
+    tree: dict = load_yaml(resolve_packaged_path(str(config_file))) if config_file else {}
+    preset = dict(tree.get("decoder") or {}) if default_setup else {}
+    given: set[str] = set()
     for item in overrides or []:
         path, value = parse_override(item)
         apply_override(tree, path, value)
+        if path[0] == "decoder":
+            given.add(path[1] if len(path) > 1 else "")
+    section = tree.get("decoder")
+    if preset and isinstance(section, dict) and section.get("type") != preset.get("type"):
+        from asrdecode.decoders import DECODERS, decoder_options
+
+        kind = section.get("type")
+        takes = set(decoder_options(kind)) if kind in DECODERS else set(section)
+        tree["decoder"] = {k: v for k, v in section.items() if k == "type" or k in takes or k in given}
     cfg = dataclass_from_dict(RunConfig, tree)
     cfg.decoder = validate_decoder_section(cfg.decoder)
     return cfg
+
+
+def uses_default_setup(config_file: str | Path | None, overrides: list[str], input_path: Path) -> bool:
+    """True when a run gets `DEFAULT_SETUP`: no config file, no ``model.*`` override, and the input
+    is audio (a saved log-probs folder keeps the plain defaults: its decoder follows its model)."""
+    from asrdecode.io.manifests import LOGPROBS_META
+
+    if config_file is not None or any(item.split("=", 1)[0].startswith("model.") for item in overrides):
+        return False
+    return not (Path(input_path) / LOGPROBS_META).is_file()
 
 
 def validate_decoder_section(section: dict) -> dict:

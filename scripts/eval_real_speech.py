@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/eval_real_speech.py                      # every real set; builds the graph
     .venv/bin/python scripts/eval_real_speech.py --manifest data/real/test/manifest.jsonl
+    .venv/bin/python scripts/eval_real_speech.py --on-the-fly wfst-otf,let   # + the default setup
 
 Sets (each printed with how it was used): `data/demo/real` (pocketsphinx 5.1.1's test clips; earlier
 sessions chose the graph's pruning on it), `data/real/dev` (the tuning set of the decoding defaults)
@@ -24,7 +25,9 @@ loading, asrdecode's warm-up batch that loads the compiled search, pocketsphinx'
 reading the audio files are excluded. asrdecode: the sum of its report's `features`, `model` and
 `decode` stage seconds; pocketsphinx: start_utt .. end_utt around each utterance. "vs PS" is the
 ratio to pocketsphinx with the same LM. The end-to-end wall RTFx of each asrdecode command (incl.
-warm-up and writing outputs) is in the JSON. The load average before and after is printed: on a
+warm-up and writing outputs) is in the JSON. `--on-the-fly wfst-otf,let` adds rows for the default
+setup of `asrdecode transcribe` (no --config: the small HCLG from the cache + pocketsphinx's full
+trigram on the fly) with each of those decoders, on all cores. The load average before and after is printed: on a
 shared machine run it when the CPU is quiet (the decoders run one after the other).
 """
 
@@ -85,10 +88,15 @@ def run_checked(cmd: list[str], what: str) -> None:
         sys.exit(f"{what} failed (exit code {proc.returncode}): {' '.join(cmd)}")
 
 
-def run_asrdecode(manifest: Path, config: Path, graph: Path, out: Path, overrides: list[str]) -> dict:
-    """`asrdecode transcribe` in a child process (as a user runs it); its report gives stage times."""
-    cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(manifest), "--config", str(config)]
-    cmd += [f"decoder.graph={graph}", *overrides, "--out", str(out), "--overwrite"]
+def run_asrdecode(
+    manifest: Path, config: Path | None, graph: Path | None, out: Path, overrides: list[str]
+) -> dict:
+    """`asrdecode transcribe` in a child process (as a user runs it); its report gives stage times.
+    No config and no graph: the default setup (its graph from the cache, built on first use)."""
+    cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(manifest)]
+    cmd += ["--config", str(config)] if config is not None else []
+    cmd += [f"decoder.graph={graph}"] if graph is not None else []
+    cmd += [*overrides, "--out", str(out), "--overwrite"]
     t0 = time.perf_counter()
     run_checked(cmd, "asrdecode transcribe")
     wall = time.perf_counter() - t0
@@ -118,9 +126,9 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
         "asrdecode 1 thread": (args.config, args.graph, one_thread, "1-thread"),
         f"asrdecode {cores} cores": (args.config, args.graph, all_cores, "all-cores"),
     }
-    for decoder in args.on_the_fly:  # the small graph + the full LM, all cores
+    for decoder in args.on_the_fly:  # the default setup: the small graph + the full LM, all cores
         overrides = [*all_cores, f"decoder.type={decoder}"]
-        runs[f"asrdecode {decoder}, full LM"] = (args.otf_config, args.small_graph, overrides, decoder)
+        runs[f"asrdecode {decoder}, full LM"] = (None, None, overrides, decoder)
     out = args.out / manifest.parent.name
     ours = {
         name: run_asrdecode(manifest, config, graph, out / folder, [*overrides, *args.overrides])
@@ -219,11 +227,9 @@ def main() -> None:
         "--on-the-fly",
         default="",
         type=lambda v: [d for d in v.split(",") if d],
-        help="also these decoders (wfst-otf,let) with --otf-config: the small graph + the full LM",
+        help="also these decoders (wfst-otf,let) on the default setup (no --config: the small graph "
+        "from the cache + pocketsphinx's full trigram)",
     )
-    ap.add_argument("--otf-config", type=Path, default=ROOT / "configs/sphinx-en-us-otf.yaml")
-    ap.add_argument("--small-graph-config", type=Path, default=ROOT / "configs/graph/sphinx-en-us-small.yaml")
-    ap.add_argument("--small-graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us-small")
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
     args = ap.parse_intermixed_args()
 
@@ -231,10 +237,6 @@ def main() -> None:
         print(f"building {args.graph} from {args.graph_config} ...", flush=True)
         cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
         run_checked([*cmd, "--out", str(args.graph)], "asrdecode build-graph")
-    if args.on_the_fly and not (args.small_graph / "graph.pt").is_file():
-        print(f"building {args.small_graph} from {args.small_graph_config} ...", flush=True)
-        cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.small_graph_config)]
-        run_checked([*cmd, "--out", str(args.small_graph)], "asrdecode build-graph")
     meta = json.loads((args.graph / "meta.json").read_text())
     lm = Path(meta["inputs"]["arpa"]["path"])
     manifests = args.manifest or [ROOT / m for m in SETS if (ROOT / m).is_file()]

@@ -4,8 +4,8 @@
     .venv/bin/python scripts/export_sphinx_lm.py            # data/lm/sphinx-en-us-72k.arpa.gz (~4 min)
     .venv/bin/python scripts/export_sphinx_lm.py --full     # + data/cache/sphinx-en-us.arpa.gz (35 MB)
     .venv/bin/python scripts/export_sphinx_lm.py --vocab 20000 --prune 1e-7
-    .venv/bin/python scripts/export_sphinx_lm.py --prune 1e-5 --name sphinx-en-us-72k-small   # OTF graph LM
-    .venv/bin/python scripts/export_sphinx_lm.py --prune 0 --name sphinx-en-us-72k-full --out data/cache/lm
+    .venv/bin/python scripts/export_sphinx_lm.py --prune 1e-5 --name sphinx-en-us-72k-small \
+        --out asrdecode/assets/lm                            # the default setup's small graph LM
 
 pocketsphinx 5.1.1's own `NGramModel.write(path, 'arpa')` multiplies every log10 value by a
 constant that changes from run to run, and dies (SIGSEGV) at the end of the bigrams, before any

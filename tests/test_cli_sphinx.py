@@ -93,25 +93,3 @@ def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
     assert dec.word_insertion_penalty == pytest.approx(-math.log(wip) / lw, abs=1e-4)
     assert (graph.silprob, graph.fillprob) == (0.005, 1e-8)
     assert check_arpa(ROOT / graph.arpa).counts[1] > 72000  # every pronounceable word of en-us.lm.bin
-
-
-def test_on_the_fly_sphinx_configs_load_for_wfst_otf_and_let():
-    """configs/sphinx-en-us-otf.yaml validates for `wfst-otf` and, with decoder.type=let, for `let`
-    (same graph, LMs and pruning); its graph config is the static one with the small LM."""
-    import yaml
-
-    from asrdecode.config import build_config, dataclass_from_dict
-    from asrdecode.decoders import decoder_config_from_dict
-    from asrdecode.graph import GraphBuildConfig
-
-    for decoder in ("wfst-otf", "let"):
-        cfg = build_config(ROOT / "configs/sphinx-en-us-otf.yaml", [f"decoder.type={decoder}"])
-        dec = decoder_config_from_dict(cfg.decoder)
-        assert dec.lm.endswith("sphinx-en-us-72k-full.arpa.gz")
-        assert dec.graph == "cache:configs/graph/sphinx-en-us-small.yaml"
-        assert dec.acoustic_scale == pytest.approx(1 / 9.5, abs=1e-4)
-    static = yaml.safe_load((ROOT / "configs/graph/sphinx-en-us.yaml").read_text())
-    small = yaml.safe_load((ROOT / "configs/graph/sphinx-en-us-small.yaml").read_text())
-    dataclass_from_dict(GraphBuildConfig, small)
-    assert {k: v for k, v in small.items() if k != "arpa"} == {k: v for k, v in static.items() if k != "arpa"}
-    assert (ROOT / small["arpa"]).is_file()

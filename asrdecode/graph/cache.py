@@ -46,7 +46,7 @@ def load_graph_config(config_file: str | Path | None, overrides: Sequence[str] =
     for item in overrides:
         path, value = parse_override(item)
         apply_override(tree, path, value)
-    for key in ("acoustic_model", "lexicon", "noisedict", "model"):
+    for key in ("acoustic_model", "lexicon", "noisedict", "model", "arpa"):
         if isinstance(tree.get(key), str):
             tree[key] = resolve_packaged_path(tree[key])
     return dataclass_from_dict(GraphBuildConfig, tree)
@@ -84,7 +84,9 @@ def resolve_graph_spec(
     """`cache:CONFIG.yaml` -> the cached graph folder of that build config; anything else as it is."""
     if not spec.startswith(CACHE_PREFIX):
         return spec
-    config = spec[len(CACHE_PREFIX) :]
+    from asrdecode.models.loading import resolve_packaged_path
+
+    config = resolve_packaged_path(spec[len(CACHE_PREFIX) :])
     if not Path(config).is_file():
         raise GraphError(f"decoder.graph={spec}: build config {config} not found")
     return str(cached_graph(load_graph_config(config), on_stage, on_status))

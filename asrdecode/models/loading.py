@@ -25,15 +25,23 @@ def _pocketsphinx_model(name: str) -> Path:
 
 
 def resolve_packaged_path(value: str) -> str:
-    """`embedded:sphinx-en-us[/REL]` -> a path inside the installed pocketsphinx model (for graph
-    configs: `embedded:sphinx-en-us` = the acoustic model folder, `embedded:sphinx-en-us/../X` =
-    files beside it such as `cmudict-en-us.dict`); any other value is returned unchanged."""
+    """`embedded:` paths of files that ship with asrdecode or pocketsphinx -> real paths:
+    `embedded:sphinx-en-us` = the pocketsphinx acoustic model folder, `embedded:sphinx-en-us/../X` =
+    files beside it (`cmudict-en-us.dict`, `en-us.lm.bin`); `embedded:DIR/FILE` = a file under
+    asrdecode's assets (`embedded:configs/sphinx-en-us-otf.yaml`, `embedded:lm/...`). Any other
+    value is returned unchanged."""
     for name in SPHINX_EMBEDDED:
         prefix = f"embedded:{name}"
         if value == prefix or value.startswith(prefix + "/"):
             folder = _pocketsphinx_model(name)
             rest = value[len(prefix) :].lstrip("/")
             return str((folder / rest).resolve()) if rest else str(folder)
+    if value.startswith("embedded:") and "/" in value:
+        rest = value.split(":", 1)[1]
+        candidate = (ASSETS / rest).resolve()
+        if ASSETS.resolve() not in candidate.parents or not candidate.is_file():
+            raise ModelError(f"{value}: no such file among asrdecode's assets ({ASSETS})")
+        return str(candidate)
     return value
 
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""First use of the default setup, as a new user meets it: `asrdecode transcribe MANIFEST --out O`
+with no options and an empty cache, then the same command again.
+
+    .venv/bin/python scripts/bench/first_use.py                      # data/demo/real
+    .venv/bin/python scripts/bench/first_use.py --manifest data/real/test/manifest.jsonl
+
+Each command runs in a child process with a fresh, private ASRDECODE_CACHE (a temporary folder), so
+nothing already built is reused. Printed per run: wall seconds, the child's peak RSS (getrusage of
+the child), the graph build stages and their seconds (from the run's own output), WER and the
+run's RTFx. The graph build alone is also run as `asrdecode build-graph` in its own process for its
+peak RSS. The load average before and after is printed: timings on a shared machine are only
+meaningful when it is quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GRAPH_CONFIG = "embedded:configs/graph/sphinx-en-us-small.yaml"
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MB of this child (os.wait4), stderr) of one command; fails loudly."""
+    with tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        text = err.read()
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{text[-2000:]}")
+    return wall, usage.ru_maxrss / 1024, text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--manifest", type=Path, default=ROOT / "data/demo/real/manifest.jsonl")
+    args = ap.parse_args()
+    cli = [sys.executable, "-m", "asrdecode.cli"]
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "ASRDECODE_CACHE": str(Path(tmp) / "cache")}
+        # the graph build alone first (its own process: its peak RSS is the build's), then a clean cache
+        build_wall, build_rss, _ = timed(
+            [*cli, "build-graph", "--config", _real_config(), "--out", str(Path(tmp) / "graph")], env
+        )
+        rows = []
+        for name in ("first use (empty cache)", "second run (cache warm)"):
+            out = Path(tmp) / name.split()[0]
+            wall, rss, err = timed([*cli, "transcribe", str(args.manifest), "--out", str(out)], env)
+            report = json.loads((out / "report.json").read_text())
+            stages = re.findall(r"graph build: (\S+) done in ([\d.]+) s", err)
+            rows.append((name, wall, rss, report, stages))
+    load_after = os.getloadavg()
+    print(f"default setup on {args.manifest}")
+    print(f"  build-graph alone ({GRAPH_CONFIG}): {build_wall:.1f} s, peak RSS {build_rss:.0f} MB")
+    for name, wall, rss, report, stages in rows:
+        wer = f"{report['wer'] * 100:.1f}%" if report.get("wer") is not None else "-"
+        print(
+            f"  {name}: {wall:.1f} s wall, peak RSS {rss:.0f} MB, WER {wer}, "
+            f"RTFx {report.get('rtfx', 0):.1f} ({report['model']} / {report['decoder']})"
+        )
+        if stages:
+            total = sum(float(s) for _, s in stages)
+            print("    graph build " + ", ".join(f"{n} {s} s" for n, s in stages) + f" = {total:.1f} s")
+    print(
+        f"load average (1/5/15 min) before {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
+        f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}"
+    )
+
+
+def _real_config() -> str:
+    from asrdecode.models.loading import resolve_packaged_path
+
+    return resolve_packaged_path(GRAPH_CONFIG)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""The default setup: `asrdecode transcribe AUDIO --out O` with no --config and no --model transcribes
+English with pocketsphinx's en-us model, a small HCLG built into the cache on first use and
+pocketsphinx's full trigram (`en-us.lm.bin`) applied on the fly by `wfst-otf`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from asrdecode.config import DEFAULT_SETUP, build_config, uses_default_setup
+from asrdecode.errors import ConfigError
+from asrdecode.models.loading import resolve_packaged_path
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "data" / "demo" / "real"
+CLIPS = ("ps_goforward", "ps_tidigits_dhd.2934z", "ps_cards_001")  # short clips, 6.3 s in all
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "asrdecode.cli", *args], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_when_the_default_setup_applies(tmp_path):
+    assert uses_default_setup(None, [], REAL)
+    assert uses_default_setup(None, ["decoder.type=let", "batch.max_seconds=60"], REAL)
+    assert not uses_default_setup(ROOT / "configs/ctc-greedy.yaml", [], REAL)
+    assert not uses_default_setup(None, ["model.path=embedded:demo_ctc_bpe"], REAL)
+    assert not uses_default_setup(None, ["model.topn=0"], REAL)  # any model choice means "my own setup"
+    (tmp_path / "logprobs.json").write_text("{}")
+    assert not uses_default_setup(None, [], tmp_path)  # saved log-probs: the decoder follows their model
+
+
+def test_default_setup_is_sphinx_on_the_fly():
+    cfg = build_config(None, [], default_setup=True)
+    assert cfg.model.path == "embedded:sphinx-en-us" and cfg.model.type == "sphinx"
+    dec = cfg.decoder
+    assert dec["type"] == "wfst-otf"
+    assert dec["graph"] == "cache:embedded:configs/graph/sphinx-en-us-small.yaml"
+    lm = Path(resolve_packaged_path(dec["lm"]))
+    assert lm.name == "en-us.lm.bin" and lm.is_file()
+    graph = yaml.safe_load(
+        Path(resolve_packaged_path("embedded:configs/graph/sphinx-en-us-small.yaml")).read_text()
+    )
+    assert Path(resolve_packaged_path(graph["arpa"])).is_file()
+    # the same file is the repository's configs/sphinx-en-us-otf.yaml
+    assert (ROOT / "configs/sphinx-en-us-otf.yaml").resolve() == Path(resolve_packaged_path(DEFAULT_SETUP))
+    # without the default setup the plain defaults stay: the demo CTC model and its natural decoder
+    plain = build_config(None, [])
+    assert plain.model.path == "embedded:demo_ctc_bpe" and plain.decoder == {"type": "auto"}
+
+
+def test_other_decoder_on_the_default_setup_keeps_graph_and_drops_foreign_options():
+    let = build_config(None, ["decoder.type=let"], default_setup=True).decoder
+    assert let["type"] == "let" and let["lm"].endswith("en-us.lm.bin") and let["beam"] == 13.0
+    wfst = build_config(None, ["decoder.type=wfst"], default_setup=True).decoder
+    assert wfst["graph"].startswith("cache:") and "lm" not in wfst
+    with pytest.raises(ConfigError, match="decoder.lm"):  # an option the user gives is still checked
+        build_config(None, ["decoder.type=wfst", "decoder.lm=x.arpa"], default_setup=True)
+
+
+def test_print_config_names_the_default():
+    out = run("transcribe", str(REAL), "--print-config").stdout
+    assert out.startswith(f"# the default setup ({DEFAULT_SETUP}")
+    assert yaml.safe_load(out)["decoder"]["type"] == "wfst-otf"
+    own = yaml.safe_load(
+        run("transcribe", str(REAL), "--model", "embedded:demo_ctc_bpe", "--print-config").stdout
+    )
+    assert own["model"]["path"] == "embedded:demo_ctc_bpe" and own["decoder"] == {"type": "auto"}
+
+
+@pytest.fixture(scope="module")
+def three_clips(tmp_path_factory) -> Path:
+    rows = [json.loads(line) for line in (REAL / "manifest.jsonl").read_text().splitlines()]
+    picked = [
+        {**r, "audio_filepath": str(REAL / r["audio_filepath"])}
+        for r in rows
+        if Path(r["audio_filepath"]).stem in CLIPS
+    ]
+    assert len(picked) == len(CLIPS)
+    path = tmp_path_factory.mktemp("default") / "manifest.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    return path
+
+
+def test_first_use_builds_then_reuses_and_let_agrees(three_clips, tmp_path):
+    """No options: the graph is built into the (suite's private) cache with named stages, the run
+    reports the sphinx model and wfst-otf; a second run reuses graph and LM tables (no build) and
+    gives the same words; `--decoder let` (paper 002, same graph and LMs) finds the same words on
+    these clips."""
+    first = run("transcribe", str(three_clips), "--out", str(tmp_path / "a"))
+    cache = Path(os.environ["ASRDECODE_CACHE"])
+    assert "graph build: determinize done" in first.stderr or "graph cache: building" not in first.stderr
+    assert list((cache / "graphs").glob("hclg-sphinx-*/meta.json"))
+    assert list((cache / "lm").glob("difference-*.safetensors"))
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert report["model"] == "embedded:sphinx-en-us" and report["decoder"] == "wfst-otf"
+    second = run("transcribe", str(three_clips), "--out", str(tmp_path / "b"))
+    assert "graph build" not in second.stderr
+    let = run("transcribe", str(three_clips), "--decoder", "let", "--out", str(tmp_path / "c"))
+    texts = {
+        name: {
+            r["utt_id"]: r["text"] for r in map(json.loads, (tmp_path / name / "transcripts.jsonl").open())
+        }
+        for name in ("a", "b", "c")
+    }
+    assert texts["a"] == texts["b"] == texts["c"]
+    assert all(texts["a"].values()) and let.returncode == 0
