@@ -7,10 +7,12 @@ into ``<cache root>/graphs/<kind>-<digest>``, where the digest is that of the bu
 later runs find it there and only load it. The cache root is ``$ASRDECODE_CACHE``, else
 ``$XDG_CACHE_HOME/asrdecode``, else ``~/.cache/asrdecode``.
 
-Processes that want the same graph at once take an exclusive lock on ``<folder>.lock``: the first
-builds, the others wait and then reuse its build. A folder left incomplete or stale (a file missing,
-meta.json unreadable or for other inputs) is rebuilt with a one-line notice; builds replace the
-folder in one step (`build.staged_folder`), so a killed build never leaves a half-written graph.
+The build runs in a child process (`build_in_child_process`): the OpenFst build's memory goes back
+to the system before decoding starts. Processes that want the same graph at once take an exclusive
+lock on ``<folder>.lock``: the first builds, the others wait and then reuse its build. A folder
+left incomplete or stale (a file missing, meta.json unreadable or for other inputs) is rebuilt with
+a one-line notice; builds replace the folder in one step (`build.staged_folder`), so a killed build
+never leaves a half-written graph.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from asrdecode.errors import GraphError
+from asrdecode.errors import AsrDecodeError, GraphError
 from asrdecode.graph.build import GraphBuildConfig, build_graph, cache_key, cached_meta, input_checksums
 from asrdecode.graph.stages import StageCallback
 
@@ -74,8 +76,54 @@ def cached_graph(
                 on_status(f"graph cache {folder}: incomplete or stale, rebuilding")
             elif on_status is not None:
                 on_status(f"graph cache: building {folder} (first use)")
-            build_graph(cfg, folder, force=True, on_stage=on_stage)
+            build_in_child_process(cfg, folder, on_stage)
     return folder
+
+
+def _build_child(cfg: GraphBuildConfig, folder: Path, events) -> None:
+    """Child process body: build, relaying stage events; a failure becomes one ("error", text)."""
+    try:
+        build_graph(cfg, folder, force=True, on_stage=lambda *event: events.put(("stage", event)))
+        events.put(("done", None))
+    except Exception as err:  # relayed as one line; the parent raises it as a GraphError
+        text = str(err) if isinstance(err, AsrDecodeError) else f"{type(err).__name__}: {err}"
+        events.put(("error", text))
+
+
+def build_in_child_process(
+    cfg: GraphBuildConfig, folder: Path, on_stage: StageCallback | None = None
+) -> None:
+    """`build_graph` in a child process (spawned: no state shared with the caller's threads), so the
+    memory of the OpenFst build is returned to the system when it ends and the decoding process
+    never holds both; its stage events reach `on_stage` as they happen."""
+    import multiprocessing
+    import queue
+
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    child = ctx.Process(target=_build_child, args=(cfg, folder, events), daemon=True)
+    child.start()
+    try:
+        while True:
+            try:
+                kind, payload = events.get(timeout=1.0)
+            except queue.Empty:
+                if not child.is_alive():
+                    raise GraphError(
+                        f"graph cache {folder}: the build process ended without a result "
+                        f"(exit code {child.exitcode}; out of memory?)"
+                    ) from None
+                continue
+            if kind == "stage" and on_stage is not None:
+                on_stage(*payload)
+            elif kind == "error":
+                raise GraphError(f"graph cache {folder}: {payload}")
+            elif kind == "done":
+                break
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
 
 
 def resolve_graph_spec(

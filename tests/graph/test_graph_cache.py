@@ -116,3 +116,17 @@ def test_transcribe_with_a_cache_graph(tmp_path):
     a = [json.loads(x)["pred_text"] for x in (tmp_path / "a/transcripts.jsonl").read_text().splitlines()]
     b = [json.loads(x)["pred_text"] for x in (tmp_path / "b/transcripts.jsonl").read_text().splitlines()]
     assert a == b and len(a) == 2
+
+
+def test_a_build_failing_in_its_process_is_one_line(toy_yaml, tmp_path):
+    """The build runs in a child process: its failure reaches the caller as one GraphError line
+    naming the cache folder and the problem, and no folder is left behind."""
+    lexicon = tmp_path / "toy" / "lexicon.txt"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(toy_yaml.read_text().replace(str(lexicon), str(tmp_path / "bad-lexicon.txt")))
+    (tmp_path / "bad-lexicon.txt").write_text("word\n")  # a word without units
+    with pytest.raises(GraphError) as err:
+        build(bad)
+    assert "\n" not in str(err.value) and str(err.value).startswith("graph cache ")
+    assert "bad-lexicon.txt" in str(err.value)
+    assert not [p for p in (tmp_path / "cache" / "graphs").iterdir() if p.is_dir()]
