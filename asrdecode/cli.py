@@ -322,22 +322,26 @@ def score(ref_path, hyp_path, worst, keep_case, keep_punctuation, per_utt, json_
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path), required=False)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def info(path: Path, debug: bool) -> None:
-    """Describe a model (.nemo / embedded:NAME) or a data set (folder, manifest, Kaldi dir, log-probs).
+def info(path: Path | None, debug: bool) -> None:
+    """Describe a model (.nemo / embedded:NAME), a graph folder or a data set (folder, manifest,
+    Kaldi dir, log-probs); with no PATH, the default setup of `transcribe` and its cache.
 
     \b
     Examples:
+      asrdecode info
       asrdecode info embedded:demo_ctc_bpe
       asrdecode info data/demo/real
     """
-    from asrdecode.info import describe
+    from asrdecode.info import describe, describe_default_setup
 
-    table = Table(title=str(path), show_header=False, title_justify="left")
+    facts = describe(str(path)) if path is not None else describe_default_setup()
+    title = str(path) if path is not None else "default setup of transcribe (no --config, no --model)"
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("key", style="bold")
     table.add_column("value")
-    for key, value in describe(str(path)).items():
+    for key, value in facts.items():
         table.add_row(key, value if isinstance(value, str) else json.dumps(value))
     out_console.print(table)
 

@@ -266,11 +266,13 @@ def build_config(
 
 
 def uses_default_setup(config_file: str | Path | None, overrides: list[str], input_path: Path) -> bool:
-    """True when a run gets `DEFAULT_SETUP`: no config file, no ``model.*`` override, and the input
-    is audio (a saved log-probs folder keeps the plain defaults: its decoder follows its model)."""
+    """True when a run gets `DEFAULT_SETUP`: no config file, no other model (``model.path`` or
+    ``model.type``; settings such as ``model.threads`` keep it), and the input is audio (a saved
+    log-probs folder keeps the plain defaults: its decoder follows its model)."""
     from asrdecode.io.manifests import LOGPROBS_META
 
-    if config_file is not None or any(item.split("=", 1)[0].startswith("model.") for item in overrides):
+    chooses_model = ("model.path", "model.type", "model")
+    if config_file is not None or any(item.split("=", 1)[0].strip() in chooses_model for item in overrides):
         return False
     return not (Path(input_path) / LOGPROBS_META).is_file()
 

@@ -36,6 +36,30 @@ def describe_dataset(path: str) -> dict:
     return info
 
 
+def describe_default_setup() -> dict:
+    """What `asrdecode transcribe` uses with no --config and no --model, and what is cached."""
+    from asrdecode.config import DEFAULT_SETUP, build_config
+    from asrdecode.graph.cache import CACHE_PREFIX, cache_folder, cache_root, is_cached, load_graph_config
+    from asrdecode.models.loading import resolve_packaged_path
+
+    cfg = build_config(None, [], default_setup=True)
+    dec = cfg.decoder
+    info = {
+        "default setup": f"{DEFAULT_SETUP} ({resolve_packaged_path(DEFAULT_SETUP)})",
+        "model": f"{cfg.model.path} ({cfg.model.type}, {resolve_packaged_path(cfg.model.path)})",
+        "decoder": f"{dec['type']} (beam {dec.get('beam')}, max_active {dec.get('max_active')})",
+        "cache": str(cache_root()),
+    }
+    graph = dec.get("graph", "")
+    if isinstance(graph, str) and graph.startswith(CACHE_PREFIX):
+        build = load_graph_config(resolve_packaged_path(graph[len(CACHE_PREFIX) :]))
+        state = "built" if is_cached(build) else "not built yet: first use builds it (~30 s)"
+        info["graph"] = f"{graph} -> {cache_folder(build)} ({state})"
+    if dec.get("lm"):
+        info["lm (on the fly)"] = f"{dec['lm']} ({resolve_packaged_path(dec['lm'])})"
+    return info
+
+
 def describe(path: str) -> dict:
     """Model (.nemo or embedded:NAME), graph folder (graph.pt / graph.safetensors) or data set."""
     if path.startswith("embedded:") or path.endswith(".nemo"):

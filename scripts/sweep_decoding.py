@@ -3,12 +3,16 @@
 
     .venv/bin/python scripts/sweep_decoding.py --graph out/graphs/sphinx-en-us \\
         decoder.acoustic_scale=0.0870,0.0952,0.10526,0.1176 decoder.max_active=5000,20000
+    .venv/bin/python scripts/sweep_decoding.py --config configs/sphinx-en-us-otf.yaml \\
+        --graph cache:embedded:configs/graph/sphinx-en-us-small.yaml decoder.beam=9,11,13   # default setup
 
 For each `--manifest` (default: the tuning sets data/real/dev and data/demo/real; never point it at
 data/real/test, the held-out set) the model runs once with `output.save_logprobs=true`; then every
 combination of the grid's values decodes the saved log-probs (`asrdecode transcribe LOGPROBS_DIR`)
 and its WER per set and pooled over the sets (errors / reference words) is printed and written to
-JSON. Grid keys are config overrides with comma-separated values; the last one varies fastest.
+JSON with the decode stage's seconds summed over the sets (run it on a quiet machine: the load
+average is printed at the end). Grid keys are config overrides with comma-separated values; the
+last one varies fastest.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,18 +65,26 @@ def main() -> None:
         overrides = [f"{k}={v}" for k, v in zip(keys, point, strict=True)]
         row = {"overrides": overrides, "sets": {}}
         errors = words = 0
+        row["decode_seconds"] = 0.0
         for name, logprobs in saved.items():
             report = transcribe(logprobs, args.out / name / "point", args.config, [*base, *overrides])
             counts = report["scoring"]
             row["sets"][name] = report["wer"]
+            row["decode_seconds"] += report["stage_seconds"]["decode"]
             errors += counts["substitutions"] + counts["deletions"] + counts["insertions"]
             words += counts["ref_words"]
         row["pooled_wer"] = errors / words
         rows.append(row)
         sets = "  ".join(f"{n} {w:6.1%}" for n, w in row["sets"].items())
-        print(f"{' '.join(overrides):<60} {sets}  pooled {row['pooled_wer']:6.1%}", flush=True)
+        print(
+            f"{' '.join(overrides):<60} {sets}  pooled {row['pooled_wer']:6.1%}  "
+            f"decode {row['decode_seconds']:.1f} s",
+            flush=True,
+        )
     best = min(rows, key=lambda r: r["pooled_wer"])
     print(f"\nbest pooled: {' '.join(best['overrides'])} ({best['pooled_wer']:.1%})")
+    load = os.getloadavg()
+    print(f"load average (1/5/15 min) at the end {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"graph": str(args.graph), "sets": list(saved), "rows": rows}, indent=2))
 

@@ -36,7 +36,8 @@ def test_when_the_default_setup_applies(tmp_path):
     assert uses_default_setup(None, ["decoder.type=let", "batch.max_seconds=60"], REAL)
     assert not uses_default_setup(ROOT / "configs/ctc-greedy.yaml", [], REAL)
     assert not uses_default_setup(None, ["model.path=embedded:demo_ctc_bpe"], REAL)
-    assert not uses_default_setup(None, ["model.topn=0"], REAL)  # any model choice means "my own setup"
+    assert not uses_default_setup(None, ["model.type=nemo-ctc"], REAL)
+    assert uses_default_setup(None, ["model.threads=0", "model.topn=0"], REAL)  # the default model tuned
     (tmp_path / "logprobs.json").write_text("{}")
     assert not uses_default_setup(None, [], tmp_path)  # saved log-probs: the decoder follows their model
 
@@ -77,6 +78,15 @@ def test_print_config_names_the_default():
         run("transcribe", str(REAL), "--model", "embedded:demo_ctc_bpe", "--print-config").stdout
     )
     assert own["model"]["path"] == "embedded:demo_ctc_bpe" and own["decoder"] == {"type": "auto"}
+
+
+def test_info_without_a_path_describes_the_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASRDECODE_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("COLUMNS", "250")
+    out = run("info").stdout
+    for fact in ("embedded:configs/sphinx-en-us-otf.yaml", "wfst-otf (beam 13.0", "en-us.lm.bin"):
+        assert fact in out
+    assert str(tmp_path / "empty-cache" / "graphs" / "hclg-sphinx-") in out and "not built yet" in out
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,18 @@ def load_graph_config(config_file: str | Path | None, overrides: Sequence[str] =
     return dataclass_from_dict(GraphBuildConfig, tree)
 
 
+def cache_folder(cfg: GraphBuildConfig, inputs: dict | None = None) -> Path:
+    """Where `cfg`'s graph lives in the cache (built there or not): keyed by its cache key."""
+    key = json.dumps(cache_key(cfg, inputs if inputs is not None else input_checksums(cfg)), sort_keys=True)
+    return cache_root() / "graphs" / f"{cfg.kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def is_cached(cfg: GraphBuildConfig) -> bool:
+    """True if `cfg`'s graph is in the cache, complete and current (nothing is built)."""
+    inputs = input_checksums(cfg)
+    return cached_meta(cfg, cache_folder(cfg, inputs), inputs) is not None
+
+
 def cached_graph(
     cfg: GraphBuildConfig,
     on_stage: StageCallback | None = None,
@@ -62,8 +74,7 @@ def cached_graph(
     """The cache folder of `cfg`'s graph, built first if it is missing, incomplete or stale."""
     cfg.validate()
     inputs = input_checksums(cfg)
-    key = json.dumps(cache_key(cfg, inputs), sort_keys=True)
-    folder = cache_root() / "graphs" / f"{cfg.kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    folder = cache_folder(cfg, inputs)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         lock = open(folder.with_name(folder.name + ".lock"), "a")  # noqa: SIM115 (held while building)

@@ -219,6 +219,13 @@ def test_registry_config_and_errors(built, tmp_path):
     )
     with pytest.raises(ConfigError, match="other.arpa: .* graph words have no probability"):
         WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(tmp_path / "other.arpa")))
+    # a damaged pocketsphinx binary LM (trie header, then too few bytes): one line naming it
+    (tmp_path / "cut.lm.bin").write_bytes(b"Trie Language Model\x03" + bytes(40))
+    with pytest.raises(ConfigError, match=r"decoder.lm: .*cut.lm.bin: truncated") as err:
+        WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(tmp_path / "cut.lm.bin")))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="embedded:lm/nope.arpa: no such file"):
+        WfstOtfDecoder(WfstOtfConfig(graph=small, lm="embedded:lm/nope.arpa"))
     otf = WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(built / "large.arpa")))
     with pytest.raises(ConfigError, match="streams"):
         otf.init_streams(1)

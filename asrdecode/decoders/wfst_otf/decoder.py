@@ -100,7 +100,10 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
             "decoder.small_lm: give the LM the graph was built with (not recorded in the graph "
             "folder's meta.json)"
         )
-    large = resolve_packaged_path(config.lm)
+    try:
+        large = resolve_packaged_path(config.lm)
+    except AsrDecodeError as err:
+        raise ConfigError(f"decoder.lm: {err}") from None
     for key, path in (("lm", large), ("small_lm", small)):
         if not Path(path).is_file():
             raise ConfigError(f"decoder.{key}: {path}: file not found")
