@@ -33,6 +33,9 @@ class ModelConfig:
 
     path: str = DEFAULT_MODEL
     type: str = "auto"  # auto | nemo-ctc | nemo-transducer | sphinx
+    head: str = (
+        "auto"  # NeMo hybrid RNN-T/TDT + CTC models: transducer (auto) or ctc; decoder.type=auto follows
+    )
     topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture
     threads: int = 0  # sphinx models on CPU: threads scoring chunks of frames in parallel (0 = all cores)
     # sphinx models: a Gaussian counts at most this many nats below the frame's best (per stream), as

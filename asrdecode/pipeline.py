@@ -155,7 +155,12 @@ class Transcriber:
             self.on_status(f"loading model {self.cfg.model.path}")
             model_cfg = self.cfg.model
             self.model = load_model(
-                model_cfg.path, model_cfg.type, model_cfg.topn, model_cfg.threads, model_cfg.density_floor
+                model_cfg.path,
+                model_cfg.type,
+                model_cfg.topn,
+                model_cfg.threads,
+                model_cfg.density_floor,
+                model_cfg.head,
             )
             self.model = self.model.to(self.device).eval()
             if self.cfg.features.type not in ("auto",):

@@ -27,8 +27,8 @@ reading the audio files are excluded. asrdecode: the sum of its report's `featur
 ratio to pocketsphinx with the same LM. The end-to-end wall RTFx of each asrdecode command (incl.
 warm-up and writing outputs) is in the JSON. `--on-the-fly wfst-otf,let` adds rows for the default
 setup of `asrdecode transcribe` (no --config: the small HCLG from the cache + pocketsphinx's full
-trigram on the fly) with each of those decoders, on all cores. The load average before and after is printed: on a
-shared machine run it when the CPU is quiet (the decoders run one after the other).
+trigram on the fly) with each of those decoders, on all cores. The load average before and after is
+printed: on a shared machine run it when the CPU is quiet (the decoders run one after the other).
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ Sets (``--set``):
 
 * ``tiny`` (committed to tests/fixtures/nemo/, < 5 MB each): ``rnnt_char`` — ``EncDecRNNTModel`` with a
   character vocabulary; ``rnnt_lstm2`` — ``EncDecRNNTBPEModel`` (the fixture BPE-128 tokenizer) whose
-  prediction network is a 2-layer LSTM. Both: the 3-layer FastConformer of ``rnnt_bpe.nemo``.
+  prediction network is a 2-layer LSTM; ``hybrid_rnnt_ctc`` / ``hybrid_tdt_ctc`` —
+  ``EncDecHybridRNNTCTCBPEModel`` (BPE-128) with an RNN-T or TDT transducer and an ``aux_ctc`` head
+  (re-drawn by ``tune_ctc_head``; references add ``ctc_logprobs`` and NeMo's greedy CTC output). All:
+  the 3-layer FastConformer of ``rnnt_bpe.nemo``.
   Writes ``<name>.nemo``, ``reference/<name>.npz`` and ``reference/<name>.json`` in the layout of the
   shared NeMo fixture set (``encoder_out`` [B, D, T'], ``greedy_*`` -1 padded, ``joint_*`` for frames
   0..4 of utterance 0 after <SOS>).
@@ -59,6 +62,22 @@ JOINT_FRAMES = 5
 SPECS = {
     "rnnt_char": {"set": "tiny", "seed": 11, "vocab": "char", "pred_layers": 1, "durations": None},
     "rnnt_lstm2": {"set": "tiny", "seed": 12, "vocab": "bpe128", "pred_layers": 2, "durations": None},
+    "hybrid_rnnt_ctc": {
+        "set": "tiny",
+        "seed": 31,
+        "vocab": "bpe128",
+        "pred_layers": 1,
+        "durations": None,
+        "hybrid": True,
+    },
+    "hybrid_tdt_ctc": {
+        "set": "tiny",
+        "seed": 32,
+        "vocab": "bpe128",
+        "pred_layers": 1,
+        "durations": [0, 1, 2, 3, 4],
+        "hybrid": True,
+    },
     "rnnt_small": {"set": "small", "seed": 21, "vocab": "bpe1024", "pred_layers": 1, "durations": None},
     "tdt_small": {
         "set": "small",
@@ -163,7 +182,7 @@ def model_config(name: str, tmp: Path):
         cfg["joint"]["num_classes"] = len(CHAR_LABELS)
         cfg["joint"]["vocabulary"] = list(CHAR_LABELS)
         return EncDecRNNTModel, OmegaConf.create(cfg)
-    from nemo.collections.asr.models import EncDecRNNTBPEModel
+    from nemo.collections.asr.models import EncDecHybridRNNTCTCBPEModel, EncDecRNNTBPEModel
 
     folder = bpe128_dir(tmp) if spec["vocab"] == "bpe128" else bpe1024_dir(tmp)
     cfg["tokenizer"] = {"dir": str(folder), "type": "bpe"}
@@ -172,6 +191,20 @@ def model_config(name: str, tmp: Path):
     cfg["joint"].pop("vocabulary", None)
     cfg["decoder"].pop("vocab_size", None)
     cfg["joint"].pop("num_classes", None)
+    if spec.get("hybrid"):  # NeMo's fastconformer_hybrid_*_ctc_bpe.yaml: aux_ctc with a ConvASRDecoder
+        cfg["aux_ctc"] = {
+            "ctc_loss_weight": 0.3,
+            "use_cer": False,
+            "ctc_reduction": "mean_batch",
+            "decoder": {
+                "_target_": "nemo.collections.asr.modules.ConvASRDecoder",
+                "feat_in": cfg["encoder"]["d_model"],
+                "num_classes": -1,
+                "vocabulary": [],
+            },
+            "decoding": {"strategy": "greedy"},
+        }
+        return EncDecHybridRNNTCTCBPEModel, OmegaConf.create(cfg)
     return EncDecRNNTBPEModel, OmegaConf.create(cfg)
 
 
@@ -281,6 +314,54 @@ def tune_heads(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> di
     return cand
 
 
+@torch.inference_mode()
+def tune_ctc_head(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> dict:
+    """A hybrid's CTC head (1x1 conv over encoder frames) re-drawn like the joint: token rows
+    orthogonal to the mean encoder direction (so frames disagree on their best token), blank bias
+    bisected so that ~30% of the valid frames' argmax is a token."""
+    gen = torch.Generator().manual_seed(seed + 2000)
+    conv = model.ctc_decoder.decoder_layers[0]
+    frames = torch.cat([enc[b, :, : int(enc_len[b])].T for b in range(enc.shape[0])])  # [N, D]
+    u = frames.mean(0)
+    u = u / u.norm()
+    w = torch.randn(conv.weight.shape[0], conv.weight.shape[1], generator=gen)
+    w = (w - (w @ u)[:, None] * u[None]) * (4.0 / frames.std(0).norm())
+    conv.weight.copy_(w[:, :, None])
+    conv.bias.zero_()
+    blank = conv.weight.shape[0] - 1
+
+    def token_rate() -> float:
+        logits = model.ctc_decoder(encoder_output=enc)
+        best = logits.argmax(-1)
+        valid = torch.arange(best.shape[1])[None] < enc_len[:, None]
+        return float(((best != blank) & valid).sum() / valid.sum())
+
+    lo, hi = -40.0, 60.0
+    for _ in range(20):
+        mid = 0.5 * (lo + hi)
+        conv.bias[blank] = mid
+        lo, hi = (mid, hi) if token_rate() > TARGET_RATE else (lo, mid)
+    conv.bias[blank] = 0.5 * (lo + hi)
+    return {"ctc_blank_bias": round(float(conv.bias[blank]), 3), "ctc_token_frames": token_rate()}
+
+
+@torch.inference_mode()
+def ctc_reference(model, enc: torch.Tensor, enc_len: torch.Tensor) -> dict[str, np.ndarray]:
+    """A hybrid's CTC head: log-probs [B, T, V+1] and NeMo's greedy CTC decoding of them (its
+    hypotheses hold the per-frame argmax labels, blanks and repeats included, and the text)."""
+    logprobs = model.ctc_decoder(encoder_output=enc)
+    hyps = model.ctc_decoding.ctc_decoder_predictions_tensor(
+        logprobs, decoder_lengths=enc_len, return_hypotheses=True
+    )
+    labels = [torch.as_tensor(h.y_sequence).tolist() for h in hyps]
+    return {
+        "ctc_logprobs": logprobs.float().numpy(),
+        "ctc_greedy_frame_labels": padded(labels),
+        "ctc_greedy_frame_labels_len": np.array([len(t) for t in labels], dtype=np.int32),
+        "ctc_greedy_text": np.array([h.text for h in hyps]),
+    }
+
+
 def audio_batch() -> dict[str, np.ndarray]:
     data = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
     return {k: data[k] for k in data.files}
@@ -359,6 +440,8 @@ def build(name: str, out: Path, tmp: Path) -> dict:
     _, _, enc, enc_len = front(model, audio)
     set_greedy(model)
     tuning = tune_heads(model, enc, enc_len, spec["seed"])
+    if spec.get("hybrid"):
+        tuning.update(tune_ctc_head(model, enc, enc_len, spec["seed"]))
     path = out / f"{name}.nemo"
     model.save_to(str(path))
     restored = ASRModel.restore_from(str(path), map_location="cpu").eval()
@@ -422,6 +505,12 @@ def build(name: str, out: Path, tmp: Path) -> dict:
         **hyp_arrays(hyps, "greedy", tdt),
         **joint_reference(restored, enc),
     }
+    if tdt:  # per-token durations of single-utterance decoding (tests/fixtures/nemo/README, known issue 1)
+        arrays["greedy_durations_single"] = padded(
+            [torch.as_tensor(h.token_duration).tolist() for h in single]
+        )
+    if spec.get("hybrid"):
+        arrays.update(ctc_reference(restored, enc, enc_len))
     ref = out / "reference"
     ref.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(ref / f"{name}.npz", **arrays)

@@ -77,6 +77,7 @@ class NemoCTCModel(NemoModelBase):
     """A NeMo CTC model (``EncDecCTCModel[BPE]`` or a hybrid's CTC head) as an ``AcousticModel``."""
 
     default_decoder = "ctc-greedy"  # what `decoder.type: auto` picks
+    head = "ctc"
 
     def __init__(
         self,

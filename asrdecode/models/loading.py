@@ -71,16 +71,23 @@ def resolve_model_path(spec: str) -> Path:
 
 
 def load_model(
-    spec: str, model_type: str = "auto", topn: int = 4, threads: int = 1, density_floor: float = -1.0
+    spec: str,
+    model_type: str = "auto",
+    topn: int = 4,
+    threads: int = 1,
+    density_floor: float = -1.0,
+    head: str = "auto",
 ):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
     model_type: ``auto`` (a ``.nemo`` file: CTC or transducer by the class in its config; hybrid
-    RNNT-CTC models load their CTC head; a folder with an ``mdef``: sphinx), ``nemo-ctc``,
+    RNN-T/TDT + CTC models their transducer unless ``head`` says ctc; a folder with an ``mdef``:
+    sphinx), ``nemo-ctc``,
     ``nemo-transducer`` (RNN-T/TDT, or a hybrid's transducer part) or ``sphinx`` (a pocketsphinx
     PTM model folder, e.g. ``embedded:sphinx-en-us``; ``topn`` = its Gaussian selection, 0 = full;
     ``threads`` = CPU threads scoring chunks of frames, 0 = all cores; ``density_floor`` = nats,
-    -1 = pocketsphinx's, 0 = none).
+    -1 = pocketsphinx's, 0 = none). ``head``: which output of a NeMo hybrid RNN-T/TDT + CTC model
+    (``auto`` = transducer, ``transducer``, ``ctc``); other models accept ``auto`` or their own head.
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -92,10 +99,17 @@ def load_model(
         else:
             raise ModelError(f"{path}: cannot tell the model type from the name; set model.type")
     nemo_kinds = {"nemo": "auto", "nemo-ctc": "ctc", "nemo-transducer": "transducer"}
+    heads = ("auto", "transducer", "ctc")
+    if head not in heads:
+        raise ModelError(f"model.head={head}: use one of {', '.join(heads)}")
     if kind in nemo_kinds:
         from asrdecode.models.nemo import load_nemo
 
-        return load_nemo(path, nemo_kinds[kind])
+        if head != "auto" and nemo_kinds[kind] not in ("auto", head):
+            raise ModelError(f"model.head={head} contradicts model.type={kind}")
+        return load_nemo(path, head if head != "auto" else nemo_kinds[kind])
+    if head not in ("auto",):
+        raise ModelError(f"model.head={head}: only NeMo models have heads to choose (model.type={kind})")
     if kind == "sphinx":
         from asrdecode.models.sphinx import POCKETSPHINX_DENSITY_FLOOR, load_sphinx
 

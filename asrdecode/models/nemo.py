@@ -255,9 +255,10 @@ def _fit_state_dict(
 def load_nemo(path: str | os.PathLike, kind: str = "auto") -> NemoCTCModel | NemoTransducerModel:
     """Load a NeMo model in eval mode.
 
-    ``kind``: ``"auto"`` (by the config's class: CTC classes and hybrids -> :class:`NemoCTCModel`,
-    ``EncDecRNNT[BPE]Model`` -> :class:`NemoTransducerModel`), ``"ctc"`` (a CTC model or a hybrid's CTC
-    head) or ``"transducer"`` (an RNN-T/TDT model or a hybrid's transducer part).
+    ``kind``: ``"auto"`` (by the config's class: CTC classes -> :class:`NemoCTCModel`, RNN-T/TDT
+    classes and hybrids -> :class:`NemoTransducerModel`, as NeMo decodes a hybrid with its transducer
+    unless told otherwise), ``"ctc"`` (a CTC model or a hybrid's CTC head) or ``"transducer"`` (an
+    RNN-T/TDT model or a hybrid's transducer part).
     Raises ModelError with a one-line message naming the file and the offending option or member.
     """
     label = str(path)
@@ -275,7 +276,7 @@ def load_nemo(path: str | os.PathLike, kind: str = "auto") -> NemoCTCModel | Nem
                     f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} "
                     f"(supported: {', '.join(every)})"
                 )
-            kind = "transducer" if cls in TRANSDUCER_CLASSES else "ctc"
+            kind = "ctc" if cls in CTC_CLASSES else "transducer"
         supported = (
             CTC_CLASSES + HYBRID_CLASSES if kind == "ctc" else TRANSDUCER_CLASSES + HYBRID_TRANSDUCER_CLASSES
         )
@@ -291,6 +292,7 @@ def load_nemo(path: str | os.PathLike, kind: str = "auto") -> NemoCTCModel | Nem
         except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values
             raise ModelError(f"invalid model config ({_one_line(err)})") from None
         _fit_state_dict(model, state, hybrid=cls in HYBRID_CLASSES, transducer=kind == "transducer")
+        model.heads = ["transducer", "ctc"] if cls in HYBRID_CLASSES else [kind]
     except ModelError as err:
         raise ModelError(f"{label}: {err}") from None
     finally:

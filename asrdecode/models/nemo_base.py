@@ -33,6 +33,8 @@ class NemoModelBase(nn.Module):
     encoder: nn.Module
     tokenizer: Tokenizer
     source: str | None
+    head: str  # the output this model decodes: "ctc" or "transducer"
+    heads: list[str]  # every output the checkpoint has (a hybrid: transducer and ctc), set by the loader
 
     @property
     def sample_rate(self) -> int:
@@ -97,6 +99,12 @@ class NemoModelBase(nn.Module):
                 "att_context_size": list(enc.context),
                 "conv_kernel_size": enc.conv_kernel_size,
             },
+            "head": self.head
+            + (
+                f" (this hybrid also has: {', '.join(h for h in self.heads if h != self.head)}; model.head)"
+                if len(getattr(self, "heads", [])) > 1
+                else ""
+            ),
             "tokenizer": self.tokenizer.describe(),
             "num_outputs": self.blank_id + 1,
             "blank_id": self.blank_id,

@@ -383,6 +383,8 @@ class NemoTransducerModel(NemoModelBase):
     """A NeMo RNN-T or TDT model (``EncDecRNNTModel[BPE]``; a hybrid's transducer part) as an
     ``AcousticModel`` and a :class:`TransducerNetwork`."""
 
+    head = "transducer"
+
     default_decoder = "transducer-greedy"  # what `decoder.type: auto` picks
 
     def __init__(

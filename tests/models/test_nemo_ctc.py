@@ -234,7 +234,7 @@ def test_hybrid_ctc_head_loads(short, tmp_path):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
-    hybrid = load_nemo(path)
+    hybrid = load_nemo(path, "ctc")
     assert hybrid.describe()["class"] == "EncDecHybridRNNTCTCBPEModel"
     with torch.no_grad():
         out = hybrid(short[0], short[1])

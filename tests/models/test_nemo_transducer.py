@@ -226,7 +226,11 @@ def test_plain_rnnt_config_and_hybrid_as_transducer(members, tmp_path):
     path = _write(tmp_path / "hybrid.nemo", members, hybrid, add_ctc)
     as_transducer = load_nemo(path, "transducer")
     assert isinstance(as_transducer, NemoTransducerModel) and as_transducer.durations == [0, 1, 2, 3, 4]
-    assert type(load_nemo(path)).__name__ == "NemoCTCModel"  # auto keeps the CTC head for hybrids
+    auto = load_nemo(path)  # auto: the transducer, as NeMo decodes a hybrid unless told otherwise
+    assert isinstance(auto, NemoTransducerModel) and auto.heads == ["transducer", "ctc"]
+    assert "also has: ctc" in auto.describe()["head"]
+    ctc = load_nemo(path, "ctc")
+    assert type(ctc).__name__ == "NemoCTCModel" and ctc.head == "ctc"
 
 
 def test_durations_from_config():
