@@ -13,7 +13,9 @@ Sets (``--set``):
   character vocabulary; ``rnnt_lstm2`` — ``EncDecRNNTBPEModel`` (the fixture BPE-128 tokenizer) whose
   prediction network is a 2-layer LSTM; ``hybrid_rnnt_ctc`` / ``hybrid_tdt_ctc`` —
   ``EncDecHybridRNNTCTCBPEModel`` (BPE-128) with an RNN-T or TDT transducer and an ``aux_ctc`` head
-  (re-drawn by ``tune_ctc_head``; references add ``ctc_logprobs`` and NeMo's greedy CTC output). All:
+  (re-drawn by ``tune_ctc_head``; references add ``ctc_logprobs`` and NeMo's greedy CTC output);
+  ``rnnt_local`` — ``EncDecRNNTBPEModel`` whose encoder uses ``rel_pos_local_attn`` with
+  ``att_context_size [8, 8]`` (NeMo's sliding-window attention, as parakeet models do for long audio). All:
   the 3-layer FastConformer of ``rnnt_bpe.nemo``.
   Writes ``<name>.nemo``, ``reference/<name>.npz`` and ``reference/<name>.json`` in the layout of the
   shared NeMo fixture set (``encoder_out`` [B, D, T'], ``greedy_*`` -1 padded, ``joint_*`` for frames
@@ -77,6 +79,14 @@ SPECS = {
         "pred_layers": 1,
         "durations": [0, 1, 2, 3, 4],
         "hybrid": True,
+    },
+    "rnnt_local": {  # NeMo's sliding-window (Longformer) attention, the parakeet long-form setting
+        "set": "tiny",
+        "seed": 33,
+        "vocab": "bpe128",
+        "pred_layers": 1,
+        "durations": None,
+        "encoder": {"self_attention_model": "rel_pos_local_attn", "att_context_size": [8, 8]},
     },
     "rnnt_small": {"set": "small", "seed": 21, "vocab": "bpe1024", "pred_layers": 1, "durations": None},
     "tdt_small": {
@@ -173,6 +183,7 @@ def model_config(name: str, tmp: Path):
         cfg["decoder"]["prednet"]["pred_hidden"] = 320
         cfg["joint"]["jointnet"].update(encoder_hidden=176, pred_hidden=320, joint_hidden=320)
     cfg["decoder"]["prednet"]["pred_rnn_layers"] = spec["pred_layers"]
+    cfg["encoder"].update(spec.get("encoder", {}))
     if spec["vocab"] == "char":
         from nemo.collections.asr.models import EncDecRNNTModel
 

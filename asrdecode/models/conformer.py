@@ -121,8 +121,17 @@ class ConformerConfig:
             hint = f" (supported: {supported})" if supported else ""
             return ModelError(f"unsupported encoder.{name}={value!r}{hint}")
 
-        if self.self_attention_model != "rel_pos":
-            raise bad("self_attention_model", self.self_attention_model, "rel_pos")
+        if self.self_attention_model not in ("rel_pos", "rel_pos_local_attn"):
+            raise bad("self_attention_model", self.self_attention_model, "rel_pos, rel_pos_local_attn")
+        if self.self_attention_model == "rel_pos_local_attn":
+            left, right = self.context
+            if left <= 0 or left != right or self.att_context_style != "regular":
+                raise bad(
+                    "att_context_size",
+                    self.att_context_size,
+                    "[w, w] with w > 0 for rel_pos_local_attn (NeMo's sliding window pairs position "
+                    "terms with other offsets when left != right), att_context_style regular",
+                )
         if self.subsampling_factor > 1 and self.subsampling not in ("dw_striding", "striding"):
             raise bad("subsampling", self.subsampling, "dw_striding, striding")
         f = int(self.subsampling_factor)
@@ -293,13 +302,20 @@ class RelPositionSelfAttention(nn.Module):
         bias_u: torch.Tensor | None = None,
         bias_v: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """x [B, T, D], pos_emb [1, 2T-1, D], mask [B, T, T] True where attention is not allowed."""
+        """x [B, T, D], pos_emb [1, 2T-1, D], mask [B, T, T] True where attention is not allowed.
+        With a `LocalWindow` as ``mask``: each query sees only its window (`_banded`); ``pos_emb``
+        is then [1, left + right + 1, D] (relative positions left .. -right)."""
         bias_u = self.pos_bias_u if self.pos_bias_u is not None else bias_u
         bias_v = self.pos_bias_v if self.pos_bias_v is not None else bias_v
         b, t, _ = x.shape
         q = self.linear_q(x).view(b, t, self.h, self.d_k)  # [B, T, h, d_k]
         k = self._heads(self.linear_k(x))
         v = self._heads(self.linear_v(x))
+        if isinstance(mask, LocalWindow):
+            out = self._banded(
+                q.transpose(1, 2), k, v, self._heads(self.linear_pos(pos_emb)), mask, bias_u, bias_v
+            )
+            return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
         p = self._heads(self.linear_pos(pos_emb))  # [1, h, 2T-1, d_k]
         content = torch.matmul((q + bias_u).transpose(1, 2), k.transpose(-2, -1))  # [B, h, T, T]
         position = torch.matmul((q + bias_v).transpose(1, 2), p.transpose(-2, -1))  # [B, h, T, 2T-1]
@@ -314,6 +330,61 @@ class RelPositionSelfAttention(nn.Module):
             attn = torch.softmax(scores, dim=-1)
         out = torch.matmul(self.dropout(attn), v)  # [B, h, T, d_k]
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
+
+    def _banded(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        p: torch.Tensor,
+        window: LocalWindow,
+        bias_u: torch.Tensor,
+        bias_v: torch.Tensor,
+    ) -> torch.Tensor:
+        """Attention of each query i over keys i-left .. i+right only (the same scores, masking and
+        softmax as the full computation with that band masked, as NeMo's sliding-window
+        ``rel_pos_local_attn`` computes for a symmetric window), in blocks of queries: memory grows
+        with T x window, not T². q, k, v [B, h, T, d_k], p [1, h, L, d_k] with L = left + right + 1,
+        column c = relative position left - c. Returns [B, h, T, d_k]."""
+        b, h, t, d = q.shape
+        left, right = window.left, window.right
+        width = left + right + 1
+        k_pad = F.pad(k, (0, 0, left, right))
+        v_pad = F.pad(v, (0, 0, left, right))
+        key_ok = F.pad(window.valid, (left, right), value=False)  # [B, T + L - 1]
+        out = torch.empty_like(q)
+        block = max(1, min(t, window.block))
+        rows = torch.arange(block, device=q.device).unsqueeze(1)
+        band = rows + torch.arange(width, device=q.device)  # [block, L]: key slot of (row, column)
+        scale = math.sqrt(self.d_k)
+        for s in range(0, t, block):
+            n = min(block, t - s)
+            idx = band[:n]
+            span = n + width - 1
+            qb = q[:, :, s : s + n]
+            content = torch.matmul(qb + bias_u.unsqueeze(1), k_pad[:, :, s : s + span].transpose(-2, -1))
+            content = content.gather(-1, idx.expand(b, h, n, width))  # [B, h, n, L]
+            position = torch.matmul(qb + bias_v.unsqueeze(1), p.transpose(-2, -1))  # [B, h, n, L]
+            scores = (content + position) / scale
+            masked = ~key_ok[:, s : s + span].gather(-1, idx.reshape(1, -1).expand(b, -1)).view(
+                b, 1, n, width
+            )
+            attn = torch.softmax(scores.masked_fill(masked, _MASK_FILL), dim=-1).masked_fill(masked, 0.0)
+            attn = self.dropout(attn)
+            spread = attn.new_zeros(b, h, n, span).scatter_(-1, idx.expand(b, h, n, width), attn)
+            out[:, :, s : s + n] = torch.matmul(spread, v_pad[:, :, s : s + span])
+        return out
+
+
+@dataclass
+class LocalWindow:
+    """Banded attention instead of a [B, T, T] mask: keys left .. right of each query, `valid`
+    [B, T] True on frames within the lengths; queries are processed `block` at a time."""
+
+    left: int
+    right: int
+    valid: torch.Tensor
+    block: int = 256
 
 
 class ConformerLayer(nn.Module):
@@ -395,6 +466,16 @@ class ConformerEncoder(nn.Module):
             return lengths
         return conv_output_lengths(lengths, int(math.log2(self.subsampling_factor)))
 
+    def local_window(self, lengths: torch.Tensor, t: int) -> LocalWindow | None:
+        """Banded attention when every query sees a bounded window of keys on both sides (the
+        ``regular`` context style with left and right >= 0, and ``rel_pos_local_attn``, NeMo's
+        sliding-window attention): the same result as the masked full attention without a [T, T]
+        matrix. None for full or chunked context."""
+        left, right = self.cfg.context
+        if self.cfg.att_context_style != "regular" or left < 0 or right < 0:
+            return None
+        return LocalWindow(left, right, _time_mask(lengths, t))
+
     def attention_mask(self, lengths: torch.Tensor, t: int) -> torch.Tensor:
         """[B, T, T] bool, True where query i may NOT attend key j (padding or outside the context)."""
         valid = _time_mask(lengths, t)
@@ -436,9 +517,16 @@ class ConformerEncoder(nn.Module):
         if self.xscale is not None:
             x = x * self.xscale
         x = self.pre_dropout(x)
-        pos_emb = self.pos_dropout(relative_positions(t, self.d_model, x.device, x.dtype))
         pad_mask = ~_time_mask(lengths, t)
-        att_mask = self.attention_mask(lengths, t)
+        window = self.local_window(lengths, t)
+        if window is not None:
+            n = max(window.left, window.right) + 1  # positions n-1 .. -(n-1); keep left .. -right
+            pos = relative_positions(n, self.d_model, x.device, x.dtype)
+            pos_emb = self.pos_dropout(pos[:, n - 1 - window.left : n + window.right])
+            att_mask: torch.Tensor | LocalWindow = window
+        else:
+            pos_emb = self.pos_dropout(relative_positions(t, self.d_model, x.device, x.dtype))
+            att_mask = self.attention_mask(lengths, t)
         for layer in self.layers:
             x = layer(x, pos_emb, att_mask, pad_mask, self.pos_bias_u, self.pos_bias_v)
         if self.out_proj is not None:

@@ -255,12 +255,13 @@ def test_save_round_trip(fixture, tmp_path):
         save_nemo(model, {**model.config, "target": "x.EncDecCTCModelBPE"}, tmp_path / "bad.nemo")
 
 
-# ----------------------------------------------------------------- NeMo-built char and 2-layer LSTM RNN-Ts
+# ---------------------------------------- NeMo-built char, 2-layer LSTM and sliding-window attention RNN-Ts
 
 # Built by scripts/make_nemo_fixtures.py --set tiny (NeMo 3.0.0, random weights, tuned heads).
 EXTRA = {
     "rnnt_char": {"class": "EncDecRNNTModel", "vocab": 28, "layers": 1},
     "rnnt_lstm2": {"class": "EncDecRNNTBPEModel", "vocab": 128, "layers": 2},
+    "rnnt_local": {"class": "EncDecRNNTBPEModel", "vocab": 128, "layers": 1},  # sliding-window attention
 }
 
 
@@ -285,6 +286,9 @@ def test_extra_layouts_load(extra_fixture):
     if name == "rnnt_char":
         assert model.units == [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
     assert ref["joint_pred_sos_h"].shape == (spec["layers"], 64)
+    local = name == "rnnt_local"
+    assert info["encoder"]["self_attention_model"] == ("rel_pos_local_attn" if local else "rel_pos")
+    assert info["encoder"]["att_context_size"] == ([8, 8] if local else [-1, -1])
 
 
 def test_extra_layouts_encoder_parity(extra_fixture, audio):
