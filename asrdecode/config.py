@@ -33,9 +33,12 @@ class ModelConfig:
 
     path: str = DEFAULT_MODEL
     type: str = "auto"  # auto | nemo-ctc | nemo-transducer | sphinx
-    head: str = (
-        "auto"  # NeMo hybrid RNN-T/TDT + CTC models: transducer (auto) or ctc; decoder.type=auto follows
-    )
+    # NeMo hybrid RNN-T/TDT + CTC models: transducer (auto) or ctc; decoder.type=auto follows the head
+    head: str = "auto"
+    # NeMo encoders (as NeMo's change_attention_model): auto = as trained | full | local (sliding window
+    # of att_context_size frames each side, default [128, 128]: memory linear in the input length)
+    attention: str = "auto"
+    att_context_size: list | None = None
     topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture
     threads: int = 0  # sphinx models on CPU: threads scoring chunks of frames in parallel (0 = all cores)
     # sphinx models: a Gaussian counts at most this many nats below the frame's best (per stream), as

@@ -161,6 +161,8 @@ class Transcriber:
                 model_cfg.threads,
                 model_cfg.density_floor,
                 model_cfg.head,
+                model_cfg.attention,
+                model_cfg.att_context_size,
             )
             self.model = self.model.to(self.device).eval()
             if self.cfg.features.type not in ("auto",):

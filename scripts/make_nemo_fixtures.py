@@ -37,6 +37,10 @@ restored with ``ASRModel.restore_from`` and all references are computed from the
 
     /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set tiny --out tests/fixtures/nemo
     /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set small --out out/nemo-small
+    /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set attention --out tests/fixtures/nemo
+
+``--set attention``: no new model; NeMo's ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the
+shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_reference`).
 """
 
 from __future__ import annotations
@@ -548,14 +552,48 @@ def versions() -> dict[str, str]:
             "python": platform.python_version(), "threads": str(torch.get_num_threads())}  # fmt: skip
 
 
+LOCAL_WINDOW = [8, 8]
+
+
+@torch.inference_mode()
+def attention_switch_reference(out: Path) -> dict:
+    """NeMo's own switch of a full-attention model to sliding-window attention:
+    ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the shared ``ctc_bpe.nemo`` and
+    ``rnnt_bpe.nemo`` (no new weights), then encoder outputs (and CTC log-probs / RNN-T greedy) on the
+    fixture batch, written to ``reference/<name>_local8.npz``."""
+    from nemo.collections.asr.models import ASRModel
+
+    audio = audio_batch()
+    info = {}
+    for name in ("ctc_bpe", "rnnt_bpe"):
+        model = ASRModel.restore_from(str(FIX / f"{name}.nemo"), map_location="cpu").eval()
+        model.change_attention_model("rel_pos_local_attn", LOCAL_WINDOW)
+        model.eval()  # the new attention modules are created in training mode (dropout on)
+        _, _, enc, enc_len = front(model, audio)
+        arrays = {"encoder_out": enc.numpy(), "encoder_len": enc_len.numpy()}
+        if name == "ctc_bpe":
+            arrays["log_probs"] = model.decoder(encoder_output=enc).float().numpy()
+        else:
+            set_greedy(model)
+            arrays.update(hyp_arrays(greedy(model, enc, enc_len), "greedy", tdt=False))
+        path = out / "reference" / f"{name}_local8.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, **arrays)
+        info[name] = {"sha256": sha256(path), "window": LOCAL_WINDOW, "versions": versions()}
+    return info
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("tiny", "small"), required=True)
+    parser.add_argument("--set", choices=("tiny", "small", "attention"), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.set == "attention":
+        print(json.dumps(attention_switch_reference(args.out), indent=2))
+        return 0
     names = [n for n, s in SPECS.items() if s["set"] == args.set and (not args.only or n in args.only)]
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

@@ -77,6 +77,8 @@ def load_model(
     threads: int = 1,
     density_floor: float = -1.0,
     head: str = "auto",
+    attention: str = "auto",
+    att_context_size: list[int] | None = None,
 ):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
@@ -88,6 +90,7 @@ def load_model(
     ``threads`` = CPU threads scoring chunks of frames, 0 = all cores; ``density_floor`` = nats,
     -1 = pocketsphinx's, 0 = none). ``head``: which output of a NeMo hybrid RNN-T/TDT + CTC model
     (``auto`` = transducer, ``transducer``, ``ctc``); other models accept ``auto`` or their own head.
+    ``attention`` / ``att_context_size``: NeMo encoders' attention (`nemo.switch_attention`).
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -107,7 +110,10 @@ def load_model(
 
         if head != "auto" and nemo_kinds[kind] not in ("auto", head):
             raise ModelError(f"model.head={head} contradicts model.type={kind}")
-        return load_nemo(path, head if head != "auto" else nemo_kinds[kind])
+        kind_of_head = head if head != "auto" else nemo_kinds[kind]
+        return load_nemo(path, kind_of_head, attention, att_context_size)
+    if attention != "auto" or att_context_size:
+        raise ModelError(f"model.attention / model.att_context_size: only NeMo models (model.type={kind})")
     if head not in ("auto",):
         raise ModelError(f"model.head={head}: only NeMo models have heads to choose (model.type={kind})")
     if kind == "sphinx":

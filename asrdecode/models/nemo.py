@@ -252,13 +252,48 @@ def _fit_state_dict(
     model.load_state_dict(state, strict=False)
 
 
-def load_nemo(path: str | os.PathLike, kind: str = "auto") -> NemoCTCModel | NemoTransducerModel:
+ATTENTION_MODES = ("auto", "full", "local")
+DEFAULT_LOCAL_WINDOW = (128, 128)  # NeMo's recommended window for long audio (parakeet's att_context_size)
+
+
+def switch_attention(cfg: dict[str, Any], attention: str, window: list[int] | None) -> None:
+    """NeMo's ``change_attention_model`` on the config (weights are unchanged): ``local`` = sliding-
+    window ``rel_pos_local_attn`` over ``window`` frames each side (default 128, 128), ``full`` =
+    ``rel_pos`` over the whole input, ``auto`` = as the checkpoint says (``window`` alone replaces
+    its att_context_size)."""
+    if attention not in ATTENTION_MODES:
+        raise ModelError(f"model.attention={attention}: use one of {', '.join(ATTENTION_MODES)}")
+    encoder = cfg.get("encoder")
+    if not isinstance(encoder, dict):
+        raise ModelError("model_config.yaml has no encoder section")
+    if attention == "local":
+        size = list(window) if window else list(DEFAULT_LOCAL_WINDOW)
+        encoder["self_attention_model"] = "rel_pos_local_attn"
+        encoder["att_context_size"] = size
+    elif attention == "full":
+        if window:
+            raise ModelError(
+                "model.att_context_size: full attention has no window (use model.attention=local)"
+            )
+        encoder["self_attention_model"] = "rel_pos"
+        encoder["att_context_size"] = [-1, -1]
+    elif window:
+        encoder["att_context_size"] = list(window)
+
+
+def load_nemo(
+    path: str | os.PathLike,
+    kind: str = "auto",
+    attention: str = "auto",
+    att_context_size: list[int] | None = None,
+) -> NemoCTCModel | NemoTransducerModel:
     """Load a NeMo model in eval mode.
 
     ``kind``: ``"auto"`` (by the config's class: CTC classes -> :class:`NemoCTCModel`, RNN-T/TDT
     classes and hybrids -> :class:`NemoTransducerModel`, as NeMo decodes a hybrid with its transducer
     unless told otherwise), ``"ctc"`` (a CTC model or a hybrid's CTC head) or ``"transducer"`` (an
     RNN-T/TDT model or a hybrid's transducer part).
+    ``attention`` / ``att_context_size``: `switch_attention` (e.g. ``local`` for hour-long inputs).
     Raises ModelError with a one-line message naming the file and the offending option or member.
     """
     label = str(path)
@@ -285,6 +320,7 @@ def load_nemo(path: str | os.PathLike, kind: str = "auto") -> NemoCTCModel | Nem
                 f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} for a {kind} "
                 f"model (supported: {', '.join(supported)})"
             )
+        switch_attention(cfg, attention, att_context_size)
         tokenizer, files = _tokenizer(cfg, archive)
         model_type = NemoCTCModel if kind == "ctc" else NemoTransducerModel
         try:
