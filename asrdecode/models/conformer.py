@@ -208,8 +208,65 @@ class ConvSubsampling(nn.Module):
         freq = int(conv_output_lengths(torch.tensor(feat_in), self.n_stages))
         self.out = nn.Linear(channels * freq, d_model)
 
+    #: output frames per chunk of `forward` on long inputs (the first conv's output would otherwise
+    #: be [B, channels, T/2, F/2] at once: 1.8 GB for an hour with 64 channels)
+    chunk_frames = 2048
+
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T, F] -> ([B, T', d_model], lengths')."""
+        """[B, T, F] -> ([B, T', d_model], lengths'). Inputs longer than `chunk_frames` output frames
+        run chunk by chunk (`_chunk`): the same values, memory bounded by the chunk."""
+        total = int(conv_output_lengths(torch.tensor(x.shape[1]), self.n_stages))
+        if total <= self.chunk_frames:
+            return self._full(x, lengths)
+        out_lengths = conv_output_lengths(lengths, self.n_stages)
+        parts = [
+            self._chunk(x, lengths, a, min(a + self.chunk_frames, total))
+            for a in range(0, total, self.chunk_frames)
+        ]
+        return self.out(torch.cat(parts, dim=1)), out_lengths
+
+    def _chunk(self, x: torch.Tensor, lengths: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """Output frames [a, b) of the conv stack (before `out`), computed from the input frames they
+        depend on: each conv's time range is traced back (output [a, b) of a conv with kernel k,
+        stride s, padding p needs input [a*s - p, (b-1)*s - p + k)), frames outside the input or past
+        an utterance's length are the zeros the full computation pads or masks with, and every conv
+        runs without time padding over exactly that range."""
+        convs = [m for m in self.conv if isinstance(m, nn.Conv2d)]
+        ranges = [(a, b)]
+        for conv in reversed(convs):
+            k, st, p = conv.kernel_size[0], conv.stride[0], conv.padding[0]
+            lo, hi = ranges[0]
+            ranges.insert(0, (lo * st - p, (hi - 1) * st - p + k))
+        lo, hi = ranges[0]
+        t = x.shape[1]
+        piece = x[:, max(lo, 0) : min(hi, t)]
+        piece = F.pad(piece, (0, 0, max(0, -lo), max(0, hi - t))).unsqueeze(1)  # [B, 1, hi-lo, F]
+        layer_lengths = lengths
+        i = 0
+        for layer in self.conv:
+            if not isinstance(layer, nn.Conv2d):
+                piece = layer(piece)
+                continue
+            lo, hi = ranges[i]
+            index = torch.arange(lo, hi, device=piece.device)
+            keep = (index >= 0).unsqueeze(0) & (index.unsqueeze(0) < layer_lengths.unsqueeze(1))
+            piece = piece * keep.to(piece.dtype)[:, None, :, None]
+            piece = F.conv2d(
+                piece, layer.weight, layer.bias, (layer.stride[0], layer.stride[1]),
+                (0, layer.padding[1]), layer.dilation, layer.groups,
+            )  # fmt: skip
+            if layer.stride[0] != 1:
+                layer_lengths = conv_output_lengths(
+                    layer_lengths, 1, layer.kernel_size[0], layer.stride[0], layer.padding[0]
+                )
+            i += 1
+        index = torch.arange(a, b, device=piece.device)
+        keep = index.unsqueeze(0) < layer_lengths.unsqueeze(1)
+        piece = piece * keep.to(piece.dtype)[:, None, :, None]
+        bsz, c, n, f = piece.shape
+        return piece.transpose(1, 2).reshape(bsz, n, c * f)
+
+    def _full(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = x.unsqueeze(1)  # [B, 1, T, F]
         for layer in self.conv:
             if isinstance(layer, nn.Conv2d):

@@ -1,4 +1,5 @@
-"""Banded (local) self-attention of the Conformer encoder: the same outputs as the full attention
+"""Long inputs through the Conformer encoder. Subsampling in chunks: identical to the whole-input
+convolutions. Banded (local) self-attention: the same outputs as the full attention
 with the band masked ([B, T, T] mask), for symmetric, one-sided and asymmetric windows, padded
 batches and query blocks smaller than the input; memory that does not grow with T²; one-line
 errors for windows NeMo's sliding-window attention cannot have. NeMo parity of `rel_pos_local_attn`
@@ -10,7 +11,13 @@ import pytest
 import torch
 
 from asrdecode.errors import ModelError
-from asrdecode.models.conformer import ConformerConfig, ConformerEncoder, LocalWindow, _time_mask
+from asrdecode.models.conformer import (
+    ConformerConfig,
+    ConformerEncoder,
+    ConvSubsampling,
+    LocalWindow,
+    _time_mask,
+)
 
 
 def encoder(context: list[int], attention: str = "rel_pos") -> ConformerEncoder:
@@ -53,3 +60,21 @@ def test_local_attention_windows_nemo_cannot_have():
     for bad in ([8, 4], [0, 0], [-1, -1]):
         with pytest.raises(ModelError, match="att_context_size.*rel_pos_local_attn"):
             encoder(bad, "rel_pos_local_attn")
+
+
+@pytest.mark.parametrize(
+    "kind, factor", [("dw_striding", 4), ("dw_striding", 8), ("striding", 4), ("striding", 8)]
+)
+def test_chunked_subsampling_equals_whole_input(kind, factor):
+    """Chunks of 17 output frames (odd, so chunks start mid-stride) give exactly the whole-input
+    convolutions on a padded batch, lengths included."""
+    torch.manual_seed(1)
+    sub = ConvSubsampling(kind, factor, 80, 32, 8).eval()
+    x, lengths = torch.randn(3, 1001, 80), torch.tensor([1001, 700, 33])
+    with torch.no_grad():
+        whole, whole_len = sub._full(x, lengths)
+        sub.chunk_frames = 17
+        chunked, chunked_len = sub(x, lengths)
+    assert whole_len.tolist() == chunked_len.tolist() and whole.shape == chunked.shape
+    for b, n in enumerate(whole_len.tolist()):
+        assert torch.equal(whole[b, :n], chunked[b, :n])
