@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Long recordings: wall time and peak RSS of `asrdecode transcribe` on one file of 10, 30 and 60
+minutes (data/demo/real clips concatenated with 0.5 s gaps, cycling), each in its own process.
+
+    .venv/bin/python scripts/bench/long_audio.py                       # demo CTC, local attention
+    .venv/bin/python scripts/bench/long_audio.py --minutes 10 --options ""   # full attention (20 GB!)
+
+The peak RSS is the child's own (os.wait4, as scripts/bench/first_use.py measures it). The load
+average before and after is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from first_use import timed  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def long_file(minutes: float, path: Path) -> None:
+    rows = [json.loads(line) for line in (ROOT / "data/demo/real/manifest.jsonl").read_text().splitlines()]
+    pieces, total, i = [], 0, 0
+    while total < minutes * 60 * 16000:
+        audio, _ = sf.read(ROOT / "data/demo/real" / rows[i % len(rows)]["audio_filepath"], dtype="float32")
+        pieces += [audio, np.zeros(8000, dtype=np.float32)]
+        total += len(audio) + 8000
+        i += 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, np.concatenate(pieces)[: int(minutes * 60 * 16000)], 16000)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", default="10,30,60")
+    ap.add_argument("--model", default="embedded:demo_ctc_bpe")
+    ap.add_argument("--options", default="model.attention=local", help="extra transcribe arguments")
+    args = ap.parse_args()
+    load = os.getloadavg()
+    cli = [sys.executable, "-m", "asrdecode.cli", "transcribe"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for minutes in (float(m) for m in args.minutes.split(",")):
+            folder = Path(tmp) / f"long{minutes:g}"
+            long_file(minutes, folder / "long.wav")
+            cmd = [*cli, str(folder), "--model", args.model, *shlex.split(args.options)]
+            wall, rss, _ = timed([*cmd, "--out", str(Path(tmp) / "out"), "--overwrite"], dict(os.environ))
+            report = json.loads((Path(tmp) / "out" / "report.json").read_text())
+            print(
+                f"{minutes:g} min, {args.model} {args.options}: {wall:.1f} s wall, peak RSS {rss:.0f} MB, "
+                f"RTFx {report['rtfx']:.0f}",
+                flush=True,
+            )
+    after = os.getloadavg()
+    before_text = "/".join(f"{x:.2f}" for x in load)
+    after_text = "/".join(f"{x:.2f}" for x in after)
+    print(f"load average (1/5/15 min) before {before_text}, after {after_text}")
+
+
+if __name__ == "__main__":
+    main()
