@@ -39,6 +39,9 @@ restored with ``ASRModel.restore_from`` and all references are computed from the
     /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set small --out out/nemo-small
     /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set attention --out tests/fixtures/nemo
 
+``--set ctc``: ``conformer_ctc_char`` — ``EncDecCTCModel``, a Conformer (not Fast) encoder with
+``striding`` subsampling 4x and kernel 31, character labels (the shared ctc_bpe config otherwise).
+
 ``--set attention``: no new model; NeMo's ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the
 shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_reference`).
 """
@@ -330,12 +333,13 @@ def tune_heads(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> di
 
 
 @torch.inference_mode()
-def tune_ctc_head(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> dict:
+def tune_ctc_head(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int, head=None) -> dict:
     """A hybrid's CTC head (1x1 conv over encoder frames) re-drawn like the joint: token rows
     orthogonal to the mean encoder direction (so frames disagree on their best token), blank bias
     bisected so that ~30% of the valid frames' argmax is a token."""
     gen = torch.Generator().manual_seed(seed + 2000)
-    conv = model.ctc_decoder.decoder_layers[0]
+    head = head if head is not None else model.ctc_decoder  # a hybrid's aux CTC head by default
+    conv = head.decoder_layers[0]
     frames = torch.cat([enc[b, :, : int(enc_len[b])].T for b in range(enc.shape[0])])  # [N, D]
     u = frames.mean(0)
     u = u / u.norm()
@@ -346,7 +350,7 @@ def tune_ctc_head(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) ->
     blank = conv.weight.shape[0] - 1
 
     def token_rate() -> float:
-        logits = model.ctc_decoder(encoder_output=enc)
+        logits = head(encoder_output=enc)
         best = logits.argmax(-1)
         valid = torch.arange(best.shape[1])[None] < enc_len[:, None]
         return float(((best != blank) & valid).sum() / valid.sum())
@@ -442,6 +446,74 @@ def hyp_arrays(hyps, prefix: str, tdt: bool) -> dict[str, np.ndarray]:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+CTC_SPECS = {  # CTC models built from the shared ctc_bpe.nemo config with another encoder / vocabulary
+    "conformer_ctc_char": {  # Conformer-CTC (not Fast): striding subsampling 4x, kernel 31, char labels
+        "seed": 41,
+        "encoder": {"subsampling": "striding", "subsampling_factor": 4, "conv_kernel_size": 31},
+    },
+}
+
+
+def build_ctc(name: str, out: Path) -> dict:
+    """A random-weight CTC model (head tuned as `tune_ctc_head`), saved, restored, and NeMo's
+    features, encoder output, log-probs and greedy CTC decoding on the fixture batch."""
+    from nemo.collections.asr.models import ASRModel, EncDecCTCModel
+    from omegaconf import OmegaConf
+
+    spec = CTC_SPECS[name]
+    cfg = yaml.safe_load(_members(FIX / "ctc_bpe.nemo")["model_config.yaml"])
+    for key in ("nemo_version", "target", "tokenizer"):
+        cfg.pop(key, None)
+    for section in ("train_ds", "validation_ds", "test_ds"):
+        cfg[section] = None
+    cfg["encoder"].update(spec["encoder"])
+    cfg["labels"] = list(CHAR_LABELS)
+    cfg["decoder"].update(num_classes=len(CHAR_LABELS), vocabulary=list(CHAR_LABELS))
+    torch.manual_seed(spec["seed"])
+    model = EncDecCTCModel(cfg=OmegaConf.create(cfg)).eval()
+    audio = audio_batch()
+    _, _, enc, enc_len = front(model, audio)
+    tuning = tune_ctc_head(model, enc, enc_len, spec["seed"], head=model.decoder)
+    path = out / f"{name}.nemo"
+    model.save_to(str(path))
+    restored = ASRModel.restore_from(str(path), map_location="cpu").eval()
+    feats, feats_len, enc, enc_len = front(restored, audio)
+    with torch.inference_mode():
+        log_probs = restored.decoder(encoder_output=enc)
+        hyps = restored.decoding.ctc_decoder_predictions_tensor(
+            log_probs, decoder_lengths=enc_len, return_hypotheses=True
+        )
+    labels = [torch.as_tensor(h.y_sequence).tolist() for h in hyps]
+    arrays = {
+        "utt_ids": audio["utt_ids"],
+        "features": feats.numpy(),
+        "features_len": feats_len.numpy(),
+        "encoder_out": enc.numpy(),
+        "encoder_len": enc_len.numpy(),
+        "log_probs": log_probs.float().numpy(),
+        "greedy_frame_labels": padded(labels),
+        "greedy_frame_labels_len": np.array([len(t) for t in labels], dtype=np.int32),
+        "greedy_text": np.array([h.text for h in hyps]),
+    }
+    ref = out / "reference"
+    ref.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(ref / f"{name}.npz", **arrays)
+    info = {
+        "model": name,
+        "class": type(restored).__name__,
+        "sha256": sha256(path),
+        "npz_sha256": sha256(ref / f"{name}.npz"),
+        "seed": spec["seed"],
+        "encoder": {k: restored.cfg.encoder[k] for k in ENCODER_KEYS},
+        "labels": list(CHAR_LABELS),
+        "tuning": tuning,
+        "texts": [h.text for h in hyps],
+        "versions": versions(),
+    }
+    (ref / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
 
 
 def build(name: str, out: Path, tmp: Path) -> dict:
@@ -585,12 +657,17 @@ def attention_switch_reference(out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("tiny", "small", "attention"), required=True)
+    parser.add_argument("--set", choices=("tiny", "small", "attention", "ctc"), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.set == "ctc":
+        for name in CTC_SPECS:
+            if not args.only or name in args.only:
+                print(json.dumps(build_ctc(name, args.out), indent=2), flush=True)
+        return 0
     if args.set == "attention":
         print(json.dumps(attention_switch_reference(args.out), indent=2))
         return 0

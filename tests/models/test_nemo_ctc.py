@@ -343,3 +343,40 @@ def test_encoder_state_dict_names_match_nemo(model):
     cfg = copy.deepcopy(model.config)
     again = NemoCTCModel.from_config(cfg, model.tokenizer)
     again.load_state_dict(model.state_dict(), strict=True)
+
+
+# --------------------------------------------- NeMo-built Conformer-CTC (striding 4x, char labels)
+
+
+def test_conformer_ctc_char_equals_nemo():
+    """EncDecCTCModel with a Conformer encoder (striding subsampling 4x, conv kernel 31) and character
+    labels, built by NeMo 3.0.0 (scripts/make_nemo_fixtures.py --set ctc): features (1e-4), encoder
+    output and log-probs (1e-3), greedy tokens = NeMo's per-frame labels collapsed, its texts."""
+    from asrdecode.decoders.base import DecoderContext
+    from asrdecode.decoders.ctc_greedy import CtcGreedyConfig, CtcGreedyDecoder
+
+    ref = dict(np.load(FIX / "reference" / "conformer_ctc_char.npz", allow_pickle=False))
+    model = load_nemo(FIX / "conformer_ctc_char.nemo")
+    info = model.describe()
+    assert info["class"] == "EncDecCTCModel" and model.tokenizer.kind == "char"
+    assert info["encoder"]["subsampling"] == "striding" and info["encoder"]["subsampling_factor"] == 4
+    assert model.units == [" ", *"abcdefghijklmnopqrstuvwxyz", "'"] and model.blank_id == 28
+    audio = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    wav, lens = torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"])
+    with torch.inference_mode():
+        feats, feat_len = model.features(wav, lens)
+        out = model(wav, lens)
+    assert feat_len.tolist() == ref["features_len"].tolist()
+    np.testing.assert_allclose(feats.numpy(), ref["features"], atol=1e-4, rtol=0)
+    assert out.lengths.tolist() == ref["encoder_len"].tolist()
+    for b, n in enumerate(ref["encoder_len"].tolist()):
+        np.testing.assert_allclose(
+            out.encoder_out[b, :n].numpy(), ref["encoder_out"][b, :, :n].T, atol=1e-3, rtol=0
+        )
+        np.testing.assert_allclose(out.log_probs[b, :n].numpy(), ref["log_probs"][b, :n], atol=1e-3, rtol=0)
+    ctx = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+    for b, res in enumerate(CtcGreedyDecoder(CtcGreedyConfig(), ctx).decode(out)):
+        labels = ref["greedy_frame_labels"][b, : int(ref["greedy_frame_labels_len"][b])].tolist()
+        tokens = [t for i, t in enumerate(labels) if t != 28 and (i == 0 or labels[i - 1] != t)]
+        assert res.tokens == tokens, b
+        assert model.tokenizer.decode(res.tokens) == str(ref["greedy_text"][b])
