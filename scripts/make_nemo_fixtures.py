@@ -15,7 +15,9 @@ Sets (``--set``):
   ``EncDecHybridRNNTCTCBPEModel`` (BPE-128) with an RNN-T or TDT transducer and an ``aux_ctc`` head
   (re-drawn by ``tune_ctc_head``; references add ``ctc_logprobs`` and NeMo's greedy CTC output);
   ``rnnt_local`` — ``EncDecRNNTBPEModel`` whose encoder uses ``rel_pos_local_attn`` with
-  ``att_context_size [8, 8]`` (NeMo's sliding-window attention, as parakeet models do for long audio). All:
+  ``att_context_size [8, 8]`` (NeMo's sliding-window attention, as parakeet models do for long audio);
+  ``rnnt_streaming`` — a cache-aware streaming encoder (causal downsampling, causal convolutions,
+  ``chunked_limited`` attention, ``att_context_size [[16, 3], [16, 0]]``: references for both). All:
   the 3-layer FastConformer of ``rnnt_bpe.nemo``.
   Writes ``<name>.nemo``, ``reference/<name>.npz`` and ``reference/<name>.json`` in the layout of the
   shared NeMo fixture set (``encoder_out`` [B, D, T'], ``greedy_*`` -1 padded, ``joint_*`` for frames
@@ -94,6 +96,19 @@ SPECS = {
         "pred_layers": 1,
         "durations": None,
         "encoder": {"self_attention_model": "rel_pos_local_attn", "att_context_size": [8, 8]},
+    },
+    "rnnt_streaming": {  # cache-aware streaming FastConformer (NeMo's *_streaming configs), offline
+        "set": "tiny",
+        "seed": 34,
+        "vocab": "bpe128",
+        "pred_layers": 1,
+        "durations": None,
+        "encoder": {
+            "causal_downsampling": True,
+            "att_context_style": "chunked_limited",
+            "att_context_size": [[16, 3], [16, 0]],
+            "conv_context_size": "causal",
+        },
     },
     "rnnt_small": {"set": "small", "seed": 21, "vocab": "bpe1024", "pred_layers": 1, "durations": None},
     "tdt_small": {
@@ -598,6 +613,14 @@ def build(name: str, out: Path, tmp: Path) -> dict:
         )
     if spec.get("hybrid"):
         arrays.update(ctc_reference(restored, enc, enc_len))
+    choices = spec.get("encoder", {}).get("att_context_size")
+    if choices and isinstance(choices[0], list):  # multi-lookahead: every other context too
+        for i, context in enumerate(choices[1:], 1):
+            restored.encoder.set_default_att_context_size(context)
+            _, _, enc_i, enc_len_i = front(restored, audio)
+            arrays[f"encoder_out_ctx{i}"] = enc_i.numpy()
+            arrays.update(hyp_arrays(greedy(restored, enc_i, enc_len_i), f"greedy_ctx{i}", tdt))
+        restored.encoder.set_default_att_context_size(choices[0])
     ref = out / "reference"
     ref.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(ref / f"{name}.npz", **arrays)

@@ -137,8 +137,6 @@ class ConformerConfig:
         f = int(self.subsampling_factor)
         if f < 1 or f & (f - 1):
             raise bad("subsampling_factor", self.subsampling_factor, "a power of 2")
-        if self.causal_downsampling:
-            raise bad("causal_downsampling", self.causal_downsampling, "false")
         if self.reduction is not None or self.reduction_position is not None:
             raise bad("reduction", self.reduction, "null")
         if self.conv_norm_type not in ("batch_norm", "layer_norm"):
@@ -184,29 +182,58 @@ def _time_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     return torch.arange(max_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
 
 
-class ConvSubsampling(nn.Module):
-    """Stride-2 conv stack over (time, freq) with per-layer time masking, then ``out`` Linear."""
+def _padded_length(lengths: torch.Tensor, kernel: int, stride: int, pad: tuple[int, int]) -> torch.Tensor:
+    """Length after one convolution with (left, right) padding: floor((L + l + r - k) / s) + 1."""
+    return torch.div(lengths + pad[0] + pad[1] - kernel, stride, rounding_mode="floor") + 1
 
-    def __init__(self, kind: str, factor: int, feat_in: int, d_model: int, channels: int) -> None:
+
+class ConvSubsampling(nn.Module):
+    """Stride-2 conv stack over (time, freq) with per-layer time masking, then ``out`` Linear.
+
+    Each conv pads explicitly (`pads`: time (left, right), freq (left, right)): centred (1, 1) for
+    the 3x3 convs, or NeMo's ``causal_downsampling`` (its CausalConv2D: k - 1 = 2 before, s - 1 = 1
+    after, on both axes, so a frame never sees later input)."""
+
+    def __init__(
+        self, kind: str, factor: int, feat_in: int, d_model: int, channels: int, causal: bool = False
+    ) -> None:
         super().__init__()
         self.n_stages = int(math.log2(factor))
+        wide = (2, 1) if causal else (1, 1)
         layers: list[nn.Module] = []
+        pads: list[tuple[int, int]] = []  # per Conv2d, in order; the same on time and freq
         if kind == "dw_striding":
-            layers += [nn.Conv2d(1, channels, 3, stride=2, padding=1), nn.ReLU()]
+            layers += [nn.Conv2d(1, channels, 3, stride=2), nn.ReLU()]
+            pads.append(wide)
             for _ in range(self.n_stages - 1):
                 layers += [
-                    nn.Conv2d(channels, channels, 3, stride=2, padding=1, groups=channels),
+                    nn.Conv2d(channels, channels, 3, stride=2, groups=channels),
                     nn.Conv2d(channels, channels, 1),
                     nn.ReLU(),
                 ]
+                pads += [wide, (0, 0)]
         else:  # striding
             in_ch = 1
             for _ in range(self.n_stages):
-                layers += [nn.Conv2d(in_ch, channels, 3, stride=2, padding=1), nn.ReLU()]
+                layers += [nn.Conv2d(in_ch, channels, 3, stride=2), nn.ReLU()]
+                pads.append(wide)
                 in_ch = channels
         self.conv = nn.Sequential(*layers)
-        freq = int(conv_output_lengths(torch.tensor(feat_in), self.n_stages))
+        self.pads = pads
+        freq = int(self._lengths_after(torch.tensor(feat_in)))
         self.out = nn.Linear(channels * freq, d_model)
+
+    def _convs(self) -> list[tuple[nn.Conv2d, tuple[int, int]]]:
+        return list(zip([m for m in self.conv if isinstance(m, nn.Conv2d)], self.pads, strict=True))
+
+    def _lengths_after(self, lengths: torch.Tensor) -> torch.Tensor:
+        for conv, pad in self._convs():
+            lengths = _padded_length(lengths, conv.kernel_size[0], conv.stride[0], pad)
+        return lengths
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Output frames for the given input frame counts."""
+        return self._lengths_after(lengths)
 
     #: output frames per chunk of `forward` on long inputs (the first conv's output would otherwise
     #: be [B, channels, T/2, F/2] at once: 1.8 GB for an hour with 64 channels)
@@ -215,28 +242,27 @@ class ConvSubsampling(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, T, F] -> ([B, T', d_model], lengths'). Inputs longer than `chunk_frames` output frames
         run chunk by chunk (`_chunk`): the same values, memory bounded by the chunk."""
-        total = int(conv_output_lengths(torch.tensor(x.shape[1]), self.n_stages))
+        total = int(self._lengths_after(torch.tensor(x.shape[1])))
         if total <= self.chunk_frames:
             return self._full(x, lengths)
-        out_lengths = conv_output_lengths(lengths, self.n_stages)
         parts = [
             self._chunk(x, lengths, a, min(a + self.chunk_frames, total))
             for a in range(0, total, self.chunk_frames)
         ]
-        return self.out(torch.cat(parts, dim=1)), out_lengths
+        return self.out(torch.cat(parts, dim=1)), self._lengths_after(lengths)
 
     def _chunk(self, x: torch.Tensor, lengths: torch.Tensor, a: int, b: int) -> torch.Tensor:
         """Output frames [a, b) of the conv stack (before `out`), computed from the input frames they
         depend on: each conv's time range is traced back (output [a, b) of a conv with kernel k,
-        stride s, padding p needs input [a*s - p, (b-1)*s - p + k)), frames outside the input or past
-        an utterance's length are the zeros the full computation pads or masks with, and every conv
-        runs without time padding over exactly that range."""
-        convs = [m for m in self.conv if isinstance(m, nn.Conv2d)]
+        stride s and left padding p needs input [a*s - p, (b-1)*s - p + k)), frames outside the
+        input or past an utterance's length are the zeros the full computation pads or masks with,
+        and every conv runs without time padding over exactly that range."""
+        convs = self._convs()
         ranges = [(a, b)]
-        for conv in reversed(convs):
-            k, st, p = conv.kernel_size[0], conv.stride[0], conv.padding[0]
+        for conv, pad in reversed(convs):
+            k, st = conv.kernel_size[0], conv.stride[0]
             lo, hi = ranges[0]
-            ranges.insert(0, (lo * st - p, (hi - 1) * st - p + k))
+            ranges.insert(0, (lo * st - pad[0], (hi - 1) * st - pad[0] + k))
         lo, hi = ranges[0]
         t = x.shape[1]
         piece = x[:, max(lo, 0) : min(hi, t)]
@@ -248,17 +274,12 @@ class ConvSubsampling(nn.Module):
                 piece = layer(piece)
                 continue
             lo, hi = ranges[i]
+            pad = self.pads[i]
             index = torch.arange(lo, hi, device=piece.device)
             keep = (index >= 0).unsqueeze(0) & (index.unsqueeze(0) < layer_lengths.unsqueeze(1))
             piece = piece * keep.to(piece.dtype)[:, None, :, None]
-            piece = F.conv2d(
-                piece, layer.weight, layer.bias, (layer.stride[0], layer.stride[1]),
-                (0, layer.padding[1]), layer.dilation, layer.groups,
-            )  # fmt: skip
-            if layer.stride[0] != 1:
-                layer_lengths = conv_output_lengths(
-                    layer_lengths, 1, layer.kernel_size[0], layer.stride[0], layer.padding[0]
-                )
+            piece = layer(F.pad(piece, (pad[0], pad[1], 0, 0)))  # freq padded, time already in range
+            layer_lengths = _padded_length(layer_lengths, layer.kernel_size[0], layer.stride[0], pad)
             i += 1
         index = torch.arange(a, b, device=piece.device)
         keep = index.unsqueeze(0) < layer_lengths.unsqueeze(1)
@@ -268,14 +289,14 @@ class ConvSubsampling(nn.Module):
 
     def _full(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = x.unsqueeze(1)  # [B, 1, T, F]
+        i = 0
         for layer in self.conv:
             if isinstance(layer, nn.Conv2d):
+                pad = self.pads[i]
                 x = x * _time_mask(lengths, x.shape[2]).to(x.dtype)[:, None, :, None]
-                x = layer(x)
-                if layer.stride[0] != 1:
-                    lengths = conv_output_lengths(
-                        lengths, 1, layer.kernel_size[0], layer.stride[0], layer.padding[0]
-                    )
+                x = layer(F.pad(x, (pad[0], pad[1], pad[0], pad[1])))
+                lengths = _padded_length(lengths, layer.kernel_size[0], layer.stride[0], pad)
+                i += 1
             else:
                 x = layer(x)
         x = x * _time_mask(lengths, x.shape[2]).to(x.dtype)[:, None, :, None]
@@ -491,7 +512,12 @@ class ConformerEncoder(nn.Module):
         self.xscale = math.sqrt(cfg.d_model) if cfg.xscaling else None
         if self.subsampling_factor > 1:
             self.pre_encode: nn.Module = ConvSubsampling(
-                cfg.subsampling, self.subsampling_factor, cfg.feat_in, cfg.d_model, cfg.conv_channels
+                cfg.subsampling,
+                self.subsampling_factor,
+                cfg.feat_in,
+                cfg.d_model,
+                cfg.conv_channels,
+                causal=bool(cfg.causal_downsampling),
             )
         else:
             self.pre_encode = nn.Linear(cfg.feat_in, cfg.d_model)
@@ -519,9 +545,9 @@ class ConformerEncoder(nn.Module):
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         """Encoder frames for the given feature frame counts."""
-        if self.subsampling_factor == 1:
-            return lengths
-        return conv_output_lengths(lengths, int(math.log2(self.subsampling_factor)))
+        if isinstance(self.pre_encode, ConvSubsampling):
+            return self.pre_encode.output_lengths(lengths)
+        return lengths
 
     def local_window(self, lengths: torch.Tensor, t: int) -> LocalWindow | None:
         """Banded attention when every query sees a bounded window of keys on both sides (the

@@ -260,7 +260,7 @@ def switch_attention(cfg: dict[str, Any], attention: str, window: list[int] | No
     """NeMo's ``change_attention_model`` on the config (weights are unchanged): ``local`` = sliding-
     window ``rel_pos_local_attn`` over ``window`` frames each side (default 128, 128), ``full`` =
     ``rel_pos`` over the whole input, ``auto`` = as the checkpoint says (``window`` alone replaces
-    its att_context_size)."""
+    its att_context_size; for a cache-aware streaming model trained with several, one of them)."""
     if attention not in ATTENTION_MODES:
         raise ModelError(f"model.attention={attention}: use one of {', '.join(ATTENTION_MODES)}")
     encoder = cfg.get("encoder")
@@ -278,6 +278,12 @@ def switch_attention(cfg: dict[str, Any], attention: str, window: list[int] | No
         encoder["self_attention_model"] = "rel_pos"
         encoder["att_context_size"] = [-1, -1]
     elif window:
+        choices = encoder.get("att_context_size")
+        multi = isinstance(choices, list) and choices and isinstance(choices[0], list)  # multi-lookahead
+        if multi and list(window) not in [list(c) for c in choices]:
+            raise ModelError(
+                f"model.att_context_size={list(window)}: this model was trained for {choices} only"
+            )
         encoder["att_context_size"] = list(window)
 
 

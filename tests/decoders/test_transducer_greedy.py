@@ -100,10 +100,11 @@ def test_parity_with_nemo_greedy(fixture, loop):
             assert res.score == pytest.approx(exp["score"], rel=1e-4, abs=1e-4)
 
 
-@pytest.mark.parametrize("name", ["rnnt_char", "rnnt_lstm2", "rnnt_local"])
+@pytest.mark.parametrize("name", ["rnnt_char", "rnnt_lstm2", "rnnt_local", "rnnt_streaming"])
 def test_parity_char_and_two_layer_lstm(name):
-    """NeMo-built char RNN-T, 2-layer-LSTM RNN-T and an RNN-T whose encoder uses NeMo's sliding-window
-    attention (rel_pos_local_attn, [8, 8]; scripts/make_nemo_fixtures.py): tokens, frames and
+    """NeMo-built char RNN-T, 2-layer-LSTM RNN-T, an RNN-T whose encoder uses NeMo's sliding-window
+    attention (rel_pos_local_attn, [8, 8]) and a cache-aware streaming one decoded offline
+    (scripts/make_nemo_fixtures.py): tokens, frames and
     scores equal NeMo's greedy_batch for both loops, from NeMo's encoder output and through ours."""
     data = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
     ref = {k: data[k] for k in data.files}

@@ -78,3 +78,19 @@ def test_chunked_subsampling_equals_whole_input(kind, factor):
     assert whole_len.tolist() == chunked_len.tolist() and whole.shape == chunked.shape
     for b, n in enumerate(whole_len.tolist()):
         assert torch.equal(whole[b, :n], chunked[b, :n])
+
+
+def test_chunked_causal_subsampling_equals_whole_input():
+    """NeMo's causal downsampling (2 frames of padding before, 1 after, on time and frequency) in
+    chunks: identical to the whole input; 80 mel bins become 21 after two causal stride-2 convs."""
+    torch.manual_seed(2)
+    sub = ConvSubsampling("dw_striding", 4, 80, 32, 8, causal=True).eval()
+    assert sub.out.in_features == 8 * 21
+    x, lengths = torch.randn(2, 999, 80), torch.tensor([999, 400])
+    with torch.no_grad():
+        whole, whole_len = sub._full(x, lengths)
+        sub.chunk_frames = 13
+        chunked, chunked_len = sub(x, lengths)
+    assert whole_len.tolist() == chunked_len.tolist() == [251, 101]  # L -> floor(L / 2) + 1, twice
+    for b, n in enumerate(whole_len.tolist()):
+        assert torch.equal(whole[b, :n], chunked[b, :n])

@@ -154,7 +154,7 @@ def test_yaml_tags_are_not_constructed(members, tmp_path):
         (lambda c: c["encoder"].update(self_attention_model="rel_pos_local_attn"), "rel_pos_local_attn"),
         (lambda c: c["encoder"].update(subsampling="vggnet"), "vggnet"),
         (lambda c: c["encoder"].update(subsampling_factor=6), "subsampling_factor"),
-        (lambda c: c["encoder"].update(causal_downsampling=True), "causal_downsampling"),
+        (lambda c: c["encoder"].update(att_context_style="chunked_limited_with_rc"), "att_context_style"),
         (lambda c: c["encoder"].update(conv_norm_type="group_norm"), "conv_norm_type"),
         (lambda c: c["encoder"].update(some_new_option=1), "some_new_option"),
         (lambda c: c["encoder"].update(_target_="nemo.asr.modules.SqueezeformerEncoder"), "Squeeze"),

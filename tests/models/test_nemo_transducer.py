@@ -262,7 +262,9 @@ EXTRA = {
     "rnnt_char": {"class": "EncDecRNNTModel", "vocab": 28, "layers": 1},
     "rnnt_lstm2": {"class": "EncDecRNNTBPEModel", "vocab": 128, "layers": 2},
     "rnnt_local": {"class": "EncDecRNNTBPEModel", "vocab": 128, "layers": 1},  # sliding-window attention
+    "rnnt_streaming": {"class": "EncDecRNNTBPEModel", "vocab": 128, "layers": 1},  # cache-aware, offline
 }
+CONTEXT = {"rnnt_local": [8, 8], "rnnt_streaming": [16, 3]}
 
 
 @pytest.fixture(scope="module", params=sorted(EXTRA))
@@ -288,7 +290,7 @@ def test_extra_layouts_load(extra_fixture):
     assert ref["joint_pred_sos_h"].shape == (spec["layers"], 64)
     local = name == "rnnt_local"
     assert info["encoder"]["self_attention_model"] == ("rel_pos_local_attn" if local else "rel_pos")
-    assert info["encoder"]["att_context_size"] == ([8, 8] if local else [-1, -1])
+    assert info["encoder"]["att_context_size"] == CONTEXT.get(name, [-1, -1])
 
 
 def test_extra_layouts_encoder_parity(extra_fixture, audio):
@@ -325,3 +327,22 @@ def test_extra_layouts_joint_parity(extra_fixture):
     }
     for key, value in pairs.items():
         torch.testing.assert_close(value, torch.from_numpy(ref[key]).reshape(value.shape), atol=1e-4, rtol=0)
+
+
+def test_streaming_encoder_other_context_equals_nemo(audio):
+    """The cache-aware streaming fixture (causal downsampling and convolutions, chunked_limited
+    attention, trained for [[16, 3], [16, 0]]) with model.att_context_size=[16, 0]: NeMo's encoder
+    output after its set_default_att_context_size([16, 0]); a context it was not trained for is a
+    one-line error."""
+    ref = np.load(FIX / "reference" / "rnnt_streaming.npz", allow_pickle=False)
+    path = str(FIX / "rnnt_streaming.nemo")
+    model = load_model(path, att_context_size=[16, 0])
+    assert model.describe()["encoder"]["att_context_size"] == [16, 0]
+    with torch.inference_mode():
+        out = model(torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"]))
+    enc_ref = torch.from_numpy(ref["encoder_out_ctx1"]).transpose(1, 2)
+    assert (ref["encoder_out_ctx1"] != ref["encoder_out"]).any()
+    for b, n in enumerate(ref["encoder_len"].tolist()):
+        torch.testing.assert_close(out.encoder_out[b, :n], enc_ref[b, :n], atol=1e-3, rtol=0)
+    with pytest.raises(ModelError, match=r"att_context_size=\[16, 1\]: this model was trained for"):
+        load_model(path, att_context_size=[16, 1])
