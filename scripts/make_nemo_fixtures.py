@@ -42,7 +42,9 @@ restored with ``ASRModel.restore_from`` and all references are computed from the
     /work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --set attention --out tests/fixtures/nemo
 
 ``--set ctc``: ``conformer_ctc_char`` — ``EncDecCTCModel``, a Conformer (not Fast) encoder with
-``striding`` subsampling 4x and kernel 31, character labels (the shared ctc_bpe config otherwise).
+``striding`` subsampling 4x and kernel 31, character labels (the shared ctc_bpe config otherwise);
+``quartznet_char`` and ``citrinet_bpe`` — ConvASR encoders in the QuartzNet (char) and Citrinet
+(BPE-128, squeeze-excitation, strided residual blocks) layouts, scaled down.
 
 ``--set attention``: no new model; NeMo's ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the
 shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_reference`).
@@ -463,18 +465,57 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _jasper(filters, repeat, kernel, stride=1, dilation=1, residual=False, **extra) -> dict:
+    block = {"filters": filters, "repeat": repeat, "kernel": [kernel], "stride": [stride]}
+    block.update(dilation=[dilation], dropout=0.0, residual=residual, separable=True, **extra)
+    return block
+
+
+CONVASR = "nemo.collections.asr.modules.ConvASREncoder"
+SE = {"se": True, "se_context_size": -1, "se_reduction_ratio": 8}
+STRIDE = {"stride_last": True, "residual_mode": "stride_add"}
 CTC_SPECS = {  # CTC models built from the shared ctc_bpe.nemo config with another encoder / vocabulary
     "conformer_ctc_char": {  # Conformer-CTC (not Fast): striding subsampling 4x, kernel 31, char labels
         "seed": 41,
+        "vocab": "char",
         "encoder": {"subsampling": "striding", "subsampling_factor": 4, "conv_kernel_size": 31},
     },
-}
+    "quartznet_char": {  # QuartzNet layout (separable convs, residual repeats, ReLU), char labels
+        "seed": 42,
+        "vocab": "char",
+        "encoder": {
+            "_target_": CONVASR, "feat_in": 80, "activation": "relu", "conv_mask": True,
+            "jasper": [
+                _jasper(64, 1, 11, stride=2),
+                _jasper(64, 2, 13, residual=True),
+                _jasper(96, 2, 15, residual=True),
+                _jasper(96, 1, 29, dilation=2),
+                _jasper(128, 1, 1),
+            ],
+        },
+    },
+    "citrinet_bpe": {  # Citrinet layout (squeeze-excitation, stride_last + stride_add, swish), BPE-128
+        "seed": 43,
+        "vocab": "bpe128",
+        "encoder": {
+            "_target_": CONVASR, "feat_in": 80, "activation": "swish", "conv_mask": True,
+            "jasper": [
+                _jasper(64, 1, 5, **SE),
+                _jasper(64, 2, 11, stride=2, residual=True, **SE, **STRIDE),
+                _jasper(64, 2, 13, residual=True, **SE),
+                _jasper(96, 2, 15, stride=2, residual=True, **SE, **STRIDE),
+                _jasper(96, 1, 41, **SE),
+                _jasper(128, 1, 1),
+            ],
+        },
+    },
+}  # fmt: skip
 
 
 def build_ctc(name: str, out: Path) -> dict:
     """A random-weight CTC model (head tuned as `tune_ctc_head`), saved, restored, and NeMo's
     features, encoder output, log-probs and greedy CTC decoding on the fixture batch."""
-    from nemo.collections.asr.models import ASRModel, EncDecCTCModel
+    from nemo.collections.asr.models import ASRModel, EncDecCTCModel, EncDecCTCModelBPE
     from omegaconf import OmegaConf
 
     spec = CTC_SPECS[name]
@@ -483,11 +524,20 @@ def build_ctc(name: str, out: Path) -> dict:
         cfg.pop(key, None)
     for section in ("train_ds", "validation_ds", "test_ds"):
         cfg[section] = None
-    cfg["encoder"].update(spec["encoder"])
-    cfg["labels"] = list(CHAR_LABELS)
-    cfg["decoder"].update(num_classes=len(CHAR_LABELS), vocabulary=list(CHAR_LABELS))
+    if "_target_" in spec["encoder"]:  # another encoder class: its whole section
+        cfg["encoder"] = dict(spec["encoder"])
+        cfg["decoder"]["feat_in"] = spec["encoder"]["jasper"][-1]["filters"]
+    else:
+        cfg["encoder"].update(spec["encoder"])
     torch.manual_seed(spec["seed"])
-    model = EncDecCTCModel(cfg=OmegaConf.create(cfg)).eval()
+    if spec["vocab"] == "char":
+        cfg["labels"] = list(CHAR_LABELS)
+        cfg["decoder"].update(num_classes=len(CHAR_LABELS), vocabulary=list(CHAR_LABELS))
+        model = EncDecCTCModel(cfg=OmegaConf.create(cfg)).eval()
+    else:
+        cfg["tokenizer"] = {"dir": str(bpe128_dir(Path(tempfile.mkdtemp()))), "type": "bpe"}
+        cfg["decoder"].update(num_classes=-1, vocabulary=[])
+        model = EncDecCTCModelBPE(cfg=OmegaConf.create(cfg)).eval()
     audio = audio_batch()
     _, _, enc, enc_len = front(model, audio)
     tuning = tune_ctc_head(model, enc, enc_len, spec["seed"], head=model.decoder)
@@ -521,8 +571,8 @@ def build_ctc(name: str, out: Path) -> dict:
         "sha256": sha256(path),
         "npz_sha256": sha256(ref / f"{name}.npz"),
         "seed": spec["seed"],
-        "encoder": {k: restored.cfg.encoder[k] for k in ENCODER_KEYS},
-        "labels": list(CHAR_LABELS),
+        "encoder": OmegaConf.to_container(restored.cfg.encoder),
+        "vocabulary": list(restored.decoder.vocabulary),
         "tuning": tuning,
         "texts": [h.text for h in hyps],
         "versions": versions(),

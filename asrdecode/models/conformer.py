@@ -538,6 +538,32 @@ class ConformerEncoder(nn.Module):
             self.out_proj = None
             self.output_dim = cfg.d_model
 
+    @property
+    def feat_in(self) -> int:
+        return int(self.cfg.feat_in)
+
+    def describe(self) -> dict:
+        """Encoder facts for ``asrdecode info``."""
+        enc = self.cfg
+        fast = enc.subsampling == "dw_striding" and int(enc.subsampling_factor) == 8
+        streaming = bool(enc.causal_downsampling) or enc.att_context_style == "chunked_limited"
+        family = ("FastConformer" if fast else "Conformer") + (
+            " (cache-aware streaming)" if streaming else ""
+        )
+        return {
+            "type": "conformer",
+            "family": family,
+            "layers": enc.n_layers,
+            "d_model": enc.d_model,
+            "heads": enc.n_heads,
+            "ff_expansion_factor": enc.ff_expansion_factor,
+            "subsampling": enc.subsampling,
+            "subsampling_factor": enc.subsampling_factor,
+            "self_attention_model": enc.self_attention_model,
+            "att_context_size": list(enc.context),
+            "conv_kernel_size": enc.conv_kernel_size,
+        }
+
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> ConformerEncoder:
         """From a NeMo ``encoder`` config section."""

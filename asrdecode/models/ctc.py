@@ -12,6 +12,7 @@ from asrdecode.errors import ModelError
 from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
 from asrdecode.models.conformer import ConformerEncoder
+from asrdecode.models.convasr import ConvASREncoder, encoder_from_config
 from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
 from asrdecode.models.tokenizer import Tokenizer
 
@@ -82,7 +83,7 @@ class NemoCTCModel(NemoModelBase):
     def __init__(
         self,
         preprocessor: NemoMelPreprocessor,
-        encoder: ConformerEncoder,
+        encoder: ConformerEncoder | ConvASREncoder,
         decoder: CTCHead,
         tokenizer: Tokenizer,
         config: dict[str, Any] | None = None,
@@ -114,7 +115,6 @@ class NemoCTCModel(NemoModelBase):
             if not isinstance(cfg.get(key), dict):
                 raise ModelError(f"model config has no {key} section")
         _check_target(cfg["preprocessor"], "preprocessor", "AudioToMelSpectrogramPreprocessor")
-        _check_target(cfg["encoder"], "encoder", "ConformerEncoder")
         dec_path, dec_cfg = ctc_decoder_config(cfg)
         _check_target(dec_cfg, dec_path, "ConvASRDecoder")
         for key, value in dec_cfg.items():
@@ -124,10 +124,10 @@ class NemoCTCModel(NemoModelBase):
             raise ModelError(f"unsupported {dec_path}.add_blank=False")
 
         preprocessor = NemoMelPreprocessor.from_config(cfg["preprocessor"])
-        encoder = ConformerEncoder.from_config(cfg["encoder"])
-        if int(encoder.cfg.feat_in) != preprocessor.num_features:
+        encoder = encoder_from_config(cfg["encoder"])
+        if encoder.feat_in != preprocessor.num_features:
             raise ModelError(
-                f"encoder.feat_in={encoder.cfg.feat_in} does not match "
+                f"encoder.feat_in={encoder.feat_in} does not match "
                 f"preprocessor.features={preprocessor.num_features}"
             )
         num_classes = int(dec_cfg.get("num_classes", -1))

@@ -73,7 +73,6 @@ class NemoModelBase(nn.Module):
 
     def _describe_common(self) -> dict:
         """Front end, encoder and vocabulary facts for ``asrdecode info``."""
-        enc = self.encoder.cfg
         fe = self.preprocessor.featurizer
         return {
             "file": self.source,
@@ -87,18 +86,7 @@ class NemoModelBase(nn.Module):
                 "hop_length": fe.hop_length,
                 "normalize": fe.normalize,
             },
-            "encoder": {
-                "type": "conformer",
-                "layers": enc.n_layers,
-                "d_model": enc.d_model,
-                "heads": enc.n_heads,
-                "ff_expansion_factor": enc.ff_expansion_factor,
-                "subsampling": enc.subsampling,
-                "subsampling_factor": enc.subsampling_factor,
-                "self_attention_model": enc.self_attention_model,
-                "att_context_size": list(enc.context),
-                "conv_kernel_size": enc.conv_kernel_size,
-            },
+            "encoder": self.encoder.describe(),
             "head": self.head
             + (
                 f" (this hybrid also has: {', '.join(h for h in self.heads if h != self.head)}; model.head)"

@@ -1,0 +1,74 @@
+"""ConvASR encoders (NeMo's ConvASREncoder): QuartzNet (separable convolutions, residual repeats,
+ReLU, char labels) and Citrinet (squeeze-excitation, stride_last + stride_add residuals, swish,
+BPE) against NeMo 3.0.0 on NeMo-built random-weight fixtures (scripts/make_nemo_fixtures.py --set
+ctc): encoder output, log-probs, greedy CTC; unsupported block options are one-line errors."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrdecode.decoders.base import DecoderContext
+from asrdecode.decoders.ctc_greedy import CtcGreedyConfig, CtcGreedyDecoder
+from asrdecode.errors import ModelError
+from asrdecode.models import load_nemo
+from asrdecode.models.convasr import ConvASREncoder
+from asrdecode.models.nemo import read_nemo_archive
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nemo"
+FAMILIES = {"quartznet_char": ("QuartzNet/Jasper", 2, "char"), "citrinet_bpe": ("Citrinet", 4, "bpe")}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_convasr_equals_nemo(name):
+    family, factor, vocab = FAMILIES[name]
+    ref = dict(np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False))
+    model = load_nemo(FIX / f"{name}.nemo")
+    info = model.describe()
+    assert info["encoder"]["family"] == family and model.subsampling_factor == factor
+    assert model.tokenizer.kind == vocab and info["head"] == "ctc"
+    audio = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    with torch.inference_mode():
+        out = model(torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"]))
+    assert out.lengths.tolist() == ref["encoder_len"].tolist()
+    scale = float(ref["encoder_out"].std())  # random BatchNorm statistics keep these activations small
+    for b, n in enumerate(ref["encoder_len"].tolist()):
+        enc = out.encoder_out[b, :n].numpy()
+        np.testing.assert_allclose(enc, ref["encoder_out"][b, :, :n].T, atol=1e-4 * scale, rtol=0)
+        np.testing.assert_allclose(out.log_probs[b, :n].numpy(), ref["log_probs"][b, :n], atol=1e-3, rtol=0)
+    ctx = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+    results = CtcGreedyDecoder(CtcGreedyConfig(), ctx).decode(out)
+    emitted = 0
+    for b, res in enumerate(results):
+        labels = ref["greedy_frame_labels"][b, : int(ref["greedy_frame_labels_len"][b])].tolist()
+        blank = model.blank_id
+        tokens = [t for i, t in enumerate(labels) if t != blank and (i == 0 or labels[i - 1] != t)]
+        top = np.sort(ref["log_probs"][b, : int(ref["encoder_len"][b])], axis=-1)
+        if (top[:, -1] - top[:, -2]).min() > 2e-3:  # no near-tie frame: NeMo's labels exactly
+            assert res.tokens == tokens, b
+            assert model.tokenizer.decode(res.tokens) == str(ref["greedy_text"][b])
+        emitted += len(tokens)
+    assert emitted >= 30
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda b: b.update(groups=2), "jasper.groups=2"),
+        (lambda b: b.update(se_context_size=128), "jasper.se_context_size=128"),
+        (lambda b: b.update(residual_dense=True), "jasper.residual_dense=True"),
+        (lambda b: b.update(future_context=3), "jasper.future_context=3"),
+        (lambda b: b.update(some_option=1), "jasper option some_option"),
+    ],
+)
+def test_unsupported_block_options(change, message):
+    cfg, _, archive = read_nemo_archive(FIX / "citrinet_bpe.nemo")
+    archive.close()
+    encoder = copy.deepcopy(cfg["encoder"])
+    change(encoder["jasper"][1])
+    with pytest.raises(ModelError, match=message):
+        ConvASREncoder.from_config(encoder)
