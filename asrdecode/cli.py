@@ -82,7 +82,8 @@ def _report_table(report: dict) -> Table:
     table.add_row(
         "utterances",
         f"{report['utterances']} total, {report['decoded_this_run']} decoded now, "
-        f"{report['resumed']} resumed, {report['failed']} failed",
+        f"{report['resumed']} resumed, {report['failed']} failed"
+        + (f", {report['segmented']} long ones in segments" if report.get("segmented") else ""),
     )
     table.add_row("audio (this run)", f"{report['audio_hours_this_run'] * 3600:.1f} s")
     if report.get("wer") is not None:

@@ -62,6 +62,7 @@ class RunStats:
     decoded: int = 0
     resumed: int = 0
     failed: int = 0
+    segmented: int = 0  # inputs longer than batch.segment_seconds, decoded in segments
     audio_seconds: float = 0.0
     wall_seconds: float = 0.0
 
@@ -358,6 +359,73 @@ class Transcriber:
             raise KeyboardInterrupt
         return report
 
+    def _report_progress(self, start: float) -> None:
+        self.on_progress(
+            {
+                "total": len(self.todo),
+                "done": self.stats.decoded + self.stats.failed,
+                "audio_seconds": self.stats.audio_seconds,
+                "elapsed": time.perf_counter() - start,
+            }
+        )
+
+    def _run_with_long_inputs(self, utts, waves, start: float) -> None:
+        """A batch holding inputs longer than ``batch.segment_seconds``: each of those is cut at
+        quiet moments (`segment_bounds`), its segments are decoded in batches like utterances and
+        their results joined (`join_results`); the shorter inputs go through as one batch."""
+        from asrdecode.audio.segmenting import join_results, segment_bounds
+
+        rate = self.model.sample_rate
+        results: dict[int, DecodeResult] = {}
+        short = [i for i, w in enumerate(waves) if w.shape[0] <= self.cfg.batch.segment_seconds * rate]
+        if short:
+            out = self._model_output([waves[i] for i in short])
+            if any(utts[i].boost for i in short):
+                out.extra["boost"] = [utts[i].boost for i in short]
+            with self.timer.stage("decode"):
+                results.update(zip(short, self.decoder.decode(out), strict=True))
+            if self.cfg.output.save_logprobs and out.log_probs is not None:
+                self._save_logprobs([utts[i] for i in short], out)
+        for i, wave in enumerate(waves):
+            if i in results:
+                continue
+            bounds = segment_bounds(wave, rate, self.cfg.batch.segment_seconds)
+            pieces = [wave[a:b] for a, b in bounds]
+            per_batch = max(
+                1,
+                min(
+                    self.cfg.batch.max_utterances,
+                    int(self.cfg.batch.max_seconds // self.cfg.batch.segment_seconds) or 1,
+                ),
+            )
+            parts: list[DecodeResult] = []
+            log_probs: list[np.ndarray] = []
+            for k in range(0, len(pieces), per_batch):
+                out = self._model_output(pieces[k : k + per_batch])
+                if utts[i].boost:
+                    out.extra["boost"] = [utts[i].boost] * len(pieces[k : k + per_batch])
+                with self.timer.stage("decode"):
+                    parts += self.decoder.decode(out)
+                if self.cfg.output.save_logprobs and out.log_probs is not None:
+                    lp = out.log_probs.float().cpu().numpy()
+                    log_probs += [lp[j, : int(out.lengths[j])] for j in range(lp.shape[0])]
+            results[i] = join_results(parts, [a / rate for a, _ in bounds], self.frame_shift)
+            self.stats.segmented += 1
+            if log_probs:
+                from asrdecode.io.manifests import save_logprobs
+
+                utt = utts[i]
+                save_logprobs(
+                    self.out_dir / "logprobs", utt.utt_id, np.concatenate(log_probs),
+                    text=utt.text, duration=self._duration(utt),
+                )  # fmt: skip
+        ordered = [results[i] for i in range(len(utts))]
+        seconds = [w.shape[0] / rate for w in waves]
+        self.writer.write_results(utts, ordered, seconds, ctm=self.cfg.output.ctm)
+        self.stats.decoded += len(utts)
+        self.stats.audio_seconds += sum(seconds)
+        self._report_progress(start)
+
     def _run_batch(self, utts, start: float) -> None:
         with self.timer.stage("load"):
             if self.logprob_input:
@@ -376,6 +444,10 @@ class Transcriber:
                     for u, m in zip(utts, mats, strict=True)
                 ]
             else:
+                limit = self.cfg.batch.segment_seconds * self.model.sample_rate
+                if limit > 0 and any(w.shape[0] > limit for w in waves):
+                    self._run_with_long_inputs(utts, waves, start)
+                    return
                 out = self._model_output(waves)
                 seconds = [w.shape[0] / self.model.sample_rate for w in waves]
             if any(u.boost for u in utts):
@@ -391,14 +463,7 @@ class Transcriber:
             )
             self.stats.decoded += len(utts)
             self.stats.audio_seconds += sum(seconds)
-        self.on_progress(
-            {
-                "total": len(self.todo),
-                "done": self.stats.decoded + self.stats.failed,
-                "audio_seconds": self.stats.audio_seconds,
-                "elapsed": time.perf_counter() - start,
-            }
-        )
+        self._report_progress(start)
 
     def report(self, interrupted: bool = False) -> dict:
         """report.json: counts, hours, WER/CER over all finished utterances, RTFx per stage."""
@@ -418,6 +483,7 @@ class Transcriber:
             "decoded_this_run": self.stats.decoded,
             "resumed": self.stats.resumed,
             "failed": self.stats.failed,
+            "segmented": self.stats.segmented,
             "interrupted": interrupted,
             "audio_hours_this_run": audio / 3600,
             "wall_seconds": self.stats.wall_seconds,

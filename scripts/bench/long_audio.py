@@ -4,6 +4,7 @@ minutes (data/demo/real clips concatenated with 0.5 s gaps, cycling), each in it
 
     .venv/bin/python scripts/bench/long_audio.py                       # demo CTC, local attention
     .venv/bin/python scripts/bench/long_audio.py --minutes 10 --options ""   # full attention (20 GB!)
+    .venv/bin/python scripts/bench/long_audio.py --model "" --options ""      # the default setup (sphinx)
 
 The peak RSS is the child's own (os.wait4, as scripts/bench/first_use.py measures it). The load
 average before and after is printed.
@@ -43,7 +44,7 @@ def long_file(minutes: float, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", default="10,30,60")
-    ap.add_argument("--model", default="embedded:demo_ctc_bpe")
+    ap.add_argument("--model", default="embedded:demo_ctc_bpe", help='"" = the default setup')
     ap.add_argument("--options", default="model.attention=local", help="extra transcribe arguments")
     args = ap.parse_args()
     load = os.getloadavg()
@@ -52,12 +53,14 @@ def main() -> None:
         for minutes in (float(m) for m in args.minutes.split(",")):
             folder = Path(tmp) / f"long{minutes:g}"
             long_file(minutes, folder / "long.wav")
-            cmd = [*cli, str(folder), "--model", args.model, *shlex.split(args.options)]
+            model = ["--model", args.model] if args.model else []
+            cmd = [*cli, str(folder), *model, *shlex.split(args.options)]
             wall, rss, _ = timed([*cmd, "--out", str(Path(tmp) / "out"), "--overwrite"], dict(os.environ))
             report = json.loads((Path(tmp) / "out" / "report.json").read_text())
             print(
-                f"{minutes:g} min, {args.model} {args.options}: {wall:.1f} s wall, peak RSS {rss:.0f} MB, "
-                f"RTFx {report['rtfx']:.0f}",
+                f"{minutes:g} min, {report['model']} / {report['decoder']} {args.options}: {wall:.1f} s, "
+                f"peak RSS {rss:.0f} MB, RTFx {report['rtfx']:.1f}, {report.get('segmented', 0)} input(s) "
+                "in segments",
                 flush=True,
             )
     after = os.getloadavg()

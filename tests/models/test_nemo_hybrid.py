@@ -29,14 +29,6 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nemo"
 HYBRIDS = ("hybrid_rnnt_ctc", "hybrid_tdt_ctc")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def audio() -> dict[str, np.ndarray]:
     data = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)

@@ -1,0 +1,80 @@
+"""Cut long recordings into segments at their quietest moments, and join the segments' results.
+
+A recording longer than ``max_seconds`` is cut into consecutive segments of at most that length:
+from each segment start, the cut goes at the centre of the quietest ``quiet_seconds`` window (mean
+energy of 10 ms frames) within the last ``search_seconds`` before the limit, so words are rarely
+cut and every segment can be decoded on its own (bounded memory for any model and decoder). The
+segments' results are joined back into one: words and token frames shifted by each segment's
+offset, scores added.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from asrdecode.decoders.base import DecodeResult, Word
+
+
+def segment_bounds(
+    wave: np.ndarray | torch.Tensor,
+    rate: int,
+    max_seconds: float,
+    search_seconds: float = 10.0,
+    quiet_seconds: float = 0.2,
+) -> list[tuple[int, int]]:
+    """[(start, end)] sample ranges covering ``wave`` in order, each at most ``max_seconds`` long."""
+    n = int(wave.shape[0])
+    limit = int(max_seconds * rate)
+    if limit <= 0:
+        raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+    if n <= limit:
+        return [(0, n)]
+    x = wave.detach().cpu().numpy() if isinstance(wave, torch.Tensor) else np.asarray(wave)
+    hop = max(1, rate // 100)
+    frames = n // hop
+    energy = np.square(x[: frames * hop].astype(np.float64)).reshape(frames, hop).mean(axis=1)
+    width = max(1, int(round(quiet_seconds * 100)))
+    smooth = np.convolve(
+        energy, np.ones(width) / width, mode="same"
+    )  # energy of the window around each frame
+    search = max(1, min(int(search_seconds * 100), limit // hop - 1))
+    bounds, start = [], 0
+    while n - start > limit:
+        last = (start + limit) // hop - 1  # frames that end within the limit
+        first = max(start // hop + 1, last - search)
+        cut = (first + int(np.argmin(smooth[first : last + 1]))) * hop if last >= first else start + limit
+        cut = min(max(cut, start + hop), start + limit)
+        bounds.append((start, cut))
+        start = cut
+    bounds.append((start, n))
+    return bounds
+
+
+def join_results(parts: list[DecodeResult], offsets: list[float], frame_shift: float) -> DecodeResult:
+    """One result from the results of consecutive segments starting at ``offsets`` seconds."""
+    words, tokens, frames, durations = [], [], [], []
+    has_durations = all(p.token_durations is not None for p in parts)
+    for part, offset in zip(parts, offsets, strict=True):
+        shift = int(round(offset / frame_shift))
+        words += [
+            Word(w.word, round(w.start + offset, 3), round(w.end + offset, 3), w.confidence)
+            for w in part.words
+        ]
+        tokens += part.tokens
+        frames += [f + shift for f in part.token_frames]
+        if has_durations:
+            durations += part.token_durations or []
+
+    def total(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else float(sum(values))
+
+    return DecodeResult(
+        words=words,
+        tokens=tokens,
+        token_frames=frames,
+        score=float(sum(p.score for p in parts)),
+        acoustic_score=total([p.acoustic_score for p in parts]),
+        lm_score=total([p.lm_score for p in parts]),
+        token_durations=durations if has_durations else None,
+    )

@@ -1,0 +1,93 @@
+"""Long inputs cut at quiet moments (`segment_bounds`) and the segments' results joined
+(`join_results`); through the CLI, a file made of real clips with silences between them gives the
+clips' words at the clips' offsets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from asrdecode.audio.segmenting import join_results, segment_bounds
+from asrdecode.decoders.base import DecodeResult, Word
+
+ROOT = Path(__file__).resolve().parents[2]
+RATE = 16000
+
+
+def test_bounds_cover_the_input_and_cut_in_silences():
+    rng = np.random.default_rng(0)
+    pieces, gaps = [], []
+    for length in (3.1, 4.7, 2.2, 5.0, 3.3, 4.4):
+        pieces.append(rng.normal(0, 0.1, int(length * RATE)))
+        start = sum(len(p) for p in pieces)
+        pieces.append(np.zeros(int(0.6 * RATE)))
+        gaps.append((start, start + int(0.6 * RATE)))
+    wave = np.concatenate(pieces)
+    bounds = segment_bounds(wave, RATE, max_seconds=8.0)
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(wave)
+    assert all(b[1] == nxt[0] for b, nxt in zip(bounds, bounds[1:], strict=False))
+    assert all(0 < b - a <= 8 * RATE for a, b in bounds)
+    for _, cut in bounds[:-1]:  # every cut lies in a silent gap
+        assert any(lo <= cut <= hi for lo, hi in gaps), cut
+
+
+def test_short_input_and_input_without_silence():
+    assert segment_bounds(np.ones(1000), RATE, 1.0) == [(0, 1000)]
+    noise = np.random.default_rng(1).normal(0, 1, 25 * RATE)
+    bounds = segment_bounds(noise, RATE, 6.0)
+    assert bounds[-1][1] == len(noise) and all(0 < b - a <= 6 * RATE for a, b in bounds)
+    with pytest.raises(ValueError):
+        segment_bounds(noise, RATE, 0.0)
+
+
+def test_join_shifts_words_and_frames():
+    a = DecodeResult([Word("a", 0.5, 0.7)], tokens=[1], token_frames=[12], score=-1.0, acoustic_score=-0.5)
+    b = DecodeResult([Word("b", 0.2, 0.4)], tokens=[2], token_frames=[5], score=-2.0, acoustic_score=None)
+    joined = join_results([a, b], [0.0, 10.0], frame_shift=0.04)
+    assert [(w.word, w.start, w.end) for w in joined.words] == [("a", 0.5, 0.7), ("b", 10.2, 10.4)]
+    assert joined.tokens == [1, 2] and joined.token_frames == [12, 255]
+    assert joined.score == -3.0 and joined.acoustic_score is None and joined.token_durations is None
+
+
+def test_cli_long_file_gives_the_clips_words_at_their_offsets(tmp_path):
+    """Three real clips with 1.2 s of silence between them, cut into segments of at most 4 s by the
+    default setup: the words are the clips' own (decoded one by one), each within 0.1 s of its
+    time in its clip plus the clip's offset."""
+    clips = ["ps_goforward", "ps_tidigits_dhd.2934z", "ps_cards_001"]
+    gap = np.zeros(int(1.2 * RATE), dtype=np.float32)
+    audio, offsets = [], []
+    for name in clips:
+        wave, rate = sf.read(ROOT / "data/demo/real" / f"{name}.wav", dtype="float32")
+        assert rate == RATE
+        offsets.append(sum(len(a) for a in audio) / RATE)
+        audio += [wave, gap]
+    (tmp_path / "long").mkdir()
+    sf.write(tmp_path / "long" / "long.wav", np.concatenate(audio), RATE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def transcribe(source: Path, out: Path, *extra: str) -> dict[str, list]:
+        cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(source), *extra, "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        rows = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
+        return {r["utt_id"]: r["words"] for r in rows}, json.loads((out / "report.json").read_text())
+
+    (tmp_path / "clips").mkdir()
+    for name in clips:
+        (tmp_path / "clips" / f"{name}.wav").symlink_to(ROOT / "data/demo/real" / f"{name}.wav")
+    alone, _ = transcribe(tmp_path / "clips", tmp_path / "alone")
+    joined, report = transcribe(tmp_path / "long", tmp_path / "joined", "batch.segment_seconds=4")
+    assert report["segmented"] == 1
+    expected = [
+        (w["word"], w["start"] + off) for name, off in zip(clips, offsets, strict=True) for w in alone[name]
+    ]
+    got = [(w["word"], w["start"]) for w in joined["long"]]
+    assert [w for w, _ in got] == [w for w, _ in expected]
+    assert all(abs(a - b) <= 0.1 for (_, a), (_, b) in zip(got, expected, strict=True))
