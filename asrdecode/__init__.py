@@ -1,3 +1,18 @@
-"""asrdecode: batch speech transcription with batched, device-agnostic speech decoders."""
+"""asrdecode: batch speech transcription with batched, device-agnostic speech decoders.
+
+The Python API (`asrdecode.api`, loaded on first use): `transcribe`, `load_model`, `load_graph`,
+`make_decoder`, `decode`; see docs/api.md.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["decode", "load_graph", "load_model", "make_decoder", "transcribe"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from asrdecode import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'asrdecode' has no attribute {name!r}")
