@@ -47,6 +47,7 @@ from asrdecode.graph.format import (
     graph_file_names,
 )
 from asrdecode.graph.stages import BuildStages, StageCallback
+from asrdecode.io.schema import GRAPH_META, NEMO_CONFIG, problem
 
 log = logging.getLogger("asrdecode.graph")
 
@@ -272,6 +273,9 @@ def read_nemo_units(path: str | Path, tmp: Path) -> tuple[list[str], Path | None
             if "model_config.yaml" not in members:
                 raise GraphError(f"{path}: no model_config.yaml inside (not a .nemo checkpoint)")
             cfg = yaml.safe_load(tar.extractfile(members["model_config.yaml"]).read())
+            wrong = problem(cfg, NEMO_CONFIG) if isinstance(cfg, dict) else "it is not a mapping"
+            if wrong is not None:
+                raise GraphError(f"{path}: model_config.yaml: {wrong}")
             vocab = (cfg.get("decoder") or {}).get("vocabulary") or cfg.get("labels")
             if not vocab:
                 raise GraphError(f"{path}: model_config.yaml has no decoder.vocabulary")
@@ -702,6 +706,17 @@ def cache_key(cfg: GraphBuildConfig, inputs: dict[str, dict[str, str]]) -> dict[
     }
 
 
+def read_graph_meta(path: Path) -> dict[str, Any]:
+    """A graph folder's meta.json, checked against `GRAPH_META` (one-line GraphError otherwise)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GraphError(f"{path}: not readable JSON ({err})") from None
+    if (wrong := problem(meta, GRAPH_META)) is not None:
+        raise GraphError(f"{path}: {wrong}")
+    return meta
+
+
 def cached_meta(
     cfg: GraphBuildConfig, out_dir: str | Path, inputs: dict[str, dict[str, str]] | None = None
 ) -> dict[str, Any] | None:
@@ -715,6 +730,8 @@ def cached_meta(
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(meta, dict) or problem(meta, GRAPH_META) is not None:
         return None
     if meta.get("cache_key") != cache_key(cfg, inputs if inputs is not None else input_checksums(cfg)):
         return None
@@ -1058,7 +1075,7 @@ def describe_graph(graph_dir: str | Path) -> dict[str, str]:
             info[f"{name.split('.')[0]} (vocabulary)"] = str(len(real))
     meta_path = d / "meta.json"
     if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        meta = read_graph_meta(meta_path)
         if "seconds" in meta:
             info["build seconds"] = str(meta["seconds"].get("total"))
         if meta.get("lm"):

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from asrdecode.errors import GraphError
+from asrdecode.io.schema import GRAPH_META, problem
 
 FORMAT_NAME = "asrdecode-graph"
 FORMAT_VERSION = 1
@@ -234,6 +235,8 @@ class DeviceGraph:
             start, meta = int(header["start"]), json.loads(header["meta_json"])
         except (KeyError, TypeError, ValueError) as err:
             raise GraphError(f"{path}: graph header is malformed ({_one_line(err)})") from None
+        if (wrong := problem(meta, GRAPH_META)) is not None:
+            raise GraphError(f"{path}: graph header meta: {wrong}")
         graph = cls(**{n: tensors[n] for n in _TENSORS}, start=start, meta=meta)
         try:
             graph.validate()

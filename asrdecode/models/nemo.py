@@ -23,6 +23,7 @@ import torch
 import yaml
 
 from asrdecode.errors import ModelError
+from asrdecode.io.schema import NEMO_CONFIG, problem
 from asrdecode.models.ctc import (
     CTC_CLASSES,
     HYBRID_CLASSES,
@@ -147,6 +148,8 @@ def _parse_config(raw: bytes, label: str) -> dict[str, Any]:
         raise ModelError(f"{label}: {CONFIG_MEMBER} is not valid YAML ({_one_line(err, 120)})") from None
     if not isinstance(cfg, dict):
         raise ModelError(f"{label}: {CONFIG_MEMBER} is not a mapping")
+    if (wrong := problem(cfg, NEMO_CONFIG)) is not None:
+        raise ModelError(f"{label}: {CONFIG_MEMBER}: {wrong}")
     return cfg
 
 

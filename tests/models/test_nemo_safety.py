@@ -167,8 +167,29 @@ def test_yaml_tags_are_not_constructed(members, tmp_path):
         (lambda c: c["encoder"].update(n_layers=2), "unexpected encoder.layers.2"),
         (lambda c: c["encoder"].update(conv_kernel_size=5), "shape"),
         (lambda c: c["encoder"].update(n_heads="four"), "n_heads"),
+        (lambda c: c.update(tokenizer="just a string"), "tokenizer must be a mapping or null, got str"),
+        (lambda c: c.update(encoder=[1, 2]), "encoder must be a mapping, got list"),
+        (lambda c: c.update(decoding="greedy"), "decoding must be a mapping or null, got str"),
     ],
 )
 def test_unsupported_configs_name_the_option(members, tmp_path, edit, needle):
     path = write_tar(tmp_path / "cfg.nemo", with_config(members, edit))
     expect_error(path, needle)
+
+
+def test_build_graph_with_a_damaged_model_config_is_one_line(members, tmp_path):
+    """build-graph reads the model's vocabulary and tokenizer: a config section of the wrong type
+    is one line naming the archive and the key, not a traceback."""
+    import subprocess
+    import sys
+
+    path = write_tar(tmp_path / "m.nemo", with_config(members, lambda c: c.update(tokenizer="x")))
+    root = Path(__file__).resolve().parents[2]
+    config = str(root / "configs/graph/demo-ctc-bpe-tlg.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", config, f"model={path}",
+         "--out", str(tmp_path / "g")],
+        capture_output=True, text=True, cwd=root,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"{path}: model_config.yaml: tokenizer must be a mapping or null, got str" in proc.stderr
