@@ -150,9 +150,15 @@ def read_boost_file(path: Path) -> dict[str, float]:
     help="Also write model log-probs (.npy + logprobs.json) for decoder-only runs.",
 )
 @click.option("--print-config", is_flag=True, help="Print the merged config and exit.")
+@click.option(
+    "--log-file",
+    type=click.Path(path_type=Path),
+    help="Also write the run's events (status, progress, skipped files, report) as JSON lines.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def transcribe(
     input_path,
+    log_file,
     boost_file,
     overrides,
     out_dir,
@@ -229,17 +235,25 @@ def transcribe(
     )
     task = None
 
+    from asrdecode.io.writers import JsonLog
+
+    log = JsonLog(log_file)
+    log.write("start", input=str(input_path), out=str(out_dir), config=cfg.to_dict())
+
     def on_progress(event: dict) -> None:
         nonlocal task
+        log.write("progress", **event)
         rtfx = f"{event['audio_seconds'] / event['elapsed']:.1f}" if event["elapsed"] > 0 else "-"
         if task is None:
             task = progress.add_task("decode", total=event["total"], audio=0.0, rtfx="-")
         progress.update(task, completed=event["done"], audio=event["audio_seconds"], rtfx=rtfx)
 
     def on_error(utt_id: str, message: str) -> None:
+        log.write("skipped", utt_id=utt_id, message=message)
         progress.console.print(f"[yellow]skipped[/] {utt_id}: {message}", highlight=False)
 
     def on_status(message: str) -> None:
+        log.write("status", message=message)
         progress.console.print(f"[dim]{message}[/]")
 
     runner = Transcriber(
@@ -252,8 +266,9 @@ def transcribe(
         on_error=on_error,
         on_status=on_status,
     )
-    with progress:
+    with log, progress:
         report = runner.run()
+        log.write("report", **report)
     out_console.print(_report_table(report))
     out_console.print(f"results in {out_dir}/ (transcripts.jsonl, text, hyp.ctm, errors.jsonl, report.json)")
 

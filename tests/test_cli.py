@@ -269,3 +269,14 @@ def test_transducer_models_decode_like_nemo_with_auto_decoder(tmp_path, name):
     z = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
     assert rows == {str(u): str(t) for u, t in zip(z["utt_ids"], z["greedy_text"], strict=True)}
     assert json.loads((out / "report.json").read_text())["decoder"] == "transducer-greedy"
+
+
+def test_log_file_has_the_runs_events(tmp_path):
+    """--log-file: one JSON object per line (start, status, progress, report), appended."""
+    log = tmp_path / "logs" / "run.jsonl"
+    run("transcribe", str(AUDIO), "--model", str(MODEL), "--out", str(tmp_path / "o"), "--log-file", str(log))
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "report" and "status" in kinds and "progress" in kinds
+    assert events[-1]["decoded_this_run"] == 6 and all(isinstance(e["time"], float) for e in events)
+    assert events[0]["config"]["model"]["path"] == str(MODEL)

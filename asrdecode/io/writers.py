@@ -14,11 +14,12 @@ import json
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from asrdecode.errors import OutputError
+from asrdecode.errors import InputError, OutputError
 
 if TYPE_CHECKING:
     from asrdecode.decoders.base import DecodeResult
@@ -430,3 +431,32 @@ def _finite(x: float | None) -> float | None:
 def _r(x: float, nd: int = 3) -> float | None:
     v = _finite(x)
     return None if v is None else round(v, nd)
+
+
+class JsonLog:
+    """A structured log of a run: one JSON object per line (``time`` in seconds since the epoch,
+    ``event``, its fields), flushed per line; does nothing without a path. A context manager."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._fh = None
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in __exit__)
+            except OSError as err:
+                raise InputError(f"{self.path}: cannot write the log file ({err.strerror or err})") from None
+
+    def write(self, event: str, **fields: Any) -> None:
+        if self._fh is not None:
+            record = {"time": round(time.time(), 3), "event": event, **fields}
+            self._fh.write(json.dumps(record, default=str) + "\n")
+            self._fh.flush()
+
+    def __enter__(self) -> JsonLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
