@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 OUT    ?= out
 
-.PHONY: install demo test lint clean-out
+.PHONY: install demo test fuzz lint clean-out
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ demo: install
 ## test: install and run the whole suite
 test: install
 	$(BIN)/python -m pytest
+
+## fuzz: the long profile of the input fuzzing (tests/fuzz; the suite runs 150 cases per format)
+fuzz: install
+	ASRDECODE_FUZZ_EXAMPLES=$${ASRDECODE_FUZZ_EXAMPLES:-10000} $(BIN)/python -m pytest -q tests/fuzz -p no:warnings
 
 lint: install
 	$(BIN)/ruff check asrdecode tests scripts

@@ -1,0 +1,192 @@
+"""Mutated inputs of every format a user can hand asrdecode: only `AsrDecodeError` (a one-line
+message) or a correct result comes out, never another exception; nothing runs longer than a few
+seconds, and nothing is written outside the given folders.
+
+Formats: ARPA, pocketsphinx binary trie LM, JSONL manifest, Kaldi data dir files, WAV / FLAC / OGG
+audio bytes, `.nemo` members (config YAML, weights), graph meta.json, run config YAML. Each starts
+from a valid file and flips, inserts, deletes or truncates bytes (or, for JSON/YAML, replaces
+values with arbitrary JSON)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from asrdecode.errors import AsrDecodeError
+
+ROOT = Path(__file__).resolve().parents[2]
+SECONDS = 20.0  # one case may not take longer (a hang fails the test)
+
+
+def mutate(data: bytes, edits: list[tuple[int, int, int]], cut: int | None) -> bytes:
+    """Apply (kind, position, byte) edits: 0 flip, 1 insert, 2 delete; then truncate at `cut`."""
+    buf = bytearray(data)
+    for kind, pos, value in edits:
+        if not buf:
+            break
+        i = pos % len(buf)
+        if kind == 0:
+            buf[i] ^= value or 1
+        elif kind == 1:
+            buf.insert(i, value)
+        else:
+            del buf[i]
+    if cut is not None and buf:
+        del buf[cut % len(buf) :]
+    return bytes(buf)
+
+
+edits = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1 << 20), st.integers(0, 255)), max_size=8)
+cuts = st.none() | st.integers(0, 1 << 20)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(1 << 40), 1 << 40)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def only_asrdecode_errors(call) -> None:
+    """Run `call` in a thread with a time limit; any exception but AsrDecodeError fails."""
+    outcome: dict = {}
+
+    def target():
+        try:
+            call()
+        except AsrDecodeError as err:
+            assert "\n" not in str(err), str(err)
+        except BaseException as err:  # noqa: BLE001 (the property under test)
+            outcome["error"] = err
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(SECONDS)
+    assert not worker.is_alive(), f"no answer within {SECONDS} s"
+    if "error" in outcome:
+        raise outcome["error"]
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory) -> dict[str, bytes]:
+    folder = tmp_path_factory.mktemp("originals")
+    tone = (0.1 * np.sin(np.arange(8000) / 5.0)).astype(np.float32)
+    audio = {}
+    for fmt in ("WAV", "FLAC", "OGG"):
+        buf = io.BytesIO()
+        sf.write(buf, tone, 16000, format=fmt)
+        audio[fmt] = buf.getvalue()
+    del folder
+    return {
+        "arpa": (ROOT / "data/demo/otf/small-lm.arpa").read_bytes(),
+        "manifest": (ROOT / "data/demo/real/manifest.jsonl").read_bytes()[:1500],
+        **{f"audio_{k}": v for k, v in audio.items()},
+    }
+
+
+@given(edits=edits, cut=cuts)
+def test_arpa(originals, tmp_path_factory, edits, cut):
+    from asrdecode.lm.ngram_tensor import BatchedNgramLM
+
+    path = tmp_path_factory.mktemp("arpa") / "lm.arpa"
+    path.write_bytes(mutate(originals["arpa"], edits, cut))
+    only_asrdecode_errors(lambda: BatchedNgramLM.from_arpa(path))
+
+
+@given(edits=edits, cut=cuts)
+def test_sphinx_trie_lm(tmp_path_factory, edits, cut):
+    from asrdecode.lm.sphinx_trie import read_trie_lm
+    from asrdecode.models.loading import resolve_packaged_path
+
+    head = Path(resolve_packaged_path("embedded:sphinx-en-us/../en-us.lm.bin")).read_bytes()[:300000]
+    path = tmp_path_factory.mktemp("trie") / "lm.bin"
+    path.write_bytes(mutate(head, edits, cut))
+    only_asrdecode_errors(lambda: read_trie_lm(path))
+
+
+@given(edits=edits, cut=cuts)
+def test_manifest(originals, tmp_path_factory, edits, cut):
+    from asrdecode.io.manifests import read_inputs
+
+    folder = tmp_path_factory.mktemp("manifest")
+    path = folder / "m.jsonl"
+    path.write_bytes(mutate(originals["manifest"], edits, cut))
+    only_asrdecode_errors(lambda: read_inputs(path))
+
+
+@given(wav_scp=st.text(max_size=200), segments=st.text(max_size=200), text=st.text(max_size=200))
+def test_kaldi_dir(tmp_path_factory, wav_scp, segments, text):
+    from asrdecode.io.manifests import read_inputs
+
+    folder = tmp_path_factory.mktemp("kaldi")
+    (folder / "wav.scp").write_text(wav_scp)
+    (folder / "segments").write_text(segments)
+    (folder / "text").write_text(text)
+    only_asrdecode_errors(lambda: read_inputs(folder))
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC", "OGG"])
+@given(edits=edits, cut=cuts)
+def test_audio(originals, tmp_path_factory, fmt, edits, cut):
+    from asrdecode.audio.loading import load_audio
+    from asrdecode.io.manifests import Utterance
+
+    path = tmp_path_factory.mktemp("audio") / f"a.{fmt.lower()}"
+    path.write_bytes(mutate(originals[f"audio_{fmt}"], edits, cut))
+    only_asrdecode_errors(lambda: load_audio(Utterance("a", str(path))))
+
+
+def _nemo_members() -> dict[str, bytes]:
+    with tarfile.open(ROOT / "tests/fixtures/nemo/ctc_bpe.nemo") as tf:
+        return {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isreg()}
+
+
+NEMO = _nemo_members()
+
+
+@pytest.mark.parametrize("member", ["./model_config.yaml", "./model_weights.ckpt"])
+@given(edits=edits, cut=cuts)
+def test_nemo_members(tmp_path_factory, member, edits, cut):
+    from asrdecode.models import load_nemo
+
+    path = tmp_path_factory.mktemp("nemo") / "m.nemo"
+    with tarfile.open(path, "w") as tf:
+        for name, data in NEMO.items():
+            data = mutate(data, edits, cut) if name == member else data
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    only_asrdecode_errors(lambda: load_nemo(path))
+
+
+@given(meta=json_values)
+def test_graph_meta(tmp_path_factory, meta):
+    from asrdecode.graph.build import read_graph_meta
+
+    path = tmp_path_factory.mktemp("meta") / "meta.json"
+    path.write_text(json.dumps(meta))
+    only_asrdecode_errors(lambda: read_graph_meta(path))
+
+
+@given(tree=json_values, key=st.sampled_from(["model", "decoder", "batch", "features", "output", "device"]))
+def test_run_config_yaml(tmp_path_factory, tree, key):
+    import yaml
+
+    from asrdecode.config import build_config
+
+    path = tmp_path_factory.mktemp("cfg") / "c.yaml"
+    path.write_text(
+        yaml.safe_dump({key: tree, "decoder": {"type": "ctc-greedy"}} if key != "decoder" else {key: tree})
+    )
+    only_asrdecode_errors(lambda: build_config(path))
