@@ -39,11 +39,13 @@ def _override_items(overrides: Mapping[str, Any] | None, keywords: Mapping[str, 
 def _input_path(inputs: str | Path | Iterable[str | Path], folder: Path) -> Path:
     """A path as it is; a list of audio files becomes a manifest in `folder` (utt ids: file stems,
     numbered when two files share a stem)."""
+    from asrdecode.io.manifests import user_path
+
     if isinstance(inputs, (str, Path)):
         return Path(inputs)
     rows, seen = [], set()
     for i, item in enumerate(inputs):
-        path = Path(item).expanduser().resolve()
+        path = user_path(item).resolve()
         utt = path.stem if path.stem not in seen else f"{path.stem}-{i}"
         seen.add(utt)
         rows.append(json.dumps({"audio_filepath": str(path), "utt_id": utt}))

@@ -190,6 +190,15 @@ class InputSet:
 # Entry point
 
 
+def user_path(value: str | Path) -> Path:
+    """``~`` / ``~user`` expanded where that user has a home; otherwise the path as written (a
+    path that then does not exist, reported as such, instead of an exception)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # "~name" of an unknown user, or no home directory
+        return Path(value)
+
+
 def read_inputs(
     path: str | Path,
     *,
@@ -209,7 +218,7 @@ def read_inputs(
     `channel` is the default channel selector (None = average all channels); a manifest's
     per-line `channel` key wins.
     """
-    p = Path(path).expanduser()
+    p = user_path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
     if p.is_dir():
@@ -352,7 +361,7 @@ def read_jsonl_manifest(
             raise InputError(f"{where}: missing {audio_key!r}")
         if not isinstance(audio, str) or not audio.strip():
             raise InputError(f"{where}: {audio_key!r} must be a non-empty string")
-        audio_path = Path(audio).expanduser()
+        audio_path = user_path(audio)
         if not audio_path.is_absolute():
             audio_path = base_dir / audio_path
         offset = _opt_number(obj, "offset", where, default=0.0)
@@ -582,7 +591,7 @@ def _parse_pipe(cmd: str) -> tuple[str, int | None] | None:
 
 
 def _resolve_kaldi_path(entry: str, data_dir: Path) -> str:
-    p = Path(entry).expanduser()
+    p = user_path(entry)
     if p.is_absolute():
         return str(p)
     for base in (Path.cwd(), data_dir, data_dir.parent, data_dir.parent.parent):

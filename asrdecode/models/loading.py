@@ -64,7 +64,9 @@ def resolve_model_path(spec: str) -> Path:
             f"{spec}: embedded model not found (looked in {ASSETS} and {REPO_MODELS}); "
             "run scripts/train_demo_model.py or pass --model PATH"
         )
-    path = Path(spec).expanduser()
+    from asrdecode.io.manifests import user_path
+
+    path = user_path(spec)
     if not path.exists():
         raise ModelError(f"{path}: model file not found")
     return path

@@ -58,6 +58,14 @@ json_values = st.recursive(
 )
 
 
+def case_dir(scratch: Path, name: str) -> Path:
+    folder = scratch / name
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():  # the previous case's files
+        old.unlink()
+    return folder
+
+
 def only_asrdecode_errors(call) -> None:
     """Run `call` in a thread with a time limit; any exception but AsrDecodeError fails."""
     outcome: dict = {}
@@ -79,15 +87,20 @@ def only_asrdecode_errors(call) -> None:
 
 
 @pytest.fixture(scope="module")
-def originals(tmp_path_factory) -> dict[str, bytes]:
-    folder = tmp_path_factory.mktemp("originals")
+def scratch(tmp_path_factory) -> Path:
+    """One folder per module: every case overwrites the same files (10,000 cases must not leave
+    10,000 folders behind)."""
+    return tmp_path_factory.mktemp("fuzz")
+
+
+@pytest.fixture(scope="module")
+def originals() -> dict[str, bytes]:
     tone = (0.1 * np.sin(np.arange(8000) / 5.0)).astype(np.float32)
     audio = {}
     for fmt in ("WAV", "FLAC", "OGG"):
         buf = io.BytesIO()
         sf.write(buf, tone, 16000, format=fmt)
         audio[fmt] = buf.getvalue()
-    del folder
     return {
         "arpa": (ROOT / "data/demo/otf/small-lm.arpa").read_bytes(),
         "manifest": (ROOT / "data/demo/real/manifest.jsonl").read_bytes()[:1500],
@@ -96,40 +109,40 @@ def originals(tmp_path_factory) -> dict[str, bytes]:
 
 
 @given(edits=edits, cut=cuts)
-def test_arpa(originals, tmp_path_factory, edits, cut):
+def test_arpa(originals, scratch, edits, cut):
     from asrdecode.lm.ngram_tensor import BatchedNgramLM
 
-    path = tmp_path_factory.mktemp("arpa") / "lm.arpa"
+    path = case_dir(scratch, "arpa") / "lm.arpa"
     path.write_bytes(mutate(originals["arpa"], edits, cut))
     only_asrdecode_errors(lambda: BatchedNgramLM.from_arpa(path))
 
 
 @given(edits=edits, cut=cuts)
-def test_sphinx_trie_lm(tmp_path_factory, edits, cut):
+def test_sphinx_trie_lm(scratch, edits, cut):
     from asrdecode.lm.sphinx_trie import read_trie_lm
     from asrdecode.models.loading import resolve_packaged_path
 
     head = Path(resolve_packaged_path("embedded:sphinx-en-us/../en-us.lm.bin")).read_bytes()[:300000]
-    path = tmp_path_factory.mktemp("trie") / "lm.bin"
+    path = case_dir(scratch, "trie") / "lm.bin"
     path.write_bytes(mutate(head, edits, cut))
     only_asrdecode_errors(lambda: read_trie_lm(path))
 
 
 @given(edits=edits, cut=cuts)
-def test_manifest(originals, tmp_path_factory, edits, cut):
+def test_manifest(originals, scratch, edits, cut):
     from asrdecode.io.manifests import read_inputs
 
-    folder = tmp_path_factory.mktemp("manifest")
+    folder = case_dir(scratch, "manifest")
     path = folder / "m.jsonl"
     path.write_bytes(mutate(originals["manifest"], edits, cut))
     only_asrdecode_errors(lambda: read_inputs(path))
 
 
 @given(wav_scp=st.text(max_size=200), segments=st.text(max_size=200), text=st.text(max_size=200))
-def test_kaldi_dir(tmp_path_factory, wav_scp, segments, text):
+def test_kaldi_dir(scratch, wav_scp, segments, text):
     from asrdecode.io.manifests import read_inputs
 
-    folder = tmp_path_factory.mktemp("kaldi")
+    folder = case_dir(scratch, "kaldi")
     (folder / "wav.scp").write_text(wav_scp)
     (folder / "segments").write_text(segments)
     (folder / "text").write_text(text)
@@ -138,11 +151,11 @@ def test_kaldi_dir(tmp_path_factory, wav_scp, segments, text):
 
 @pytest.mark.parametrize("fmt", ["WAV", "FLAC", "OGG"])
 @given(edits=edits, cut=cuts)
-def test_audio(originals, tmp_path_factory, fmt, edits, cut):
+def test_audio(originals, scratch, fmt, edits, cut):
     from asrdecode.audio.loading import load_audio
     from asrdecode.io.manifests import Utterance
 
-    path = tmp_path_factory.mktemp("audio") / f"a.{fmt.lower()}"
+    path = case_dir(scratch, "audio") / f"a.{fmt.lower()}"
     path.write_bytes(mutate(originals[f"audio_{fmt}"], edits, cut))
     only_asrdecode_errors(lambda: load_audio(Utterance("a", str(path))))
 
@@ -157,10 +170,10 @@ NEMO = _nemo_members()
 
 @pytest.mark.parametrize("member", ["./model_config.yaml", "./model_weights.ckpt"])
 @given(edits=edits, cut=cuts)
-def test_nemo_members(tmp_path_factory, member, edits, cut):
+def test_nemo_members(scratch, member, edits, cut):
     from asrdecode.models import load_nemo
 
-    path = tmp_path_factory.mktemp("nemo") / "m.nemo"
+    path = case_dir(scratch, "nemo") / "m.nemo"
     with tarfile.open(path, "w") as tf:
         for name, data in NEMO.items():
             data = mutate(data, edits, cut) if name == member else data
@@ -171,22 +184,36 @@ def test_nemo_members(tmp_path_factory, member, edits, cut):
 
 
 @given(meta=json_values)
-def test_graph_meta(tmp_path_factory, meta):
+def test_graph_meta(scratch, meta):
     from asrdecode.graph.build import read_graph_meta
 
-    path = tmp_path_factory.mktemp("meta") / "meta.json"
+    path = case_dir(scratch, "meta") / "meta.json"
     path.write_text(json.dumps(meta))
     only_asrdecode_errors(lambda: read_graph_meta(path))
 
 
 @given(tree=json_values, key=st.sampled_from(["model", "decoder", "batch", "features", "output", "device"]))
-def test_run_config_yaml(tmp_path_factory, tree, key):
+def test_run_config_yaml(scratch, tree, key):
     import yaml
 
     from asrdecode.config import build_config
 
-    path = tmp_path_factory.mktemp("cfg") / "c.yaml"
+    path = case_dir(scratch, "cfg") / "c.yaml"
     path.write_text(
         yaml.safe_dump({key: tree, "decoder": {"type": "ctc-greedy"}} if key != "decoder" else {key: tree})
     )
     only_asrdecode_errors(lambda: build_config(path))
+
+
+def test_kaldi_entry_with_an_unknown_home(scratch):
+    """wav.scp naming `~0` (the home of a user that does not exist), found by `make fuzz`: the
+    path is taken as written, and reading it is a one-line error, not a RuntimeError."""
+    from asrdecode.audio.loading import load_audio
+    from asrdecode.io.manifests import read_inputs
+
+    folder = case_dir(scratch, "home")
+    (folder / "wav.scp").write_text("0 ~0\n")
+    utts = read_inputs(folder).utterances
+    assert [u.utt_id for u in utts] == ["0"]
+    with pytest.raises(AsrDecodeError, match="~0"):
+        load_audio(utts[0])
