@@ -369,62 +369,58 @@ class Transcriber:
             }
         )
 
-    def _run_with_long_inputs(self, utts, waves, start: float) -> None:
-        """A batch holding inputs longer than ``batch.segment_seconds``: each of those is cut at
-        quiet moments (`segment_bounds`), its segments are decoded in batches like utterances and
-        their results joined (`join_results`); the shorter inputs go through as one batch."""
-        from asrdecode.audio.segmenting import join_results, segment_bounds
+    def _decode(self, out: ModelOutput, utts) -> list[DecodeResult]:
+        """The decoder on one batch of model outputs (with the utterances' boost lists)."""
+        if any(u.boost for u in utts):
+            out.extra["boost"] = [u.boost for u in utts]
+        with self.timer.stage("decode"):
+            results: list[DecodeResult] = self.decoder.decode(out)
+        self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
+        return results
 
-        rate = self.model.sample_rate
-        results: dict[int, DecodeResult] = {}
-        short = [i for i, w in enumerate(waves) if w.shape[0] <= self.cfg.batch.segment_seconds * rate]
-        if short:
-            out = self._model_output([waves[i] for i in short])
-            if any(utts[i].boost for i in short):
-                out.extra["boost"] = [utts[i].boost for i in short]
-            with self.timer.stage("decode"):
-                results.update(zip(short, self.decoder.decode(out), strict=True))
-            if self.cfg.output.save_logprobs and out.log_probs is not None:
-                self._save_logprobs([utts[i] for i in short], out)
-        for i, wave in enumerate(waves):
-            if i in results:
-                continue
-            bounds = segment_bounds(wave, rate, self.cfg.batch.segment_seconds)
-            pieces = [wave[a:b] for a, b in bounds]
-            per_batch = max(
-                1,
-                min(
-                    self.cfg.batch.max_utterances,
-                    int(self.cfg.batch.max_seconds // self.cfg.batch.segment_seconds) or 1,
-                ),
-            )
-            parts: list[DecodeResult] = []
-            log_probs: list[np.ndarray] = []
-            for k in range(0, len(pieces), per_batch):
-                out = self._model_output(pieces[k : k + per_batch])
-                if utts[i].boost:
-                    out.extra["boost"] = [utts[i].boost] * len(pieces[k : k + per_batch])
-                with self.timer.stage("decode"):
-                    parts += self.decoder.decode(out)
-                if self.cfg.output.save_logprobs and out.log_probs is not None:
-                    lp = out.log_probs.float().cpu().numpy()
-                    log_probs += [lp[j, : int(out.lengths[j])] for j in range(lp.shape[0])]
-            results[i] = join_results(parts, [a / rate for a, _ in bounds], self.frame_shift)
-            self.stats.segmented += 1
-            if log_probs:
-                from asrdecode.io.manifests import save_logprobs
-
-                utt = utts[i]
-                save_logprobs(
-                    self.out_dir / "logprobs", utt.utt_id, np.concatenate(log_probs),
-                    text=utt.text, duration=self._duration(utt),
-                )  # fmt: skip
-        ordered = [results[i] for i in range(len(utts))]
-        seconds = [w.shape[0] / rate for w in waves]
-        self.writer.write_results(utts, ordered, seconds, ctm=self.cfg.output.ctm)
+    def _write(self, utts, results: list[DecodeResult], seconds: list[float], extras=None) -> None:
+        self.writer.write_results(
+            utts, results, seconds, ctm=self.cfg.output.ctm, extras=extras if extras and any(extras) else None
+        )
         self.stats.decoded += len(utts)
         self.stats.audio_seconds += sum(seconds)
-        self._report_progress(start)
+
+    def _decode_and_write(self, utts, out: ModelOutput, seconds: list[float]) -> None:
+        results = self._decode(out, utts)
+        extras = self._write_lattices(utts, results)
+        if self.cfg.output.save_logprobs and out.log_probs is not None:
+            self._save_logprobs(utts, out)
+        self._write(utts, results, seconds, extras)
+
+    def _decode_in_segments(self, utt, wave: torch.Tensor) -> None:
+        """An input longer than ``batch.segment_seconds``: cut at quiet moments (`segment_bounds`),
+        the segments decoded in batches like utterances, their results joined (`join_results`)."""
+        from asrdecode.audio.segmenting import join_results, segment_bounds
+        from asrdecode.io.manifests import save_logprobs
+
+        rate, batch = self.model.sample_rate, self.cfg.batch
+        bounds = segment_bounds(wave, rate, batch.segment_seconds)
+        pieces = [wave[a:b] for a, b in bounds]
+        per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // batch.segment_seconds)))
+        parts: list[DecodeResult] = []
+        log_probs: list[np.ndarray] = []
+        for k in range(0, len(pieces), per_batch):
+            out = self._model_output(pieces[k : k + per_batch])
+            parts += self._decode(out, [utt] * out.lengths.shape[0])
+            if self.cfg.output.save_logprobs and out.log_probs is not None:
+                lp = out.log_probs.float().cpu().numpy()
+                log_probs += [lp[j, : int(out.lengths[j])] for j in range(lp.shape[0])]
+        if log_probs:
+            save_logprobs(
+                self.out_dir / "logprobs", utt.utt_id, np.concatenate(log_probs),
+                text=utt.text, duration=self._duration(utt),
+            )  # fmt: skip
+        self.stats.segmented += 1
+        self._write(
+            [utt],
+            [join_results(parts, [a / rate for a, _ in bounds], self.frame_shift)],
+            [wave.shape[0] / rate],
+        )
 
     def _run_batch(self, utts, start: float) -> None:
         with self.timer.stage("load"):
@@ -432,37 +428,26 @@ class Transcriber:
                 utts, mats = self._load_logprob_batch(utts)
             else:
                 utts, waves = self._load_batch(utts)
-        if utts:
-            if self.logprob_input:
-                lengths = torch.tensor([m.shape[0] for m in mats], dtype=torch.int64)
-                padded = torch.nn.utils.rnn.pad_sequence(mats, batch_first=True).to(self.device)
-                out = ModelOutput(
-                    padded, lengths.to(self.device), self.frame_shift, self.blank_id, self.units
+        if utts and self.logprob_input:
+            lengths = torch.tensor([m.shape[0] for m in mats], dtype=torch.int64)
+            padded = torch.nn.utils.rnn.pad_sequence(mats, batch_first=True).to(self.device)
+            out = ModelOutput(padded, lengths.to(self.device), self.frame_shift, self.blank_id, self.units)
+            seconds = [
+                self._duration(u) or m.shape[0] * self.frame_shift for u, m in zip(utts, mats, strict=True)
+            ]
+            self._decode_and_write(utts, out, seconds)
+        elif utts:
+            rate = self.model.sample_rate
+            limit = self.cfg.batch.segment_seconds * rate
+            long = {i for i, w in enumerate(waves) if limit > 0 and w.shape[0] > limit}
+            short = [i for i in range(len(utts)) if i not in long]
+            if short:
+                kept = [waves[i] for i in short]
+                self._decode_and_write(
+                    [utts[i] for i in short], self._model_output(kept), [w.shape[0] / rate for w in kept]
                 )
-                seconds = [
-                    self._duration(u) or m.shape[0] * self.frame_shift
-                    for u, m in zip(utts, mats, strict=True)
-                ]
-            else:
-                limit = self.cfg.batch.segment_seconds * self.model.sample_rate
-                if limit > 0 and any(w.shape[0] > limit for w in waves):
-                    self._run_with_long_inputs(utts, waves, start)
-                    return
-                out = self._model_output(waves)
-                seconds = [w.shape[0] / self.model.sample_rate for w in waves]
-            if any(u.boost for u in utts):
-                out.extra["boost"] = [u.boost for u in utts]
-            with self.timer.stage("decode"):
-                results: list[DecodeResult] = self.decoder.decode(out)
-            self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
-            extras = self._write_lattices(utts, results)
-            if self.cfg.output.save_logprobs and out.log_probs is not None:
-                self._save_logprobs(utts, out)
-            self.writer.write_results(
-                utts, results, seconds, ctm=self.cfg.output.ctm, extras=extras if any(extras) else None
-            )
-            self.stats.decoded += len(utts)
-            self.stats.audio_seconds += sum(seconds)
+            for i in sorted(long):
+                self._decode_in_segments(utts[i], waves[i])
         self._report_progress(start)
 
     def report(self, interrupted: bool = False) -> dict:

@@ -159,7 +159,7 @@ def conv_output_lengths(
 ) -> torch.Tensor:
     """Length after ``n_convs`` convolutions: L -> floor((L + 2p - k) / s) + 1 each time."""
     for _ in range(n_convs):
-        lengths = torch.div(lengths + 2 * padding - kernel, stride, rounding_mode="floor") + 1
+        lengths = _padded_length(lengths, kernel, stride, (padding, padding))
     return lengths
 
 
@@ -240,11 +240,9 @@ class ConvSubsampling(nn.Module):
     chunk_frames = 2048
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T, F] -> ([B, T', d_model], lengths'). Inputs longer than `chunk_frames` output frames
-        run chunk by chunk (`_chunk`): the same values, memory bounded by the chunk."""
+        """[B, T, F] -> ([B, T', d_model], lengths'), `chunk_frames` output frames at a time
+        (`_chunk`): memory bounded by the chunk whatever the input length."""
         total = int(self._lengths_after(torch.tensor(x.shape[1])))
-        if total <= self.chunk_frames:
-            return self._full(x, lengths)
         parts = [
             self._chunk(x, lengths, a, min(a + self.chunk_frames, total))
             for a in range(0, total, self.chunk_frames)
@@ -286,23 +284,6 @@ class ConvSubsampling(nn.Module):
         piece = piece * keep.to(piece.dtype)[:, None, :, None]
         bsz, c, n, f = piece.shape
         return piece.transpose(1, 2).reshape(bsz, n, c * f)
-
-    def _full(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = x.unsqueeze(1)  # [B, 1, T, F]
-        i = 0
-        for layer in self.conv:
-            if isinstance(layer, nn.Conv2d):
-                pad = self.pads[i]
-                x = x * _time_mask(lengths, x.shape[2]).to(x.dtype)[:, None, :, None]
-                x = layer(F.pad(x, (pad[0], pad[1], pad[0], pad[1])))
-                lengths = _padded_length(lengths, layer.kernel_size[0], layer.stride[0], pad)
-                i += 1
-            else:
-                x = layer(x)
-        x = x * _time_mask(lengths, x.shape[2]).to(x.dtype)[:, None, :, None]
-        b, c, t, f = x.shape
-        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
-        return x, lengths
 
 
 class FeedForward(nn.Module):
