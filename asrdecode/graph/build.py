@@ -47,6 +47,7 @@ from asrdecode.graph.format import (
     graph_file_names,
 )
 from asrdecode.graph.stages import BuildStages, StageCallback
+from asrdecode.io.lines import read_lines
 from asrdecode.io.schema import GRAPH_META, NEMO_CONFIG, problem
 
 log = logging.getLogger("asrdecode.graph")
@@ -190,18 +191,16 @@ def read_units_entries(path: str | Path) -> list[tuple[str, int]]:
     if not path.is_file():
         raise GraphError(f"{path}: units file not found")
     entries: list[tuple[str, int | None, int]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            line = raw.rstrip("\n")
-            if not line.strip():
-                raise GraphError(f"{path}:{lineno}: empty line in units file")
-            fields = line.split()
-            if len(fields) == 1:
-                entries.append((fields[0], None, lineno))
-            elif len(fields) == 2 and re.fullmatch(r"-?\d+", fields[1]):
-                entries.append((fields[0], int(fields[1]), lineno))
-            else:
-                raise GraphError(f"{path}:{lineno}: expected 'symbol' or 'symbol id', got '{line[:60]}'")
+    for lineno, line in read_lines(path, GraphError):
+        if not line.strip():
+            raise GraphError(f"{path}:{lineno}: empty line in units file")
+        fields = line.split()
+        if len(fields) == 1:
+            entries.append((fields[0], None, lineno))
+        elif len(fields) == 2 and re.fullmatch(r"-?\d+", fields[1]):
+            entries.append((fields[0], int(fields[1]), lineno))
+        else:
+            raise GraphError(f"{path}:{lineno}: expected 'symbol' or 'symbol id', got '{line[:60]}'")
     entries = [e for e in entries if not _DISAMBIG.match(e[0])]
     with_ids = [e for e in entries if e[1] is not None]
     if with_ids and len(with_ids) != len(entries):
@@ -354,26 +353,25 @@ def read_lexicon(path: str | Path, units: Units, lm_words: set[str]) -> Lexicon:
     ids = units.id_of()
     lex = Lexicon(prons=[])
     seen: set[tuple[str, tuple[int, ...]]] = set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            fields = raw.split()
-            if not fields:
-                raise GraphError(f"{path}:{lineno}: empty lexicon line")
-            word, spelling = fields[0], fields[1:]
-            if not spelling:
-                raise GraphError(f"{path}:{lineno}: word '{word}' has no units")
-            if word in RESERVED_WORDS or _DISAMBIG.match(word):
-                raise GraphError(f"{path}:{lineno}: '{word}' is a reserved symbol, not a word")
-            if word not in lm_words:
-                lex.drop("word not in the LM", word)
-                continue
-            if any(u not in ids for u in spelling):
-                lex.drop("unit not in the model", word)
-                continue
-            key = (word, tuple(ids[u] for u in spelling))
-            if key not in seen:
-                seen.add(key)
-                lex.prons.append(key)
+    for lineno, raw in read_lines(path, GraphError):
+        fields = raw.split()
+        if not fields:
+            raise GraphError(f"{path}:{lineno}: empty lexicon line")
+        word, spelling = fields[0], fields[1:]
+        if not spelling:
+            raise GraphError(f"{path}:{lineno}: word '{word}' has no units")
+        if word in RESERVED_WORDS or _DISAMBIG.match(word):
+            raise GraphError(f"{path}:{lineno}: '{word}' is a reserved symbol, not a word")
+        if word not in lm_words:
+            lex.drop("word not in the LM", word)
+            continue
+        if any(u not in ids for u in spelling):
+            lex.drop("unit not in the model", word)
+            continue
+        key = (word, tuple(ids[u] for u in spelling))
+        if key not in seen:
+            seen.add(key)
+            lex.prons.append(key)
     return lex
 
 
@@ -627,14 +625,13 @@ def read_symbols(path: str | Path) -> dict[int, str]:
     if not path.is_file():
         raise GraphError(f"{path}: symbol table not found")
     table: dict[int, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            fields = raw.split()
-            if not fields:
-                continue
-            if len(fields) != 2 or not re.fullmatch(r"\d+", fields[1]):
-                raise GraphError(f"{path}:{lineno}: expected 'symbol id', got '{raw.strip()[:60]}'")
-            table[int(fields[1])] = fields[0]
+    for lineno, raw in read_lines(path, GraphError):
+        fields = raw.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not re.fullmatch(r"\d+", fields[1]):
+            raise GraphError(f"{path}:{lineno}: expected 'symbol id', got '{raw.strip()[:60]}'")
+        table[int(fields[1])] = fields[0]
     return table
 
 
@@ -779,13 +776,19 @@ def remove_abandoned_stages(out: Path) -> list[Path]:
 
 
 def _process_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (killed, not yet reaped: containers whose init does not
+    reap orphans keep them for good) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by someone else
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux): the signal test is all there is
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
 
 
 def _carry_over(old: Path, new: Path) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 from asrdecode.errors import GraphError
 from asrdecode.graph.build import read_symbols, staged_folder
 from asrdecode.graph.format import FORMAT_VERSION, DeviceGraph, graph_file_names
+from asrdecode.io.lines import read_lines
 
 _TSTATE = re.compile(
     r"^Transition-state\s+(\d+):.*?(?:\bpdf\s*=\s*(\d+)|forward-pdf\s*=\s*(\d+)\s+"
@@ -32,30 +33,29 @@ def read_tid2pdf(path: str | Path) -> dict[int, int]:
         raise GraphError(f"{path}: transition-id map not found")
     table: dict[int, int] = {}
     forward = loop = None
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            line = raw.strip()
-            if not line:
-                continue
-            m = _TSTATE.match(line)
-            if m:
-                if m.group(2) is not None:
-                    forward = loop = int(m.group(2))
-                else:
-                    forward, loop = int(m.group(3)), int(m.group(4))
-                continue
-            m = _TID.match(raw)
-            if m:
-                if forward is None:
-                    raise GraphError(f"{path}:{lineno}: Transition-id before any Transition-state line")
-                tid = int(m.group(1))
-                table[tid] = loop if "[self-loop]" in line else forward
-                continue
-            fields = line.split()
-            if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
-                table[int(fields[0])] = int(fields[1])
-                continue
-            raise GraphError(f"{path}:{lineno}: not a show-transitions or 'tid pdf' line: '{line[:60]}'")
+    for lineno, raw in read_lines(path, GraphError):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _TSTATE.match(line)
+        if m:
+            if m.group(2) is not None:
+                forward = loop = int(m.group(2))
+            else:
+                forward, loop = int(m.group(3)), int(m.group(4))
+            continue
+        m = _TID.match(raw)
+        if m:
+            if forward is None:
+                raise GraphError(f"{path}:{lineno}: Transition-id before any Transition-state line")
+            tid = int(m.group(1))
+            table[tid] = loop if "[self-loop]" in line else forward
+            continue
+        fields = line.split()
+        if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
+            table[int(fields[0])] = int(fields[1])
+            continue
+        raise GraphError(f"{path}:{lineno}: not a show-transitions or 'tid pdf' line: '{line[:60]}'")
     if not table:
         raise GraphError(f"{path}: no transition-ids found")
     return table

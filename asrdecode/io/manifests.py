@@ -23,6 +23,7 @@ import numpy as np
 import soundfile as sf
 
 from asrdecode.errors import InputError, LogprobsError
+from asrdecode.io.lines import read_lines
 
 #: Audio file extensions picked up from folders (all read by libsndfile; case-insensitive).
 AUDIO_EXTENSIONS: tuple[str, ...] = (
@@ -326,7 +327,7 @@ def read_jsonl_manifest(
     base_dir = path.parent
     parsed: list[tuple[int, dict, str | None]] = []  # (line number, object, explicit id)
     first_line_of: dict[str, int] = {}
-    for lineno, line in _read_lines(path):
+    for lineno, line in read_lines(path):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -455,7 +456,7 @@ def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> Input
     warnings: list[str] = []
     recs: dict[str, tuple[str, int | None, str | None]] = {}  # rec -> (path, channel, error)
     rec_line: dict[str, int] = {}
-    for lineno, line in _read_lines(wav_scp):
+    for lineno, line in read_lines(wav_scp):
         if not line.strip():
             continue
         parts = line.strip().split(maxsplit=1)
@@ -482,7 +483,7 @@ def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> Input
     seg_file = data_dir / "segments"
     if seg_file.is_file():
         seen: dict[str, int] = {}
-        for lineno, line in _read_lines(seg_file):
+        for lineno, line in read_lines(seg_file):
             if not line.strip():
                 continue
             where = f"{seg_file}:{lineno}"
@@ -605,7 +606,7 @@ def _read_kaldi_table(path: Path, allow_empty_value: bool = False) -> dict[str, 
     out: dict[str, tuple[int, str]] = {}
     if not path.is_file():
         return out
-    for lineno, line in _read_lines(path):
+    for lineno, line in read_lines(path):
         if not line.strip():
             continue
         parts = line.strip().split(maxsplit=1)
@@ -756,7 +757,7 @@ def _read_utt_sidecar(path: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     if not path.is_file():
         return out
-    for lineno, line in _read_lines(path):
+    for lineno, line in read_lines(path):
         if not line.strip():
             continue
         try:
@@ -845,23 +846,6 @@ def probe_duration(path: str | Path) -> float | None:
     if not info.samplerate:
         return None
     return info.frames / info.samplerate
-
-
-def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text without newline); InputError naming file:line on bad UTF-8."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    for i, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            yield i, raw.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError:
-            raise InputError(f"{path}:{i}: not valid UTF-8 text") from None
 
 
 def _first_char(path: Path) -> str:

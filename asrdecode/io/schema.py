@@ -1,10 +1,11 @@
 """Shape checks for structured files asrdecode reads back (graph meta.json, a ``.nemo`` model
-config's sections): types, required keys and nested records, with one line naming the file, the
-key and what was expected.
+config's sections, the lines of transcripts.jsonl and errors.jsonl on resume): types, required
+keys and nested records, with one line naming the file, the key and what was expected.
 
 A schema is a type (``float`` also takes ints; ``bool`` is not an int here), a tuple of
-alternatives, or a dict of keys: ``"name"`` required, ``"name?"`` optional, ``"*"`` every other
-key's value. Keys a schema does not name are allowed (files from newer versions stay readable).
+alternatives, a one-item list ``[item]`` (a list whose every element matches ``item``), or a dict
+of keys: ``"name"`` required, ``"name?"`` optional, ``"*"`` every other key's value. Keys a
+schema does not name are allowed (files from newer versions stay readable).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ Schema = Any
 def _type_name(spec: Schema) -> str:
     if isinstance(spec, dict):
         return "a mapping"
+    if isinstance(spec, list):
+        return "a list"
     if isinstance(spec, tuple):
         return " or ".join(_type_name(s) for s in spec)
     return {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
@@ -28,6 +31,8 @@ def _matches(value: Any, spec: Schema) -> bool:
         return any(_matches(value, s) for s in spec)
     if isinstance(spec, dict):
         return isinstance(value, dict)
+    if isinstance(spec, list):
+        return isinstance(value, list)
     if spec is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if spec is int:
@@ -44,6 +49,10 @@ def problem(value: Any, spec: Schema, key: str = "") -> str | None:
         for alternative in spec:
             if _matches(value, alternative):
                 return problem(value, alternative, key)
+    if isinstance(spec, list):
+        for i, item in enumerate(value):
+            if (found := problem(item, spec[0], f"{key}[{i}]")) is not None:
+                return found
     if isinstance(spec, dict):
         for name, sub in spec.items():
             if name == "*":
@@ -97,3 +106,17 @@ NEMO_CONFIG: Schema = {
     "loss?": (dict, type(None)),
     "model_defaults?": (dict, type(None)),
 }
+
+# a line of transcripts.jsonl, read back when a run resumes (text, hyp.ctm and the report's WER are
+# rebuilt from these fields)
+_NUMBER_OR_NULL = (float, type(None))
+TRANSCRIPT_RECORD: Schema = {
+    "utt_id": str,
+    "pred_text": str,
+    "words": [{"word": str, "start": _NUMBER_OR_NULL, "end": _NUMBER_OR_NULL, "conf?": _NUMBER_OR_NULL}],
+    "score?": _NUMBER_OR_NULL,
+    "lattice_density?": _NUMBER_OR_NULL,
+}
+
+# a line of errors.jsonl
+ERROR_RECORD: Schema = {"utt_id": str, "path?": (str, type(None)), "error?": str}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from asrdecode.errors import InputError, OutputError
+from asrdecode.io.schema import ERROR_RECORD, TRANSCRIPT_RECORD, problem
 
 if TYPE_CHECKING:
     from asrdecode.decoders.base import DecodeResult
@@ -57,6 +58,7 @@ class OutputWriter:
         except OSError as e:
             raise OutputError(f"{self.out_dir}: cannot create output folder: {e.strerror or e}") from None
         self._lock_fh = self._lock()
+        self._failed = False  # a write failed (disk full, ...): close() leaves the files as they are
         self._done: set[str] = set()
         self._files: dict[str, IO[str]] = {}
         try:
@@ -158,9 +160,9 @@ class OutputWriter:
         if self._lock_fh is None:
             return
         try:
-            for f in self._files.values():
-                f.close()
-            self._files = {}
+            self._close_files()
+            if self._failed:  # complete lines are kept as written; a rerun resumes from them
+                return
             if order is not None:
                 records, _, _ = _read_jsonl_records(self.out_dir / TRANSCRIPTS, self.warnings)
                 rank = {u: i for i, u in enumerate(order)}
@@ -168,6 +170,8 @@ class OutputWriter:
                 _atomic_write(self.out_dir / TRANSCRIPTS, [_dumps(r) + "\n" for r in records])
                 self._rebuild_derived(records)
             self._compact_errors()
+        except OSError as e:
+            raise OutputError(f"{self.out_dir}: cannot finish the output files: {e.strerror or e}") from None
         finally:
             self._release()
 
@@ -189,10 +193,17 @@ class OutputWriter:
                 raise OutputError(f"{self.out_dir}: in use by another asrdecode run") from None
         return fh
 
-    def _release(self) -> None:
+    def _close_files(self) -> None:
+        """Close the append handles; a buffer that cannot be flushed (disk full) marks the run failed."""
         for f in self._files.values():
-            f.close()
+            try:
+                f.close()
+            except OSError:
+                self._failed = True
         self._files = {}
+
+    def _release(self) -> None:
+        self._close_files()
         if self._lock_fh is not None:
             self._lock_fh.close()  # closing drops the flock
             self._lock_fh = None
@@ -213,6 +224,7 @@ class OutputWriter:
             f.flush()
             os.fsync(f.fileno())
         except OSError as e:
+            self._failed = True
             raise OutputError(f"{self.out_dir / name}: cannot write: {e.strerror or e}") from None
 
     def _recover(self) -> None:
@@ -314,7 +326,7 @@ def ctm_lines(rec: dict) -> list[str]:
     (the confidence column is left out when the decoder gives none)."""
     out = []
     for w in rec.get("words") or []:
-        start, end = float(w.get("start", 0.0)), float(w.get("end", 0.0))
+        start, end = float(w.get("start") or 0.0), float(w.get("end") or 0.0)
         word = "_".join(str(w.get("word", "")).split()) or "<unk>"
         line = f"{rec['utt_id']} 1 {start:.3f} {max(end - start, 0.0):.3f} {word}"
         if w.get("conf") is not None:
@@ -333,16 +345,22 @@ def write_report(out_dir: str | Path, report: dict) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(_jsonable(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     path = out_dir / REPORT
-    _atomic_write(path, [text])
+    try:
+        _atomic_write(path, [text])
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
     return path
 
 
 def _read_jsonl_records(path: Path, warnings: list[str]) -> tuple[list[dict], int, bool]:
-    """Complete, valid lines with a string utt_id -> (records, byte length of the valid prefix,
-    clean). clean is False when a bad line sits before the end (then the file must be rewritten)."""
+    """Complete lines that parse and fit the file's schema (`TRANSCRIPT_RECORD` for
+    transcripts.jsonl, `ERROR_RECORD` otherwise) -> (records, byte length of the valid prefix,
+    clean). clean is False when a bad line sits before the end (then the file must be rewritten);
+    each dropped line adds a warning naming the line and what was wrong."""
+    schema = TRANSCRIPT_RECORD if path.name == TRANSCRIPTS else ERROR_RECORD
     data = path.read_bytes()
     records: list[dict] = []
-    pos = good = 0
+    pos = good = lineno = 0
     clean = True
     while pos < len(data):
         nl = data.find(b"\n", pos)
@@ -350,19 +368,19 @@ def _read_jsonl_records(path: Path, warnings: list[str]) -> tuple[list[dict], in
             warnings.append(f"{path}: dropped an incomplete last line ({len(data) - pos} bytes)")
             break
         raw = data[pos:nl]
-        pos = nl + 1
+        pos, lineno = nl + 1, lineno + 1
         if not raw.strip():
             if clean:
                 good = pos
             continue
         try:
             obj = json.loads(raw.decode("utf-8"))
-            ok = isinstance(obj, dict) and isinstance(obj.get("utt_id"), str)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            ok = False
-        if not ok:
+            wrong = problem(obj, schema)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            wrong = "not a JSON line"
+        if wrong is not None:
             clean = False
-            warnings.append(f"{path}: dropped an unreadable line")
+            warnings.append(f"{path}:{lineno}: dropped a line ({wrong})")
             continue
         records.append(obj)
         if clean:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 import threading
 from pathlib import Path
@@ -62,7 +63,7 @@ def case_dir(scratch: Path, name: str) -> Path:
     folder = scratch / name
     folder.mkdir(exist_ok=True)
     for old in folder.iterdir():  # the previous case's files
-        old.unlink()
+        shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
     return folder
 
 

@@ -130,3 +130,32 @@ def test_a_build_failing_in_its_process_is_one_line(toy_yaml, tmp_path):
     assert "\n" not in str(err.value) and str(err.value).startswith("graph cache ")
     assert "bad-lexicon.txt" in str(err.value)
     assert not [p for p in (tmp_path / "cache" / "graphs").iterdir() if p.is_dir()]
+
+
+@pytest.mark.parametrize("stage", ["G", "write"])
+def test_a_killed_first_use_build_is_never_loaded(toy_yaml, tmp_path, stage):
+    """SIGKILL to the run and its build process (one process group) when the build reaches a
+    stage: nothing in the cache passes as the graph, and the next first use builds it in full."""
+    import signal
+
+    from asrdecode.graph.cache import cache_folder, is_cached
+
+    code = (
+        "import os, signal, sys\n"
+        "from asrdecode.graph.cache import cached_graph, load_graph_config\n"
+        "def on_stage(name, event, seconds):\n"
+        "    if name == sys.argv[2] and event == 'start':\n"
+        "        os.killpg(0, signal.SIGKILL)\n"
+        "cached_graph(load_graph_config(sys.argv[1]), on_stage)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(toy_yaml), stage], start_new_session=True, capture_output=True
+    )
+    assert proc.returncode == -signal.SIGKILL
+    cfg = load_graph_config(toy_yaml)
+    assert not is_cached(cfg)
+    assert not (cache_folder(cfg) / "meta.json").exists()
+    folder, stages, _ = build(toy_yaml)
+    assert stages[-1] == "write done" and is_cached(cfg)
+    leftovers = [p.name for p in folder.parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == []  # the killed build's staging folder was removed by the rebuild

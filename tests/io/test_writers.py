@@ -223,3 +223,60 @@ def test_extras_and_read_records(tmp_path):
         w.write_results([U(0), U(1)], [R(0), R(1)], extras=[{"lattice_density": 2.5}, None])
         recs = w.read_records()
     assert recs[0]["lattice_density"] == 2.5 and "lattice_density" not in recs[1]
+
+
+def test_resume_drops_lines_that_do_not_fit_the_record_schema(tmp_path):
+    """Lines of transcripts.jsonl / errors.jsonl that parse but do not have the fields text, hyp.ctm
+    and the report are rebuilt from are dropped on resume, with a warning naming the line and the
+    key; those utterances are decoded again."""
+    out = tmp_path / "out"
+    with OutputWriter(out) as w:
+        w.write_results([U(1)], [R(1)])
+    good = lines(out / "transcripts.jsonl")[0]
+    bad = [
+        {"utt_id": "u2", "pred_text": "x", "words": "x"},
+        {"utt_id": "u3", "pred_text": 7, "words": []},
+        {"utt_id": "u4", "pred_text": "a", "words": [{"word": "a", "start": "0", "end": 1}]},
+        {"utt_id": "u5", "words": []},
+        ["u6"],
+    ]
+    (out / "transcripts.jsonl").write_text("\n".join([good, *map(json.dumps, bad)]) + "\n")
+    (out / "hyp.ctm").write_text("")
+    (out / "errors.jsonl").write_text(json.dumps({"utt_id": 9, "error": "x"}) + "\n")
+    with OutputWriter(out) as w:
+        assert w.done_ids() == {"u1"}
+        warned = "\n".join(w.warnings)
+    for lineno, key in [(2, "words must be a list"), (3, "pred_text must be a string"),
+                        (4, "words[0].start must be a number or null"), (5, "pred_text is missing"),
+                        (6, "the top level must be a mapping")]:  # fmt: skip
+        assert f"transcripts.jsonl:{lineno}: dropped a line ({key}" in warned
+    assert "errors.jsonl:1: dropped a line (utt_id must be a string" in warned
+    assert lines(out / "transcripts.jsonl") == [good] and lines(out / "text") == ["u1 w1 end"]
+    assert len(lines(out / "hyp.ctm")) == 2 and lines(out / "errors.jsonl") == []
+
+
+def test_write_failure_leaves_complete_lines_and_a_resumable_folder(tmp_path, monkeypatch):
+    """A write that fails (disk full) is one OutputError naming the file; close() then leaves the
+    files as they are instead of rewriting them, and the next writer resumes from them."""
+    import errno
+
+    import asrdecode.io.writers as writers
+
+    out = tmp_path / "out"
+    w = OutputWriter(out)
+    w.write_results([U(1)], [R(1)])
+    real_fsync = writers.os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writers.os, "fsync", full)
+    with pytest.raises(OutputError, match=r"text: cannot write: No space left on device"):
+        w.write_results([U(2)], [R(2)])
+    w.close(order=["u2", "u1"])  # no reordering of a folder whose writes failed, and no error
+    monkeypatch.setattr(writers.os, "fsync", real_fsync)
+    with OutputWriter(out) as w2:
+        assert w2.done_ids() == {"u1"}
+        w2.write_results([U(2)], [R(2)])
+    assert [r["utt_id"] for r in rows(out)] == ["u1", "u2"]
+    assert lines(out / "text") == ["u1 w1 end", "u2 w2 end"]

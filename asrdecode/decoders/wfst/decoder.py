@@ -62,7 +62,9 @@ from asrdecode.decoders.wfst.lattice import (
     prune_window,
 )
 from asrdecode.errors import ConfigError, GraphError
+from asrdecode.graph.build import read_symbols
 from asrdecode.graph.format import DeviceGraph, find_graph_file
+from asrdecode.io.lines import read_lines
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
 
@@ -152,16 +154,6 @@ class WfstConfig:
         )
 
 
-def _read_words(path: Path) -> dict[int, str]:
-    table: dict[int, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            f = line.split()
-            if len(f) == 2:
-                table[int(f[1])] = f[0]
-    return table
-
-
 def _graph_folder(spec: str) -> Path | None:
     if not spec:
         return None
@@ -171,16 +163,15 @@ def _graph_folder(spec: str) -> Path | None:
 
 def read_pronunciations(lexicon: Path, units_txt: Path) -> dict[str, list[tuple[int, ...]]]:
     """word -> unit-column sequences, from a lexicon file and the graph's units.txt (id = column+1)."""
-    column = {sym: i - 1 for i, sym in _read_words(units_txt).items() if i > 0}
+    column = {sym: i - 1 for i, sym in read_symbols(units_txt).items() if i > 0}
     prons: dict[str, list[tuple[int, ...]]] = {}
-    with open(lexicon, encoding="utf-8") as fh:
-        for line in fh:
-            f = line.split()
-            if len(f) < 2:
-                continue
-            names = ["<space>" if u == " " else u for u in f[1:]]
-            if all(u in column for u in names):
-                prons.setdefault(f[0], []).append(tuple(column[u] for u in names))
+    for _, line in read_lines(lexicon, GraphError):
+        f = line.split()
+        if len(f) < 2:
+            continue
+        names = ["<space>" if u == " " else u for u in f[1:]]
+        if all(u in column for u in names):
+            prons.setdefault(f[0], []).append(tuple(column[u] for u in names))
     return prons
 
 
@@ -203,7 +194,7 @@ def load_graph(spec: str) -> tuple[DeviceGraph, dict[int, str]]:
     else:
         graph = DeviceGraph.load(p)
     words_file = folder / "words.txt"
-    words = _read_words(words_file) if words_file.is_file() else {}
+    words = read_symbols(words_file) if words_file.is_file() else {}
     if not words:
         log.warning("wfst: no words.txt next to %s; words are printed as ids", spec)
     return graph, words

@@ -1,0 +1,30 @@
+"""Line-oriented text files (manifests, Kaldi data dirs, unit lists, lexicons, symbol tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from asrdecode.errors import AsrDecodeError, InputError
+
+
+def read_lines(path: Path, error: type[AsrDecodeError] = InputError) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without the line break) per line, like iterating a text file
+    (a final newline ends the last line; a UTF-8 byte-order mark is skipped). A missing, unreadable
+    or non-UTF-8 file raises ``error`` naming the file (and line)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror or e}") from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    pieces = data.split(b"\n")
+    if pieces[-1] == b"":
+        pieces.pop()
+    for i, raw in enumerate(pieces, start=1):
+        try:
+            yield i, raw.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError:
+            raise error(f"{path}:{i}: not valid UTF-8 text") from None

@@ -1,0 +1,238 @@
+"""Runs that cannot corrupt each other: `transcribe` killed with SIGKILL at several moments (model
+load, mid-batch, half-way through a line, between two output files, while finishing), two runs on
+one output folder, and a write limit that stops a run (a full disk): the rerun always gives the
+transcripts of an uninterrupted run, every line parses, no utterance twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+FIX = Path(__file__).parent / "fixtures" / "nemo"
+MODEL = FIX / "ctc_bpe.nemo"
+AUDIO = FIX / "audio"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+# Runs the CLI after arming one fault: the process kills itself (SIGKILL) at the chosen moment, or
+# ("pause") waits in its nth batch until the file named by ASRDECODE_TEST_GO exists.
+FAULTS = r"""
+import os, signal, sys
+
+point, nth = sys.argv[1], int(sys.argv[2])
+calls = {"n": 0}
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def count():
+    calls["n"] += 1
+    return calls["n"] == nth
+
+if point == "model-load":
+    import asrdecode.models.loading as loading
+    loading.load_model = lambda *a, **k: die()
+elif point in ("mid-batch", "pause"):
+    import time
+    import asrdecode.pipeline as pipeline
+    real_decode = pipeline.Transcriber._decode
+    def _decode(self, out, utts):
+        if count():
+            if point == "mid-batch":
+                die()
+            while not os.path.exists(os.environ["ASRDECODE_TEST_GO"]):
+                time.sleep(0.05)
+        return real_decode(self, out, utts)
+    pipeline.Transcriber._decode = _decode
+elif point in ("half-line", "between-files"):
+    import asrdecode.io.writers as writers
+    real_append = writers.OutputWriter._append
+    def _append(self, name, lines):
+        if name == writers.TRANSCRIPTS and count():
+            if point == "half-line":
+                f = self._open(name)
+                data = "".join(lines)
+                f.write(data[: len(data) - len(lines[-1]) // 2])  # up to the middle of the last line
+                f.flush()
+                os.fsync(f.fileno())
+            die()
+        return real_append(self, name, lines)
+    writers.OutputWriter._append = _append
+elif point == "finishing":
+    import asrdecode.io.writers as writers
+    real_replace = os.replace
+    def replace(src, dst):
+        if str(dst).endswith(writers.TRANSCRIPTS) and count():
+            die()  # the reordered copy is written, the original not yet replaced
+        return real_replace(src, dst)
+    writers.os.replace = replace
+
+from asrdecode.cli import main
+sys.argv = ["asrdecode", *sys.argv[3:]]
+main()
+"""
+
+
+def transcribe_args(manifest: Path, out: Path) -> list[str]:
+    return ["transcribe", str(manifest), "--model", str(MODEL), "--out", str(out), "batch.max_utterances=2"]
+
+
+def run_cli(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "asrdecode.cli", *args], capture_output=True, text=True, env=ENV, **kwargs
+    )
+
+
+def lines_of(path: Path) -> list[dict]:
+    """Every line of a JSONL output file, which must all parse."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class Transcripts(list):
+    """transcripts.jsonl as (utt_id, text, words, score) in file order; equal to another when all
+    but the scores are identical and the scores agree within 1e-3 (a rerun batches the remaining
+    utterances differently, which moves float sums in the last digits)."""
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, list)
+            and [r[:3] for r in self] == [r[:3] for r in other]
+            and [r[3] for r in self] == pytest.approx([r[3] for r in other], abs=1e-3)
+        )
+
+
+def comparable(out: Path) -> Transcripts:
+    """The transcripts of a finished output folder; `text` must match them line for line."""
+    rows = lines_of(out / "transcripts.jsonl")
+    text = (out / "text").read_text().splitlines()
+    assert [line.split(" ", 1)[0] for line in text] == [r["utt_id"] for r in rows]
+    return Transcripts((r["utt_id"], r["pred_text"], json.dumps(r["words"]), r["score"]) for r in rows)
+
+
+def make_manifest(folder: Path, count: int) -> Path:
+    wavs = sorted(AUDIO.glob("*.wav"))
+    lines = []
+    for i in range(count):
+        w = wavs[i % len(wavs)]
+        lines.append(
+            json.dumps({"audio_filepath": str(w), "duration": sf.info(w).duration, "utt_id": f"u{i:03d}"})
+        )
+    path = folder / "many.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run over 24 utterances (12 batches of 2)."""
+    folder = tmp_path_factory.mktemp("safety")
+    manifest = make_manifest(folder, 24)
+    out = folder / "reference"
+    proc = run_cli(transcribe_args(manifest, out))
+    assert proc.returncode == 0, proc.stderr
+    return manifest, comparable(out)
+
+
+@pytest.mark.parametrize(
+    "point,nth",
+    [("model-load", 1), ("mid-batch", 4), ("half-line", 3), ("between-files", 5), ("finishing", 1)],
+)
+def test_killed_run_resumes_to_the_same_transcripts(tmp_path, reference, point, nth):
+    manifest, expected = reference
+    out = tmp_path / "out"
+    killed = subprocess.run(
+        [sys.executable, "-c", FAULTS, point, str(nth), *transcribe_args(manifest, out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    transcripts = out / "transcripts.jsonl"
+    before = transcripts.read_bytes() if transcripts.exists() else b""
+    if point in ("mid-batch", "between-files"):
+        assert before.endswith(b"\n") and 0 < len(lines_of(transcripts)) < 24
+    if point == "half-line":
+        assert not before.endswith(b"\n")  # the kill left a cut line
+    if point == "finishing":
+        assert len(lines_of(transcripts)) == 24 and not (out / "report.json").exists()
+    rerun = run_cli(transcribe_args(manifest, out))
+    assert rerun.returncode == 0, rerun.stderr
+    assert comparable(out) == expected
+    report = json.loads((out / "report.json").read_text())
+    assert report["resumed"] + report["decoded_this_run"] == 24 and report["failed"] == 0
+    assert not list(out.glob(".*.tmp"))  # no temporary file of the killed run is left
+
+
+def test_second_run_on_the_same_folder_is_refused(tmp_path, reference):
+    """While a run holds the folder (paused in its third batch), a second run, also with
+    --overwrite, is refused with one line; the first then finishes with every utterance once."""
+    manifest, expected = reference
+    out = tmp_path / "out"
+    go = tmp_path / "go"
+    first = subprocess.Popen(
+        [sys.executable, "-c", FAULTS, "pause", "3", *transcribe_args(manifest, out)],
+        env={**ENV, "ASRDECODE_TEST_GO": str(go)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    transcripts = out / "transcripts.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(lines_of(transcripts) if transcripts.exists() else []) < 4:
+        time.sleep(0.05)
+    try:
+        for extra in ([], ["--overwrite"]):
+            proc = run_cli([*transcribe_args(manifest, out), *extra])
+            assert proc.returncode != 0
+            assert proc.stderr.strip().count("\n") == 0 and "in use by another asrdecode run" in proc.stderr
+            assert str(out) in proc.stderr and "Traceback" not in proc.stderr
+            assert len(lines_of(transcripts)) == 4  # the refused run touched nothing
+        assert first.poll() is None
+    finally:
+        go.touch()
+    _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+    assert comparable(out) == expected
+
+
+def _limit_file_size(limit: int):
+    def limit_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return limit_size
+
+
+def test_write_limit_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path, reference):
+    """A file-size limit (RLIMIT_FSIZE: writes past it fail like on a full disk) stops the run
+    with one line naming the file; the complete lines stay, and the rerun without the limit
+    resumes to the uninterrupted transcripts."""
+    manifest, expected = reference
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "asrdecode.cli", *transcribe_args(manifest, out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        preexec_fn=_limit_file_size(4000),
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]  # after the status lines
+    assert message.startswith("error: ") and proc.stderr.count("error") == 1, proc.stderr
+    assert f"{out / 'transcripts.jsonl'}: cannot write: File too large" in message
+    kept = [json.loads(x) for x in (out / "transcripts.jsonl").read_bytes().split(b"\n")[:-1]]
+    assert 0 < len(kept) < 24
+    assert {r["utt_id"]: r["pred_text"] for r in kept}.items() <= {r[0]: r[1] for r in expected}.items()
+    assert not (out / "report.json").exists()
+    rerun = run_cli(transcribe_args(manifest, out))
+    assert rerun.returncode == 0, rerun.stderr
+    assert comparable(out) == expected
+    assert json.loads((out / "report.json").read_text())["resumed"] == len(kept)
