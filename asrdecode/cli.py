@@ -98,6 +98,12 @@ def _report_table(report: dict) -> Table:
     table.add_row(
         "RTFx per stage", ", ".join(f"{k} {fmt(per.get(k), '{:.0f}')} ({secs.get(k, 0):.2f}s)" for k in per)
     )
+    for w in report.get("workers") or []:
+        table.add_row(
+            f"worker {w['worker']}",
+            f"{w['shards']} shards, {w['utterances']} utts, {w['audio_seconds']:.1f} s audio, "
+            f"RTFx {fmt(w.get('rtfx'), '{:.1f}')}",
+        )
     table.add_row("peak memory", f"{report['peak_memory_mb']:.0f} MB")
     table.add_row("config hash", report["config_hash"])
     return table
@@ -149,6 +155,14 @@ def read_boost_file(path: Path) -> dict[str, float]:
     is_flag=True,
     help="Also write model log-probs (.npy + logprobs.json) for decoder-only runs.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    help="Shortcut for engine.type=...: decode in this process, or in worker actors on Ray.",
+)
+@click.option("--address", help="Shortcut for engine.address=... (ray: auto or ray://host:port).")
+@click.option("--workers", type=int, help="Shortcut for engine.workers=N (ray worker actors).")
+@click.option("--gpus-per-worker", type=float, help="Shortcut for engine.gpus_per_worker=G.")
 @click.option("--print-config", is_flag=True, help="Print the merged config and exit.")
 @click.option(
     "--log-file",
@@ -169,6 +183,10 @@ def transcribe(
     overwrite,
     strict,
     save_logprobs,
+    engine,
+    address,
+    workers,
+    gpus_per_worker,
     print_config,
     debug,
 ) -> None:
@@ -192,6 +210,7 @@ def transcribe(
       asrdecode transcribe my_recordings/ --decoder let --out out/let
       asrdecode transcribe syn/manifest.jsonl --model embedded:demo_ctc_bpe --save-logprobs --out out/syn
       asrdecode transcribe out/syn/logprobs --decoder ctc-greedy --out out/syn-redecode
+      asrdecode transcribe my_recordings/ --engine ray --workers 4 --out out/ray
     """
     from asrdecode.config import DEFAULT_SETUP, build_config, config_to_yaml, uses_default_setup
 
@@ -206,6 +225,14 @@ def transcribe(
         items.append("output.save_logprobs=true")
     if boost_file:
         items.append(f"decoder.boost={json.dumps(read_boost_file(boost_file))}")
+    for key, value in (
+        ("engine.type", engine),
+        ("engine.address", address),
+        ("engine.workers", workers),
+        ("engine.gpus_per_worker", gpus_per_worker),
+    ):
+        if value is not None:
+            items.append(f"{key}={value}")
     default_setup = uses_default_setup(config_file, items, input_path)
     cfg = build_config(config_file, items, default_setup=default_setup)
     if print_config:

@@ -83,6 +83,18 @@ class ScoringConfig:
 
 
 @dataclass
+class EngineConfig:
+    """Where the run decodes: in this process (``local``) or in worker actors on Ray (``ray``; the
+    ``asrdecode[ray]`` extra), each loading the model and decoder once and decoding shards."""
+
+    type: str = "local"  # local | ray
+    address: str | None = None  # ray: none starts a local instance; auto or ray://host:port joins one
+    workers: int = 2
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+
+
+@dataclass
 class RunConfig:
     """The whole configuration of `asrdecode transcribe`."""
 
@@ -94,6 +106,7 @@ class RunConfig:
     decoder: dict = field(default_factory=lambda: {"type": "auto"})  # auto: the model's natural decoder
     output: OutputConfig = field(default_factory=OutputConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -271,7 +284,18 @@ def build_config(
         tree["decoder"] = {k: v for k, v in section.items() if k == "type" or k in takes or k in given}
     cfg = dataclass_from_dict(RunConfig, tree)
     cfg.decoder = validate_decoder_section(cfg.decoder)
+    validate_engine(cfg.engine)
     return cfg
+
+
+def validate_engine(engine: EngineConfig) -> None:
+    """One-line ConfigError for an engine section that cannot run."""
+    if engine.type not in ("local", "ray"):
+        raise ConfigError(f"engine.type '{engine.type}' is not one of: local, ray")
+    if engine.workers < 1:
+        raise ConfigError(f"engine.workers must be at least 1, got {engine.workers}")
+    if engine.cpus_per_worker < 0 or engine.gpus_per_worker < 0:
+        raise ConfigError("engine.cpus_per_worker and engine.gpus_per_worker must not be negative")
 
 
 def uses_default_setup(config_file: str | Path | None, overrides: list[str], input_path: Path) -> bool:

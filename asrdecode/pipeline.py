@@ -127,23 +127,30 @@ class Transcriber:
         self.timer = StageTimer(self.device)
         self.stats = RunStats()
         self.boost_oov: set[str] = set()  # boost words the decoder's vocabulary does not have
+        self.workers: list[dict] = []  # engine.type=ray: one summary per worker
 
     # ----------------------------------------------------------------- setup
-    def _setup(self):
+    def _open(self) -> None:
+        """Read the inputs and open the output folder (resuming): what is left to decode."""
         from asrdecode.io.manifests import read_inputs
         from asrdecode.io.writers import OutputWriter
 
-        if self.cfg.threads > 0:
-            torch.set_num_threads(self.cfg.threads)
         self.inputs = read_inputs(self.input_path)
         self.writer = OutputWriter(self.out_dir, overwrite=self.overwrite)
         done = self.writer.done_ids()
         self.todo = [u for u in self.inputs.utterances if u.utt_id not in done]
         self.stats.utterances = len(self.inputs.utterances)
         self.stats.resumed = len(self.inputs.utterances) - len(self.todo)
-        self.logprob_input = self.inputs.kind == "logprobs"
+        self.input_kind = self.inputs.kind
+        self.logprobs_meta = self.inputs.meta
+
+    def _load(self) -> None:
+        """Load the model (none for saved log-probs) and make the decoder."""
+        if self.cfg.threads > 0:
+            torch.set_num_threads(self.cfg.threads)
+        self.logprob_input = self.input_kind == "logprobs"
         if self.logprob_input:
-            meta = self.inputs.meta
+            meta = self.logprobs_meta
             self.model = None
             self.frame_shift = float(meta["frame_shift"])
             self.units = list(meta["units"])
@@ -329,17 +336,28 @@ class Transcriber:
     def run(self) -> dict:
         from asrdecode.audio.batching import plan_batches
 
-        self._setup()
+        self._open()
+        distributed = self.cfg.engine.type == "ray"
+        if not distributed:
+            try:
+                self._load()
+            except BaseException:
+                self.writer.close()
+                raise
         start = time.perf_counter()
         interrupted = False
         try:
-            if self.todo:
+            if self.todo and distributed:
+                from asrdecode.engines.ray import decode_on_ray
+
+                self.workers = decode_on_ray(self, start)
+            elif self.todo:
                 if self.model is not None:
                     self.on_status("warming up")
                     self._warm_up()
-                batches = plan_batches(self.todo, self.cfg.batch.max_seconds, self.cfg.batch.max_utterances)
                 self.on_progress({"total": len(self.todo), "done": 0, "audio_seconds": 0.0, "elapsed": 0.0})
-                for utts in batches:
+                batch = self.cfg.batch
+                for utts in plan_batches(self.todo, batch.max_seconds, batch.max_utterances):
                     self._run_batch(utts, start)
         except KeyboardInterrupt:
             interrupted = True
@@ -460,7 +478,7 @@ class Transcriber:
             "input": str(self.input_path),
             "input_kind": self.inputs.kind,
             "output": str(self.out_dir),
-            "model": self.cfg.model.path if self.model is not None else "(saved log-probs)",
+            "model": self.cfg.model.path if self.input_kind != "logprobs" else "(saved log-probs)",
             "decoder": self.cfg.decoder.get("type"),
             "device": str(self.device),
             "config_hash": self.cfg.digest(),
@@ -480,6 +498,9 @@ class Transcriber:
             "boost_oov": sorted(self.boost_oov),
             "torch": torch.__version__,
         }
+        if self.cfg.engine.type != "local":
+            report["engine"] = self.cfg.engine.type
+            report["workers"] = self.workers
         report.update(self._accuracy())
         report.update(self._lattice_report())
         return report

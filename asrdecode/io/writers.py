@@ -98,15 +98,11 @@ class OutputWriter:
         record has none. ctm=False leaves hyp.ctm alone (it is still rebuilt from transcripts.jsonl
         on resume if it exists). extras: per-utterance fields to add to the record.
         """
-        n = len(utts)
-        if len(results) != n or any(x is not None and len(x) != n for x in (seconds, extras)):
-            raise ValueError("utts, results, seconds and extras must have the same length")
-        records = []
-        for i, (u, r) in enumerate(zip(utts, results, strict=True)):
-            rec = result_record(u, r, extras[i] if extras is not None else None)
-            if seconds is not None and rec.get("duration") is None:
-                rec["duration"] = round(float(seconds[i]), 6)
-            records.append(rec)
+        self.write_records(batch_records(utts, results, seconds, extras), ctm=ctm)
+
+    def write_records(self, records: Sequence[dict], ctm: bool = True) -> None:
+        """Append finished transcript records (`batch_records`) to text, hyp.ctm and
+        transcripts.jsonl, and fsync."""
         self._append(TEXT, [text_line(rec) for rec in records])
         if ctm:
             self._append(CTM, [line for rec in records for line in ctm_lines(rec)])
@@ -136,10 +132,7 @@ class OutputWriter:
 
     def write_error(self, utt: Utterance | str, error: str | BaseException, path: str | None = None) -> None:
         """Append one failed utterance (an Utterance, or an id plus `path`) to errors.jsonl."""
-        if not isinstance(utt, str):
-            path = path or utt.audio_path or utt.logprobs_path
-            utt = utt.utt_id
-        self.write_errors([(utt, path, str(error))])
+        self.write_errors([error_entry(utt, error, path)])
 
     def read_hypotheses(self) -> dict[str, str]:
         """utt_id -> pred_text of every complete line in transcripts.jsonl."""
@@ -291,6 +284,36 @@ class OutputWriter:
 
 # ------------------------------------------------------------------------------------------------
 # Line formats
+
+
+def error_entry(
+    utt: Utterance | str, error: str | BaseException, path: str | None = None
+) -> tuple[str, str | None, str]:
+    """(utt_id, path, message) of a failed utterance (an Utterance, or an id plus `path`)."""
+    if not isinstance(utt, str):
+        path = path or utt.audio_path or utt.logprobs_path
+        utt = utt.utt_id
+    return utt, path, str(error)
+
+
+def batch_records(
+    utts: Sequence[Utterance],
+    results: Sequence[DecodeResult],
+    seconds: Sequence[float] | None = None,
+    extras: Sequence[dict | None] | None = None,
+) -> list[dict]:
+    """The transcripts.jsonl records of one batch (`result_record`), with the decoded audio seconds
+    as `duration` where the input record has none."""
+    n = len(utts)
+    if len(results) != n or any(x is not None and len(x) != n for x in (seconds, extras)):
+        raise ValueError("utts, results, seconds and extras must have the same length")
+    records = []
+    for i, (u, r) in enumerate(zip(utts, results, strict=True)):
+        rec = result_record(u, r, extras[i] if extras is not None else None)
+        if seconds is not None and rec.get("duration") is None:
+            rec["duration"] = round(float(seconds[i]), 6)
+        records.append(rec)
+    return records
 
 
 def result_record(utt: Utterance, result: DecodeResult, extra: dict | None = None) -> dict:

@@ -1,0 +1,1 @@
+"""Where a run decodes besides the calling process: `ray` (worker actors on a Ray cluster)."""

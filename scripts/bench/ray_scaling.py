@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Throughput of `transcribe --engine ray` with 1 and 2 workers against a local run, same input.
+
+    .venv/bin/python scripts/bench/ray_scaling.py                       # demo CTC on data/demo/synthetic x8
+    .venv/bin/python scripts/bench/ray_scaling.py --repeat 2 --model embedded:sphinx-en-us
+
+Every run is `asrdecode transcribe` in a child process into a fresh folder. Printed per run: wall
+seconds of the whole command (process start, Ray start, model loads included), the report's RTFx
+(audio seconds over the decoding wall time, Ray start included, model load excluded for local), and
+the ratio of each RTFx to the local run's. The load average is printed before and after: figures
+from a busy machine mean little. The transcripts of every run are checked against the local run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--manifest", default=str(ROOT / "data/demo/synthetic/manifest.jsonl"))
+    ap.add_argument("--repeat", type=int, default=8, help="each utterance this many times (new ids)")
+    ap.add_argument("--model", default="embedded:demo_ctc_bpe")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process (threads=...)")
+    args = ap.parse_args()
+
+    base = Path(args.manifest).resolve().parent
+    rows = [json.loads(x) for x in Path(args.manifest).read_text().splitlines() if x.strip()]
+    with tempfile.TemporaryDirectory(prefix="ray-bench-") as tmp:
+        manifest = Path(tmp) / "m.jsonl"
+        with manifest.open("w") as f:
+            for r in range(args.repeat):
+                for i, row in enumerate(rows):
+                    row = dict(row, utt_id=f"r{r}-{i:04d}")
+                    row["audio_filepath"] = str((base / row["audio_filepath"]).resolve())
+                    f.write(json.dumps(row) + "\n")
+        runs = [("local", []), ("ray 1 worker", ["--engine", "ray", "--workers", "1"])]
+        runs.append(("ray 2 workers", ["--engine", "ray", "--workers", "2"]))
+        print(f"load average before: {os.getloadavg()}")
+        print(f"{len(rows) * args.repeat} utterances, model {args.model}, threads={args.threads} per process")
+        results, texts = [], {}
+        for name, extra in runs:
+            out = Path(tmp) / name.replace(" ", "-")
+            cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(manifest), "--model", args.model]
+            cmd += ["--out", str(out), f"threads={args.threads}", *extra]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                sys.exit(f"{name} failed:\n{proc.stderr[-2000:]}")
+            report = json.loads((out / "report.json").read_text())
+            texts[name] = (out / "text").read_text()
+            results.append((name, wall, report))
+        local_rtfx = results[0][2]["rtfx"]
+        print(f"{'run':<15} {'wall s':>8} {'RTFx':>8} {'vs local':>9}  per worker RTFx")
+        for name, wall, report in results:
+            per = ", ".join(f"{w['rtfx']:.1f}" for w in report.get("workers", []))
+            print(f"{name:<15} {wall:8.1f} {report['rtfx']:8.1f} {report['rtfx'] / local_rtfx:8.2f}x  {per}")
+        same = all(t == texts["local"] for t in texts.values())
+        print(f"transcripts identical to the local run: {same}")
+        print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
