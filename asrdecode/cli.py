@@ -322,35 +322,77 @@ def transcribe(
 @click.option(
     "--json", "json_out", type=click.Path(path_type=Path), help="Also write the full score report as JSON."
 )
+@click.option(
+    "--compare",
+    "compare_path",
+    type=click.Path(path_type=Path),
+    help="A second run's hypotheses: both are scored, and compared utterance by utterance.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    help="Write the per-utterance WER distribution of the run(s) as a plot (.png or .svg).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def score(ref_path, hyp_path, worst, keep_case, keep_punctuation, per_utt, json_out, debug) -> None:
+def score(
+    ref_path, hyp_path, worst, keep_case, keep_punctuation, per_utt, json_out, compare_path, plot_path, debug
+) -> None:
     """Score hypotheses against references: WER, CER, substitutions/deletions/insertions.
 
     \b
-    Example:
+    Examples:
       asrdecode score --ref data/demo/real/manifest.jsonl --hyp out/real/transcripts.jsonl --worst 3
+      asrdecode score --ref REF --hyp out/a/transcripts.jsonl --compare out/b/transcripts.jsonl --plot wer.png
     """
     from asrdecode.scoring import read_transcripts
     from asrdecode.scoring import score as run_score
 
     refs = read_transcripts(ref_path, field="text")
-    hyps = read_transcripts(hyp_path, field="pred_text")
-    report = run_score(refs, hyps, lowercase=not keep_case, remove_punctuation=not keep_punctuation)
+    runs = {str(hyp_path): read_transcripts(hyp_path, field="pred_text")}
+    if compare_path is not None:
+        runs[str(compare_path)] = read_transcripts(compare_path, field="pred_text")
+    options = {"lowercase": not keep_case, "remove_punctuation": not keep_punctuation}
+    reports = {name: run_score(refs, hyps, **options) for name, hyps in runs.items()}
+    report = reports[str(hyp_path)]
     d = report.to_dict()
-    table = Table(title=f"{hyp_path} vs {ref_path}", show_header=True, title_justify="left")
-    for col in ("WER", "CER", "sub", "del", "ins", "ref words", "utts", "missing hyps"):
+    table = Table(title=f"vs {ref_path}", show_header=True, title_justify="left")
+    for col in ("hypotheses", "WER", "CER", "sub", "del", "ins", "ref words", "utts", "missing hyps"):
         table.add_column(col, justify="right")
-    table.add_row(
-        f"{d['wer'] * 100:.2f}%",
-        f"{d['cer'] * 100:.2f}%",
-        str(d["substitutions"]),
-        str(d["deletions"]),
-        str(d["insertions"]),
-        str(d["ref_words"]),
-        str(d["utterances"]),
-        str(len(d.get("missing", []))),
-    )
+    for name, r in reports.items():
+        rd = r.to_dict()
+        table.add_row(
+            name,
+            f"{rd['wer'] * 100:.2f}%",
+            f"{rd['cer'] * 100:.2f}%",
+            str(rd["substitutions"]),
+            str(rd["deletions"]),
+            str(rd["insertions"]),
+            str(rd["ref_words"]),
+            str(rd["utterances"]),
+            str(len(rd.get("missing", []))),
+        )
     out_console.print(table)
+    per_run = {name: {u["utt_id"]: u for u in r.to_dict()["per_utterance"]} for name, r in reports.items()}
+    if compare_path is not None:
+        a, b = per_run.values()
+        shared = sorted(set(a) & set(b))
+        better = sum(a[u]["wer"] < b[u]["wer"] for u in shared)
+        worse = sum(a[u]["wer"] > b[u]["wer"] for u in shared)
+        out_console.print(
+            f"per utterance ({len(shared)} in both): {hyp_path} lower WER on {better}, "
+            f"{compare_path} lower on {worse}, equal on {len(shared) - better - worse}",
+            highlight=False,
+        )
+    if plot_path is not None:
+        from asrdecode.bench.plots import plot_wer_distributions
+
+        plot_wer_distributions(
+            {name: [u["wer"] for u in utts.values()] for name, utts in per_run.items()},
+            Path(plot_path),
+            caption=f"references: {ref_path}",
+        )
+        out_console.print(f"plot in {plot_path}")
     if per_utt:
         for line in d["per_utterance"]:
             out_console.print(
@@ -444,6 +486,59 @@ def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
             value = meta[key]
             table.add_row(key, value if isinstance(value, str) else json.dumps(value))
     out_console.print(table)
+
+
+@main.group(cls=_Group)
+def bench() -> None:
+    """Benchmarks: decoders against their peers on the same audio."""
+
+
+@bench.command("sweep")
+@click.option(
+    "--setup",
+    "setup_name",
+    type=click.Choice(["real", "demo"]),
+    default="real",
+    show_default=True,
+    help="real: the sphinx model's decoders vs pocketsphinx; demo: the demo neural models' decoders.",
+)
+@click.option("--manifest", type=click.Path(path_type=Path), help="Another set (default: the setup's).")
+@click.option("--systems", help="Comma-separated system names to run (default: all of the setup).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Default: out/bench/sweep-SETUP.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def bench_sweep(
+    setup_name: str, manifest: Path | None, systems: str | None, out_dir: Path | None, debug: bool
+) -> None:
+    """WER against RTFx for every decoder of a setup and its peer, one point per beam.
+
+    Writes sweep.json (every point, per-utterance hypotheses), sweep.md (a table) and sweep.png /
+    sweep.svg (WER vs RTFx, log scale, the set, machine, date and load in the caption). Run it on a
+    quiet machine: the load average is recorded.
+
+    \b
+    Example:
+      asrdecode bench sweep --setup real --out out/bench/real
+    """
+    from asrdecode.bench.sweep import SETUPS, sweep
+
+    setup = SETUPS[setup_name]
+    names = [s.strip() for s in systems.split(",")] if systems else None
+    out_dir = out_dir or Path("out/bench") / f"sweep-{setup_name}"
+    total = sum(len(s.values) for s in setup.systems if names is None or s.name.split(" (")[0] in names)
+    progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console)  # fmt: skip
+
+    with progress:
+        task = progress.add_task("points", total=total)
+
+        def on_point(p) -> None:
+            progress.console.print(
+                f"{p.system:<40} {p.setting:<14} WER {p.wer * 100:5.1f}%  RTFx {p.rtfx:7.2f}", highlight=False
+            )
+            progress.advance(task)
+
+        sweep(setup, out_dir, manifest, names, on_point)
+    out_console.print(f"results in {out_dir}/ (sweep.json, sweep.md, sweep.png, sweep.svg)")
 
 
 @main.command("convert-graph")

@@ -5,7 +5,7 @@
     .venv/bin/python scripts/diagnose_vs_pocketsphinx.py my_wavs/ --graph GRAPH_DIR decoder.beam=18
 
 No transcripts needed. Each recording is read and resampled to 16 kHz once; the same samples go to
-pocketsphinx 5.1.1's own decoder (`scripts/pocketsphinx_peer.py`: a fresh front end per
+pocketsphinx 5.1.1's own decoder (`asrdecode/bench/peers.py`: a fresh front end per
 utterance; given the LM file the graph was built from, `--lm`; default: the graph's `arpa`) and
 to asrdecode (`--config`, the pocketsphinx en-us HMM + HCLG + `wfst`).
 Then both word sequences, and the reference if the input has one, are force-aligned through the
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from asrdecode.audio.loading import load_audio, resample_batch
+from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.config import build_config
 from asrdecode.decoders import DecoderContext, make_decoder
 from asrdecode.decoders.wfst import WfstDecoder
@@ -46,9 +47,6 @@ from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.io.manifests import read_inputs
 from asrdecode.models.loading import load_model
 from asrdecode.scoring import score
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pocketsphinx_peer import Pocketsphinx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-3  # cost units: float32 sums over thousands of frames

@@ -13,7 +13,7 @@ pocketsphinx with the LM file the graph was built from ("same LM": the exported 
 72.5k words, entropy-pruned; `configs/graph/sphinx-en-us.yaml`) and with its own full en-us.lm.bin
 ("its own LM": 72.5k / 2.05M / 1.67M n-grams), each through its Python API with its defaults
 otherwise, one thread, its front end re-initialised before each utterance
-(scripts/pocketsphinx_peer.py: otherwise its noise estimate carries over from the previous file).
+(asrdecode/bench/peers.py: otherwise its noise estimate carries over from the previous file).
 asrdecode runs `asrdecode transcribe` with `configs/sphinx-en-us.yaml`, twice: with one thread
 everywhere (`threads=1 model.threads=1 decoder.threads=1`, like for like with pocketsphinx) and
 with senone scoring and the search on all cores (`model.threads=0 decoder.threads=0`: Python
@@ -43,10 +43,8 @@ from pathlib import Path
 
 import soundfile
 
+from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.scoring import score
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pocketsphinx_peer import Pocketsphinx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +59,7 @@ def read_manifest(path: Path) -> list[dict]:
 
 def run_pocketsphinx(rows: list[dict], lm: Path | None) -> dict:
     """pocketsphinx's own decoder (`lm` None = its default LM), one utterance at a time, from a
-    fresh front end per utterance (scripts/pocketsphinx_peer.py)."""
+    fresh front end per utterance (asrdecode/bench/peers.py)."""
     peer = Pocketsphinx(lm)
     hyps, seconds, audio = {}, 0.0, 0.0
     for row in rows:

@@ -1,4 +1,4 @@
-"""pocketsphinx 5.1.1's own decoder as the peer of the real-speech scripts (diagnose, eval).
+"""Peers that decode the same audio: pocketsphinx 5.1.1's own decoder with its en-us model.
 
 One `Decoder` (its en-us model; `lm` = an ARPA file, plain or gzip, or None for its own
 en-us.lm.bin) decodes each utterance from a fresh front end: ``reinit_feat()`` before every
@@ -24,15 +24,17 @@ def is_filler(word: str) -> bool:
 
 
 class Pocketsphinx:
-    """pocketsphinx with its en-us acoustic model and dictionary; `lm` None = its default LM."""
+    """pocketsphinx with its en-us acoustic model and dictionary; `lm` None = its default LM;
+    `options`: other pocketsphinx settings (``beam``, ``wbeam``, ``pbeam``, ...)."""
 
-    def __init__(self, lm: Path | None = None, fresh_front_end: bool = True):
+    def __init__(self, lm: Path | None = None, fresh_front_end: bool = True, **options: object) -> None:
         from pocketsphinx import Decoder
 
         self.fresh_front_end = fresh_front_end
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as scratch:
-            options = {"lm": str(plain_arpa(lm, Path(scratch)))} if lm else {}
+            if lm:
+                options["lm"] = str(plain_arpa(lm, Path(scratch)))
             self.decoder = Decoder(loglevel="FATAL", **options)
         self.load_seconds = time.perf_counter() - t0
 
@@ -60,3 +62,17 @@ def plain_arpa(path: Path, scratch: Path) -> Path:
     with gzip.open(path, "rb") as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst)
     return out
+
+
+def pcm16(path: str | Path, offset: float = 0.0, duration: float | None = None) -> np.ndarray:
+    """An audio file (or a span of it) as 16 kHz mono int16 samples, the way pocketsphinx wants it."""
+    from asrdecode.audio.loading import load_audio
+    from asrdecode.io.manifests import Utterance
+
+    wave, rate = load_audio(Utterance("x", str(path), offset=offset, duration=duration))
+    if rate != 16000:
+        import torch
+        import torchaudio.functional as F
+
+        wave = F.resample(torch.from_numpy(np.ascontiguousarray(wave)), rate, 16000).numpy()
+    return np.clip(np.rint(wave * 32768.0), -32768, 32767).astype(np.int16)

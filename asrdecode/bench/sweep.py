@@ -1,0 +1,234 @@
+"""WER against speed for every decoder of a setup and its peer, one point per beam: the trade-off
+curves of paper 001 (fig. 4-5) and paper 000 (fig. 3), as JSON, a markdown table and a plot.
+
+A setup names a test set, the asrdecode systems to run (a config plus the key swept) and the peer.
+Every point transcribes the whole set through the normal pipeline (`pipeline.Transcriber`, model
+loaded before the clock starts). Its RTFx is the report's: audio seconds over the wall time of
+reading, features, acoustic model and search. The pocketsphinx peer is timed the same way, over
+its front end, scoring and search per utterance (`start_utt` .. `end_utt`). WER is pooled over the
+set; per-utterance hypotheses are kept in the JSON for `asrdecode score`. Nothing is tuned here:
+the settings are fixed before the sweep, and the set says whether it was used for tuning anywhere.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from asrdecode.bench.plots import plot_sweep
+from asrdecode.errors import ConfigError
+
+
+@dataclass
+class System:
+    """One line of the plot: asrdecode with `overrides`, or a peer, at each value of `key`."""
+
+    name: str
+    key: str
+    values: list
+    overrides: list[str] = field(default_factory=list)
+    peer: str | None = None  # "pocketsphinx": its own decoder, `values` are its beams
+
+
+@dataclass
+class Setup:
+    name: str
+    manifest: str
+    note: str  # which set, and whether it was used for tuning anywhere
+    systems: list[System]
+
+
+REAL = Setup(
+    name="real",
+    manifest="data/real/test/manifest.jsonl",
+    note="data/real/test: 17 recordings, held out (never used for tuning)",
+    systems=[
+        System("asrdecode wfst-otf (default)", "decoder.beam", [9.0, 11.0, 13.0, 15.0]),
+        System("asrdecode let", "decoder.beam", [9.0, 11.0, 13.0, 15.0], ["decoder.type=let"]),
+        System(
+            "asrdecode wfst (small graph only)",
+            "decoder.beam",
+            [9.0, 11.0, 13.0, 15.0],
+            ["decoder.type=wfst"],
+        ),
+        # pocketsphinx's -beam (and -pbeam); -wbeam follows at the same ratio as its defaults (1e-48, 7e-29)
+        System(
+            "pocketsphinx 5.1.1 (its en-us.lm.bin)",
+            "beam",
+            [1e-20, 1e-30, 1e-40, 1e-48, 1e-60],
+            peer="pocketsphinx",
+        ),
+    ],
+)
+
+DEMO = Setup(
+    name="demo",
+    manifest="data/demo/synthetic/manifest.jsonl",
+    note="data/demo/synthetic: 30 synthetic sentences held out from the demo models' training",
+    systems=[
+        System(
+            "ctc-greedy",
+            "decoder.blank_penalty",
+            [0.0],
+            ["model.path=embedded:demo_ctc_bpe", "decoder.type=ctc-greedy"],
+        ),
+        System(
+            "wfst compiled (demo TLG)",
+            "decoder.beam",
+            [8.0, 12.0, 16.0],
+            [
+                "--config=configs/wfst.yaml",
+                "decoder.graph=cache:configs/graph/demo-ctc-bpe-tlg.yaml",
+                "decoder.backend=compiled",
+            ],
+        ),
+        System(
+            "wfst torch (demo TLG)",
+            "decoder.beam",
+            [8.0, 12.0, 16.0],
+            [
+                "--config=configs/wfst.yaml",
+                "decoder.graph=cache:configs/graph/demo-ctc-bpe-tlg.yaml",
+                "decoder.backend=torch",
+            ],
+        ),
+        System(
+            "transducer-greedy",
+            "decoder.max_symbols",
+            [10],
+            ["model.path=embedded:demo_rnnt_bpe", "decoder.type=transducer-greedy"],
+        ),
+        System("transducer-beam", "decoder.beam_size", [2, 4, 8], ["--config=configs/transducer-beam.yaml"]),
+    ],
+)
+
+SETUPS = {s.name: s for s in (REAL, DEMO)}
+# pocketsphinx's default -wbeam 7e-29 is its default -beam 1e-48 to this power; swept beams keep it
+WBEAM_EXPONENT = math.log(7e-29) / math.log(1e-48)
+
+
+@dataclass
+class Point:
+    system: str
+    setting: str
+    wer: float
+    rtfx: float
+    audio_seconds: float
+    seconds: float
+    hyps: dict[str, str]
+
+
+def read_set(manifest: Path) -> tuple[list, dict[str, str]]:
+    from asrdecode.io.manifests import read_inputs
+
+    utts = read_inputs(manifest).utterances
+    return utts, {u.utt_id: u.text for u in utts if u.text is not None}
+
+
+def run_asrdecode(system: System, value, manifest: Path, out: Path) -> Point:
+    from asrdecode.config import build_config, uses_default_setup
+    from asrdecode.pipeline import Transcriber
+
+    config = next((o.split("=", 1)[1] for o in system.overrides if o.startswith("--config=")), None)
+    items = [o for o in system.overrides if not o.startswith("--config=")] + [f"{system.key}={value}"]
+    cfg = build_config(config, items, default_setup=uses_default_setup(config, items, manifest))
+    report = Transcriber(cfg, manifest, out, overwrite=True).run()
+    hyps = {
+        r["utt_id"]: r["pred_text"]
+        for r in map(json.loads, (out / "transcripts.jsonl").read_text().splitlines())
+    }
+    if report["wer"] is None:
+        raise ConfigError(f"{manifest}: no references to score")
+    return Point(system.name, f"{system.key.split('.')[-1]}={value}", report["wer"], report["rtfx"],
+                 report["audio_hours_this_run"] * 3600, report["wall_seconds"], hyps)  # fmt: skip
+
+
+def run_pocketsphinx(system: System, beam: float, manifest: Path) -> Point:
+    from asrdecode.bench.peers import Pocketsphinx, pcm16
+    from asrdecode.scoring import score
+
+    utts, refs = read_set(manifest)
+    peer = Pocketsphinx(beam=beam, pbeam=beam, wbeam=beam**WBEAM_EXPONENT)
+    hyps, seconds, audio = {}, 0.0, 0.0
+    for u in utts:
+        pcm = pcm16(u.audio_path, u.offset, u.duration)
+        words, spent = peer.words(pcm)
+        hyps[u.utt_id] = " ".join(words)
+        seconds += spent
+        audio += len(pcm) / 16000
+    wer = score(refs, {k: v for k, v in hyps.items() if k in refs}).wer
+    return Point(system.name, f"beam={beam:g}", wer, audio / seconds, audio, seconds, hyps)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def sweep(
+    setup: Setup,
+    out: Path,
+    manifest: Path | None = None,
+    systems: list[str] | None = None,
+    on_point: Callable[[Point], None] | None = None,
+) -> dict:
+    """Run every point of `setup` (or of the `systems` named) and write out/sweep.json, sweep.md,
+    sweep.png and sweep.svg; returns the JSON."""
+    manifest = Path(manifest or setup.manifest)
+    chosen = [
+        s for s in setup.systems if systems is None or s.name in systems or s.name.split(" (")[0] in systems
+    ]
+    if not chosen:
+        raise ConfigError(f"no system of setup {setup.name!r} matches {systems}")
+    out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    points = []
+    for system in chosen:
+        for value in system.values:
+            if system.peer == "pocketsphinx":
+                point = run_pocketsphinx(system, value, manifest)
+            else:
+                folder = out / "runs" / f"{system.name.split(' (')[0].replace(' ', '-')}-{value}"
+                point = run_asrdecode(system, value, manifest, folder)
+            points.append(point)
+            if on_point is not None:
+                on_point(point)
+    result = {
+        "setup": setup.name,
+        "manifest": str(manifest),
+        "note": setup.note if manifest == Path(setup.manifest) else f"{manifest} (given on the command line)",
+        "machine": machine(),
+        "date": datetime.date.today().isoformat(),
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+        "points": [asdict(p) for p in points],
+    }
+    (out / "sweep.json").write_text(json.dumps(result, indent=1))
+    (out / "sweep.md").write_text(markdown_table(result))
+    plot_sweep(result, out / "sweep")
+    return result
+
+
+def markdown_table(result: dict) -> str:
+    lines = [
+        f"WER and RTFx per setting on {result['note']}; {result['machine']}, {result['date']}, load average "
+        f"{result['load_average']['before'][0]:.2f} before / {result['load_average']['after'][0]:.2f} after.",
+        "",
+        "| system | setting | WER | RTFx |",
+        "|---|---|---:|---:|",
+    ]
+    for p in result["points"]:
+        lines.append(f"| {p['system']} | {p['setting']} | {p['wer'] * 100:.1f}% | {p['rtfx']:.2f} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,88 @@
+"""`asrdecode bench sweep` and `asrdecode score --compare --plot`: every point scored like
+`asrdecode score` would, the files written, the pocketsphinx peer at its defaults when the swept
+beam is its default."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from asrdecode.bench.sweep import Setup, System, sweep
+from asrdecode.scoring import read_transcripts, score
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sweep_writes_points_table_and_plots(three_clips, tmp_path):
+    setup = Setup(
+        "tiny",
+        str(three_clips),
+        "three clips of data/demo/real",
+        [
+            System(
+                "ctc-greedy",
+                "decoder.blank_penalty",
+                [0.0, 2.0],
+                ["model.path=embedded:demo_ctc_bpe", "decoder.type=ctc-greedy"],
+            ),
+            System("pocketsphinx", "beam", [1e-48], peer="pocketsphinx"),
+        ],
+    )
+    result = sweep(setup, tmp_path / "out")
+    points = result["points"]
+    assert [(p["system"], p["setting"]) for p in points] == [
+        ("ctc-greedy", "blank_penalty=0.0"),
+        ("ctc-greedy", "blank_penalty=2.0"),
+        ("pocketsphinx", "beam=1e-48"),
+    ]
+    refs = read_transcripts(three_clips, field="text")
+    for p in points:
+        assert p["rtfx"] > 0 and p["audio_seconds"] > 0 and set(p["hyps"]) == set(refs)
+        assert p["wer"] == pytest.approx(score(refs, p["hyps"]).wer)
+    table = (tmp_path / "out/sweep.md").read_text()
+    assert table.count("\n| ") == 4 and "three clips of data/demo/real" in table
+    for suffix in ("png", "svg", "json"):
+        assert (tmp_path / f"out/sweep.{suffix}").stat().st_size > 1000
+    assert result["machine"] and len(result["load_average"]["before"]) == 3
+
+
+def test_pocketsphinx_point_at_its_default_beams_is_its_default_decoder(three_clips):
+    """The swept -beam 1e-48 with -wbeam derived from it are pocketsphinx's defaults: same words."""
+    from asrdecode.bench.peers import Pocketsphinx, pcm16
+    from asrdecode.bench.sweep import run_pocketsphinx
+    from asrdecode.io.manifests import read_inputs
+
+    point = run_pocketsphinx(System("ps", "beam", [1e-48], peer="pocketsphinx"), 1e-48, three_clips)
+    default = Pocketsphinx()
+    for u in read_inputs(three_clips).utterances:
+        assert point.hyps[u.utt_id] == " ".join(default.words(pcm16(u.audio_path))[0])
+
+
+def test_cli_sweep_and_score_plot(three_clips, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def cli(*args):
+        proc = subprocess.run(
+            [sys.executable, "-m", "asrdecode.cli", *args], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    cli("bench", "sweep", "--setup", "demo", "--systems", "ctc-greedy", "--manifest", str(three_clips),
+        "--out", str(tmp_path / "sweep"))  # fmt: skip
+    (point,) = json.loads((tmp_path / "sweep/sweep.json").read_text())["points"]
+    assert point["system"] == "ctc-greedy" and (tmp_path / "sweep/sweep.png").exists()
+    a = tmp_path / "a.jsonl"
+    b = tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps({"utt_id": u, "pred_text": t}) + "\n" for u, t in point["hyps"].items()))
+    refs = read_transcripts(three_clips, field="text")
+    b.write_text("".join(json.dumps({"utt_id": u, "pred_text": t}) + "\n" for u, t in refs.items()))
+    out = cli("score", "--ref", str(three_clips), "--hyp", str(a), "--compare", str(b),
+              "--plot", str(tmp_path / "wer.png"), "--worst", "0")  # fmt: skip
+    assert "0.00%" in out and "per utterance (3 in both)" in out
+    assert f"{b} lower on" in " ".join(out.split()) and (tmp_path / "wer.png").stat().st_size > 1000
