@@ -17,9 +17,12 @@ import json
 import math
 import os
 import platform
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from asrdecode.bench.plots import plot_sweep
 from asrdecode.errors import ConfigError
@@ -33,7 +36,7 @@ class System:
     key: str
     values: list
     overrides: list[str] = field(default_factory=list)
-    peer: str | None = None  # "pocketsphinx": its own decoder, `values` are its beams
+    peer: str | None = None  # "pocketsphinx" / "kaldi": the peer's decoder, `values` its beams
 
 
 @dataclass
@@ -67,6 +70,7 @@ REAL = Setup(
     ],
 )
 
+DEMO_TLG = "cache:configs/graph/demo-ctc-bpe-tlg.yaml"
 DEMO = Setup(
     name="demo",
     manifest="data/demo/synthetic/manifest.jsonl",
@@ -84,7 +88,7 @@ DEMO = Setup(
             [8.0, 12.0, 16.0],
             [
                 "--config=configs/wfst.yaml",
-                "decoder.graph=cache:configs/graph/demo-ctc-bpe-tlg.yaml",
+                f"decoder.graph={DEMO_TLG}",
                 "decoder.backend=compiled",
             ],
         ),
@@ -94,7 +98,7 @@ DEMO = Setup(
             [8.0, 12.0, 16.0],
             [
                 "--config=configs/wfst.yaml",
-                "decoder.graph=cache:configs/graph/demo-ctc-bpe-tlg.yaml",
+                f"decoder.graph={DEMO_TLG}",
                 "decoder.backend=torch",
             ],
         ),
@@ -105,6 +109,14 @@ DEMO = Setup(
             ["model.path=embedded:demo_rnnt_bpe", "decoder.type=transducer-greedy"],
         ),
         System("transducer-beam", "decoder.beam_size", [2, 4, 8], ["--config=configs/transducer-beam.yaml"]),
+        # kaldi-decoder's FasterDecoder on the same TLG and the same log-probs (max_active 10000, min 200)
+        System(
+            "kaldi-decoder FasterDecoder (demo TLG)",
+            "beam",
+            [8.0, 12.0, 16.0],
+            [f"decoder.graph={DEMO_TLG}"],
+            peer="kaldi",
+        ),  # fmt: skip
     ],
 )
 
@@ -166,6 +178,50 @@ def run_pocketsphinx(system: System, beam: float, manifest: Path) -> Point:
     return Point(system.name, f"beam={beam:g}", wer, audio / seconds, audio, seconds, hyps)
 
 
+def run_kaldi(system: System, beam: float, manifest: Path, out: Path) -> Point:
+    """kaldi-decoder's FasterDecoder (one utterance at a time, as Kaldi's binaries) over the TLG
+    of `system` with the demo CTC model's log-probs. Its time is its search plus the reading,
+    features and model seconds of the asrdecode run that wrote those log-probs (once, in
+    out/runs/peer-logprobs), so its RTFx covers the same work as an asrdecode point's."""
+    import kaldi_decoder
+    import kaldifst
+
+    from asrdecode.config import build_config
+    from asrdecode.graph.build import read_symbols
+    from asrdecode.graph.cache import resolve_graph_spec
+    from asrdecode.io.manifests import load_logprobs, read_inputs
+    from asrdecode.pipeline import Transcriber
+    from asrdecode.scoring import score
+
+    front = out / "runs" / "peer-logprobs"
+    if not (front / "report.json").is_file():
+        items = ["model.path=embedded:demo_ctc_bpe", "decoder.type=ctc-greedy", "output.save_logprobs=true"]
+        Transcriber(build_config(None, items), manifest, front, overwrite=True).run()
+    report = json.loads((front / "report.json").read_text())
+    front_seconds = sum(report["stage_seconds"].get(k, 0.0) for k in ("load", "features", "model"))
+    graph_spec = next(o.split("=", 1)[1] for o in system.overrides if o.startswith("decoder.graph="))
+    graph = Path(resolve_graph_spec(graph_spec))
+    fst = kaldifst.StdConstFst.read(str(graph / "TLG.fst"))
+    words = read_symbols(graph / "words.txt")
+    options = kaldi_decoder.FasterDecoderOptions(beam=beam, max_active=10000, min_active=200)
+    inputs = read_inputs(front / "logprobs")
+    refs = {u.utt_id: u.text for u in read_inputs(manifest).utterances if u.text is not None}
+    hyps, seconds = {}, 0.0
+    for u in inputs.utterances:
+        x = np.ascontiguousarray(load_logprobs(u, inputs.logprobs_meta))
+        t0 = time.perf_counter()
+        decoder = kaldi_decoder.FasterDecoder(fst, options)
+        decoder.decode(kaldi_decoder.DecodableCtc(x))
+        ok, best = decoder.get_best_path()
+        seconds += time.perf_counter() - t0
+        labels = kaldifst.get_linear_symbol_sequence(best)[2] if ok else []
+        hyps[u.utt_id] = " ".join(words[o] for o in labels if o)
+    audio = report["audio_hours_this_run"] * 3600
+    wer = score(refs, {k: v for k, v in hyps.items() if k in refs}).wer
+    total = seconds + front_seconds
+    return Point(system.name, f"beam={beam:g}", wer, audio / total, audio, total, hyps)
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -200,6 +256,8 @@ def sweep(
         for value in system.values:
             if system.peer == "pocketsphinx":
                 point = run_pocketsphinx(system, value, manifest)
+            elif system.peer == "kaldi":
+                point = run_kaldi(system, value, manifest, out)
             else:
                 folder = out / "runs" / f"{system.name.split(' (')[0].replace(' ', '-')}-{value}"
                 point = run_asrdecode(system, value, manifest, folder)

@@ -15,6 +15,7 @@ that cannot be loaded ends the run with that one-line error.
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import time
@@ -77,6 +78,7 @@ class ShardWorker:
         from asrdecode.pipeline import Transcriber
 
         self.problem: AsrDecodeError | None = None
+        cfg = threads_within(cfg, max(1, int(cfg.engine.cpus_per_worker)))
         self.transcriber = Transcriber(cfg, "", out_dir)
         self.transcriber.input_kind = input_kind
         self.transcriber.logprobs_meta = logprobs_meta
@@ -117,6 +119,23 @@ class ShardWorker:
 
 
 WORKER = ShardWorker  # the actor class (tests put a failing one here)
+
+
+def threads_within(cfg: Any, cpus: int) -> Any:
+    """A copy of `cfg` whose "all cores" thread settings (torch ``threads``, ``model.threads``,
+    ``decoder.threads``: 0) use the worker's `cpus` instead: workers sharing a machine must not
+    each start a thread per core."""
+    cfg = copy.deepcopy(cfg)
+    if cfg.threads == 0:
+        cfg.threads = cpus
+    if cfg.model.threads == 0:
+        cfg.model.threads = cpus
+    from asrdecode.decoders import DECODERS, decoder_options
+
+    kind = cfg.decoder.get("type")
+    if kind in DECODERS and "threads" in decoder_options(kind) and cfg.decoder.get("threads", 0) == 0:
+        cfg.decoder["threads"] = cpus
+    return cfg
 
 
 def make_shards(utts: list[Utterance], count: int) -> list[list[Utterance]]:

@@ -2,7 +2,8 @@
 """Throughput of `transcribe --engine ray` with 1 and 2 workers against a local run, same input.
 
     .venv/bin/python scripts/bench/ray_scaling.py                       # demo CTC on data/demo/synthetic x8
-    .venv/bin/python scripts/bench/ray_scaling.py --repeat 2 --model embedded:sphinx-en-us
+    .venv/bin/python scripts/bench/ray_scaling.py --manifest data/real/dev/manifest.jsonl --repeat 2 \
+        --config embedded:configs/sphinx-en-us-otf.yaml model.threads=1     # the default setup
 
 Every run is `asrdecode transcribe` in a child process into a fresh folder. Printed per run: wall
 seconds of the whole command (process start, Ray start, model loads included), the report's RTFx
@@ -30,6 +31,8 @@ def main() -> None:
     ap.add_argument("--manifest", default=str(ROOT / "data/demo/synthetic/manifest.jsonl"))
     ap.add_argument("--repeat", type=int, default=8, help="each utterance this many times (new ids)")
     ap.add_argument("--model", default="embedded:demo_ctc_bpe")
+    ap.add_argument("--config", help="a run config instead of --model (e.g. the default setup's)")
+    ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. model.threads=1")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (threads=...)")
     args = ap.parse_args()
 
@@ -46,12 +49,16 @@ def main() -> None:
         runs = [("local", []), ("ray 1 worker", ["--engine", "ray", "--workers", "1"])]
         runs.append(("ray 2 workers", ["--engine", "ray", "--workers", "2"]))
         print(f"load average before: {os.getloadavg()}")
-        print(f"{len(rows) * args.repeat} utterances, model {args.model}, threads={args.threads} per process")
+        what = f"config {args.config}" if args.config else f"model {args.model}"
+        print(
+            f"{len(rows) * args.repeat} utterances, {what}, threads={args.threads} per process {args.overrides}"
+        )
         results, texts = [], {}
         for name, extra in runs:
             out = Path(tmp) / name.replace(" ", "-")
-            cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(manifest), "--model", args.model]
-            cmd += ["--out", str(out), f"threads={args.threads}", *extra]
+            cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(manifest)]
+            cmd += ["--config", args.config] if args.config else ["--model", args.model]
+            cmd += ["--out", str(out), f"threads={args.threads}", *args.overrides, *extra]
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             wall = time.perf_counter() - t0

@@ -86,3 +86,18 @@ def test_cli_sweep_and_score_plot(three_clips, tmp_path):
               "--plot", str(tmp_path / "wer.png"), "--worst", "0")  # fmt: skip
     assert "0.00%" in out and "per utterance (3 in both)" in out
     assert f"{b} lower on" in " ".join(out.split()) and (tmp_path / "wer.png").stat().st_size > 1000
+
+
+def test_kaldi_peer_and_wfst_agree_on_the_demo_tlg(three_clips, tmp_path):
+    """The demo setup's kaldi-decoder peer and asrdecode's compiled `wfst` decode the same TLG and
+    the same model: at a beam where pruning decides nothing their words are the same."""
+    from asrdecode.bench.sweep import DEMO
+
+    systems = {s.name.split(" (")[0]: s for s in DEMO.systems}
+    setup = Setup("demo-part", str(three_clips), "three clips", [
+        System("wfst", "decoder.beam", [16.0], systems["wfst compiled"].overrides),
+        System("kaldi", "beam", [16.0], systems["kaldi-decoder FasterDecoder"].overrides, peer="kaldi"),
+    ])  # fmt: skip
+    wfst, kaldi = sweep(setup, tmp_path / "out")["points"]
+    assert kaldi["hyps"] == wfst["hyps"] and any(kaldi["hyps"].values())
+    assert kaldi["rtfx"] > 0
