@@ -39,6 +39,8 @@ class ModelConfig:
     # of att_context_size frames each side, default [128, 128]: memory linear in the input length)
     attention: str = "auto"
     att_context_size: list | None = None
+    # NeMo cache-aware streaming models: offline (whole input) | cache-aware (NeMo's streaming mode)
+    streaming: str = "offline"
     topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture
     threads: int = 0  # sphinx models on CPU: threads scoring chunks of frames in parallel (0 = all cores)
     # sphinx models: a Gaussian counts at most this many nats below the frame's best (per stream), as

@@ -171,6 +171,7 @@ class Transcriber:
                 model_cfg.head,
                 model_cfg.attention,
                 model_cfg.att_context_size,
+                model_cfg.streaming,
             )
             self.model = self.model.to(self.device).eval()
             if self.cfg.features.type not in ("auto",):

@@ -46,6 +46,9 @@ restored with ``ASRModel.restore_from`` and all references are computed from the
 ``quartznet_char`` and ``citrinet_bpe`` — ConvASR encoders in the QuartzNet (char) and Citrinet
 (BPE-128, squeeze-excitation, strided residual blocks) layouts, scaled down.
 
+``--set streaming``: no new model; NeMo's cache-aware streaming simulation of ``rnnt_streaming`` for
+both of its contexts (`streaming_reference`), written to ``reference/rnnt_streaming_stream.npz``.
+
 ``--set attention``: no new model; NeMo's ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the
 shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_reference`).
 """
@@ -728,9 +731,77 @@ def attention_switch_reference(out: Path) -> dict:
     return info
 
 
+STREAMING_CONTEXTS = ([16, 3], [16, 0])
+
+
+@torch.inference_mode()
+def streaming_reference(out: Path) -> dict:
+    """NeMo's cache-aware streaming simulation of ``rnnt_streaming.nemo`` for each of its trained
+    contexts, one utterance of the fixture batch at a time, as NeMo's
+    ``speech_to_text_cache_aware_streaming_infer.py`` runs it: ``CacheAwareStreamingAudioBuffer``
+    (features of the whole utterance, no online normalization, first chunk not padded), then per
+    chunk ``encoder.cache_aware_stream_step`` (the joined encoder outputs) and, in a second pass,
+    ``conformer_stream_step`` with greedy decoding carried across chunks (the tokens and text).
+    Written to ``reference/rnnt_streaming_stream.npz``: ``encoder_out_ctx{i}`` [B, D, T'] with
+    ``encoder_len_ctx{i}``, ``greedy_ctx{i}_tokens`` (-1 padded) and ``greedy_ctx{i}_text``."""
+    from nemo.collections.asr.models import ASRModel
+    from nemo.collections.asr.parts.utils.streaming_utils import CacheAwareStreamingAudioBuffer
+
+    model = ASRModel.restore_from(str(FIX / "rnnt_streaming.nemo"), map_location="cpu").eval()
+    set_greedy(model)
+    audio = audio_batch()
+    arrays: dict[str, np.ndarray] = {}
+
+    def chunks(b: int):
+        buffer = CacheAwareStreamingAudioBuffer(
+            model=model, online_normalization=False, pad_and_drop_preencoded=False
+        )
+        buffer.append_audio(audio["audio"][b, : int(audio["audio_len"][b])].astype(np.float32), stream_id=-1)
+        for step, (chunk, length) in enumerate(iter(buffer)):
+            drop = 0 if step == 0 else model.encoder.streaming_cfg.drop_extra_pre_encoded
+            yield chunk, length, drop, buffer.is_buffer_empty()
+
+    for i, ctx in enumerate(STREAMING_CONTEXTS):
+        model.encoder.set_default_att_context_size(ctx)
+        model.encoder.setup_streaming_params()
+        encoded, tokens, texts = [], [], []
+        for b in range(len(audio["audio_len"])):
+            cache = model.encoder.get_initial_cache_state(batch_size=1)
+            parts = []
+            for chunk, length, drop, last in chunks(b):
+                enc, enc_len, *cache = model.encoder.cache_aware_stream_step(
+                    processed_signal=chunk, processed_signal_length=length, cache_last_channel=cache[0],
+                    cache_last_time=cache[1], cache_last_channel_len=cache[2], keep_all_outputs=last,
+                    drop_extra_pre_encoded=drop,
+                )  # fmt: skip
+                parts.append(enc[0, :, : int(enc_len[0])])
+            encoded.append(torch.cat(parts, dim=-1))
+            cache = model.encoder.get_initial_cache_state(batch_size=1)
+            hyps = pred = None
+            for chunk, length, drop, last in chunks(b):
+                pred, texts_now, *cache, hyps = model.conformer_stream_step(
+                    processed_signal=chunk, processed_signal_length=length, cache_last_channel=cache[0],
+                    cache_last_time=cache[1], cache_last_channel_len=cache[2], keep_all_outputs=last,
+                    previous_hypotheses=hyps, previous_pred_out=pred, drop_extra_pre_encoded=drop,
+                    return_transcription=True,
+                )  # fmt: skip
+            tokens.append(hyps[0].y_sequence.tolist())
+            texts.append(hyps[0].text)
+        t_max = max(e.shape[-1] for e in encoded)
+        arrays[f"encoder_out_ctx{i}"] = np.stack(
+            [np.pad(e.numpy(), ((0, 0), (0, t_max - e.shape[-1]))) for e in encoded]
+        )
+        arrays[f"encoder_len_ctx{i}"] = np.array([e.shape[-1] for e in encoded], dtype=np.int64)
+        arrays[f"greedy_ctx{i}_tokens"] = padded(tokens)
+        arrays[f"greedy_ctx{i}_text"] = np.array(texts)
+    path = out / "reference" / "rnnt_streaming_stream.npz"
+    np.savez_compressed(path, **arrays)
+    return {"sha256": sha256(path), "contexts": STREAMING_CONTEXTS, "versions": versions()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("tiny", "small", "attention", "ctc"), required=True)
+    parser.add_argument("--set", choices=("tiny", "small", "attention", "ctc", "streaming"), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
     args = parser.parse_args(argv)
@@ -743,6 +814,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.set == "attention":
         print(json.dumps(attention_switch_reference(args.out), indent=2))
+        return 0
+    if args.set == "streaming":
+        print(json.dumps(streaming_reference(args.out), indent=2))
         return 0
     names = [n for n, s in SPECS.items() if s["set"] == args.set and (not args.only or n in args.only)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -481,6 +481,52 @@ class ConformerLayer(nn.Module):
         return self.norm_out(x)
 
 
+@dataclass
+class StreamingChunks:
+    """How NeMo's cache-aware streaming cuts features into chunks (its ``setup_streaming_params``
+    for ``chunked_limited`` attention with causal downsampling by ``factor``, right context
+    ``lookahead``): a first chunk of ``1 + factor * lookahead`` features, then chunks of
+    ``factor * (1 + lookahead)``, each after ``factor + 1`` cached features of the one before,
+    whose first ``1 + factor // factor`` subsampled frames are dropped."""
+
+    factor: int
+    lookahead: int
+
+    @classmethod
+    def of(cls, encoder: ConformerEncoder) -> StreamingChunks:
+        cfg = encoder.cfg
+        if not (cfg.causal_downsampling and isinstance(encoder.pre_encode, ConvSubsampling)):
+            raise ModelError(
+                "model.streaming=cache-aware needs a cache-aware streaming model (causal_downsampling)"
+            )
+        if cfg.att_context_style != "chunked_limited":
+            raise ModelError(
+                "model.streaming=cache-aware needs att_context_style chunked_limited, "
+                f"not {cfg.att_context_style}"
+            )
+        return cls(encoder.subsampling_factor, max(int(cfg.context[1]), 0))
+
+    @property
+    def cache(self) -> int:
+        return self.factor + 1
+
+    @property
+    def drop(self) -> int:
+        return 1 + (self.cache - 1) // self.factor
+
+    def chunks(self, n: int) -> list[tuple[int, int, int]]:
+        """(start, end, frames to drop) per chunk of an `n`-frame utterance; start < 0 where the
+        cache reaches before the first frame (those positions are zeros)."""
+        first = 1 + self.factor * self.lookahead
+        size = self.factor * (1 + self.lookahead)
+        out = [(0, min(first, n), 0)] if n > 0 else []
+        pos = first
+        while pos < n and min(pos + size, n) - pos >= self.factor:
+            out.append((pos - self.cache, min(pos + size, n), self.drop))
+            pos += size
+        return out
+
+
 class ConformerEncoder(nn.Module):
     """FastConformer/Conformer encoder: ``[B, F, T]`` + lengths -> ``[B, D, T']`` + lengths."""
 
@@ -595,11 +641,70 @@ class ConformerEncoder(nn.Module):
             allowed = allowed & ctx.unsqueeze(0)
         return ~allowed
 
+    #: ``offline`` (the whole input at once) or ``cache-aware`` (NeMo's cache-aware streaming mode,
+    #: `use_streaming`)
+    streaming = "offline"
+
+    def use_streaming(self, mode: str) -> None:
+        """``cache-aware``: encode as NeMo's cache-aware streaming inference does (its
+        ``CacheAwareStreamingAudioBuffer`` + ``cache_aware_stream_step``, one utterance at a time),
+        for models with causal downsampling and ``chunked_limited`` attention; ``offline``: the
+        whole input at once. In NeMo's streaming mode each chunk of features is subsampled with
+        the last features of the previous chunk in front of it (`StreamingChunks`). The layers'
+        attention and convolution caches then reproduce the offline ``chunked_limited`` layers on
+        the joined subsampled frames, so only the subsampling runs chunk by chunk here
+        (`streaming_pre_encode`)."""
+        if mode not in ("offline", "cache-aware"):
+            raise ModelError(f"model.streaming={mode}: use offline or cache-aware")
+        if mode == "cache-aware":
+            StreamingChunks.of(self)  # one-line error for models that cannot stream
+        self.streaming = mode
+
+    def streaming_pre_encode(
+        self, x: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T, F] features -> ([B, T', D] subsampled frames, lengths) as NeMo's cache-aware
+        streaming produces them per utterance: the first chunk alone, then every chunk after
+        ``cache`` features of the one before (zeros where there are fewer), the first ``drop``
+        outputs of each later chunk dropped, a last chunk shorter than the subsampling factor left
+        out. The chunks of all utterances are subsampled together, `group` at a time."""
+        plan = StreamingChunks.of(self)
+        # NeMo's buffer holds every frame its preprocessor returns: one more than the length, a
+        # frame of zeros (the featurizer's padding value)
+        lengths = lengths + 1
+        x = F.pad(x, (0, 0, 0, max(0, int(lengths.max()) - x.shape[1])))
+        frame = torch.arange(x.shape[1], device=x.device)
+        x = x * (frame.unsqueeze(0) < (lengths - 1).unsqueeze(1)).to(x.dtype).unsqueeze(2)
+        windows: list[torch.Tensor] = []
+        owners: list[tuple[int, int]] = []  # (utterance, frames dropped at the start)
+        for b, n in enumerate(lengths.tolist()):
+            for start, end, drop in plan.chunks(int(n)):
+                lo = max(start, 0)
+                piece = x[b, lo:end]
+                if start < 0:
+                    piece = F.pad(piece, (0, 0, -start, 0))  # NeMo's zeros before a short cache
+                windows.append(piece)
+                owners.append((b, drop))
+        outputs: list[list[torch.Tensor]] = [[] for _ in range(x.shape[0])]
+        group = 256
+        for g in range(0, len(windows), group):
+            part = windows[g : g + group]
+            sizes = torch.tensor([w.shape[0] for w in part], device=x.device)
+            batch = torch.nn.utils.rnn.pad_sequence(part, batch_first=True)
+            out, out_len = self.pre_encode(batch, sizes)
+            for k, (b, drop) in enumerate(owners[g : g + group]):
+                outputs[b].append(out[k, drop : int(out_len[k])])
+        joined = [torch.cat(o) if o else x.new_zeros(0, self.d_model) for o in outputs]
+        new_lengths = torch.tensor([j.shape[0] for j in joined], device=x.device, dtype=torch.int64)
+        return torch.nn.utils.rnn.pad_sequence(joined, batch_first=True), new_lengths
+
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, F, T] features + [B] frame counts -> ([B, D, T'] encodings, [B] int64 lengths)."""
         x = features.transpose(1, 2)
         lengths = lengths.to(device=x.device, dtype=torch.int64)
-        if isinstance(self.pre_encode, ConvSubsampling):
+        if self.streaming == "cache-aware":
+            x, lengths = self.streaming_pre_encode(x, lengths)
+        elif isinstance(self.pre_encode, ConvSubsampling):
             x, lengths = self.pre_encode(x, lengths)
         else:
             x = self.pre_encode(x)

@@ -81,6 +81,7 @@ def load_model(
     head: str = "auto",
     attention: str = "auto",
     att_context_size: list[int] | None = None,
+    streaming: str = "offline",
 ):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
@@ -93,6 +94,8 @@ def load_model(
     -1 = pocketsphinx's, 0 = none). ``head``: which output of a NeMo hybrid RNN-T/TDT + CTC model
     (``auto`` = transducer, ``transducer``, ``ctc``); other models accept ``auto`` or their own head.
     ``attention`` / ``att_context_size``: NeMo encoders' attention (`nemo.switch_attention`).
+    ``streaming``: ``cache-aware`` encodes as NeMo's cache-aware streaming mode does
+    (`ConformerEncoder.use_streaming`), ``offline`` the whole input at once.
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -113,9 +116,12 @@ def load_model(
         if head != "auto" and nemo_kinds[kind] not in ("auto", head):
             raise ModelError(f"model.head={head} contradicts model.type={kind}")
         kind_of_head = head if head != "auto" else nemo_kinds[kind]
-        return load_nemo(path, kind_of_head, attention, att_context_size)
-    if attention != "auto" or att_context_size:
-        raise ModelError(f"model.attention / model.att_context_size: only NeMo models (model.type={kind})")
+        return load_nemo(path, kind_of_head, attention, att_context_size, streaming)
+    if attention != "auto" or att_context_size or streaming != "offline":
+        raise ModelError(
+            "model.attention / model.att_context_size / model.streaming: only NeMo models "
+            f"(model.type={kind})"
+        )
     if head not in ("auto",):
         raise ModelError(f"model.head={head}: only NeMo models have heads to choose (model.type={kind})")
     if kind == "sphinx":

@@ -295,6 +295,7 @@ def load_nemo(
     kind: str = "auto",
     attention: str = "auto",
     att_context_size: list[int] | None = None,
+    streaming: str = "offline",
 ) -> NemoCTCModel | NemoTransducerModel:
     """Load a NeMo model in eval mode.
 
@@ -303,6 +304,7 @@ def load_nemo(
     unless told otherwise), ``"ctc"`` (a CTC model or a hybrid's CTC head) or ``"transducer"`` (an
     RNN-T/TDT model or a hybrid's transducer part).
     ``attention`` / ``att_context_size``: `switch_attention` (e.g. ``local`` for hour-long inputs).
+    ``streaming``: ``cache-aware`` for NeMo's cache-aware streaming mode (`ConformerEncoder.use_streaming`).
     Raises ModelError with a one-line message naming the file and the offending option or member.
     """
     label = str(path)
@@ -338,6 +340,10 @@ def load_nemo(
             raise ModelError(f"invalid model config ({_one_line(err)})") from None
         _fit_state_dict(model, state, hybrid=cls in HYBRID_CLASSES, transducer=kind == "transducer")
         model.heads = ["transducer", "ctc"] if cls in HYBRID_CLASSES else [kind]
+        if streaming != "offline":
+            if not hasattr(model.encoder, "use_streaming"):
+                raise ModelError(f"model.streaming={streaming}: only Conformer encoders stream")
+            model.encoder.use_streaming(streaming)
     except ModelError as err:
         raise ModelError(f"{label}: {err}") from None
     finally:

@@ -51,7 +51,8 @@ def main() -> None:
         print(f"load average before: {os.getloadavg()}")
         what = f"config {args.config}" if args.config else f"model {args.model}"
         print(
-            f"{len(rows) * args.repeat} utterances, {what}, threads={args.threads} per process {args.overrides}"
+            f"{len(rows) * args.repeat} utterances, {what}, threads={args.threads} per process, "
+            f"overrides {args.overrides}"
         )
         results, texts = [], {}
         for name, extra in runs:
