@@ -63,6 +63,7 @@ class RunStats:
     resumed: int = 0
     failed: int = 0
     segmented: int = 0  # inputs longer than batch.segment_seconds, decoded in segments
+    segmented_without_lattice: int = 0  # of those, inputs whose lattice was asked for but not written
     audio_seconds: float = 0.0
     wall_seconds: float = 0.0
 
@@ -435,6 +436,12 @@ class Transcriber:
                 text=utt.text, duration=self._duration(utt),
             )  # fmt: skip
         self.stats.segmented += 1
+        if any(part.lattice is not None for part in parts):
+            self.stats.segmented_without_lattice += 1
+            self.on_status(
+                f"{utt.utt_id}: no lattice written (decoded in segments of batch.segment_seconds="
+                f"{batch.segment_seconds:g}; batch.segment_seconds=0 decodes it whole, with its lattice)"
+            )
         self._write(
             [utt],
             [join_results(parts, [a / rate for a, _ in bounds], self.frame_shift)],
@@ -488,6 +495,7 @@ class Transcriber:
             "resumed": self.stats.resumed,
             "failed": self.stats.failed,
             "segmented": self.stats.segmented,
+            "segmented_without_lattice": self.stats.segmented_without_lattice,
             "interrupted": interrupted,
             "audio_hours_this_run": audio / 3600,
             "wall_seconds": self.stats.wall_seconds,

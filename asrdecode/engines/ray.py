@@ -69,6 +69,7 @@ class ShardResult:
     seconds: float
     stage_seconds: dict[str, float]
     boost_oov: list[str] = field(default_factory=list)
+    segmented_without_lattice: int = 0
 
 
 class ShardWorker:
@@ -115,6 +116,7 @@ class ShardWorker:
             seconds=time.perf_counter() - start,
             stage_seconds=dict(t.timer.seconds),
             boost_oov=sorted(t.boost_oov),
+            segmented_without_lattice=t.stats.segmented_without_lattice,
         )
 
 
@@ -267,6 +269,7 @@ def _write_shard(t: Transcriber, result: ShardResult, start: float) -> None:
     t.stats.decoded += result.decoded
     t.stats.failed += result.failed
     t.stats.segmented += result.segmented
+    t.stats.segmented_without_lattice += result.segmented_without_lattice
     t.stats.audio_seconds += result.audio_seconds
     for name, seconds in result.stage_seconds.items():
         t.timer.seconds[name] = t.timer.seconds.get(name, 0.0) + seconds

@@ -91,3 +91,36 @@ def test_cli_long_file_gives_the_clips_words_at_their_offsets(tmp_path):
     got = [(w["word"], w["start"]) for w in joined["long"]]
     assert [w for w, _ in got] == [w for w, _ in expected]
     assert all(abs(a - b) <= 0.1 for (_, a), (_, b) in zip(got, expected, strict=True))
+
+
+def test_lattice_asked_for_a_segmented_input_is_named(tmp_path):
+    """A lattice cannot be joined across segments: an input decoded in segments gets no lattice, a
+    one-line notice naming it and the setting that decodes it whole, and a count in the report;
+    the short input beside it keeps its lattice."""
+    wave, _ = sf.read(ROOT / "data/demo/real/ps_goforward.wav", dtype="float32")
+    (tmp_path / "in").mkdir()
+    sf.write(tmp_path / "in" / "long.wav", np.concatenate([wave, np.zeros(RATE, np.float32), wave]), RATE)
+    sf.write(tmp_path / "in" / "short.wav", wave[: 2 * RATE], RATE)
+    seconds = len(wave) / RATE + 0.5
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrdecode.cli",
+        "transcribe",
+        str(tmp_path / "in"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    cmd += ["--config", "configs/wfst.yaml", "decoder.graph=cache:configs/graph/demo-ctc-bpe-tlg.yaml"]
+    cmd += ["decoder.lattice=true", f"batch.segment_seconds={seconds:.2f}"]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "long: no lattice written (decoded in segments of batch.segment_seconds=" in " ".join(
+        proc.stderr.split()
+    )
+    report = json.loads((tmp_path / "o/report.json").read_text())
+    assert report["segmented"] == 1 and report["segmented_without_lattice"] == 1
+    archive = (tmp_path / "o/lattices/lat.ark.txt").read_text()
+    assert archive.startswith("short\n") and "\nlong\n" not in archive
