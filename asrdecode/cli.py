@@ -505,9 +505,15 @@ def bench() -> None:
 @click.option("--manifest", type=click.Path(path_type=Path), help="Another set (default: the setup's).")
 @click.option("--systems", help="Comma-separated system names to run (default: all of the setup).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Default: out/bench/sweep-SETUP.")
+@click.option("--nemo-python", help="A Python with NeMo installed: runs the NeMo peers (demo setup).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def bench_sweep(
-    setup_name: str, manifest: Path | None, systems: str | None, out_dir: Path | None, debug: bool
+    setup_name: str,
+    manifest: Path | None,
+    systems: str | None,
+    out_dir: Path | None,
+    nemo_python: str | None,
+    debug: bool,
 ) -> None:
     """WER against RTFx for every decoder of a setup and its peer, one point per beam.
 
@@ -524,7 +530,11 @@ def bench_sweep(
     setup = SETUPS[setup_name]
     names = [s.strip() for s in systems.split(",")] if systems else None
     out_dir = out_dir or Path("out/bench") / f"sweep-{setup_name}"
-    total = sum(len(s.values) for s in setup.systems if names is None or s.name.split(" (")[0] in names)
+    total = sum(
+        len(s.values)
+        for s in setup.systems
+        if (names is None or s.name.split(" (")[0] in names) and (s.peer != "nemo" or nemo_python)
+    )
     progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console)  # fmt: skip
 
@@ -537,7 +547,7 @@ def bench_sweep(
             )
             progress.advance(task)
 
-        sweep(setup, out_dir, manifest, names, on_point)
+        sweep(setup, out_dir, manifest, names, on_point, nemo_python)
     out_console.print(f"results in {out_dir}/ (sweep.json, sweep.md, sweep.png, sweep.svg)")
 
 

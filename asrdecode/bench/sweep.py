@@ -12,15 +12,18 @@ the settings are fixed before the sweep, and the set says whether it was used fo
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -116,7 +119,20 @@ DEMO = Setup(
             [8.0, 12.0, 16.0],
             [f"decoder.graph={DEMO_TLG}"],
             peer="kaldi",
-        ),  # fmt: skip
+        ),
+        # flashlight-text's LexiconDecoder + KenLM on the demo LM (the LM the demo TLG is built from)
+        System(
+            "flashlight-text LexiconDecoder (demo LM)",
+            "beam_size",
+            [16, 64, 256],
+            ["arpa=data/demo/graph/lm.arpa"],
+            peer="flashlight",
+        ),
+        # NeMo's own transcribe() with the demo RNN-T, run by --nemo-python (skipped without it)
+        System("NeMo greedy_batch (demo RNN-T)", "max_symbols", [10], ["strategy=greedy_batch"], peer="nemo"),
+        System(
+            "NeMo malsd_batch (demo RNN-T)", "beam_size", [2, 4, 8], ["strategy=malsd_batch"], peer="nemo"
+        ),
     ],
 )
 
@@ -178,37 +194,80 @@ def run_pocketsphinx(system: System, beam: float, manifest: Path) -> Point:
     return Point(system.name, f"beam={beam:g}", wer, audio / seconds, audio, seconds, hyps)
 
 
+@dataclass
+class PeerInput:
+    """The demo CTC model's log-probs of a set, written once by an asrdecode run for the peers that
+    decode log-probs, with that run's reading + features + model seconds (a peer's RTFx adds
+    them to its search seconds, so it covers the same work as an asrdecode point)."""
+
+    utterances: list
+    meta: Any
+    refs: dict[str, str]
+    front_seconds: float
+    audio_seconds: float
+
+    @classmethod
+    def of(cls, manifest: Path, out: Path) -> PeerInput:
+        from asrdecode.config import build_config
+        from asrdecode.io.manifests import read_inputs
+        from asrdecode.pipeline import Transcriber
+
+        front = out / "runs" / "peer-logprobs"
+        if not (front / "report.json").is_file():
+            items = [
+                "model.path=embedded:demo_ctc_bpe",
+                "decoder.type=ctc-greedy",
+                "output.save_logprobs=true",
+            ]
+            Transcriber(build_config(None, items), manifest, front, overwrite=True).run()
+        report = json.loads((front / "report.json").read_text())
+        inputs = read_inputs(front / "logprobs")
+        refs = {u.utt_id: u.text for u in read_inputs(manifest).utterances if u.text is not None}
+        front_seconds = sum(report["stage_seconds"].get(k, 0.0) for k in ("load", "features", "model"))
+        return cls(
+            inputs.utterances,
+            inputs.logprobs_meta,
+            refs,
+            front_seconds,
+            report["audio_hours_this_run"] * 3600,
+        )
+
+    def log_probs(self, utt) -> np.ndarray:
+        from asrdecode.io.manifests import load_logprobs
+
+        return np.ascontiguousarray(load_logprobs(utt, self.meta))
+
+    def point(self, system: System, setting: str, hyps: dict[str, str], seconds: float) -> Point:
+        from asrdecode.scoring import score
+
+        wer = score(self.refs, {k: v for k, v in hyps.items() if k in self.refs}).wer
+        total = seconds + self.front_seconds
+        return Point(system.name, setting, wer, self.audio_seconds / total, self.audio_seconds, total, hyps)
+
+
+def _graph_folder(system: System) -> Path:
+    from asrdecode.graph.cache import resolve_graph_spec
+
+    spec = next(o.split("=", 1)[1] for o in system.overrides if o.startswith("decoder.graph="))
+    return Path(resolve_graph_spec(spec))
+
+
 def run_kaldi(system: System, beam: float, manifest: Path, out: Path) -> Point:
-    """kaldi-decoder's FasterDecoder (one utterance at a time, as Kaldi's binaries) over the TLG
-    of `system` with the demo CTC model's log-probs. Its time is its search plus the reading,
-    features and model seconds of the asrdecode run that wrote those log-probs (once, in
-    out/runs/peer-logprobs), so its RTFx covers the same work as an asrdecode point's."""
+    """kaldi-decoder's FasterDecoder (one utterance at a time, as Kaldi's binaries) over the TLG of
+    `system` with the demo CTC model's log-probs (`PeerInput`)."""
     import kaldi_decoder
     import kaldifst
 
-    from asrdecode.config import build_config
     from asrdecode.graph.build import read_symbols
-    from asrdecode.graph.cache import resolve_graph_spec
-    from asrdecode.io.manifests import load_logprobs, read_inputs
-    from asrdecode.pipeline import Transcriber
-    from asrdecode.scoring import score
 
-    front = out / "runs" / "peer-logprobs"
-    if not (front / "report.json").is_file():
-        items = ["model.path=embedded:demo_ctc_bpe", "decoder.type=ctc-greedy", "output.save_logprobs=true"]
-        Transcriber(build_config(None, items), manifest, front, overwrite=True).run()
-    report = json.loads((front / "report.json").read_text())
-    front_seconds = sum(report["stage_seconds"].get(k, 0.0) for k in ("load", "features", "model"))
-    graph_spec = next(o.split("=", 1)[1] for o in system.overrides if o.startswith("decoder.graph="))
-    graph = Path(resolve_graph_spec(graph_spec))
+    data = PeerInput.of(manifest, out)
+    graph = _graph_folder(system)
     fst = kaldifst.StdConstFst.read(str(graph / "TLG.fst"))
     words = read_symbols(graph / "words.txt")
     options = kaldi_decoder.FasterDecoderOptions(beam=beam, max_active=10000, min_active=200)
-    inputs = read_inputs(front / "logprobs")
-    refs = {u.utt_id: u.text for u in read_inputs(manifest).utterances if u.text is not None}
     hyps, seconds = {}, 0.0
-    for u in inputs.utterances:
-        x = np.ascontiguousarray(load_logprobs(u, inputs.logprobs_meta))
+    for u in data.utterances:
+        x = data.log_probs(u)
         t0 = time.perf_counter()
         decoder = kaldi_decoder.FasterDecoder(fst, options)
         decoder.decode(kaldi_decoder.DecodableCtc(x))
@@ -216,10 +275,131 @@ def run_kaldi(system: System, beam: float, manifest: Path, out: Path) -> Point:
         seconds += time.perf_counter() - t0
         labels = kaldifst.get_linear_symbol_sequence(best)[2] if ok else []
         hyps[u.utt_id] = " ".join(words[o] for o in labels if o)
-    audio = report["audio_hours_this_run"] * 3600
+    return data.point(system, f"beam={beam:g}", hyps, seconds)
+
+
+def run_flashlight(system: System, beam_size: int, manifest: Path, out: Path) -> Point:
+    """flashlight-text's LexiconDecoder (paper 001's CPU baseline) with KenLM on the demo LM and a
+    lexicon of the LM's words spelled by the demo model's tokenizer, on the same log-probs as the
+    kaldi peer (`PeerInput`): LM weight ln 10 (ARPA log10 to natural log, as the TLG), no word
+    score, ``beam_threshold`` 25, the model's ``▁`` piece as its silence token."""
+    from flashlight.lib.text.decoder import (
+        CriterionType,
+        KenLM,
+        LexiconDecoder,
+        LexiconDecoderOptions,
+        SmearingMode,
+        Trie,
+    )
+    from flashlight.lib.text.dictionary import Dictionary, create_word_dict
+
+    from asrdecode.models.loading import load_model
+    from asrdecode.models.loading import resolve_packaged_path as resolve
+
+    data = PeerInput.of(manifest, out)
+    model = load_model("embedded:demo_ctc_bpe")
+    arpa = str(resolve(next(o.split("=", 1)[1] for o in system.overrides if o.startswith("arpa="))))
+    tokens = Dictionary()
+    for unit in [*model.units, "<blank>"]:
+        tokens.add_entry(unit)
+    blank, silence = tokens.get_index("<blank>"), tokens.get_index("▁")
+    lexicon = {w: [[model.units[i] for i in model.tokenizer.encode(w)]] for w in _arpa_words(Path(arpa))}
+    word_dict = create_word_dict({**lexicon, "<unk>": []})
+    with _quiet_native_output():  # KenLM prints a progress bar while reading
+        lm = KenLM(arpa, word_dict)
+    trie = Trie(tokens.index_size(), silence)
+    start = lm.start(False)
+    for word, spellings in lexicon.items():
+        index = word_dict.get_index(word)
+        _, lm_score = lm.score(start, index)
+        for spelling in spellings:
+            trie.insert([tokens.get_index(t) for t in spelling], index, lm_score)
+    trie.smear(SmearingMode.MAX)
+    options = LexiconDecoderOptions(
+        beam_size=int(beam_size), beam_size_token=tokens.index_size(), beam_threshold=25.0,
+        lm_weight=math.log(10.0), word_score=0.0, unk_score=-math.inf, sil_score=0.0, log_add=False,
+        criterion_type=CriterionType.CTC,
+    )  # fmt: skip
+    decoder = LexiconDecoder(options, trie, lm, silence, blank, word_dict.get_index("<unk>"), [], False)
+    hyps, seconds = {}, 0.0
+    for u in data.utterances:
+        x = data.log_probs(u)
+        t0 = time.perf_counter()
+        results = decoder.decode(x.ctypes.data, x.shape[0], x.shape[1])
+        seconds += time.perf_counter() - t0
+        best = results[0].words if results else []
+        hyps[u.utt_id] = " ".join(word_dict.get_entry(i) for i in best if i >= 0)
+    return data.point(system, f"beam_size={beam_size}", hyps, seconds)
+
+
+@contextlib.contextmanager
+def _quiet_native_output():
+    """Send what native code writes to stdout/stderr to /dev/null for the duration."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def run_nemo(system: System, value, manifest: Path, out: Path, nemo_python: str) -> Point:
+    """NeMo's transcribe() on the demo RNN-T in another Python (`asrdecode.bench.nemo_peer`), its
+    RTFx over NeMo's own front end, encoder and decoding, like an asrdecode point's."""
+    import subprocess
+
+    from asrdecode.models.loading import resolve_model_path
+    from asrdecode.scoring import score
+
+    utts, refs = read_set(manifest)
+    if any(u.offset or u.duration is not None and u.duration < 0 for u in utts):
+        raise ConfigError(f"{manifest}: the NeMo peer takes whole files only")
+    job = {
+        "model": str(resolve_model_path("embedded:demo_rnnt_bpe")),
+        "audio": {u.utt_id: str(Path(u.audio_path).resolve()) for u in utts},
+        "strategy": next(o.split("=", 1)[1] for o in system.overrides if o.startswith("strategy=")),
+        system.key: value,
+    }
+    job_file = out / "runs" / "nemo-job.json"
+    job_file.parent.mkdir(parents=True, exist_ok=True)
+    job_file.write_text(json.dumps(job))
+    script = Path(__file__).with_name("nemo_peer.py")
+    proc = subprocess.run([nemo_python, str(script), str(job_file)], capture_output=True, text=True)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = " ".join(proc.stderr.strip().splitlines()[-1:])[:200]
+        raise ConfigError(f"--nemo-python {nemo_python}: the NeMo peer failed ({tail})")
+    result = json.loads(lines[-1])
+    hyps = result["hyps"]
+    audio = sum(u.duration or 0.0 for u in utts)
     wer = score(refs, {k: v for k, v in hyps.items() if k in refs}).wer
-    total = seconds + front_seconds
-    return Point(system.name, f"beam={beam:g}", wer, audio / total, audio, total, hyps)
+    return Point(
+        system.name, f"{system.key}={value}", wer, audio / result["seconds"], audio, result["seconds"], hyps
+    )
+
+
+def _arpa_words(path: Path) -> list[str]:
+    """The unigrams of an ARPA file (plain or gzip), without <s>, </s> and <unk>."""
+    from asrdecode.graph.arpa import open_text
+
+    words, in_unigrams = [], False
+    with open_text(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if line.startswith("\\"):
+                in_unigrams = line == "\\1-grams:"
+                continue
+            fields = line.split()
+            if in_unigrams and len(fields) >= 2 and fields[1] not in ("<s>", "</s>", "<unk>"):
+                words.append(fields[1])
+    return words
 
 
 def machine() -> str:
@@ -240,9 +420,11 @@ def sweep(
     manifest: Path | None = None,
     systems: list[str] | None = None,
     on_point: Callable[[Point], None] | None = None,
+    nemo_python: str | None = None,
 ) -> dict:
     """Run every point of `setup` (or of the `systems` named) and write out/sweep.json, sweep.md,
-    sweep.png and sweep.svg; returns the JSON."""
+    sweep.png and sweep.svg; returns the JSON. NeMo peers run only with `nemo_python` (a Python
+    with NeMo installed); without it they are listed as not run."""
     manifest = Path(manifest or setup.manifest)
     chosen = [
         s for s in setup.systems if systems is None or s.name in systems or s.name.split(" (")[0] in systems
@@ -251,13 +433,20 @@ def sweep(
         raise ConfigError(f"no system of setup {setup.name!r} matches {systems}")
     out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
-    points = []
+    points, not_run = [], []
     for system in chosen:
+        if system.peer == "nemo" and not nemo_python:
+            not_run.append(f"{system.name}: no --nemo-python")
+            continue
         for value in system.values:
-            if system.peer == "pocketsphinx":
+            if system.peer == "nemo":
+                point = run_nemo(system, value, manifest, out, nemo_python)
+            elif system.peer == "pocketsphinx":
                 point = run_pocketsphinx(system, value, manifest)
             elif system.peer == "kaldi":
                 point = run_kaldi(system, value, manifest, out)
+            elif system.peer == "flashlight":
+                point = run_flashlight(system, value, manifest, out)
             else:
                 folder = out / "runs" / f"{system.name.split(' (')[0].replace(' ', '-')}-{value}"
                 point = run_asrdecode(system, value, manifest, folder)
@@ -272,6 +461,7 @@ def sweep(
         "date": datetime.date.today().isoformat(),
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "points": [asdict(p) for p in points],
+        "not_run": not_run,
     }
     (out / "sweep.json").write_text(json.dumps(result, indent=1))
     (out / "sweep.md").write_text(markdown_table(result))
@@ -289,4 +479,6 @@ def markdown_table(result: dict) -> str:
     ]
     for p in result["points"]:
         lines.append(f"| {p['system']} | {p['setting']} | {p['wer'] * 100:.1f}% | {p['rtfx']:.2f} |")
+    for what in result.get("not_run", []):
+        lines.append(f"| {what} | not run | | |")
     return "\n".join(lines) + "\n"

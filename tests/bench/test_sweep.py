@@ -90,14 +90,20 @@ def test_cli_sweep_and_score_plot(three_clips, tmp_path):
 
 def test_kaldi_peer_and_wfst_agree_on_the_demo_tlg(three_clips, tmp_path):
     """The demo setup's kaldi-decoder peer and asrdecode's compiled `wfst` decode the same TLG and
-    the same model: at a beam where pruning decides nothing their words are the same."""
-    from asrdecode.bench.sweep import DEMO
+    the same model: at a beam where pruning decides nothing their words are the same. The
+    flashlight-text peer gives words of the LM for every utterance."""
+    from asrdecode.bench.sweep import DEMO, _arpa_words
 
     systems = {s.name.split(" (")[0]: s for s in DEMO.systems}
     setup = Setup("demo-part", str(three_clips), "three clips", [
         System("wfst", "decoder.beam", [16.0], systems["wfst compiled"].overrides),
         System("kaldi", "beam", [16.0], systems["kaldi-decoder FasterDecoder"].overrides, peer="kaldi"),
     ])  # fmt: skip
-    wfst, kaldi = sweep(setup, tmp_path / "out")["points"]
+    flashlight = systems["flashlight-text LexiconDecoder"]
+    setup.systems.append(System("flashlight", "beam_size", [64], flashlight.overrides, peer="flashlight"))
+    wfst, kaldi, fl = sweep(setup, tmp_path / "out")["points"]
     assert kaldi["hyps"] == wfst["hyps"] and any(kaldi["hyps"].values())
-    assert kaldi["rtfx"] > 0
+    assert kaldi["rtfx"] > 0 and fl["rtfx"] > 0
+    vocabulary = set(_arpa_words(ROOT / "data/demo/graph/lm.arpa"))
+    assert set(fl["hyps"]) == set(wfst["hyps"]) and any(fl["hyps"].values())
+    assert {w for text in fl["hyps"].values() for w in text.split()} <= vocabulary
