@@ -107,3 +107,15 @@ def test_kaldi_peer_and_wfst_agree_on_the_demo_tlg(three_clips, tmp_path):
     vocabulary = set(_arpa_words(ROOT / "data/demo/graph/lm.arpa"))
     assert set(fl["hyps"]) == set(wfst["hyps"]) and any(fl["hyps"].values())
     assert {w for text in fl["hyps"].values() for w in text.split()} <= vocabulary
+
+
+def test_nemo_peers_without_a_nemo_python_are_listed_as_not_run(three_clips, tmp_path):
+    greedy = ["model.path=embedded:demo_ctc_bpe", "decoder.type=ctc-greedy"]
+    setup = Setup("x", str(three_clips), "three clips", [
+        System("ctc-greedy", "decoder.blank_penalty", [0.0], greedy),
+        System("NeMo greedy_batch", "max_symbols", [10], ["strategy=greedy_batch"], peer="nemo"),
+    ])  # fmt: skip
+    result = sweep(setup, tmp_path / "out")
+    assert [p["system"] for p in result["points"]] == ["ctc-greedy"]
+    assert result["not_run"] == ["NeMo greedy_batch: no --nemo-python"]
+    assert "| NeMo greedy_batch: no --nemo-python | not run |" in (tmp_path / "out/sweep.md").read_text()
