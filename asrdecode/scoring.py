@@ -26,14 +26,10 @@ def read_transcripts(path: str | Path, field: str = "pred_text") -> dict[str, st
     references in a NeMo manifest); the id from `utt_id`, `id`, or the stem of `audio_filepath`.
     Raises InputError "file:line: problem" for bad lines and duplicate ids.
     """
+    from asrdecode.io.lines import read_text_bytes
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    data = data.removeprefix(b"\xef\xbb\xbf")
+    data = read_text_bytes(path)
     is_jsonl = data.lstrip()[:1] == b"{"
     out: dict[str, str] = {}
     first: dict[str, int] = {}

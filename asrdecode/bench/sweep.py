@@ -12,13 +12,11 @@ the settings are fixed before the sweep, and the set says whether it was used fo
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import math
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -283,71 +281,25 @@ def run_flashlight(system: System, beam_size: int, manifest: Path, out: Path) ->
     lexicon of the LM's words spelled by the demo model's tokenizer, on the same log-probs as the
     kaldi peer (`PeerInput`): LM weight ln 10 (ARPA log10 to natural log, as the TLG), no word
     score, ``beam_threshold`` 25, the model's ``▁`` piece as its silence token."""
-    from flashlight.lib.text.decoder import (
-        CriterionType,
-        KenLM,
-        LexiconDecoder,
-        LexiconDecoderOptions,
-        SmearingMode,
-        Trie,
-    )
-    from flashlight.lib.text.dictionary import Dictionary, create_word_dict
-
+    from asrdecode.bench.peers import FlashlightLexiconDecoder
     from asrdecode.models.loading import load_model
     from asrdecode.models.loading import resolve_packaged_path as resolve
 
     data = PeerInput.of(manifest, out)
     model = load_model("embedded:demo_ctc_bpe")
     arpa = str(resolve(next(o.split("=", 1)[1] for o in system.overrides if o.startswith("arpa="))))
-    tokens = Dictionary()
-    for unit in [*model.units, "<blank>"]:
-        tokens.add_entry(unit)
-    blank, silence = tokens.get_index("<blank>"), tokens.get_index("▁")
     lexicon = {w: [[model.units[i] for i in model.tokenizer.encode(w)]] for w in _arpa_words(Path(arpa))}
-    word_dict = create_word_dict({**lexicon, "<unk>": []})
-    with _quiet_native_output():  # KenLM prints a progress bar while reading
-        lm = KenLM(arpa, word_dict)
-    trie = Trie(tokens.index_size(), silence)
-    start = lm.start(False)
-    for word, spellings in lexicon.items():
-        index = word_dict.get_index(word)
-        _, lm_score = lm.score(start, index)
-        for spelling in spellings:
-            trie.insert([tokens.get_index(t) for t in spelling], index, lm_score)
-    trie.smear(SmearingMode.MAX)
-    options = LexiconDecoderOptions(
-        beam_size=int(beam_size), beam_size_token=tokens.index_size(), beam_threshold=25.0,
-        lm_weight=math.log(10.0), word_score=0.0, unk_score=-math.inf, sil_score=0.0, log_add=False,
-        criterion_type=CriterionType.CTC,
-    )  # fmt: skip
-    decoder = LexiconDecoder(options, trie, lm, silence, blank, word_dict.get_index("<unk>"), [], False)
+    decoder = FlashlightLexiconDecoder(
+        [*model.units, "<blank>"], "<blank>", "▁", lexicon, arpa, int(beam_size), beam_threshold=25.0
+    )
     hyps, seconds = {}, 0.0
     for u in data.utterances:
         x = data.log_probs(u)
         t0 = time.perf_counter()
-        results = decoder.decode(x.ctypes.data, x.shape[0], x.shape[1])
+        words = decoder.words(x)
         seconds += time.perf_counter() - t0
-        best = results[0].words if results else []
-        hyps[u.utt_id] = " ".join(word_dict.get_entry(i) for i in best if i >= 0)
+        hyps[u.utt_id] = " ".join(words)
     return data.point(system, f"beam_size={beam_size}", hyps, seconds)
-
-
-@contextlib.contextmanager
-def _quiet_native_output():
-    """Send what native code writes to stdout/stderr to /dev/null for the duration."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
 
 
 def run_nemo(system: System, value, manifest: Path, out: Path, nemo_python: str) -> Point:

@@ -8,19 +8,23 @@ from pathlib import Path
 from asrdecode.errors import AsrDecodeError, InputError
 
 
-def read_lines(path: Path, error: type[AsrDecodeError] = InputError) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text without the line break) per line, like iterating a text file
-    (a final newline ends the last line; a UTF-8 byte-order mark is skipped). A missing, unreadable
-    or non-UTF-8 file raises ``error`` naming the file (and line)."""
+def read_text_bytes(path: Path, error: type[AsrDecodeError] = InputError) -> bytes:
+    """The bytes of a text file without a UTF-8 byte-order mark; a missing or unreadable file
+    raises ``error`` naming it."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None
     except OSError as e:
         raise error(f"{path}: cannot read: {e.strerror or e}") from None
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    pieces = data.split(b"\n")
+    return data.removeprefix(b"\xef\xbb\xbf")
+
+
+def read_lines(path: Path, error: type[AsrDecodeError] = InputError) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without the line break) per line, like iterating a text file
+    (a final newline ends the last line; a UTF-8 byte-order mark is skipped). A missing, unreadable
+    or non-UTF-8 file raises ``error`` naming the file (and line)."""
+    pieces = read_text_bytes(path, error).split(b"\n")
     if pieces[-1] == b"":
         pieces.pop()
     for i, raw in enumerate(pieces, start=1):

@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import multiprocessing as mp
 import os
 import platform
@@ -319,51 +318,20 @@ def _setup_wfst(spec: dict):
 
 def _setup_flashlight(spec: dict):
     """flashlight-text LexiconDecoder + KenLM; the setup of the module docstring."""
-    from flashlight.lib.text.decoder import (
-        CriterionType,
-        KenLM,
-        LexiconDecoder,
-        LexiconDecoderOptions,
-        SmearingMode,
-        Trie,
-    )
-    from flashlight.lib.text.dictionary import Dictionary, create_word_dict
+    from asrdecode.bench.peers import FlashlightLexiconDecoder
 
     table = [ln.split() for ln in Path(spec["words"]).read_text().splitlines() if ln.split()]
     wid = {w: int(i) for w, i in table}
     lexicon = {w: [[*w, SEPARATOR]] for w in wid if w.isalpha() and w.islower()}
-    tokens = Dictionary()
-    for u in [*LETTERS, SEPARATOR, "<blank>"]:
-        tokens.add_entry(u)
-    blank, silence = tokens.get_index("<blank>"), tokens.get_index(SEPARATOR)
-    word_dict = create_word_dict({**lexicon, "<unk>": []})  # flashlight wants an <unk> entry
-    lm = KenLM(spec["arpa"], word_dict)
-    trie = Trie(tokens.index_size(), silence)
-    start = lm.start(False)
-    for w, spellings in lexicon.items():
-        wi = word_dict.get_index(w)
-        _, score = lm.score(start, wi)
-        for sp in spellings:
-            trie.insert([tokens.get_index(c) for c in sp], wi, score)
-    trie.smear(SmearingMode.MAX)
-    opts = LexiconDecoderOptions(
-        beam_size=spec["beam_size"],
-        beam_size_token=tokens.index_size(),
-        beam_threshold=spec["beam_threshold"],
-        lm_weight=math.log(10.0),
-        word_score=0.0,
-        unk_score=-math.inf,
-        sil_score=0.0,
-        log_add=False,
-        criterion_type=CriterionType.CTC,
-    )
-    dec = LexiconDecoder(opts, trie, lm, silence, blank, word_dict.get_index("<unk>"), [], False)
+    dec = FlashlightLexiconDecoder(
+        [*LETTERS, SEPARATOR, "<blank>"], "<blank>", SEPARATOR, lexicon, spec["arpa"],
+        spec["beam_size"], spec["beam_threshold"],
+    )  # fmt: skip
     lp, lengths = _inputs(spec)
     items = [(i, np.ascontiguousarray(lp[i, : lengths[i]])) for i in range(len(lp))]
 
     def decode_one(x: np.ndarray) -> list[int]:
-        hyps = dec.decode(x.ctypes.data, x.shape[0], x.shape[1])
-        return [wid.get(word_dict.get_entry(i), -1) for i in hyps[0].words if i >= 0] if hyps else []
+        return [wid.get(w, -1) for w in dec.words(x)]
 
     decode_one(items[0][1])
 

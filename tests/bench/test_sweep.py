@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from asrdecode.bench.sweep import Setup, System, sweep
@@ -119,3 +120,37 @@ def test_nemo_peers_without_a_nemo_python_are_listed_as_not_run(three_clips, tmp
     assert [p["system"] for p in result["points"]] == ["ctc-greedy"]
     assert result["not_run"] == ["NeMo greedy_batch: no --nemo-python"]
     assert "| NeMo greedy_batch: no --nemo-python | not run |" in (tmp_path / "out/sweep.md").read_text()
+
+
+def test_flashlight_lexicon_decoder_reads_the_spelled_word(tmp_path):
+    """Letters a, b and a word separator over 6 frames that spell "b a |": the word "ba" (the LM
+    knows "ab" and "ba" equally), not "ab"."""
+    from asrdecode.bench.peers import FlashlightLexiconDecoder
+
+    arpa = tmp_path / "lm.arpa"
+    rows = [
+        "\\data\\",
+        "ngram 1=5",
+        "ngram 2=1",
+        "",
+        "\\1-grams:",
+        "-1.0\t</s>",
+        "-99\t<s>\t0",
+        "-0.5\tab\t0",
+        "-0.5\tba\t0",
+        "-2.0\t<unk>",
+        "",
+        "\\2-grams:",
+        "-0.3\tab ba",
+        "",
+        "\\end\\",
+    ]
+    arpa.write_text("\n".join(rows) + "\n")  # KenLM wants tabs between the fields
+    tokens = ["a", "b", "|", "<blank>"]
+    decoder = FlashlightLexiconDecoder(
+        tokens, "<blank>", "|", {"ab": [["a", "b", "|"]], "ba": [["b", "a", "|"]]}, str(arpa), 16, 25.0
+    )
+    best = [1, 3, 0, 3, 2, 3]  # b <blank> a <blank> | <blank>
+    x = np.full((6, 4), np.log(0.02), dtype=np.float32)
+    x[np.arange(6), best] = np.log(0.94)
+    assert decoder.words(x) == ["ba"]
