@@ -41,6 +41,9 @@ class ModelConfig:
     att_context_size: list | None = None
     # NeMo cache-aware streaming models: offline (whole input) | cache-aware (NeMo's streaming mode)
     streaming: str = "offline"
+    # NeMo CTC models: buffered chunked inference (NeMo's FrameBatchASR) when chunk_seconds > 0
+    chunk_seconds: float = 0.0
+    buffer_seconds: float = 4.0
     topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture
     threads: int = 0  # sphinx models on CPU: threads scoring chunks of frames in parallel (0 = all cores)
     # sphinx models: a Gaussian counts at most this many nats below the frame's best (per stream), as

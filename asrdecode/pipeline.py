@@ -173,6 +173,8 @@ class Transcriber:
                 model_cfg.attention,
                 model_cfg.att_context_size,
                 model_cfg.streaming,
+                model_cfg.chunk_seconds,
+                model_cfg.buffer_seconds,
             )
             self.model = self.model.to(self.device).eval()
             if self.cfg.features.type not in ("auto",):
@@ -395,6 +397,13 @@ class Transcriber:
             out.extra["boost"] = [u.boost for u in utts]
         with self.timer.stage("decode"):
             results: list[DecodeResult] = self.decoder.decode(out)
+        offset = float(out.extra.get("time_offset", 0.0))
+        if offset:  # outputs that run behind the audio and past its end (buffered inference)
+            limits = out.extra.get("time_limit") or [float("inf")] * len(results)
+            for result, limit in zip(results, limits, strict=True):
+                for w in result.words:
+                    w.start = min(max(w.start + offset, 0.0), limit)
+                    w.end = min(max(w.end + offset, 0.0), limit)
         self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
         return results
 

@@ -49,6 +49,9 @@ restored with ``ASRModel.restore_from`` and all references are computed from the
 ``--set streaming``: no new model; NeMo's cache-aware streaming simulation of ``rnnt_streaming`` for
 both of its contexts (`streaming_reference`), written to ``reference/rnnt_streaming_stream.npz``.
 
+``--set buffered``: no new model; NeMo's buffered chunked inference (``FrameBatchASR``) of ``ctc_bpe``
+on a 79 s input (`buffered_reference`), written to ``reference/ctc_bpe_buffered.npz``.
+
 ``--set attention``: no new model; NeMo's ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the
 shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_reference`).
 """
@@ -799,9 +802,61 @@ def streaming_reference(out: Path) -> dict:
     return {"sha256": sha256(path), "contexts": STREAMING_CONTEXTS, "versions": versions()}
 
 
+BUFFERED = {"chunk_seconds": 1.6, "buffer_seconds": 4.0, "model_stride": 8}  # NeMo's script defaults
+
+
+def long_input() -> np.ndarray:
+    """The 60-90 s input of the buffered-inference reference: the fixture clips (sorted by name)
+    four times over, each followed by 0.3 s of silence (tests build the same array)."""
+    import soundfile
+
+    clips = [soundfile.read(p, dtype="float32")[0] for p in sorted((FIX / "audio").glob("*.wav"))]
+    gap = np.zeros(4800, dtype=np.float32)
+    return np.concatenate([piece for _ in range(4) for clip in clips for piece in (clip, gap)])
+
+
+@torch.inference_mode()
+def buffered_reference(out: Path) -> dict:
+    """NeMo's buffered chunked inference of ``ctc_bpe.nemo`` on `long_input`, as its
+    ``speech_to_text_buffered_infer_ctc.py`` runs it: ``FrameBatchASR(frame_len=1.6,
+    total_buffer=4.0)``, ``tokens_per_chunk = ceil(chunk / model stride seconds)``, ``mid_delay =
+    ceil((chunk + (buffer - chunk) / 2) / model stride seconds)``, ``read_audio_file`` (the audio
+    padded by ``mid_delay`` frames), ``transcribe(tokens_per_chunk, mid_delay, keep_logits=True)``.
+    Written to ``reference/ctc_bpe_buffered.npz``: ``text``, the kept ``log_probs`` [T', V+1] and
+    the greedy ``tokens`` before merging (``unmerged``)."""
+    import math
+
+    import soundfile
+    from nemo.collections.asr.models import ASRModel
+    from nemo.collections.asr.parts.utils.streaming_utils import FrameBatchASR
+
+    model = ASRModel.restore_from(str(FIX / "ctc_bpe.nemo"), map_location="cpu").eval()
+    stride = model.cfg.preprocessor.window_stride * BUFFERED["model_stride"]
+    chunk, buffer = BUFFERED["chunk_seconds"], BUFFERED["buffer_seconds"]
+    tokens_per_chunk = math.ceil(chunk / stride)
+    mid_delay = math.ceil((chunk + (buffer - chunk) / 2) / stride)
+    frame_asr = FrameBatchASR(asr_model=model, frame_len=chunk, total_buffer=buffer, batch_size=4)
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "long.wav"
+        soundfile.write(wav, long_input(), 16000, subtype="FLOAT")
+        frame_asr.reset()
+        frame_asr.read_audio_file(str(wav), mid_delay, stride)
+        text, log_probs = frame_asr.transcribe(tokens_per_chunk, mid_delay, keep_logits=True)
+    path = out / "reference" / "ctc_bpe_buffered.npz"
+    np.savez_compressed(
+        path,
+        text=np.array(text),
+        log_probs=log_probs.float().numpy(),
+        unmerged=np.array(frame_asr.unmerged, dtype=np.int32),
+        seconds=np.array(len(long_input()) / 16000.0),
+    )
+    return {"sha256": sha256(path), **BUFFERED, "tokens_per_chunk": tokens_per_chunk, "mid_delay": mid_delay,
+            "versions": versions()}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("tiny", "small", "attention", "ctc", "streaming"), required=True)
+    parser.add_argument("--set", choices=("tiny", "small", "attention", "ctc", "streaming", "buffered"), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
     args = parser.parse_args(argv)
@@ -817,6 +872,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.set == "streaming":
         print(json.dumps(streaming_reference(args.out), indent=2))
+        return 0
+    if args.set == "buffered":
+        print(json.dumps(buffered_reference(args.out), indent=2))
         return 0
     names = [n for n, s in SPECS.items() if s["set"] == args.set and (not args.only or n in args.only)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -212,8 +212,11 @@ class FilterbankFeatures(nn.Module):
         pad = self.n_fft // 2 * 2
         return torch.div(lengths.to(torch.int64) + pad - self.n_fft, self.hop_length, rounding_mode="floor")
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, S] float waveforms + [B] sample counts -> ([B, nfilt, T] features, [B] int64 frame counts)."""
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, normalize: str | None = None, pad_to: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, S] float waveforms + [B] sample counts -> ([B, nfilt, T] features, [B] int64 frame counts).
+        ``normalize`` / ``pad_to`` override the configured ones (buffered inference: none, 0)."""
         if x.dim() != 2:
             raise ValueError(f"expected waveforms [B, S], got shape {tuple(x.shape)}")
         lengths = lengths.to(device=x.device, dtype=torch.int64)
@@ -244,12 +247,13 @@ class FilterbankFeatures(nn.Module):
                 feats = torch.log(feats + guard)
             else:
                 feats = torch.log(torch.clamp(feats, min=guard))
-        feats = normalize_features(feats, seq_len, self.normalize)
+        feats = normalize_features(feats, seq_len, self.normalize if normalize is None else normalize)
         feats = feats.masked_fill(~_valid_mask(seq_len, feats.shape[-1]).unsqueeze(1), self.pad_value)
-        if self.pad_to > 0:
-            rest = feats.shape[-1] % self.pad_to
+        pad_to = self.pad_to if pad_to is None else pad_to
+        if pad_to > 0:
+            rest = feats.shape[-1] % pad_to
             if rest:
-                feats = F.pad(feats, (0, self.pad_to - rest), value=self.pad_value)
+                feats = F.pad(feats, (0, pad_to - rest), value=self.pad_value)
         return feats, seq_len
 
 

@@ -82,6 +82,8 @@ def load_model(
     attention: str = "auto",
     att_context_size: list[int] | None = None,
     streaming: str = "offline",
+    chunk_seconds: float = 0.0,
+    buffer_seconds: float = 4.0,
 ):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
@@ -96,6 +98,8 @@ def load_model(
     ``attention`` / ``att_context_size``: NeMo encoders' attention (`nemo.switch_attention`).
     ``streaming``: ``cache-aware`` encodes as NeMo's cache-aware streaming mode does
     (`ConformerEncoder.use_streaming`), ``offline`` the whole input at once.
+    ``chunk_seconds`` > 0 / ``buffer_seconds``: NeMo's buffered chunked inference for CTC models
+    (`NemoCTCModel.use_buffered`).
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -116,10 +120,18 @@ def load_model(
         if head != "auto" and nemo_kinds[kind] not in ("auto", head):
             raise ModelError(f"model.head={head} contradicts model.type={kind}")
         kind_of_head = head if head != "auto" else nemo_kinds[kind]
-        return load_nemo(path, kind_of_head, attention, att_context_size, streaming)
-    if attention != "auto" or att_context_size or streaming != "offline":
+        model = load_nemo(path, kind_of_head, attention, att_context_size, streaming)
+        if chunk_seconds > 0:
+            if not hasattr(model, "use_buffered"):
+                raise ModelError(
+                    f"{path}: model.chunk_seconds: buffered inference is for CTC models (NeMo's "
+                    "FrameBatchASR); for transducers use model.attention=local or batch.segment_seconds"
+                )
+            model.use_buffered(chunk_seconds, buffer_seconds)
+        return model
+    if attention != "auto" or att_context_size or streaming != "offline" or chunk_seconds > 0:
         raise ModelError(
-            "model.attention / model.att_context_size / model.streaming: only NeMo models "
+            "model.attention / att_context_size / streaming / chunk_seconds: only NeMo models "
             f"(model.type={kind})"
         )
     if head not in ("auto",):
