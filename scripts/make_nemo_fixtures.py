@@ -856,7 +856,8 @@ def buffered_reference(out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("tiny", "small", "attention", "ctc", "streaming", "buffered"), required=True)
+    sets = ("tiny", "small", "attention", "ctc", "streaming", "buffered")
+    parser.add_argument("--set", choices=sets, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
     args = parser.parse_args(argv)
