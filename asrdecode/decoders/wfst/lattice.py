@@ -886,10 +886,29 @@ def _empty(lat: StateLattice, beam: float) -> CompactLattice:
     )
 
 
+def _topological_order(arcs: list[tuple], by_src: list[list[int]], num_states: int) -> list[int] | None:
+    """States in an order where every arc goes forward (Kahn), or None if the arcs have a cycle."""
+    indegree = [0] * num_states
+    for _, d, *_rest in arcs:
+        indegree[d] += 1
+    ready = [s for s in range(num_states) if indegree[s] == 0]
+    order = []
+    while ready:
+        s = ready.pop()
+        order.append(s)
+        for i in by_src[s]:
+            d = arcs[i][1]
+            indegree[d] -= 1
+            if indegree[d] == 0:
+                ready.append(d)
+    return order if len(order) == num_states else None
+
+
 def _trim(
     arcs: list[tuple], finals: dict[int, tuple], num_states: int, lat: StateLattice, beam: float
 ) -> CompactLattice:
-    """Forward-backward pruning of the determinized lattice at `beam`, unreachable states removed,
+    """Forward-backward pruning of the determinized lattice at `beam` (shortest distances in
+    topological order: linear in the lattice), unreachable states removed,
     states renumbered in topological (time, then discovery) order, arcs sorted by source."""
     total = [g + a for _, _, _, g, a, _ in arcs]
     fwd = [math.inf] * num_states
@@ -900,17 +919,29 @@ def _trim(
         by_src[s].append(i)
     for s, (g, a, _) in finals.items():
         bwd[s] = g + a
-    for _ in range(num_states + 1):  # Bellman-Ford (the lattice is acyclic: a few rounds)
-        changed = False
-        for i, (s, d, *_rest) in enumerate(arcs):
-            if fwd[s] + total[i] < fwd[d]:
-                fwd[d] = fwd[s] + total[i]
-                changed = True
-            if total[i] + bwd[d] < bwd[s]:
-                bwd[s] = total[i] + bwd[d]
-                changed = True
-        if not changed:
-            break
+    order = _topological_order(arcs, by_src, num_states)
+    if order is not None:  # acyclic (always, for determinized lattices): one pass each way
+        for s in order:
+            for i in by_src[s]:
+                d = arcs[i][1]
+                if fwd[s] + total[i] < fwd[d]:
+                    fwd[d] = fwd[s] + total[i]
+        for s in reversed(order):
+            for i in by_src[s]:
+                if total[i] + bwd[arcs[i][1]] < bwd[s]:
+                    bwd[s] = total[i] + bwd[arcs[i][1]]
+    else:
+        for _ in range(num_states + 1):  # Bellman-Ford
+            changed = False
+            for i, (s, d, *_rest) in enumerate(arcs):
+                if fwd[s] + total[i] < fwd[d]:
+                    fwd[d] = fwd[s] + total[i]
+                    changed = True
+                if total[i] + bwd[d] < bwd[s]:
+                    bwd[s] = total[i] + bwd[d]
+                    changed = True
+            if not changed:
+                break
     best = bwd[0]
     if not math.isfinite(best):
         return _empty(lat, beam)
