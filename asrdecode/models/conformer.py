@@ -589,7 +589,17 @@ class ConformerEncoder(nn.Module):
             "self_attention_model": enc.self_attention_model,
             "att_context_size": list(enc.context),
             "conv_kernel_size": enc.conv_kernel_size,
+            # model.streaming: cache-aware needs causal downsampling and chunked_limited attention
+            "streaming": self.streaming
+            + (" (model.streaming=cache-aware runs NeMo's streaming mode)" if self._can_stream() else ""),
         }
+
+    def _can_stream(self) -> bool:
+        try:
+            StreamingChunks.of(self)
+        except ModelError:
+            return False
+        return True
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> ConformerEncoder:

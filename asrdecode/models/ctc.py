@@ -234,4 +234,15 @@ class NemoCTCModel(NemoModelBase):
 
     def describe(self) -> dict:
         """Summary for ``asrdecode info``."""
-        return {"type": "nemo-ctc", "class": self.model_class, **self._describe_common()}
+        plan = self.buffered
+        buffered = (
+            f"chunks of {plan.chunk_seconds:g} s in windows of {plan.buffer_seconds:g} s"
+            if plan is not None
+            else "off (model.chunk_seconds > 0 runs NeMo's buffered inference)"
+        )
+        return {
+            "type": "nemo-ctc",
+            "class": self.model_class,
+            **self._describe_common(),
+            "buffered_inference": buffered,
+        }

@@ -53,6 +53,13 @@ def test_buffered_inference_equals_nemo():
     assert model.tokenizer.decode(result.tokens) == str(ref["text"])
 
 
+def test_info_names_buffered_inference():
+    path = str(FIX / "ctc_bpe.nemo")
+    assert load_model(path).describe()["buffered_inference"].startswith("off")
+    on = load_model(path, chunk_seconds=1.6, buffer_seconds=4.0).describe()["buffered_inference"]
+    assert on == "chunks of 1.6 s in windows of 4 s"
+
+
 def test_options_that_cannot_work_are_one_line():
     with pytest.raises(ModelError, match="need 0 < chunk_seconds <= buffer_seconds"):
         load_model(str(FIX / "ctc_bpe.nemo"), chunk_seconds=5.0, buffer_seconds=4.0)

@@ -73,6 +73,17 @@ def test_chunks_follow_nemo_streaming_config():
     assert zero.chunks(20) == [(0, 1, 0), (-8, 9, 2), (0, 17, 2)]
 
 
+def test_info_names_the_streaming_mode():
+    path = str(FIX / "rnnt_streaming.nemo")
+    assert (
+        load_model(path).describe()["encoder"]["streaming"].startswith("offline (model.streaming=cache-aware")
+    )
+    assert (
+        load_model(path, streaming="cache-aware").describe()["encoder"]["streaming"].startswith("cache-aware")
+    )
+    assert load_model(str(FIX / "rnnt_bpe.nemo")).describe()["encoder"]["streaming"] == "offline"
+
+
 def test_models_that_cannot_stream_are_one_line():
     with pytest.raises(ModelError, match="model.streaming=cache-aware needs a cache-aware streaming model"):
         load_model(str(FIX / "rnnt_bpe.nemo"), streaming="cache-aware")
