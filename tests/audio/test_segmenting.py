@@ -102,15 +102,8 @@ def test_lattice_asked_for_a_segmented_input_is_named(tmp_path):
     sf.write(tmp_path / "in" / "long.wav", np.concatenate([wave, np.zeros(RATE, np.float32), wave]), RATE)
     sf.write(tmp_path / "in" / "short.wav", wave[: 2 * RATE], RATE)
     seconds = len(wave) / RATE + 0.5
-    cmd = [
-        sys.executable,
-        "-m",
-        "asrdecode.cli",
-        "transcribe",
-        str(tmp_path / "in"),
-        "--out",
-        str(tmp_path / "o"),
-    ]
+    cli = [sys.executable, "-m", "asrdecode.cli"]
+    cmd = [*cli, "transcribe", str(tmp_path / "in"), "--out", str(tmp_path / "o")]
     cmd += ["--config", "configs/wfst.yaml", "decoder.graph=cache:configs/graph/demo-ctc-bpe-tlg.yaml"]
     cmd += ["decoder.lattice=true", f"batch.segment_seconds={seconds:.2f}"]
     proc = subprocess.run(

@@ -98,15 +98,8 @@ def test_transcribe_in_buffered_mode_gives_nemos_text(tmp_path):
     ref = np.load(FIX / "reference" / "ctc_bpe_buffered.npz", allow_pickle=False)
     (tmp_path / "in").mkdir()
     sf.write(tmp_path / "in" / "long.wav", long_input(), 16000, subtype="FLOAT")
-    cmd = [
-        sys.executable,
-        "-m",
-        "asrdecode.cli",
-        "transcribe",
-        str(tmp_path / "in"),
-        "--out",
-        str(tmp_path / "o"),
-    ]
+    cli = [sys.executable, "-m", "asrdecode.cli"]
+    cmd = [*cli, "transcribe", str(tmp_path / "in"), "--out", str(tmp_path / "o")]
     cmd += ["--model", str(FIX / "ctc_bpe.nemo"), "model.chunk_seconds=1.6", "batch.segment_seconds=0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr
