@@ -31,13 +31,16 @@ from asrdecode.errors import ConfigError
 
 @dataclass
 class System:
-    """One line of the plot: asrdecode with `overrides`, or a peer, at each value of `key`."""
+    """One line of the plot: asrdecode (a run `config` file, if any, plus `overrides`) or a peer
+    (with its `options`), at each value of `key`."""
 
     name: str
     key: str
     values: list
     overrides: list[str] = field(default_factory=list)
-    peer: str | None = None  # "pocketsphinx" / "kaldi": the peer's decoder, `values` its beams
+    peer: str | None = None  # pocketsphinx | kaldi | flashlight | nemo: the peer's decoder
+    config: str | None = None
+    options: dict[str, str] = field(default_factory=dict)  # kaldi: graph; flashlight: arpa; nemo: strategy
 
 
 @dataclass
@@ -87,21 +90,15 @@ DEMO = Setup(
             "wfst compiled (demo TLG)",
             "decoder.beam",
             [8.0, 12.0, 16.0],
-            [
-                "--config=configs/wfst.yaml",
-                f"decoder.graph={DEMO_TLG}",
-                "decoder.backend=compiled",
-            ],
+            [f"decoder.graph={DEMO_TLG}", "decoder.backend=compiled"],
+            config="configs/wfst.yaml",
         ),
         System(
             "wfst torch (demo TLG)",
             "decoder.beam",
             [8.0, 12.0, 16.0],
-            [
-                "--config=configs/wfst.yaml",
-                f"decoder.graph={DEMO_TLG}",
-                "decoder.backend=torch",
-            ],
+            [f"decoder.graph={DEMO_TLG}", "decoder.backend=torch"],
+            config="configs/wfst.yaml",
         ),
         System(
             "transducer-greedy",
@@ -109,27 +106,37 @@ DEMO = Setup(
             [10],
             ["model.path=embedded:demo_rnnt_bpe", "decoder.type=transducer-greedy"],
         ),
-        System("transducer-beam", "decoder.beam_size", [2, 4, 8], ["--config=configs/transducer-beam.yaml"]),
+        System("transducer-beam", "decoder.beam_size", [2, 4, 8], config="configs/transducer-beam.yaml"),
         # kaldi-decoder's FasterDecoder on the same TLG and the same log-probs (max_active 10000, min 200)
         System(
             "kaldi-decoder FasterDecoder (demo TLG)",
             "beam",
             [8.0, 12.0, 16.0],
-            [f"decoder.graph={DEMO_TLG}"],
             peer="kaldi",
+            options={"graph": DEMO_TLG},
         ),
         # flashlight-text's LexiconDecoder + KenLM on the demo LM (the LM the demo TLG is built from)
         System(
             "flashlight-text LexiconDecoder (demo LM)",
             "beam_size",
             [16, 64, 256],
-            ["arpa=data/demo/graph/lm.arpa"],
             peer="flashlight",
+            options={"arpa": "data/demo/graph/lm.arpa"},
         ),
         # NeMo's own transcribe() with the demo RNN-T, run by --nemo-python (skipped without it)
-        System("NeMo greedy_batch (demo RNN-T)", "max_symbols", [10], ["strategy=greedy_batch"], peer="nemo"),
         System(
-            "NeMo malsd_batch (demo RNN-T)", "beam_size", [2, 4, 8], ["strategy=malsd_batch"], peer="nemo"
+            "NeMo greedy_batch (demo RNN-T)",
+            "max_symbols",
+            [10],
+            peer="nemo",
+            options={"strategy": "greedy_batch"},
+        ),
+        System(
+            "NeMo malsd_batch (demo RNN-T)",
+            "beam_size",
+            [2, 4, 8],
+            peer="nemo",
+            options={"strategy": "malsd_batch"},
         ),
     ],
 )
@@ -150,6 +157,16 @@ class Point:
     hyps: dict[str, str]
 
 
+def scored_point(
+    system: System, setting: str, refs: dict[str, str], hyps: dict[str, str], audio: float, seconds: float
+) -> Point:
+    """A peer's point: WER of `hyps` over the utterances with a reference, RTFx = audio / seconds."""
+    from asrdecode.scoring import score
+
+    wer = score(refs, {k: v for k, v in hyps.items() if k in refs}).wer
+    return Point(system.name, setting, wer, audio / seconds, audio, seconds, hyps)
+
+
 def read_set(manifest: Path) -> tuple[list, dict[str, str]]:
     from asrdecode.io.manifests import read_inputs
 
@@ -161,8 +178,8 @@ def run_asrdecode(system: System, value, manifest: Path, out: Path) -> Point:
     from asrdecode.config import build_config, uses_default_setup
     from asrdecode.pipeline import Transcriber
 
-    config = next((o.split("=", 1)[1] for o in system.overrides if o.startswith("--config=")), None)
-    items = [o for o in system.overrides if not o.startswith("--config=")] + [f"{system.key}={value}"]
+    items = [*system.overrides, f"{system.key}={value}"]
+    config = system.config
     cfg = build_config(config, items, default_setup=uses_default_setup(config, items, manifest))
     report = Transcriber(cfg, manifest, out, overwrite=True).run()
     hyps = {
@@ -177,7 +194,6 @@ def run_asrdecode(system: System, value, manifest: Path, out: Path) -> Point:
 
 def run_pocketsphinx(system: System, beam: float, manifest: Path) -> Point:
     from asrdecode.bench.peers import Pocketsphinx, pcm16
-    from asrdecode.scoring import score
 
     utts, refs = read_set(manifest)
     peer = Pocketsphinx(beam=beam, pbeam=beam, wbeam=beam**WBEAM_EXPONENT)
@@ -188,8 +204,7 @@ def run_pocketsphinx(system: System, beam: float, manifest: Path) -> Point:
         hyps[u.utt_id] = " ".join(words)
         seconds += spent
         audio += len(pcm) / 16000
-    wer = score(refs, {k: v for k, v in hyps.items() if k in refs}).wer
-    return Point(system.name, f"beam={beam:g}", wer, audio / seconds, audio, seconds, hyps)
+    return scored_point(system, f"beam={beam:g}", refs, hyps, audio, seconds)
 
 
 @dataclass
@@ -236,18 +251,9 @@ class PeerInput:
         return np.ascontiguousarray(load_logprobs(utt, self.meta))
 
     def point(self, system: System, setting: str, hyps: dict[str, str], seconds: float) -> Point:
-        from asrdecode.scoring import score
-
-        wer = score(self.refs, {k: v for k, v in hyps.items() if k in self.refs}).wer
+        """A point whose time is the peer's search `seconds` plus the front end's."""
         total = seconds + self.front_seconds
-        return Point(system.name, setting, wer, self.audio_seconds / total, self.audio_seconds, total, hyps)
-
-
-def _graph_folder(system: System) -> Path:
-    from asrdecode.graph.cache import resolve_graph_spec
-
-    spec = next(o.split("=", 1)[1] for o in system.overrides if o.startswith("decoder.graph="))
-    return Path(resolve_graph_spec(spec))
+        return scored_point(system, setting, self.refs, hyps, self.audio_seconds, total)
 
 
 def run_kaldi(system: System, beam: float, manifest: Path, out: Path) -> Point:
@@ -257,9 +263,10 @@ def run_kaldi(system: System, beam: float, manifest: Path, out: Path) -> Point:
     import kaldifst
 
     from asrdecode.graph.build import read_symbols
+    from asrdecode.graph.cache import resolve_graph_spec
 
     data = PeerInput.of(manifest, out)
-    graph = _graph_folder(system)
+    graph = Path(resolve_graph_spec(system.options["graph"]))
     fst = kaldifst.StdConstFst.read(str(graph / "TLG.fst"))
     words = read_symbols(graph / "words.txt")
     options = kaldi_decoder.FasterDecoderOptions(beam=beam, max_active=10000, min_active=200)
@@ -282,13 +289,15 @@ def run_flashlight(system: System, beam_size: int, manifest: Path, out: Path) ->
     kaldi peer (`PeerInput`): LM weight ln 10 (ARPA log10 to natural log, as the TLG), no word
     score, ``beam_threshold`` 25, the model's ``▁`` piece as its silence token."""
     from asrdecode.bench.peers import FlashlightLexiconDecoder
+    from asrdecode.lm.ngram_tensor import arpa_unigram_words
     from asrdecode.models.loading import load_model
     from asrdecode.models.loading import resolve_packaged_path as resolve
 
     data = PeerInput.of(manifest, out)
     model = load_model("embedded:demo_ctc_bpe")
-    arpa = str(resolve(next(o.split("=", 1)[1] for o in system.overrides if o.startswith("arpa="))))
-    lexicon = {w: [[model.units[i] for i in model.tokenizer.encode(w)]] for w in _arpa_words(Path(arpa))}
+    arpa = str(resolve(system.options["arpa"]))
+    words = [w for w in arpa_unigram_words(Path(arpa)) if w != "<unk>"]
+    lexicon = {w: [[model.units[i] for i in model.tokenizer.encode(w)]] for w in words}
     decoder = FlashlightLexiconDecoder(
         [*model.units, "<blank>"], "<blank>", "▁", lexicon, arpa, int(beam_size), beam_threshold=25.0
     )
@@ -308,7 +317,6 @@ def run_nemo(system: System, value, manifest: Path, out: Path, nemo_python: str)
     import subprocess
 
     from asrdecode.models.loading import resolve_model_path
-    from asrdecode.scoring import score
 
     utts, refs = read_set(manifest)
     if any(u.offset or u.duration is not None and u.duration < 0 for u in utts):
@@ -316,7 +324,7 @@ def run_nemo(system: System, value, manifest: Path, out: Path, nemo_python: str)
     job = {
         "model": str(resolve_model_path("embedded:demo_rnnt_bpe")),
         "audio": {u.utt_id: str(Path(u.audio_path).resolve()) for u in utts},
-        "strategy": next(o.split("=", 1)[1] for o in system.overrides if o.startswith("strategy=")),
+        "strategy": system.options["strategy"],
         system.key: value,
     }
     job_file = out / "runs" / "nemo-job.json"
@@ -329,29 +337,8 @@ def run_nemo(system: System, value, manifest: Path, out: Path, nemo_python: str)
         tail = " ".join(proc.stderr.strip().splitlines()[-1:])[:200]
         raise ConfigError(f"--nemo-python {nemo_python}: the NeMo peer failed ({tail})")
     result = json.loads(lines[-1])
-    hyps = result["hyps"]
     audio = sum(u.duration or 0.0 for u in utts)
-    wer = score(refs, {k: v for k, v in hyps.items() if k in refs}).wer
-    return Point(
-        system.name, f"{system.key}={value}", wer, audio / result["seconds"], audio, result["seconds"], hyps
-    )
-
-
-def _arpa_words(path: Path) -> list[str]:
-    """The unigrams of an ARPA file (plain or gzip), without <s>, </s> and <unk>."""
-    from asrdecode.graph.arpa import open_text
-
-    words, in_unigrams = [], False
-    with open_text(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if line.startswith("\\"):
-                in_unigrams = line == "\\1-grams:"
-                continue
-            fields = line.split()
-            if in_unigrams and len(fields) >= 2 and fields[1] not in ("<s>", "</s>", "<unk>"):
-                words.append(fields[1])
-    return words
+    return scored_point(system, f"{system.key}={value}", refs, result["hyps"], audio, result["seconds"])
 
 
 def machine() -> str:

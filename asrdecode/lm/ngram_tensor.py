@@ -267,7 +267,7 @@ class BatchedNgramLM(torch.nn.Module):
             tokens = vocab
         elif token_ids == "words":
             if vocab is None:
-                vocab = _arpa_unigram_words(path)
+                vocab = arpa_unigram_words(path)
             ids: dict[str, int] = {}
             for i, word in enumerate(vocab):
                 if word in ("<s>", "</s>"):
@@ -669,7 +669,7 @@ def load_fusion_lm(path: str | Path, token_ids: str, units: list[str], key: str 
     return BatchedNgramLM.from_arpa(path, vocab=list(units), token_ids="words")
 
 
-def _arpa_unigram_words(path: Path) -> list[str]:
+def arpa_unigram_words(path: Path) -> list[str]:
     """The unigram words of an ARPA file in file order, without <s> and </s> (a quick first pass;
     the file is checked by the full read that follows)."""
     if not path.is_file():

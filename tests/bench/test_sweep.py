@@ -93,19 +93,22 @@ def test_kaldi_peer_and_wfst_agree_on_the_demo_tlg(three_clips, tmp_path):
     """The demo setup's kaldi-decoder peer and asrdecode's compiled `wfst` decode the same TLG and
     the same model: at a beam where pruning decides nothing their words are the same. The
     flashlight-text peer gives words of the LM for every utterance."""
-    from asrdecode.bench.sweep import DEMO, _arpa_words
+    from dataclasses import replace
+
+    from asrdecode.bench.sweep import DEMO
+    from asrdecode.lm.ngram_tensor import arpa_unigram_words
 
     systems = {s.name.split(" (")[0]: s for s in DEMO.systems}
     setup = Setup("demo-part", str(three_clips), "three clips", [
-        System("wfst", "decoder.beam", [16.0], systems["wfst compiled"].overrides),
-        System("kaldi", "beam", [16.0], systems["kaldi-decoder FasterDecoder"].overrides, peer="kaldi"),
+        replace(systems["wfst compiled"], name="wfst", values=[16.0]),
+        replace(systems["kaldi-decoder FasterDecoder"], name="kaldi", values=[16.0]),
     ])  # fmt: skip
     flashlight = systems["flashlight-text LexiconDecoder"]
-    setup.systems.append(System("flashlight", "beam_size", [64], flashlight.overrides, peer="flashlight"))
+    setup.systems.append(replace(flashlight, name="flashlight", values=[64]))
     wfst, kaldi, fl = sweep(setup, tmp_path / "out")["points"]
     assert kaldi["hyps"] == wfst["hyps"] and any(kaldi["hyps"].values())
     assert kaldi["rtfx"] > 0 and fl["rtfx"] > 0
-    vocabulary = set(_arpa_words(ROOT / "data/demo/graph/lm.arpa"))
+    vocabulary = set(arpa_unigram_words(ROOT / "data/demo/graph/lm.arpa"))
     assert set(fl["hyps"]) == set(wfst["hyps"]) and any(fl["hyps"].values())
     assert {w for text in fl["hyps"].values() for w in text.split()} <= vocabulary
 
@@ -114,7 +117,7 @@ def test_nemo_peers_without_a_nemo_python_are_listed_as_not_run(three_clips, tmp
     greedy = ["model.path=embedded:demo_ctc_bpe", "decoder.type=ctc-greedy"]
     setup = Setup("x", str(three_clips), "three clips", [
         System("ctc-greedy", "decoder.blank_penalty", [0.0], greedy),
-        System("NeMo greedy_batch", "max_symbols", [10], ["strategy=greedy_batch"], peer="nemo"),
+        System("NeMo greedy_batch", "max_symbols", [10], peer="nemo", options={"strategy": "greedy_batch"}),
     ])  # fmt: skip
     result = sweep(setup, tmp_path / "out")
     assert [p["system"] for p in result["points"]] == ["ctc-greedy"]
