@@ -31,3 +31,9 @@ class OutputError(AsrDecodeError):
 
 class GraphError(AsrDecodeError):
     """A decoding graph, lexicon, unit list or ARPA file that cannot be built or loaded."""
+
+
+def one_line(err: BaseException, limit: int | None = None) -> str:
+    """An exception's message on one line (its type name if it has none), cut to `limit` chars."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."

@@ -67,6 +67,14 @@ class RunStats:
     audio_seconds: float = 0.0
     wall_seconds: float = 0.0
 
+    def add_decoded(self, other: RunStats) -> None:
+        """Add the decoding counts of `other` (a worker's part of the run)."""
+        self.decoded += other.decoded
+        self.failed += other.failed
+        self.segmented += other.segmented
+        self.segmented_without_lattice += other.segmented_without_lattice
+        self.audio_seconds += other.audio_seconds
+
 
 def words_of_units(units: list[str]) -> Callable[[list[int]], list[tuple[str, int, int]]]:
     """Group unit ids into words for a bare unit list (saved log-probs): BPE '▁' or char space/'|'."""

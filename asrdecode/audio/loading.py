@@ -14,7 +14,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from asrdecode.errors import AudioError
+from asrdecode.errors import AudioError, one_line
 from asrdecode.io.manifests import Utterance
 
 #: A segment may run this far past the end of its file (manifest durations are rounded); the
@@ -184,7 +184,7 @@ def resample_batch(
                 raise ValueError(f"invalid sample rate {r!r}")
             tensors[i] = t.to(dev)
         except Exception as e:
-            out[i] = AudioError(f"{label[i]}: cannot resample to {target_sr} Hz: {_one_line(e)}")
+            out[i] = AudioError(f"{label[i]}: cannot resample to {target_sr} Hz: {one_line(e)}")
             continue
         if rate == target_sr:
             out[i] = tensors[i]
@@ -207,10 +207,8 @@ def resample_batch(
                     out[i] = AF.resample(tensors[i].unsqueeze(0), rate, target_sr)[0]
                 except Exception as e:
                     out[i] = AudioError(
-                        f"{label[i]}: cannot resample from {rate} Hz to {target_sr} Hz: {_one_line(e)}"
+                        f"{label[i]}: cannot resample from {rate} Hz to {target_sr} Hz: {one_line(e)}"
                     )
     return out  # type: ignore[return-value]  (every slot is filled above)
 
 
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__

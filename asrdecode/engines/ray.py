@@ -23,11 +23,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from asrdecode.errors import AsrDecodeError, ConfigError
+from asrdecode.errors import AsrDecodeError, ConfigError, one_line
 
 if TYPE_CHECKING:
     from asrdecode.io.manifests import Utterance
-    from asrdecode.pipeline import Transcriber
+    from asrdecode.pipeline import RunStats, Transcriber
 
 MAX_SHARD_ATTEMPTS = 3
 SHARDS_PER_WORKER = 4  # more shards than workers: a slow shard does not leave the others idle
@@ -62,14 +62,10 @@ class ShardResult:
     errors: list[tuple[str, str | None, str]]
     worker: str
     decoder: str
-    decoded: int
-    failed: int
-    segmented: int
-    audio_seconds: float
+    stats: RunStats  # the shard's counts (decoded, failed, segmented, audio seconds)
     seconds: float
     stage_seconds: dict[str, float]
     boost_oov: list[str] = field(default_factory=list)
-    segmented_without_lattice: int = 0
 
 
 class ShardWorker:
@@ -92,11 +88,13 @@ class ShardWorker:
 
     def run(self, utts: list[Utterance]) -> ShardResult:
         from asrdecode.audio.batching import plan_batches
-        from asrdecode.pipeline import STAGES, RunStats
+        from asrdecode.pipeline import STAGES
 
         if self.problem is not None:
             raise self.problem
         t = self.transcriber
+        from asrdecode.pipeline import RunStats
+
         t.writer, t.stats, t.boost_oov = ShardOutput(), RunStats(), set()
         t.timer.seconds = dict.fromkeys(STAGES, 0.0)
         start = time.perf_counter()
@@ -109,14 +107,10 @@ class ShardWorker:
             out.errors,
             worker=f"{socket.gethostname()}:{os.getpid()}",
             decoder=str(t.cfg.decoder.get("type")),
-            decoded=t.stats.decoded,
-            failed=t.stats.failed,
-            segmented=t.stats.segmented,
-            audio_seconds=t.stats.audio_seconds,
+            stats=t.stats,
             seconds=time.perf_counter() - start,
             stage_seconds=dict(t.timer.seconds),
             boost_oov=sorted(t.boost_oov),
-            segmented_without_lattice=t.stats.segmented_without_lattice,
         )
 
 
@@ -219,9 +213,9 @@ def _schedule(ray, t: Transcriber, start: float) -> list[dict]:
                     first = shards[k][0].utt_id
                     raise AsrDecodeError(
                         f"ray: shard {k} ({len(shards[k])} utterances from {first!r}) lost its worker "
-                        f"{attempts[k]} times; last: {_one_line(err)}"
+                        f"{attempts[k]} times; last: {one_line(err, 300)}"
                     ) from None
-                t.on_status(f"ray: a worker died ({_one_line(err)[:80]}); shard {k} goes to a new worker")
+                t.on_status(f"ray: a worker died ({one_line(err, 80)}); shard {k} goes to a new worker")
                 ray.kill(actors[slot])
                 actors[slot] = new_actor()
                 queue.appendleft(k)
@@ -244,8 +238,8 @@ def _schedule(ray, t: Transcriber, start: float) -> list[dict]:
                 },
             )
             summary["shards"] += 1
-            summary["utterances"] += result.decoded + result.failed
-            summary["audio_seconds"] += result.audio_seconds
+            summary["utterances"] += result.stats.decoded + result.stats.failed
+            summary["audio_seconds"] += result.stats.audio_seconds
             summary["busy_seconds"] += result.seconds
             submit(slot)
     finally:
@@ -266,16 +260,8 @@ def _write_shard(t: Transcriber, result: ShardResult, start: float) -> None:
         t.on_error(utt_id, message)
     if t.cfg.decoder.get("type", "auto") == "auto":
         t.cfg.decoder["type"] = result.decoder
-    t.stats.decoded += result.decoded
-    t.stats.failed += result.failed
-    t.stats.segmented += result.segmented
-    t.stats.segmented_without_lattice += result.segmented_without_lattice
-    t.stats.audio_seconds += result.audio_seconds
+    t.stats.add_decoded(result.stats)
     for name, seconds in result.stage_seconds.items():
         t.timer.seconds[name] = t.timer.seconds.get(name, 0.0) + seconds
     t.boost_oov.update(result.boost_oov)
     t._report_progress(start)
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())[:300]

@@ -22,7 +22,7 @@ from urllib.parse import quote, unquote
 import numpy as np
 import soundfile as sf
 
-from asrdecode.errors import InputError, LogprobsError
+from asrdecode.errors import InputError, LogprobsError, one_line
 from asrdecode.io.lines import read_lines
 
 #: Audio file extensions picked up from folders (all read by libsndfile; case-insensitive).
@@ -97,7 +97,7 @@ class LogprobsMeta:
         except FileNotFoundError:
             raise InputError(f"{path}: not found (a log-prob folder needs {LOGPROBS_META})") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{path}: cannot read: {_one_line(e)}") from None
+            raise InputError(f"{path}: cannot read: {one_line(e)}") from None
         if not isinstance(data, dict):
             raise InputError(f"{path}: expected a JSON object")
         try:
@@ -796,12 +796,12 @@ def load_logprobs(utt: Utterance, meta: LogprobsMeta | None = None) -> np.ndarra
     try:
         arr = np.load(path, allow_pickle=False)
     except ValueError as e:
-        msg = _one_line(e)
+        msg = one_line(e)
         if "allow_pickle" in msg or "Object arrays" in msg:
             msg = "holds pickled objects, which are not loaded"
         raise LogprobsError(f"{path}: not a plain .npy array ({msg})") from None
     except Exception as e:  # EOFError, OSError, UnpicklingError, ...
-        raise LogprobsError(f"{path}: cannot read .npy (truncated or corrupt: {_one_line(e)})") from None
+        raise LogprobsError(f"{path}: cannot read .npy (truncated or corrupt: {one_line(e)})") from None
     if arr.ndim != 2:
         raise LogprobsError(f"{path}: expected a [T, V] matrix, got shape {tuple(arr.shape)}")
     if arr.dtype != np.dtype(meta.dtype):
@@ -880,5 +880,3 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__

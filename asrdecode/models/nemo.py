@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import yaml
 
-from asrdecode.errors import ModelError
+from asrdecode.errors import ModelError, one_line
 from asrdecode.io.schema import NEMO_CONFIG, problem
 from asrdecode.models.ctc import (
     CTC_CLASSES,
@@ -45,10 +45,6 @@ _IGNORED_PREFIXES = ("spec_augmentation.", "loss.", "wer.", "ctc_wer.", "ctc_los
 _OPTIONAL_KEYS = ("preprocessor.featurizer.window", "preprocessor.featurizer.fb")
 
 
-def _one_line(err: BaseException, limit: int = 200) -> str:
-    """An exception as a single short line."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _member_path(name: str) -> str | None:
@@ -106,7 +102,8 @@ class NemoArchive:
         try:
             data = fh.read()
         except (OSError, EOFError, tarfile.TarError) as err:
-            raise ModelError(f"{self.label}: archive member {name!r} is corrupt ({_one_line(err)})") from None
+            reason = one_line(err, 200)
+            raise ModelError(f"{self.label}: archive member {name!r} is corrupt ({reason})") from None
         if len(data) != info.size:
             raise ModelError(f"{self.label}: archive member {name!r} is truncated")
         return data
@@ -129,7 +126,7 @@ def read_nemo_archive(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str
         try:
             archive = NemoArchive(tf, label)
         except (tarfile.TarError, OSError, EOFError, ValueError) as err:
-            raise ModelError(f"{label}: corrupt .nemo archive ({_one_line(err)})") from None
+            raise ModelError(f"{label}: corrupt .nemo archive ({one_line(err, 200)})") from None
         for member in (CONFIG_MEMBER, WEIGHTS_MEMBER):
             if not archive.has(member):
                 raise ModelError(f"{label}: not a NeMo model archive (no {member})")
@@ -145,7 +142,7 @@ def _parse_config(raw: bytes, label: str) -> dict[str, Any]:
     try:
         cfg = yaml.safe_load(raw.decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ModelError(f"{label}: {CONFIG_MEMBER} is not valid YAML ({_one_line(err, 120)})") from None
+        raise ModelError(f"{label}: {CONFIG_MEMBER} is not valid YAML ({one_line(err, 120)})") from None
     if not isinstance(cfg, dict):
         raise ModelError(f"{label}: {CONFIG_MEMBER} is not a mapping")
     if (wrong := problem(cfg, NEMO_CONFIG)) is not None:
@@ -158,7 +155,7 @@ def _parse_weights(raw: bytes, label: str) -> dict[str, torch.Tensor]:
         state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ... all mean a bad checkpoint
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        reason = _one_line(ValueError(first), 160)
+        reason = one_line(ValueError(first), 160)
         raise ModelError(f"{label}: {WEIGHTS_MEMBER} cannot be loaded safely ({reason})") from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
@@ -198,7 +195,7 @@ def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, di
         try:
             return Tokenizer.from_sentencepiece(files[name]), files
         except Exception as err:  # sentencepiece raises RuntimeError/OSError on bad protos
-            reason = _one_line(err)
+            reason = one_line(err, 200)
             raise ModelError(f"tokenizer model {name!r} is not a sentencepiece model ({reason})") from None
     if model_class_name(cfg) in TRANSDUCER_CLASSES:
         dec_cfg = cfg.get("joint") if isinstance(cfg.get("joint"), dict) else {}
@@ -212,7 +209,7 @@ def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, di
     try:
         return Tokenizer.from_labels(labels), {}
     except ValueError as err:
-        raise ModelError(f"bad label list: {_one_line(err)}") from None
+        raise ModelError(f"bad label list: {one_line(err, 200)}") from None
 
 
 def _fit_state_dict(
@@ -337,7 +334,7 @@ def load_nemo(
         try:
             model = model_type.from_config(cfg, tokenizer, files)
         except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values
-            raise ModelError(f"invalid model config ({_one_line(err)})") from None
+            raise ModelError(f"invalid model config ({one_line(err, 200)})") from None
         _fit_state_dict(model, state, hybrid=cls in HYBRID_CLASSES, transducer=kind == "transducer")
         model.heads = ["transducer", "ctc"] if cls in HYBRID_CLASSES else [kind]
         if streaming != "offline":
