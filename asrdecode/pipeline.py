@@ -11,7 +11,7 @@ import resource
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -171,19 +171,8 @@ class Transcriber:
 
             self.on_status(f"loading model {self.cfg.model.path}")
             model_cfg = self.cfg.model
-            self.model = load_model(
-                model_cfg.path,
-                model_cfg.type,
-                model_cfg.topn,
-                model_cfg.threads,
-                model_cfg.density_floor,
-                model_cfg.head,
-                model_cfg.attention,
-                model_cfg.att_context_size,
-                model_cfg.streaming,
-                model_cfg.chunk_seconds,
-                model_cfg.buffer_seconds,
-            )
+            options = asdict(model_cfg)
+            self.model = load_model(options.pop("path"), options.pop("type"), **options)
             self.model = self.model.to(self.device).eval()
             if self.cfg.features.type not in ("auto",):
                 raise ConfigError(

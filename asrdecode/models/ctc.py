@@ -201,17 +201,16 @@ class NemoCTCModel(NemoModelBase):
         """Buffered inference on unnormalized features: each utterance's windows (`windows`) through
         the encoder and CTC head, 16 at a time, their kept rows joined."""
         plan = self.buffered
+        window_rows = int(self.encoder.output_lengths(torch.tensor([plan.buffer_frames]))[0])
+        rows, lag = plan.kept_rows(window_rows), plan.lag(window_rows)
         log_probs, encoded = [], []
-        lag = 0
         for b, n in enumerate(feat_lengths.tolist()):
             windows = plan.windows(feats[b, :, : int(n)])
             kept_lp, kept_enc = [], []
             for g in range(0, windows.shape[0], 16):
                 part = windows[g : g + 16]
                 sizes = torch.full((part.shape[0],), part.shape[2], dtype=torch.int64, device=part.device)
-                enc, enc_len = self.encoder(part, sizes)
-                rows = plan.kept_rows(int(enc_len[0]))
-                lag = plan.lag(int(enc_len[0]))
+                enc, _ = self.encoder(part, sizes)
                 lp = self.decoder(enc)[:, rows]
                 kept_lp.append(lp.reshape(-1, lp.shape[-1]))
                 kept_enc.append(enc.transpose(1, 2)[:, rows].reshape(-1, enc.shape[1]))
