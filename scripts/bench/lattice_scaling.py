@@ -11,8 +11,10 @@ kept until the end. Linear scaling shows as lattice seconds growing like the len
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -37,7 +39,9 @@ def peaky_log_probs(frames: int, columns: int, seed: int) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, nargs="+", default=[2000, 8000, 32000])
+    ap.add_argument("--json", type=Path, default=Path("out/bench/lattice_scaling.json"))
     args = ap.parse_args()
+    rows = []
     torch.set_num_threads(1)
     graph = resolve_graph_spec(GRAPH)
     print(f"load average before: {os.getloadavg()}")
@@ -58,7 +62,11 @@ def main() -> None:
             seconds.append(time.perf_counter() - t0)
             kept = dec.last_info.get("lattice_search_arcs", kept)
         print(f"{frames:8d} {seconds[0]:9.2f} {seconds[1]:10.2f} {seconds[1] / seconds[0]:6.1f} {kept:17d}")
+        rows.append({"frames": frames, "one_best_seconds": seconds[0], "lattice_seconds": seconds[1],
+                     "ratio": seconds[1] / seconds[0], "kept_search_arcs": kept})  # fmt: skip
     print(f"load average after: {os.getloadavg()}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows, "load_average": os.getloadavg()}))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@
 Every run is `asrdecode transcribe` in a child process into a fresh folder. Printed per run: wall
 seconds of the whole command (process start, Ray start, model loads included), the report's RTFx
 (audio seconds over the decoding wall time, Ray start included, model load excluded for local), and
-the ratio of each RTFx to the local run's. The load average is printed before and after: figures
-from a busy machine mean little. The transcripts of every run are checked against the local run's.
+the ratio of each RTFx to the local run's; the same goes to --json. The load average is printed
+before and after: figures from a busy machine mean little. The transcripts of every run are checked
+against the local run's.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=8, help="each utterance this many times (new ids)")
     ap.add_argument("--model", default="embedded:demo_ctc_bpe")
     ap.add_argument("--config", help="a run config instead of --model (e.g. the default setup's)")
+    ap.add_argument("--json", type=Path, default=ROOT / "out/bench/ray_scaling.json")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. model.threads=1")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (threads=...)")
     args = ap.parse_args()
@@ -76,6 +78,15 @@ def main() -> None:
         same = all(t == texts["local"] for t in texts.values())
         print(f"transcripts identical to the local run: {same}")
         print(f"load average after: {os.getloadavg()}")
+        rows_out = [
+            {"run": name, "wall_seconds": wall, "rtfx": r["rtfx"], "vs_local": r["rtfx"] / local_rtfx,
+             "workers": r.get("workers", [])}
+            for name, wall, r in results
+        ]  # fmt: skip
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        summary = {"runs": rows_out, "identical": same, "load_average": os.getloadavg()}
+        args.json.write_text(json.dumps(summary, indent=1))
+        print(f"written {args.json}")
 
 
 if __name__ == "__main__":
