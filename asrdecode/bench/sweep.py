@@ -86,19 +86,15 @@ DEMO = Setup(
             [0.0],
             ["model.path=embedded:demo_ctc_bpe", "decoder.type=ctc-greedy"],
         ),
-        System(
-            "wfst compiled (demo TLG)",
-            "decoder.beam",
-            [8.0, 12.0, 16.0],
-            [f"decoder.graph={DEMO_TLG}", "decoder.backend=compiled"],
-            config="configs/wfst.yaml",
-        ),
-        System(
-            "wfst torch (demo TLG)",
-            "decoder.beam",
-            [8.0, 12.0, 16.0],
-            [f"decoder.graph={DEMO_TLG}", "decoder.backend=torch"],
-            config="configs/wfst.yaml",
+        *(
+            System(
+                f"wfst {backend} (demo TLG)",
+                "decoder.beam",
+                [8.0, 12.0, 16.0],
+                [f"decoder.graph={DEMO_TLG}", f"decoder.backend={backend}"],
+                config="configs/wfst.yaml",
+            )
+            for backend in ("compiled", "torch")
         ),
         System(
             "transducer-greedy",
