@@ -1,20 +1,99 @@
-"""A one-line status when numba is about to compile (first run only; later runs load its disk cache).
+"""numba's disk cache for asrdecode's compiled kernels, and a one-line status when numba is about
+to compile (first run only; later runs load its disk cache).
 
 numba compiles an ``njit(cache=True)`` function at its first call in a process and stores the
-machine code in ``__pycache__``; later processes load it in milliseconds. The first compile can take
-seconds, so the user is told once why the run pauses.
+machine code on disk; later processes load it in milliseconds. The first compile can take seconds,
+so the user is told once why the run pauses.
+
+numba keys a cached function by its own source file only, yet a kernel embeds the kernels it calls
+from other files (the `wfst-otf` search calls the `wfst` cutoff, the `wfst` search calls the lattice
+pruning): after an edit or an upgrade that changes only a callee's file, the caller's cache would
+load the old callee. So every module with kernels calls `configure_cache` before defining them,
+which points numba at a cache folder named by a hash of all of them (`kernel_sources_hash`): any
+change to any kernel source gives a fresh folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
+PACKAGE = Path(__file__).resolve().parent
+_configured: list[str] = []
+
 log = logging.getLogger("asrdecode")
 _announced: set[str] = set()
 _lock = threading.Lock()
+
+
+def kernel_sources_hash(package: Path = PACKAGE) -> str:
+    """sha256 (first 16 hex digits) over the path and bytes of every module of `package` that
+    uses numba."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        data = path.read_bytes()
+        if b"numba" in data:
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + data)
+    return digest.hexdigest()[:16]
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return os.access(folder, os.W_OK)
+    except OSError:
+        return False
+
+
+def configure_cache() -> str:
+    """Point numba's disk cache (``numba.config.CACHE_DIR``) at ``numba-<kernel_sources_hash>``:
+    under ``$NUMBA_CACHE_DIR`` if the user set it, else under the package's ``__pycache__`` (other
+    ``numba-*`` folders there unused for a week are removed), else under
+    ``$XDG_CACHE_HOME/asrdecode`` (default ``~/.cache/asrdecode``). Idempotent; returns the
+    folder."""
+    with _lock:
+        if _configured:
+            return _configured[0]
+        import numba
+
+        name = f"numba-{kernel_sources_hash()}"
+        user = os.environ.get("NUMBA_CACHE_DIR")
+        in_tree = PACKAGE / "__pycache__"
+        if user:
+            folder = Path(user) / f"asrdecode-{name}"
+        elif _writable(in_tree):
+            folder = in_tree / name
+            _remove_stale(in_tree, name)
+        else:
+            xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            folder = Path(xdg) / "asrdecode" / name
+        numba.config.CACHE_DIR = str(folder)
+        if _writable(folder):
+            os.utime(folder)  # in use: see _remove_stale
+        _configured.append(str(folder))
+        return str(folder)
+
+
+STALE_SECONDS = 7 * 24 * 3600
+
+
+def _remove_stale(parent: Path, current: str) -> None:
+    """Remove the other ``numba-*`` folders under `parent` that no process has configured for
+    `STALE_SECONDS` (a process still running older kernels must keep its folder: numba saves into
+    it when it compiles)."""
+    import time
+
+    for old in parent.glob("numba-*"):
+        try:
+            if old.name != current and time.time() - old.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def disk_cache_index(function: Any) -> Path | None:

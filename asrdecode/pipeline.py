@@ -420,8 +420,9 @@ class Transcriber:
 
     def _decode_in_segments(self, utt, wave: torch.Tensor) -> None:
         """An input longer than ``batch.segment_seconds``: cut at quiet moments (`segment_bounds`),
-        the segments decoded in batches like utterances, their results joined (`join_results`)."""
-        from asrdecode.audio.segmenting import join_results, segment_bounds
+        the segments decoded in batches like utterances, their results and lattices joined
+        (`join_results`, `join_lattices`)."""
+        from asrdecode.audio.segmenting import join_lattices, join_results, segment_bounds
         from asrdecode.io.manifests import save_logprobs
 
         rate, batch = self.model.sample_rate, self.cfg.batch
@@ -442,17 +443,20 @@ class Transcriber:
                 text=utt.text, duration=self._duration(utt),
             )  # fmt: skip
         self.stats.segmented += 1
+        offsets = [a / rate for a, _ in bounds]
+        joined = join_results(parts, offsets, self.frame_shift)
+        extras = None
         if any(part.lattice is not None for part in parts):
-            self.stats.segmented_without_lattice += 1
-            self.on_status(
-                f"{utt.utt_id}: no lattice written (decoded in segments of batch.segment_seconds="
-                f"{batch.segment_seconds:g}; batch.segment_seconds=0 decodes it whole, with its lattice)"
-            )
-        self._write(
-            [utt],
-            [join_results(parts, [a / rate for a, _ in bounds], self.frame_shift)],
-            [wave.shape[0] / rate],
-        )
+            joined.lattice = join_lattices(parts, offsets, self.frame_shift)
+            if joined.lattice is None:
+                self.stats.segmented_without_lattice += 1
+                self.on_status(
+                    f"{utt.utt_id}: no lattice written (a segment of batch.segment_seconds="
+                    f"{batch.segment_seconds:g} has none; batch.segment_seconds=0 decodes it whole)"
+                )
+            else:
+                extras = self._write_lattices([utt], [joined])
+        self._write([utt], [joined], [wave.shape[0] / rate], extras)
 
     def _run_batch(self, utts, start: float) -> None:
         with self.timer.stage("load"):

@@ -4,6 +4,7 @@ never when it is compiled in this process or loaded from numba's disk cache."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -37,3 +38,28 @@ def test_disk_cached_functions_need_no_status() -> None:
 
     noise_gains_numba(torch.rand(1, 3, 4, dtype=torch.float64) + 1.0)
     assert disk_cache_index(_noise_gains_kernel).is_file() and is_cached(_noise_gains_kernel)
+
+
+def test_cache_folder_follows_every_kernel_source(tmp_path) -> None:
+    """numba keys a cached kernel by its own file only, but kernels embed the kernels they call
+    from other files: the cache folder is named by a hash of every kernel module, so editing a
+    callee's file (here the lattice pruning, called by the `wfst` search) gives a fresh folder."""
+    import shutil
+
+    import asrdecode
+    from asrdecode.numba_status import configure_cache, kernel_sources_hash
+
+    package = tmp_path / "asrdecode"
+    shutil.copytree(Path(asrdecode.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = kernel_sources_hash(package)
+    assert kernel_sources_hash(package) == before
+    (package / "README.txt").write_text("not a kernel module")
+    assert kernel_sources_hash(package) == before
+    lattice = package / "decoders" / "wfst" / "lattice.py"
+    lattice.write_text(lattice.read_text() + "\n# edited\n")
+    assert kernel_sources_hash(package) != before
+    folder = configure_cache()
+    assert folder == numba.config.CACHE_DIR and Path(folder).name.endswith(kernel_sources_hash())
+    from asrdecode.decoders.wfst.lattice import prune_window
+
+    assert Path(folder) in disk_cache_index(prune_window).parents

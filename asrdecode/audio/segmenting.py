@@ -5,10 +5,12 @@ from each segment start, the cut goes at the centre of the quietest ``quiet_seco
 energy of 10 ms frames) within the last ``search_seconds`` before the limit, so words are rarely
 cut and every segment can be decoded on its own (bounded memory for any model and decoder). The
 segments' results are joined back into one: words and token frames shifted by each segment's
-offset, scores added.
+offset, scores added, word lattices concatenated.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,3 +80,16 @@ def join_results(parts: list[DecodeResult], offsets: list[float], frame_shift: f
         lm_score=total([p.lm_score for p in parts]),
         token_durations=durations if has_durations else None,
     )
+
+
+def join_lattices(parts: list[DecodeResult], offsets: list[float], frame_shift: float) -> Any:
+    """One word lattice from the segments' lattices (`lattice.concatenate`: each segment's final
+    states lead by an epsilon arc to the next one's start; state times shifted by each segment's
+    offset in frames, as `join_results` shifts token frames). None if a segment has no lattice or
+    none of its paths ends."""
+    from asrdecode.decoders.wfst.lattice import CompactLattice, concatenate
+
+    lattices = [p.lattice for p in parts]
+    if not all(isinstance(lat, CompactLattice) for lat in lattices):
+        return None
+    return concatenate(lattices, [int(round(off / frame_shift)) for off in offsets])

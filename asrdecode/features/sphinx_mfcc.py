@@ -41,7 +41,9 @@ from torch import nn
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.errors import ModelError
-from asrdecode.numba_status import announce_first_compile
+from asrdecode.numba_status import announce_first_compile, configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
 
 __all__ = [
     "SphinxFeConfig",

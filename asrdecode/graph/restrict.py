@@ -21,6 +21,9 @@ import numpy as np
 
 from asrdecode.errors import GraphError
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.numba_status import configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -2,8 +2,10 @@
 """How `wfst` lattice generation scales with the input's length: compiled backend, one thread,
 the demo TLG (built into the graph cache on first use), peaky random CTC log-probs of each
 length. Prints, per length, the seconds of a 1-best decode and of a lattice decode (search with
-window pruning, exact pruning, word-lattice determinization), their ratio, and the search arcs
-kept until the end. Linear scaling shows as lattice seconds growing like the length.
+window pruning, exact pruning, word-lattice determinization), their ratio, the search arcs
+kept until the end, and how many frames each window pruning took back on average (it stops at
+a frame whose extra costs did not move, so this stays flat as the input grows). Linear scaling
+shows as lattice seconds growing like the length.
 
     .venv/bin/python scripts/bench/lattice_scaling.py --frames 2000 8000 32000
 """
@@ -45,12 +47,15 @@ def main() -> None:
     torch.set_num_threads(1)
     graph = resolve_graph_spec(GRAPH)
     print(f"load average before: {os.getloadavg()}")
-    print(f"{'frames':>8} {'1-best s':>9} {'lattice s':>10} {'ratio':>6} {'kept search arcs':>17}")
+    print(
+        f"{'frames':>8} {'1-best s':>9} {'lattice s':>10} {'ratio':>6} {'kept search arcs':>17}"
+        f" {'frames back per pruning':>24}"
+    )
     for frames in args.frames:
         lp = peaky_log_probs(frames, 257, seed=frames)
         out = ModelOutput(torch.from_numpy(lp), torch.tensor([frames]), 0.08, 256, [])
         warm = ModelOutput(torch.from_numpy(lp[:, :100]), torch.tensor([100]), 0.08, 256, [])
-        seconds, kept = [], None
+        seconds, kept, back = [], None, 0.0
         for lattice in (False, True):
             cfg = WfstConfig(
                 graph=graph, beam=10.0, lattice_beam=3.0, lattice=lattice, backend="compiled", threads=1
@@ -61,9 +66,15 @@ def main() -> None:
             dec.decode(out)
             seconds.append(time.perf_counter() - t0)
             kept = dec.last_info.get("lattice_search_arcs", kept)
-        print(f"{frames:8d} {seconds[0]:9.2f} {seconds[1]:10.2f} {seconds[1] / seconds[0]:6.1f} {kept:17d}")
+            if lattice:
+                back = dec.last_info["stats"]["lattice_prune_frames"] / max(frames // cfg.prune_interval, 1)
+        print(
+            f"{frames:8d} {seconds[0]:9.2f} {seconds[1]:10.2f} {seconds[1] / seconds[0]:6.1f} {kept:17d}"
+            f" {back:24.0f}"
+        )
         rows.append({"frames": frames, "one_best_seconds": seconds[0], "lattice_seconds": seconds[1],
-                     "ratio": seconds[1] / seconds[0], "kept_search_arcs": kept})  # fmt: skip
+                     "ratio": seconds[1] / seconds[0], "kept_search_arcs": kept,
+                     "frames_back_per_pruning": back})  # fmt: skip
     print(f"load average after: {os.getloadavg()}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": rows, "load_average": os.getloadavg()}))

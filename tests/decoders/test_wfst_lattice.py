@@ -33,7 +33,13 @@ from wfst_ref import (  # noqa: F401
 )
 
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst.lattice import CompactLattice, read_kaldi_text, write_kaldi_text, write_word_fst
+from asrdecode.decoders.wfst.lattice import (
+    CompactLattice,
+    concatenate,
+    read_kaldi_text,
+    write_kaldi_text,
+    write_word_fst,
+)
 from asrdecode.graph import GraphBuildConfig, build_graph
 from asrdecode.models.base import ModelOutput
 
@@ -175,6 +181,25 @@ def test_window_pruning_keeps_the_lattice_and_bounds_memory():
         assert kept[backend, 25] < kept[backend, 0]
 
 
+def test_window_pruning_takes_back_a_bounded_number_of_frames():
+    """Window pruning is incremental (Kaldi's PruneActiveTokens): each call goes back only until
+    a frame whose extra costs did not move, so the frames it takes back per call do not grow with
+    the input (O(T) in all, not O(T^2)), and the kept search arcs grow like the input."""
+    graph_dir = nemo_graph()
+    back, kept = {}, {}
+    for T in (400, 1600):
+        lp = synthetic(5, 1, T, 129, 128)
+        out = ModelOutput(torch.from_numpy(lp), torch.tensor([T]), 0.08, 128, [])
+        cfg = WfstConfig(graph=str(graph_dir), beam=10.0, lattice_beam=3.0, lattice=True, backend="compiled")
+        dec = WfstDecoder(cfg)
+        dec.decode(out)
+        back[T] = dec.last_info["stats"]["lattice_prune_frames"] / (T // cfg.prune_interval)
+        kept[T] = dec.last_info["lattice_search_arcs"]
+    assert back[400] < 400 / 2
+    assert back[1600] < 1.3 * back[400]
+    assert kept[1600] < 1.3 * 4 * kept[400]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seed", range(16))
 def test_word_lattice_holds_each_sequences_best_path(seed, backend):
@@ -212,6 +237,44 @@ def test_word_lattice_holds_each_sequences_best_path(seed, backend):
     assert within <= {w for w, *_ in got}
     for s, d, _word, start, end, _g, _a in lat.word_arcs():
         assert lat.times[d] == end and start == lat.times[s] and 0 <= start <= end <= len(lp)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_concatenated_lattices_hold_every_pair_of_paths(seed):
+    """Lattices of consecutive segments joined (`concatenate`, as for inputs decoded in segments):
+    its complete paths are exactly the pairs of the parts' paths, words (epsilon arcs dropped),
+    costs and units added, state times shifted by the segment offset; n-best and the Kaldi text
+    form agree with that."""
+    rng = np.random.default_rng(1300 + seed)
+    parts = []
+    for _ in range(2):
+        fst = random_wfst(rng, int(rng.integers(3, 7)), V, 5, eps_forward=True)
+        lp = log_probs(rng, int(rng.integers(1, 5)))
+        _, res = decode_lattice(fst, lp, "compiled", lattice_beam=4.0)
+        if res.lattice is None or not res.lattice.final:
+            return
+        parts.append(res.lattice)
+    a, b = parts
+    joined = concatenate(parts, [0, a.num_frames])
+    assert joined.num_frames == a.num_frames + b.num_frames
+    expected = sorted(
+        (wa + wb, round(ga + gb, 4), round(aa + ab, 4), ua + ub)
+        for wa, ga, aa, ua in compact_paths(a)
+        for wb, gb, ab, ub in compact_paths(b)
+    )
+    got = sorted(
+        (tuple(x for x in w if x), round(g, 4), round(ac, 4), u) for w, g, ac, u in compact_paths(joined)
+    )
+    assert got == expected
+    for _src, dst, word, start, end, *_ in joined.word_arcs():
+        assert word != "0" and start <= end <= joined.num_frames
+        assert joined.times[dst] == end
+    best = min(g + ac for _, g, ac, _ in expected)
+    (words, cost), *_ = joined.nbest(1)
+    assert cost == pytest.approx(best, abs=1e-3)
+    arcs, finals = read_kaldi_text(joined.to_kaldi_text("u"))["u"]
+    assert len(arcs) == joined.num_arcs and len(finals) == len(b.final)
+    assert concatenate([a, CompactLattice(0, *[np.zeros(0)] * 5, [], {}, np.zeros(0), 0, {})], [0, 1]) is None
 
 
 @pytest.mark.parametrize("seed", range(25))

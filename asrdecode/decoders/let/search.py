@@ -43,6 +43,9 @@ import numpy as np
 from asrdecode.decoders.wfst.compiled import get_cutoff, kth_smallest
 from asrdecode.decoders.wfst_otf.compiled import MEMO_BITS, MEMO_DTYPE
 from asrdecode.decoders.wfst_otf.difference import lm_final, lm_step
+from asrdecode.numba_status import configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
 
 __all__ = ["MEMO_BITS", "MEMO_DTYPE"]
 

@@ -66,7 +66,9 @@ import numpy as np
 
 from asrdecode.decoders.wfst.lattice import prune_window
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.numba_status import announce_first_compile
+from asrdecode.numba_status import announce_first_compile, configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
 
 log = logging.getLogger("asrdecode.decoders.wfst")
 
@@ -75,7 +77,8 @@ _INIT_CAPACITY = 1024
 
 # stats slots returned by decode_utterance
 STAT_FRAMES, STAT_ARCS, STAT_TOKENS, STAT_EPS_POPS, STAT_EPS_LIMIT, STAT_RECORDS = range(6)
-NUM_STATS = 6
+STAT_PRUNE_FRAMES = 6  # frames taken back by the lattice window pruning, over all its calls
+NUM_STATS = 7
 
 
 @numba.njit(nogil=True, cache=True)
@@ -173,14 +176,14 @@ W_NXT_STATE, W_NXT_COST, W_NXT_REC, W_NXT_ARC = 3, 4, 5, 6
 W_QUEUE, W_SCRATCH = 7, 8
 W_REC_PREV, W_REC_ARC, W_REC_FRAME = 9, 10, 11
 W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC, W_LAT_COST = 12, 13, 14, 15, 16, 17
-W_NODE_FRAME, W_NODE_STATE, W_NODE_COST = 18, 19, 20
+W_NODE_FRAME, W_NODE_STATE, W_NODE_COST, W_NODE_EXTRA = 18, 19, 20, 21
 WORKSPACE_DTYPES = (
     (np.int32, np.float32, np.int64)
     + (np.int32, np.float32, np.int64, np.int32)
     + (np.int32, np.float32)
     + (np.int64, np.int32, np.int32)
     + (np.int32, np.int32, np.int32, np.int32, np.float32, np.float32)
-    + (np.int32, np.int32, np.float32)
+    + (np.int32, np.int32, np.float32, np.float32)
 )
 # counters of a workspace (int64 array)
 C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME, C_GC_AT, C_GC_MIN = range(7)
@@ -238,11 +241,13 @@ def _emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.
 
 
 @numba.njit(nogil=True, cache=True)
-def _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, k) -> None:
+def _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k) -> None:
+    """The lattice nodes of a frame's tokens (extra cost NaN: not pruned yet)."""
     for i in range(n):
         node_frame[k + i] = frame
         node_state[k + i] = cur_state[i]
         node_cost[k + i] = cur_cost[i]
+        node_extra[k + i] = np.nan
 
 
 @numba.njit(nogil=True, cache=True)
@@ -466,12 +471,14 @@ def _close_frame(states, arcs, boost, cut, frame, slot, eps_limit, lattice, ws, 
     stats[STAT_EPS_POPS] += io[4]
     stats[STAT_TOKENS] += n
     node_frame, node_state, node_cost = ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST]
+    node_extra = ws[W_NODE_EXTRA]
     if lattice:
         k = ctr[C_NODES]
         node_frame = _grow(node_frame, k + n)
         node_state = _grow(node_state, node_frame.shape[0])
         node_cost = _grow(node_cost, node_frame.shape[0])
-        _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, k)
+        node_extra = _grow(node_extra, node_frame.shape[0])
+        _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k)
         ctr[C_NODES] = k + n
     _reset_slots(slot, cur_state, n)
     ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = n, io[1], io[2]
@@ -481,7 +488,7 @@ def _close_frame(states, arcs, boost, cut, frame, slot, eps_limit, lattice, ws, 
         queue, ws[W_SCRATCH],
         rec_prev, rec_arc, rec_frame,
         lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost,
-        node_frame, node_state, node_cost,
+        node_frame, node_state, node_cost, node_extra,
     )  # fmt: skip
 
 
@@ -572,7 +579,7 @@ def search_advance(
             ws[W_QUEUE], scratch,
             rec_prev, rec_arc, rec_frame,
             lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost,
-            ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST],
+            ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA],
         )  # fmt: skip
         ws = _close_frame(states, arcs, boost, cut, frame, slot, eps_limit, lattice, ws, ctr, stats)
         if ctr[C_RECORDS] > ctr[C_GC_AT]:  # memory: keep only the records live tokens lead back to
@@ -582,12 +589,13 @@ def search_advance(
             ctr[C_RECORDS] = kept
             ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * kept)
         if lattice and prune_interval > 0 and (frame + 1) % prune_interval == 0:
-            ctr[C_NODES], ctr[C_LAT_ARCS] = prune_window(
-                arcs, boost, num_states, frame, lattice_beam,
-                ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ctr[C_NODES],
+            ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
+                arcs, boost, frame, lattice_beam,
+                ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], ctr[C_NODES],
                 ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ctr[C_LAT_ARCS],
-                slot, slot2, np.zeros(0, np.float32), False,
+                slot, slot2,
             )  # fmt: skip
+            stats[STAT_PRUNE_FRAMES] += taken
     return ws
 
 

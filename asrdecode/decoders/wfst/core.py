@@ -557,7 +557,7 @@ class LatticeArcs:
             self._slots = np.full((2, max(self.g.num_states, 1)), -1, dtype=np.int32)
         empty = np.zeros(0, np.float32)
         for key, store in self.stores.items():
-            store.prune(self._records, self.boosts.get(key, empty), self.g.num_states, self.beam, self._slots)
+            store.prune(self._records, self.boosts.get(key, empty), self.beam, self._slots)
 
     def take(self, key: int) -> tuple[np.recarray | None, np.recarray | None]:
         """The arcs and nodes of one store (removed); (None, None) if it has none."""

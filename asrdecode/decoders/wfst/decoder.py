@@ -372,7 +372,14 @@ class WfstDecoder:
         blank: int,
         shift: float,
     ) -> list[DecodeResult]:
-        from asrdecode.decoders.wfst.compiled import STAT_ARCS, STAT_EPS_LIMIT, STAT_EPS_POPS, STAT_FRAMES
+        from asrdecode.decoders.wfst.compiled import (
+            NUM_STATS,
+            STAT_ARCS,
+            STAT_EPS_LIMIT,
+            STAT_EPS_POPS,
+            STAT_FRAMES,
+            STAT_PRUNE_FRAMES,
+        )
 
         search = self.compiled_search()
         T = ac.shape[1]
@@ -393,7 +400,7 @@ class WfstDecoder:
             else DecodeResult(words=[], score=float("-inf"))
             for b, p in enumerate(paths)
         ]
-        total = np.sum([p.stats for p in paths], axis=0) if paths else np.zeros(8, np.int64)
+        total = np.sum([p.stats for p in paths], axis=0) if paths else np.zeros(NUM_STATS, np.int64)
         stats = {
             "backend": "compiled",
             "frames": int(total[STAT_FRAMES]),
@@ -402,6 +409,8 @@ class WfstDecoder:
             "epsilon_pops": int(total[STAT_EPS_POPS]),
             "epsilon_limit_hit": int(total[STAT_EPS_LIMIT]),
         }
+        if want_lattice:
+            stats["lattice_prune_frames"] = int(total[STAT_PRUNE_FRAMES])
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
             data = [(p.lattice_arcs, p.lattice_nodes) for p in paths]

@@ -49,10 +49,17 @@ from typing import Any
 import numba
 import numpy as np
 
+from asrdecode.numba_status import configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
+
 # window pruning keeps arcs up to lattice_beam + slack: float32 token costs against float64 sums
 # along the arcs (a bound of their rounding differences, so pruning never changes the result)
 WINDOW_SLACK = 0.05
 WINDOW_SLACK_REL = 2e-5
+# window pruning stops going back at a frame whose extra costs moved by at most this x lattice_beam
+# (Kaldi's prune_scale)
+PRUNE_SCALE = 0.1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -111,42 +118,210 @@ def backward_costs(frame, src, dst, cost, emit, beta) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def prune_window(
-    arcs, boost, num_states, last_frame, beam,
-    node_frame, node_state, node_cost, n_nodes,
-    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
-    prev_slot, cur_slot, final_costs, use_final,
-):  # fmt: skip
-    """Kaldi PruneForwardLinks over the kept lattice of one utterance up to `last_frame` (see the
-    module docstring, step 1); compacts the node and arc arrays in place (order kept) and returns
-    (nodes kept, arcs kept). Nodes and arcs are in non-decreasing frame order; `arcs` is the
-    graph's arc record array (column, olabel, nextstate, weight), `boost` the word-id -> cost
-    array; prev_slot / cur_slot: state-indexed scratch arrays, all -1 (and left so), that map the
-    states of the previous and current frame to their nodes (O(1) lookups, no sort).
+def _arc_cost(arcs, boost, a, ac) -> float:
+    """Graph + acoustic (+ word boost) cost of a kept search arc."""
+    c = np.float64(arcs[a].weight) + np.float64(ac)
+    ol = arcs[a].olabel
+    if ol > 0 and ol < boost.shape[0]:
+        c += np.float64(boost[ol])
+    return c
 
-    With an empty `final_costs` this is the window pruning (last-frame nodes end with -alpha);
-    with the graph's final costs (state-indexed) it is the end-of-utterance pruning (last-frame
-    nodes end with their final cost, or 0 if not `use_final`), relative to the best path: then
-    it keeps a superset (float slack) of what `build_lattice` keeps, which it uses to shrink the
-    arcs before its exact pass."""
+
+@numba.njit(cache=True, nogil=True)
+def _first_arc(lat_frame, n_arcs, frame) -> int:
+    """The first kept arc of `frame` or later (binary search; arcs in non-decreasing frame order)."""
+    lo = 0
+    hi = n_arcs
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if lat_frame[mid] < frame:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _map_frame_arcs(
+    arcs, boost, g, a_lo, a_hi, node_frame, node_state, n_nodes, lo_slot, hi_slot,
+    lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+):  # fmt: skip
+    """For the kept arcs [a_lo, a_hi) of frame `g`: source and destination node (-1: gone), total
+    cost and whether the arc is emitting (from frame g-1), each looked up once."""
+    p_lo = _first_node(node_frame, n_nodes, g - 1)
+    p_hi = _fill_slots(lo_slot, node_frame, node_state, n_nodes, g - 1, p_lo, True)
+    _fill_slots(hi_slot, node_frame, node_state, n_nodes, g, p_hi, True)
+    for p in range(a_lo, a_hi):
+        a = lat_arc[p]
+        e = arcs[a].column >= 0
+        emit[p] = e
+        src[p] = lo_slot[lat_src[p]] if e else hi_slot[lat_src[p]]
+        dst[p] = hi_slot[lat_dst[p]]
+        cost[p] = _arc_cost(arcs, boost, a, lat_ac[p])
+    _fill_slots(lo_slot, node_frame, node_state, n_nodes, g - 1, p_lo, False)
+    _fill_slots(hi_slot, node_frame, node_state, n_nodes, g, p_hi, False)
+
+
+@numba.njit(cache=True, nogil=True)
+def prune_window(
+    arcs, boost, last_frame, beam,
+    node_frame, node_state, node_cost, node_extra, n_nodes,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
+    lo_slot, hi_slot,
+):  # fmt: skip
+    """Kaldi's PruneActiveTokens / PruneForwardLinks over the kept lattice of one utterance up to
+    `last_frame` (module docstring, step 1), incremental: each node stores its extra cost
+    ``alpha + beta`` (`node_extra`; NaN for a node not seen by a pruning yet, inf above the
+    beam). Frames are taken back from `last_frame` (its nodes: extra 0) until a frame whose
+    nodes' extra costs all moved by at most ``PRUNE_SCALE * beam`` (Kaldi's delta): extra costs
+    only grow as frames are added, so the older frames' stored values are lower bounds and
+    pruning with them keeps a superset. The arcs into the frames taken are pruned at extra cost
+    ``alpha[src] + cost + beta[dst] > beam`` (+ float slack) and the nodes there that no kept arc
+    uses any more are dropped; the arrays are compacted in place from the first frame taken
+    (order kept). The work per call follows the frames taken, so a long input costs O(T).
+    Nodes and arcs are in non-decreasing frame order; `arcs` is the graph's arc record array
+    (column, olabel, nextstate, weight), `boost` the word-id -> cost array; lo_slot / hi_slot:
+    state-indexed scratch arrays, all -1 (and left so). Returns (nodes kept, arcs kept, frames
+    taken)."""
     if n_nodes == 0:
-        return 0, 0
-    beta = np.full(n_nodes, np.inf)
-    window = final_costs.shape[0] == 0
-    best_end = np.inf  # window: best last-frame cost; final: best complete path
-    for i in range(n_nodes):
-        if node_frame[i] == last_frame:
-            if window:
-                beta[i] = -np.float64(node_cost[i])
-                best_end = min(best_end, np.float64(node_cost[i]))
-            else:
-                beta[i] = np.float64(final_costs[node_state[i]]) if use_final else 0.0
-                best_end = min(best_end, np.float64(node_cost[i]) + beta[i])
+        return 0, 0, 0
+    delta = PRUNE_SCALE * beam
+    lo = _first_node(node_frame, n_nodes, last_frame)  # first node of the newest frame taken
+    best_end = np.inf
+    beta_next = np.empty(max(n_nodes - lo, 64), np.float64)  # backward costs of that frame's nodes
+    for i in range(lo, n_nodes):
+        node_extra[i] = 0.0
+        beta_next[i - lo] = -np.float64(node_cost[i])
+        best_end = min(best_end, np.float64(node_cost[i]))
+    limit = beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best_end)
+    # per arc, filled frame by frame as the frames are taken: nodes, cost, emitting
     src = np.empty(n_arcs, np.int64)
     dst = np.empty(n_arcs, np.int64)
     cost = np.empty(n_arcs, np.float64)
     emit = np.empty(n_arcs, np.bool_)
-    n_boost = boost.shape[0]
+    a_hi = n_arcs
+    a_mid = _first_arc(lat_frame, n_arcs, last_frame)  # arcs of the newest frame taken
+    _map_frame_arcs(
+        arcs, boost, last_frame, a_mid, a_hi, node_frame, node_state, n_nodes, lo_slot, hi_slot,
+        lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+    )  # fmt: skip
+    first_frame = np.int64(node_frame[0])
+    stop = np.int64(last_frame)
+    f = np.int64(last_frame) - 1
+    tmp = np.empty(64, np.float64)  # backward costs of the nodes of frame f
+    while f >= first_frame:
+        f_lo = _first_node(node_frame, lo, f)
+        if f_lo == lo:
+            break  # no nodes at frame f: nothing before it reaches the newest frame
+        stop = f
+        a_lo = _first_arc(lat_frame, a_mid, f)
+        _map_frame_arcs(
+            arcs, boost, f, a_lo, a_mid, node_frame, node_state, n_nodes, lo_slot, hi_slot,
+            lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+        )  # fmt: skip
+        if lo - f_lo > tmp.shape[0]:
+            tmp = np.empty(2 * (lo - f_lo), np.float64)
+        for i in range(lo - f_lo):
+            tmp[i] = np.inf
+        for p in range(a_mid, a_hi):  # emitting arcs into frame f + 1 (their sources: frame f)
+            s = src[p]
+            d = dst[p]
+            if emit[p] and s >= 0 and d >= 0:
+                c = cost[p] + beta_next[d - lo]
+                if c < tmp[s - f_lo]:
+                    tmp[s - f_lo] = c
+        for _ in range(a_mid - a_lo + 1):  # epsilon arcs of frame f, to a fixed point
+            changed = False
+            for p in range(a_mid - 1, a_lo - 1, -1):
+                s = src[p]
+                d = dst[p]
+                if not emit[p] and s >= 0 and d >= 0:
+                    c = cost[p] + tmp[d - f_lo]
+                    if c < tmp[s - f_lo]:
+                        tmp[s - f_lo] = c
+                        changed = True
+            if not changed:
+                break
+        moved = False
+        for i in range(f_lo, lo):
+            e = np.float64(node_cost[i]) + tmp[i - f_lo]
+            if not e <= limit:
+                e = np.inf
+                tmp[i - f_lo] = np.inf
+            old = np.float64(node_extra[i])
+            if not (e == old or abs(e - old) <= delta):
+                moved = True
+            node_extra[i] = e
+        tmp, beta_next = beta_next, tmp  # frame f's backward costs serve the next frame back
+        lo = f_lo
+        a_hi = a_mid
+        a_mid = a_lo
+        if not moved:
+            break
+        f -= 1
+    # prune the arcs into the frames taken (from `stop`), then their nodes; compact in place
+    n0 = _first_node(node_frame, n_nodes, stop)
+    a0 = _first_arc(lat_frame, n_arcs, stop)
+    used = np.zeros(n_nodes - n0, np.bool_)
+    for i in range(n0, n_nodes):
+        used[i - n0] = node_frame[i] == last_frame
+    k = a0
+    for p in range(a0, n_arcs):
+        s = src[p]
+        d = dst[p]
+        if s < 0 or d < 0:
+            continue
+        extra = np.float64(node_cost[s]) + cost[p] + np.float64(node_extra[d]) - np.float64(node_cost[d])
+        if extra <= limit:
+            if s >= n0:
+                used[s - n0] = True
+            used[d - n0] = True
+            lat_frame[k] = lat_frame[p]
+            lat_src[k] = lat_src[p]
+            lat_dst[k] = lat_dst[p]
+            lat_arc[k] = lat_arc[p]
+            lat_ac[k] = lat_ac[p]
+            k += 1
+    m = n0
+    for i in range(n0, n_nodes):
+        if used[i - n0]:
+            node_frame[m] = node_frame[i]
+            node_state[m] = node_state[i]
+            node_cost[m] = node_cost[i]
+            node_extra[m] = node_extra[i]
+            m += 1
+    return m, k, last_frame - stop + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def prune_final(
+    arcs, boost, last_frame, beam,
+    node_frame, node_state, node_cost, n_nodes,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
+    prev_slot, cur_slot, final_costs, use_final,
+):  # fmt: skip
+    """The end-of-utterance pruning over the whole kept lattice of one utterance (Kaldi's
+    PruneForwardLinksFinal): last-frame nodes end with their final cost (state-indexed
+    `final_costs`), or 0 if not `use_final`; arcs more than `beam` (+ float slack) above the best
+    complete path are dropped, with the nodes no kept arc uses. It keeps a superset of what
+    `build_lattice` keeps, which uses it to shrink the arcs before its exact pass. Compacts the
+    node and arc arrays in place (order kept) and returns (nodes kept, arcs kept). Nodes and arcs
+    are in non-decreasing frame order; `arcs` is the graph's arc record array (column, olabel,
+    nextstate, weight), `boost` the word-id -> cost array; prev_slot / cur_slot: state-indexed
+    scratch arrays, all -1 (and left so), that map the states of the previous and current frame
+    to their nodes (O(1) lookups, no sort)."""
+    if n_nodes == 0:
+        return 0, 0
+    beta = np.full(n_nodes, np.inf)
+    best_end = np.inf
+    for i in range(n_nodes):
+        if node_frame[i] == last_frame:
+            beta[i] = np.float64(final_costs[node_state[i]]) if use_final else 0.0
+            best_end = min(best_end, np.float64(node_cost[i]) + beta[i])
+    src = np.empty(n_arcs, np.int64)
+    dst = np.empty(n_arcs, np.int64)
+    cost = np.empty(n_arcs, np.float64)
+    emit = np.empty(n_arcs, np.bool_)
     frame = np.int64(-(1 << 40))
     prev_start = cur_start = 0  # first node of the previous / current frame
     for p in range(n_arcs):
@@ -165,18 +340,14 @@ def prune_window(
         emit[p] = e
         src[p] = prev_slot[lat_src[p]] if e else cur_slot[lat_src[p]]
         dst[p] = cur_slot[lat_dst[p]]
-        c = np.float64(arcs[a].weight) + np.float64(lat_ac[p])
-        ol = arcs[a].olabel
-        if ol > 0 and ol < n_boost:
-            c += np.float64(boost[ol])
-        cost[p] = c
+        cost[p] = _arc_cost(arcs, boost, a, lat_ac[p])
     if frame > -(1 << 40):
         _fill_slots(prev_slot, node_frame, node_state, n_nodes, frame - 1, prev_start, False)
         _fill_slots(cur_slot, node_frame, node_state, n_nodes, frame, cur_start, False)
     backward_costs(lat_frame[:n_arcs], src, dst, cost, emit, beta)
-    if not window and not best_end < np.inf:
+    if not best_end < np.inf:
         return n_nodes, n_arcs  # no complete path: leave it to build_lattice
-    limit = (0.0 if window else best_end) + beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best_end)
+    limit = best_end + beam + WINDOW_SLACK + WINDOW_SLACK_REL * abs(best_end)
     used = np.zeros(n_nodes, np.bool_)
     for i in range(n_nodes):
         used[i] = node_frame[i] == last_frame
@@ -205,20 +376,21 @@ def prune_window(
     return m, k
 
 
-_NO_FINALS = np.zeros(0, np.float32)
 ARC_FIELDS = ("frame", "src", "dst", "arc", "ac")
 ARC_DTYPES = (np.int32, np.int32, np.int32, np.int32, np.float32)
 NODE_FIELDS = ("frame", "state", "cost")
 NODE_DTYPES = (np.int32, np.int32, np.float32)
+EXTRA_DTYPE = np.float32  # a node's stored extra cost (`prune_window`)
 
 
 class LatticeStore:
     """The lattice arcs and nodes of one utterance or stream on the host (torch backend), in
-    growable arrays with the compiled backend's dtypes, pruned in place by `prune_window`."""
+    growable arrays with the compiled backend's dtypes, pruned in place by `prune_window` (the
+    nodes carry a fourth column, their extra cost, NaN until a pruning sets it)."""
 
     def __init__(self) -> None:
         self.arcs = [np.empty(0, dt) for dt in ARC_DTYPES]
-        self.nodes = [np.empty(0, dt) for dt in NODE_DTYPES]
+        self.nodes = [np.empty(0, dt) for dt in (*NODE_DTYPES, EXTRA_DTYPE)]
         self.n_arcs = 0
         self.n_nodes = 0
         self.dirty = False  # new data since the last pruning
@@ -243,27 +415,28 @@ class LatticeStore:
         self.dirty = True
 
     def add_nodes(self, cols: list[np.ndarray]) -> None:
-        self.nodes, self.n_nodes = self._append(self.nodes, self.n_nodes, cols)
+        extra = np.full(len(cols[0]), np.nan, EXTRA_DTYPE)
+        self.nodes, self.n_nodes = self._append(self.nodes, self.n_nodes, [*cols, extra])
         self.dirty = True
 
-    def prune(
-        self, arc_records: np.ndarray, boost: np.ndarray, num_states: int, beam: float, slots: np.ndarray
-    ) -> None:
+    def prune(self, arc_records: np.ndarray, boost: np.ndarray, beam: float, slots: np.ndarray) -> None:
         """Window pruning up to the newest frame of this store (see the module docstring); a no-op
         when nothing was added since the last call (a finished utterance, an idle stream)."""
         if not self.n_nodes or not self.dirty:
             return
         self.dirty = False
         last = int(self.nodes[0][: self.n_nodes].max())
-        self.n_nodes, self.n_arcs = prune_window(
-            arc_records, boost, num_states, last, float(beam),
-            *self.nodes, self.n_nodes, *self.arcs, self.n_arcs, slots[0], slots[1], _NO_FINALS, False,
+        self.n_nodes, self.n_arcs, _ = prune_window(
+            arc_records, boost, last, float(beam),
+            *self.nodes, self.n_nodes, *self.arcs, self.n_arcs, slots[0], slots[1],
         )  # fmt: skip
 
     def data(self) -> tuple[np.recarray, np.recarray]:
         """Copies of the arcs and nodes (the fields `build_lattice` reads)."""
         arcs = np.rec.fromarrays([c[: self.n_arcs].copy() for c in self.arcs], names=list(ARC_FIELDS))
-        nodes = np.rec.fromarrays([c[: self.n_nodes].copy() for c in self.nodes], names=list(NODE_FIELDS))
+        nodes = np.rec.fromarrays(
+            [c[: self.n_nodes].copy() for c in self.nodes[: len(NODE_FIELDS)]], names=list(NODE_FIELDS)
+        )
         return arcs, nodes
 
 
@@ -350,11 +523,14 @@ class CompactLattice:
         return self.num_arcs / max(self.num_frames, 1)
 
     def word_arcs(self) -> list[tuple[int, int, str, int, int, float, float]]:
-        """(src, dst, word, start frame, end frame, graph, acoustic) of every arc, from the state
-        times (Kaldi CompactLatticeStateTimes; without word-boundary alignment the boundaries
-        sit where the graph puts its word labels). Seconds = frames * `frame_shift`."""
+        """(src, dst, word, start frame, end frame, graph, acoustic) of every word arc (epsilon
+        arcs, word 0, left out), from the state times (Kaldi CompactLatticeStateTimes; without
+        word-boundary alignment the boundaries sit where the graph puts its word labels).
+        Seconds = frames * `frame_shift`."""
         out = []
         for i in range(self.num_arcs):
+            if int(self.word[i]) == 0:
+                continue
             start = int(self.times[self.src[i]])
             out.append(
                 (
@@ -423,6 +599,55 @@ class CompactLattice:
         return out
 
 
+def concatenate(parts: list[CompactLattice], frame_offsets: list[int]) -> CompactLattice | None:
+    """One word lattice from the lattices of consecutive segments of an input (OpenFst's Concat in
+    the lattice semiring): every final state of a segment gets an epsilon arc (word 0) to the next
+    segment's start state carrying its final weight and units; the last segment's final states
+    stay final. `frame_offsets`: each segment's first frame in the input, which shifts its state
+    times. None if some segment has no path to a final state (nothing to join through)."""
+    if not parts or any(p.num_states == 0 or not p.final for p in parts):
+        return None
+    src, dst, word, graph, acoustic, units, times = [], [], [], [], [], [], []
+    words: dict[int, str] = {}
+    base = 0
+    for k, part in enumerate(parts):
+        src.append(part.src + base)
+        dst.append(part.dst + base)
+        word.append(part.word)
+        graph.append(np.asarray(part.graph, np.float64))
+        acoustic.append(np.asarray(part.acoustic, np.float64))
+        units += list(part.units)
+        times.append(np.asarray(part.times, np.int64) + int(frame_offsets[k]))
+        words.update(part.words)
+        if k + 1 < len(parts):
+            finals = sorted(part.final)
+            nxt = base + part.num_states  # the next segment's start state
+            src.append(np.array(finals, np.int64) + base)
+            dst.append(np.full(len(finals), nxt, np.int64))
+            word.append(np.zeros(len(finals), np.int64))
+            graph.append(np.array([part.final[f][0] for f in finals], np.float64))
+            acoustic.append(np.array([part.final[f][1] for f in finals], np.float64))
+            units += [part.final[f][2] for f in finals]
+        base += part.num_states
+    last = parts[-1]
+    offset = base - last.num_states
+    return CompactLattice(
+        num_states=base,
+        src=np.concatenate(src).astype(np.int64),
+        dst=np.concatenate(dst).astype(np.int64),
+        word=np.concatenate(word).astype(np.int64),
+        graph=np.concatenate(graph),
+        acoustic=np.concatenate(acoustic),
+        units=units,
+        final={s + offset: w for s, w in last.final.items()},
+        times=np.concatenate(times),
+        num_frames=int(frame_offsets[-1]) + last.num_frames,
+        words=words,
+        beam=parts[0].beam,
+        frame_shift=parts[0].frame_shift,
+    )
+
+
 def write_kaldi_text(path: str | Path, lattices: dict[str, CompactLattice], append: bool = False) -> None:
     """Lattices into one `lat.ark,t`-style text archive (appended with append=True)."""
     with open(path, "a" if append else "w", encoding="utf-8") as fh:
@@ -469,7 +694,7 @@ def _prefilter(
     reached_final: bool,
     beam: float,
 ) -> tuple[np.recarray, np.recarray]:
-    """`prune_window` with final costs on copies of the arcs and nodes."""
+    """`prune_final` on copies of the arcs and nodes."""
     a_cols = [np.ascontiguousarray(arcs[f], dtype=dt) for f, dt in zip(ARC_FIELDS, ARC_DTYPES, strict=True)]
     n_cols = [
         np.ascontiguousarray(nodes[f], dtype=dt) for f, dt in zip(NODE_FIELDS, NODE_DTYPES, strict=True)
@@ -478,8 +703,8 @@ def _prefilter(
     for w, c in boost.items():
         dense[w] = c
     slots = np.full((2, max(num_states, 1)), -1, np.int32)
-    nn, na = prune_window(
-        arc_records, dense, num_states, num_frames - 1, float(beam),
+    nn, na = prune_final(
+        arc_records, dense, num_frames - 1, float(beam),
         *n_cols, len(n_cols[0]), *a_cols, len(a_cols[0]), slots[0], slots[1],
         np.ascontiguousarray(g_final, dtype=np.float32), bool(reached_final),
     )  # fmt: skip

@@ -50,7 +50,9 @@ from asrdecode.decoders.wfst.compiled import (
 )
 from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.numba_status import announce_first_compile
+from asrdecode.numba_status import announce_first_compile, configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
 
 _F32_INF = np.float32(np.inf)
 START_STATE = DifferenceLM.START  # union state of <s>

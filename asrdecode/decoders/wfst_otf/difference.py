@@ -45,6 +45,9 @@ import torch
 
 from asrdecode.errors import ConfigError
 from asrdecode.lm.ngram_tensor import HISTORY_PAD, BatchedNgramLM
+from asrdecode.numba_status import configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
 
 log = logging.getLogger("asrdecode.decoders.wfst_otf")
 _NO_WORD = "\x00olabel-{}"  # vocabulary placeholder for an id that is not a word (never in an ARPA)
