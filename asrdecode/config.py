@@ -41,7 +41,8 @@ class ModelConfig:
     att_context_size: list | None = None
     # NeMo cache-aware streaming models: offline (whole input) | cache-aware (NeMo's streaming mode)
     streaming: str = "offline"
-    # NeMo CTC models: buffered chunked inference (NeMo's FrameBatchASR) when chunk_seconds > 0
+    # NeMo CTC and RNN-T models: buffered chunked inference (NeMo's FrameBatchASR / BatchedFrameASRRNNT)
+    # when chunk_seconds > 0
     chunk_seconds: float = 0.0
     buffer_seconds: float = 4.0
     topn: int = 4  # sphinx models: top-N Gaussians per codebook (pocketsphinx's -topn); 0 = full mixture

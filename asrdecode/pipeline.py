@@ -196,6 +196,7 @@ class Transcriber:
                     self.on_status(f"graph build: {name} done in {seconds:.1f} s")
 
             self.cfg.decoder["graph"] = resolve_graph_spec(graph, on_stage, self.on_status)
+        self.context = context
         self.decoder = make_decoder(self.cfg.decoder, context)
         if self.cfg.output.save_logprobs:
             from asrdecode.io.manifests import write_logprobs_meta
@@ -390,10 +391,14 @@ class Transcriber:
 
     def _decode(self, out: ModelOutput, utts) -> list[DecodeResult]:
         """The decoder on one batch of model outputs (with the utterances' boost lists)."""
+        windows = out.extra.get("windows")  # buffered transducer output: a row per window
         if any(u.boost for u in utts):
-            out.extra["boost"] = [u.boost for u in utts]
+            boosts = [u.boost for u in utts]
+            out.extra["boost"] = [boosts[b] for b in windows.owner] if windows is not None else boosts
         with self.timer.stage("decode"):
             results: list[DecodeResult] = self.decoder.decode(out)
+            if windows is not None:
+                results = windows.merge(results, self.context.words_of)
         offset = float(out.extra.get("time_offset", 0.0))
         if offset:  # outputs that run behind the audio and past its end (buffered inference)
             limits = out.extra.get("time_limit") or [float("inf")] * len(results)

@@ -51,6 +51,9 @@ both of its contexts (`streaming_reference`), written to ``reference/rnnt_stream
 
 ``--set buffered``: no new model; NeMo's buffered chunked inference (``FrameBatchASR``) of ``ctc_bpe``
 on a 79 s input (`buffered_reference`), written to ``reference/ctc_bpe_buffered.npz``.
+``--set buffered-rnnt``: no new model; NeMo's buffered inference of the transducer ``rnnt_bpe``
+(``BatchedFrameASRRNNT``, "middle" merge) on the same input (`buffered_rnnt_reference`), written to
+``reference/rnnt_bpe_buffered.npz``.
 
 ``--set attention``: no new model; NeMo's ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the
 shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_reference`).
@@ -854,9 +857,70 @@ def buffered_reference(out: Path) -> dict:
             "versions": versions()}  # fmt: skip
 
 
+@torch.inference_mode()
+def buffered_rnnt_reference(out: Path) -> dict:
+    """NeMo's buffered inference of the transducer ``rnnt_bpe.nemo`` on `long_input`, as its
+    ``speech_to_text_buffered_infer_rnnt.py`` runs it with the "middle" merge: the default
+    ``RNNTDecodingConfig`` with ``strategy=greedy_batch``, ``preserve_alignments=True``,
+    ``fused_batch_size=-1``; ``BatchedFrameASRRNNT(frame_len=1.6, total_buffer=4.0)``, the
+    audio padded by ``mid_delay`` frames (``read_audio_file``), ``transcribe(tokens_per_chunk,
+    mid_delay)``. Written to ``reference/rnnt_bpe_buffered.npz``: ``text``, the merged token ids
+    (``unmerged``) and every window's greedy tokens with their frames (``window_tokens``,
+    ``window_frames``, ``window_index``)."""
+    import math
+
+    import soundfile
+    from nemo.collections.asr.models import ASRModel
+    from nemo.collections.asr.parts.submodules.rnnt_decoding import RNNTDecodingConfig
+    from nemo.collections.asr.parts.utils.streaming_utils import BatchedFrameASRRNNT
+    from omegaconf import OmegaConf, open_dict
+
+    model = ASRModel.restore_from(str(FIX / "rnnt_bpe.nemo"), map_location="cpu").eval()
+    decoding = OmegaConf.structured(RNNTDecodingConfig())
+    with open_dict(decoding):
+        decoding.strategy = "greedy_batch"
+        decoding.preserve_alignments = True
+        decoding.fused_batch_size = -1
+        decoding.beam.return_best_hypothesis = True
+    model.change_decoding_strategy(decoding)
+    stride = model.cfg.preprocessor.window_stride * BUFFERED["model_stride"]
+    chunk, buffer = BUFFERED["chunk_seconds"], BUFFERED["buffer_seconds"]
+    tokens_per_chunk = math.ceil(chunk / stride)
+    mid_delay = math.ceil((chunk + (buffer - chunk) / 2) / stride)
+    frame_asr = BatchedFrameASRRNNT(asr_model=model, frame_len=chunk, total_buffer=buffer, batch_size=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "long.wav"
+        soundfile.write(wav, long_input(), 16000, subtype="FLOAT")
+        frame_asr.reset()
+        frame_asr.read_audio_file([str(wav)], mid_delay, stride)
+        (text,) = frame_asr.transcribe(tokens_per_chunk, mid_delay)
+    tokens, frames, index = [], [], []
+    blank = model.decoder.blank_idx
+    for w, alignment in enumerate(frame_asr.all_alignments[0]):
+        for t, emitted in enumerate(alignment):
+            for _, token in emitted:
+                if int(token) != blank:
+                    tokens.append(int(token))
+                    frames.append(t)
+                    index.append(w)
+    path = out / "reference" / "rnnt_bpe_buffered.npz"
+    np.savez_compressed(
+        path,
+        text=np.array(text),
+        unmerged=np.array(frame_asr.unmerged[0], dtype=np.int32),
+        window_tokens=np.array(tokens, dtype=np.int32),
+        window_frames=np.array(frames, dtype=np.int32),
+        window_index=np.array(index, dtype=np.int32),
+        windows=np.array(len(frame_asr.all_alignments[0])),
+        seconds=np.array(len(long_input()) / 16000.0),
+    )
+    return {"sha256": sha256(path), **BUFFERED, "tokens_per_chunk": tokens_per_chunk, "mid_delay": mid_delay,
+            "text": text, "versions": versions()}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sets = ("tiny", "small", "attention", "ctc", "streaming", "buffered")
+    sets = ("tiny", "small", "attention", "ctc", "streaming", "buffered", "buffered-rnnt")
     parser.add_argument("--set", choices=sets, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
@@ -876,6 +940,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.set == "buffered":
         print(json.dumps(buffered_reference(args.out), indent=2))
+        return 0
+    if args.set == "buffered-rnnt":
+        print(json.dumps(buffered_rnnt_reference(args.out), indent=2))
         return 0
     names = [n for n, s in SPECS.items() if s["set"] == args.set and (not args.only or n in args.only)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,7 @@
-"""NeMo's buffered chunked inference for CTC models (its ``FrameBatchASR`` with
-``speech_to_text_buffered_infer_ctc.py``): long audio in bounded memory for models without local
-attention, with NeMo's outputs.
+"""NeMo's buffered chunked inference: for CTC models its ``FrameBatchASR`` with
+``speech_to_text_buffered_infer_ctc.py``, for RNN-T models its ``BatchedFrameASRRNNT`` with
+``speech_to_text_buffered_infer_rnnt.py`` ("middle" merge): long audio in bounded memory for models
+without local attention, with NeMo's outputs.
 
 The log-mel features of the whole input (no normalization, the input padded by ``delay`` encoder
 frames of silence) are read in chunks of ``chunk_seconds``. Each chunk is shifted into a window
@@ -9,16 +10,25 @@ feature with its own mean and standard deviation and run through the encoder and
 log-probs the ``tokens_per_chunk`` rows ending ``delay`` rows before the last are kept, and the
 kept rows of all windows are joined. They run `lag` frames behind the audio; the model output's
 ``extra["time_offset"]`` takes that back out of word times.
+
+A transducer's windows are decoded one by one instead (`WindowRows`: each window is a row of the
+model output, decoded from the blank state by any transducer decoder), and the tokens each window
+emits on its kept frames are joined (`WindowRows.merge`): NeMo's middle-token merge.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from asrdecode.errors import ModelError
+
+if TYPE_CHECKING:  # decoders.base imports models.base, which imports this module's package
+    from asrdecode.decoders.base import DecodeResult
 
 # NeMo's FeatureFrameBufferer starts its windows at -16.635 (the log-mel of silence) only for a
 # preprocessor with a `log` attribute; its mel preprocessor has none, so windows start at 0.0
@@ -31,6 +41,7 @@ class BufferedInference:
     buffer_seconds: float
     hop_seconds: float  # feature frame shift
     subsampling: int  # feature frames per encoder frame (NeMo's model_stride)
+    norm_eps: float = 1e-5  # added to each window's standard deviation (NeMo: 1e-5 CTC, 1e-8 RNN-T)
 
     def __post_init__(self) -> None:
         if not 0 < self.chunk_seconds <= self.buffer_seconds:
@@ -89,7 +100,7 @@ class BufferedInference:
         stacked = torch.stack(out)
         mean = stacked.mean(dim=2, keepdim=True)
         std = stacked.std(dim=2, unbiased=False, keepdim=True)
-        return (stacked - mean) / (std + 1e-5)
+        return (stacked - mean) / (std + self.norm_eps)
 
     def kept_rows(self, rows: int) -> slice:
         """The rows of a window's `rows` log-probs that are kept."""
@@ -104,3 +115,53 @@ class BufferedInference:
     def lag(self, rows: int) -> int:
         """Encoder frames by which the joined rows run behind the audio."""
         return rows - self.kept_rows(rows).start - round(self.chunk_frames / self.subsampling)
+
+
+@dataclass
+class WindowRows:
+    """The rows of a buffered transducer output: one window each, of input `owner[row]`, in order;
+    tokens emitted on frames `kept` of a window are kept; the joined frames run `lag` frames
+    behind the audio, which ends at `audio_seconds` of each input."""
+
+    owner: list[int]
+    kept: slice
+    tokens_per_chunk: int
+    lag: int
+    frame_shift: float
+    audio_seconds: list[float]
+
+    def merge(
+        self,
+        results: list[DecodeResult],
+        words_of: Callable[[list[int]], list[tuple[str, int, int]]],
+    ) -> list[DecodeResult]:
+        """One result per input from its windows' results (NeMo's middle-token merge): the tokens
+        of each window's kept frames, in window order, at frame ``k * tokens_per_chunk + (frame -
+        kept.start)`` of the k-th window, minus `lag`; words rebuilt from the joined tokens, their
+        times kept within the audio. Scores add up over the windows."""
+        from asrdecode.decoders.base import DecodeResult
+        from asrdecode.decoders.transducer_greedy import token_words
+
+        n = len(self.audio_seconds)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        frames: list[list[int]] = [[] for _ in range(n)]
+        scores = [0.0] * n
+        seen = [0] * n
+        for owner, res in zip(self.owner, results, strict=True):
+            k = seen[owner]
+            seen[owner] += 1
+            scores[owner] += res.score
+            for token, frame in zip(res.tokens, res.token_frames, strict=True):
+                if self.kept.start <= frame < self.kept.stop:
+                    tokens[owner].append(token)
+                    frames[owner].append(
+                        max(k * self.tokens_per_chunk + frame - self.kept.start - self.lag, 0)
+                    )
+        out = []
+        for b in range(n):
+            limit = self.audio_seconds[b]
+            words = token_words(words_of(tokens[b]), frames[b], None, self.frame_shift)
+            for w in words:
+                w.start, w.end = min(w.start, limit), min(w.end, limit)
+            out.append(DecodeResult(words=words, tokens=tokens[b], token_frames=frames[b], score=scores[b]))
+        return out

@@ -11,7 +11,6 @@ from torch import nn
 from asrdecode.errors import ModelError
 from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
-from asrdecode.models.buffered import BufferedInference
 from asrdecode.models.conformer import ConformerEncoder
 from asrdecode.models.convasr import ConvASREncoder, encoder_from_config
 from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
@@ -159,29 +158,6 @@ class NemoCTCModel(NemoModelBase):
             "EncDecCTCModelBPE" if self.tokenizer.kind == "bpe" else "EncDecCTCModel"
         )
 
-    #: NeMo's buffered chunked inference (`use_buffered`), or None: the whole input at once
-    buffered: BufferedInference | None = None
-
-    def use_buffered(self, chunk_seconds: float, buffer_seconds: float) -> None:
-        """Decode as NeMo's buffered inference does (`asrdecode.models.buffered`): windows of
-        ``buffer_seconds`` sliding by ``chunk_seconds``; ``chunk_seconds`` 0 turns it off."""
-        if chunk_seconds <= 0:
-            self.buffered = None
-            return
-        hop = self.preprocessor.hop_length / self.sample_rate
-        self.buffered = BufferedInference(chunk_seconds, buffer_seconds, hop, self.subsampling_factor)
-        rows = int(self.encoder.output_lengths(torch.tensor([self.buffered.buffer_frames]))[0])
-        self.buffered.kept_rows(rows)  # a one-line error for a window too short for its delay
-
-    def features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-mel features; in buffered mode unnormalized, of the audio followed by the silence
-        buffered inference appends."""
-        if self.buffered is None:
-            return self.preprocessor(waveforms, lengths)
-        pad = self.buffered.pad_samples(self.sample_rate)
-        waveforms = torch.nn.functional.pad(waveforms, (0, pad))
-        return self.preprocessor.featurizer(waveforms, lengths + pad, normalize="none", pad_to=0)
-
     def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """Features -> ModelOutput with ``log_probs`` [B, T', V+1] and ``encoder_out`` [B, T', D]."""
         if self.buffered is not None:
@@ -198,28 +174,21 @@ class NemoCTCModel(NemoModelBase):
         )
 
     def _buffered_output(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
-        """Buffered inference on unnormalized features: each utterance's windows (`windows`) through
-        the encoder and CTC head, 16 at a time, their kept rows joined."""
+        """Buffered inference on unnormalized features: each utterance's windows through the
+        encoder and CTC head (`buffered_windows`), their kept rows joined."""
         plan = self.buffered
-        window_rows = int(self.encoder.output_lengths(torch.tensor([plan.buffer_frames]))[0])
+        window_rows = self.buffered_window_rows()
         rows, lag = plan.kept_rows(window_rows), plan.lag(window_rows)
-        log_probs, encoded = [], []
-        for b, n in enumerate(feat_lengths.tolist()):
-            windows = plan.windows(feats[b, :, : int(n)])
-            kept_lp, kept_enc = [], []
-            for g in range(0, windows.shape[0], 16):
-                part = windows[g : g + 16]
-                sizes = torch.full((part.shape[0],), part.shape[2], dtype=torch.int64, device=part.device)
-                enc, _ = self.encoder(part, sizes)
-                lp = self.decoder(enc)[:, rows]
-                kept_lp.append(lp.reshape(-1, lp.shape[-1]))
-                kept_enc.append(enc.transpose(1, 2)[:, rows].reshape(-1, enc.shape[1]))
-            log_probs.append(torch.cat(kept_lp))
-            encoded.append(torch.cat(kept_enc))
+        n = feat_lengths.shape[0]
+        kept_lp: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        kept_enc: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        for b, enc in self.buffered_windows(feats, feat_lengths):
+            lp = self.decoder(enc.transpose(1, 2))[:, rows]
+            kept_lp[b].append(lp.reshape(-1, lp.shape[-1]))
+            kept_enc[b].append(enc[:, rows].reshape(-1, enc.shape[2]))
+        log_probs = [torch.cat(x) for x in kept_lp]
+        encoded = [torch.cat(x) for x in kept_enc]
         lengths = torch.tensor([lp.shape[0] for lp in log_probs], dtype=torch.int64, device=feats.device)
-        hop = self.preprocessor.hop_length / self.sample_rate
-        appended = plan.pad_samples(self.sample_rate) // self.preprocessor.hop_length
-        audio_seconds = [max(int(n) - appended, 0) * hop for n in feat_lengths.tolist()]
         pad = torch.nn.utils.rnn.pad_sequence
         return ModelOutput(
             log_probs=pad(log_probs, batch_first=True),
@@ -228,20 +197,17 @@ class NemoCTCModel(NemoModelBase):
             blank_id=self.blank_id,
             units=self.units,
             encoder_out=pad(encoded, batch_first=True),
-            extra={"time_offset": -lag * self.frame_shift, "time_limit": audio_seconds},
+            extra={
+                "time_offset": -lag * self.frame_shift,
+                "time_limit": self.buffered_audio_seconds(feat_lengths),
+            },
         )
 
     def describe(self) -> dict:
         """Summary for ``asrdecode info``."""
-        plan = self.buffered
-        buffered = (
-            f"chunks of {plan.chunk_seconds:g} s in windows of {plan.buffer_seconds:g} s"
-            if plan is not None
-            else "off (model.chunk_seconds > 0 runs NeMo's buffered inference)"
-        )
         return {
             "type": "nemo-ctc",
             "class": self.model_class,
             **self._describe_common(),
-            "buffered_inference": buffered,
+            "buffered_inference": self.describe_buffered(),
         }

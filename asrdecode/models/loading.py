@@ -98,8 +98,8 @@ def load_model(
     ``attention`` / ``att_context_size``: NeMo encoders' attention (`nemo.switch_attention`).
     ``streaming``: ``cache-aware`` encodes as NeMo's cache-aware streaming mode does
     (`ConformerEncoder.use_streaming`), ``offline`` the whole input at once.
-    ``chunk_seconds`` > 0 / ``buffer_seconds``: NeMo's buffered chunked inference for CTC models
-    (`NemoCTCModel.use_buffered`).
+    ``chunk_seconds`` > 0 / ``buffer_seconds``: NeMo's buffered chunked inference for CTC and RNN-T
+    models (`NemoModelBase.use_buffered`).
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -122,11 +122,6 @@ def load_model(
         kind_of_head = head if head != "auto" else nemo_kinds[kind]
         model = load_nemo(path, kind_of_head, attention, att_context_size, streaming)
         if chunk_seconds > 0:
-            if not hasattr(model, "use_buffered"):
-                raise ModelError(
-                    f"{path}: model.chunk_seconds: buffered inference is for CTC models (NeMo's "
-                    "FrameBatchASR); for transducers use model.attention=local or batch.segment_seconds"
-                )
             model.use_buffered(chunk_seconds, buffer_seconds)
         return model
     if attention != "auto" or att_context_size or streaming != "offline" or chunk_seconds > 0:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from asrdecode.models.base import ModelOutput
+from asrdecode.models.buffered import BufferedInference
 from asrdecode.models.tokenizer import Tokenizer
 
 
@@ -35,6 +36,49 @@ class NemoModelBase(nn.Module):
     source: str | None
     head: str  # the output this model decodes: "ctc" or "transducer"
     heads: list[str]  # every output the checkpoint has (a hybrid: transducer and ctc), set by the loader
+    #: NeMo's buffered chunked inference (`use_buffered`), or None: the whole input at once
+    buffered: BufferedInference | None = None
+    #: added to each buffered window's standard deviation (NeMo's value for this kind of model)
+    buffered_norm_eps: float = 1e-5
+
+    def use_buffered(self, chunk_seconds: float, buffer_seconds: float) -> None:
+        """Decode as NeMo's buffered inference does (`asrdecode.models.buffered`): windows of
+        ``buffer_seconds`` sliding by ``chunk_seconds``; ``chunk_seconds`` 0 turns it off."""
+        if chunk_seconds <= 0:
+            self.buffered = None
+            return
+        hop = self.preprocessor.hop_length / self.sample_rate
+        self.buffered = BufferedInference(
+            chunk_seconds, buffer_seconds, hop, self.subsampling_factor, self.buffered_norm_eps
+        )
+        self.buffered.kept_rows(self.buffered_window_rows())  # one line for a window too short
+
+    def buffered_window_rows(self) -> int:
+        """Encoder frames of one buffered window."""
+        return int(self.encoder.output_lengths(torch.tensor([self.buffered.buffer_frames]))[0])
+
+    def buffered_windows(self, feats: torch.Tensor, feat_lengths: torch.Tensor, group: int = 16):
+        """Each utterance's buffered windows through the encoder, `group` at a time: yields
+        (utterance, [N, rows, D] encoder outputs of its next windows)."""
+        for b, n in enumerate(feat_lengths.tolist()):
+            windows = self.buffered.windows(feats[b, :, : int(n)])
+            for g in range(0, windows.shape[0], group):
+                part = windows[g : g + group]
+                sizes = torch.full((part.shape[0],), part.shape[2], dtype=torch.int64, device=part.device)
+                enc, _ = self.encoder(part, sizes)
+                yield b, enc.transpose(1, 2)
+
+    def buffered_audio_seconds(self, feat_lengths: torch.Tensor) -> list[float]:
+        """Seconds of each utterance's audio before the silence buffered inference appends."""
+        hop = self.preprocessor.hop_length / self.sample_rate
+        appended = self.buffered.pad_samples(self.sample_rate) // self.preprocessor.hop_length
+        return [max(int(n) - appended, 0) * hop for n in feat_lengths.tolist()]
+
+    def describe_buffered(self) -> str:
+        plan = self.buffered
+        if plan is None:
+            return "off (model.chunk_seconds > 0 runs NeMo's buffered inference)"
+        return f"chunks of {plan.chunk_seconds:g} s in windows of {plan.buffer_seconds:g} s"
 
     @property
     def sample_rate(self) -> int:
@@ -59,8 +103,14 @@ class NemoModelBase(nn.Module):
         return self.preprocessor.hop_length / self.sample_rate * self.subsampling_factor
 
     def features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, S] padded waveforms at ``sample_rate`` -> ([B, F, T] log-mel features, [B] frame counts)."""
-        return self.preprocessor(waveforms, lengths)
+        """[B, S] padded waveforms at ``sample_rate`` -> ([B, F, T] log-mel features, [B] frame
+        counts); in buffered mode unnormalized, of the audio followed by the silence buffered
+        inference appends."""
+        if self.buffered is None:
+            return self.preprocessor(waveforms, lengths)
+        pad = self.buffered.pad_samples(self.sample_rate)
+        waveforms = torch.nn.functional.pad(waveforms, (0, pad))
+        return self.preprocessor.featurizer(waveforms, lengths + pad, normalize="none", pad_to=0)
 
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
         """Waveforms -> ModelOutput (differentiable in training mode)."""

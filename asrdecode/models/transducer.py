@@ -23,6 +23,7 @@ from torch import nn
 from asrdecode.errors import ModelError
 from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
+from asrdecode.models.buffered import WindowRows
 from asrdecode.models.conformer import ConformerEncoder
 from asrdecode.models.ctc import model_class_name
 from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
@@ -533,9 +534,24 @@ class NemoTransducerModel(NemoModelBase):
             "EncDecRNNTBPEModel" if self.tokenizer.kind == "bpe" else "EncDecRNNTModel"
         )
 
+    buffered_norm_eps = 1e-8  # NeMo's BatchedFeatureFrameBufferer
+
+    def use_buffered(self, chunk_seconds: float, buffer_seconds: float) -> None:
+        """NeMo's buffered inference for RNN-T models (`asrdecode.models.buffered.WindowRows`);
+        TDT models are refused (NeMo merges their windows differently)."""
+        if chunk_seconds > 0 and self.is_tdt:
+            raise ModelError(
+                f"{self.source}: model.chunk_seconds: buffered inference is for CTC and RNN-T models, "
+                "not TDT; use model.attention=local or batch.segment_seconds"
+            )
+        super().use_buffered(chunk_seconds, buffer_seconds)
+
     def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """Features -> ModelOutput with ``encoder_out`` [B, T', D], ``log_probs=None`` and
-        ``extra["transducer"] = self`` (the prediction and joint networks for the decoder)."""
+        ``extra["transducer"] = self`` (the prediction and joint networks for the decoder). In
+        buffered mode one row per window, described by ``extra["windows"]`` (`WindowRows`)."""
+        if self.buffered is not None:
+            return self._buffered_output(feats, feat_lengths)
         enc, enc_len = self.encoder(feats, feat_lengths)
         return ModelOutput(
             log_probs=None,
@@ -545,6 +561,34 @@ class NemoTransducerModel(NemoModelBase):
             units=self.units,
             encoder_out=enc.transpose(1, 2),
             extra={"transducer": self},
+        )
+
+    def _buffered_output(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
+        """Every window of every utterance as a row (`buffered_windows`), for the decoder to
+        decode one by one; the pipeline joins their kept tokens (`WindowRows.merge`)."""
+        plan = self.buffered
+        window_rows = self.buffered_window_rows()
+        owner, encoded = [], []
+        for b, enc in self.buffered_windows(feats, feat_lengths):
+            owner += [b] * enc.shape[0]
+            encoded.append(enc)
+        enc = torch.cat(encoded)
+        windows = WindowRows(
+            owner=owner,
+            kept=plan.kept_rows(window_rows),
+            tokens_per_chunk=plan.tokens_per_chunk,
+            lag=plan.lag(window_rows),
+            frame_shift=self.frame_shift,
+            audio_seconds=self.buffered_audio_seconds(feat_lengths),
+        )
+        return ModelOutput(
+            log_probs=None,
+            lengths=torch.full((enc.shape[0],), enc.shape[1], dtype=torch.int64, device=enc.device),
+            frame_shift=self.frame_shift,
+            blank_id=self.blank_id,
+            units=self.units,
+            encoder_out=enc,
+            extra={"transducer": self, "windows": windows},
         )
 
     # ----------------------------------------------------------------- TransducerNetwork protocol
@@ -598,4 +642,7 @@ class NemoTransducerModel(NemoModelBase):
                 "outputs": self.joint.joint_net[-1].out_features,
             },
             "durations": self.durations,
+            "buffered_inference": self.describe_buffered()
+            if not self.is_tdt
+            else "not for TDT models (model.attention=local or batch.segment_seconds instead)",
         }

@@ -1,6 +1,8 @@
-"""NeMo's buffered chunked inference for CTC models (`model.chunk_seconds`, `model.buffer_seconds`):
-on a 80 s input the kept log-probs and the greedy text equal NeMo 3.0.0's FrameBatchASR
-(scripts/make_nemo_fixtures.py --set buffered); word times line up with the whole-input decode."""
+"""NeMo's buffered chunked inference (`model.chunk_seconds`, `model.buffer_seconds`) on a 80 s
+input: for a CTC model the kept log-probs and the greedy text equal NeMo 3.0.0's FrameBatchASR
+(scripts/make_nemo_fixtures.py --set buffered); for an RNN-T model every window's greedy tokens and
+frames, the merged tokens and the text equal its BatchedFrameASRRNNT with the middle-token merge
+(--set buffered-rnnt); word times line up with the whole-input decode."""
 
 from __future__ import annotations
 
@@ -53,18 +55,42 @@ def test_buffered_inference_equals_nemo():
     assert model.tokenizer.decode(result.tokens) == str(ref["text"])
 
 
+def test_buffered_transducer_equals_nemo():
+    ref = np.load(FIX / "reference" / "rnnt_bpe_buffered.npz", allow_pickle=False)
+    audio = long_input()
+    assert len(audio) / 16000 == pytest.approx(float(ref["seconds"]))
+    model = load_model(str(FIX / "rnnt_bpe.nemo"), chunk_seconds=1.6, buffer_seconds=4.0)
+    with torch.inference_mode():
+        out = model(torch.from_numpy(audio)[None], torch.tensor([len(audio)]))
+    windows = out.extra["windows"]
+    assert len(windows.owner) == int(ref["windows"]) and set(windows.owner) == {0}
+    ctx = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+    results = make_decoder({"type": "transducer-greedy"}, ctx).decode(out)
+    got = [(k, t, f) for k, r in enumerate(results) for t, f in zip(r.tokens, r.token_frames, strict=True)]
+    keys = ("window_index", "window_tokens", "window_frames")
+    expected = list(zip(*(ref[key].tolist() for key in keys), strict=True))
+    assert got == expected and len(expected) > 100
+    (merged,) = windows.merge(results, model.tokens_to_words)
+    assert merged.tokens == ref["unmerged"].tolist() and len(merged.tokens) > 50
+    assert model.tokenizer.decode(merged.tokens) == str(ref["text"])
+    assert merged.token_frames == sorted(merged.token_frames)
+    assert all(0 <= w.start <= w.end <= len(audio) / 16000 for w in merged.words)
+
+
 def test_info_names_buffered_inference():
     path = str(FIX / "ctc_bpe.nemo")
     assert load_model(path).describe()["buffered_inference"].startswith("off")
     on = load_model(path, chunk_seconds=1.6, buffer_seconds=4.0).describe()["buffered_inference"]
     assert on == "chunks of 1.6 s in windows of 4 s"
+    rnnt = load_model(str(FIX / "rnnt_bpe.nemo"), chunk_seconds=1.6, buffer_seconds=4.0)
+    assert rnnt.describe()["buffered_inference"] == on
 
 
 def test_options_that_cannot_work_are_one_line():
     with pytest.raises(ModelError, match="need 0 < chunk_seconds <= buffer_seconds"):
         load_model(str(FIX / "ctc_bpe.nemo"), chunk_seconds=5.0, buffer_seconds=4.0)
-    with pytest.raises(ModelError, match="buffered inference is for CTC models"):
-        load_model(str(FIX / "rnnt_bpe.nemo"), chunk_seconds=1.6)
+    with pytest.raises(ModelError, match="buffered inference is for CTC and RNN-T models, not TDT"):
+        load_model(str(FIX / "tdt_bpe.nemo"), chunk_seconds=1.6)
     with pytest.raises(ModelError, match="too short"):
         load_model(str(FIX / "ctc_bpe.nemo"), chunk_seconds=0.08, buffer_seconds=0.16)
 
@@ -106,3 +132,22 @@ def test_transcribe_in_buffered_mode_gives_nemos_text(tmp_path):
     (row,) = [json.loads(x) for x in (tmp_path / "o" / "transcripts.jsonl").read_text().splitlines()]
     assert row["pred_text"] == str(ref["text"])
     assert all(w["end"] <= len(long_input()) / 16000 for w in row["words"])  # not in the appended silence
+
+
+def test_transcribe_a_transducer_in_buffered_mode_gives_nemos_text(tmp_path):
+    """Through the CLI with the default decoder of a transducer (greedy) and with beam search:
+    greedy gives NeMo's text; the beam decode of the same windows gives a transcript too."""
+    ref = np.load(FIX / "reference" / "rnnt_bpe_buffered.npz", allow_pickle=False)
+    (tmp_path / "in").mkdir()
+    sf.write(tmp_path / "in" / "long.wav", long_input(), 16000, subtype="FLOAT")
+    cli = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(tmp_path / "in")]
+    common = ["--model", str(FIX / "rnnt_bpe.nemo"), "model.chunk_seconds=1.6", "batch.segment_seconds=0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for out, extra in (("greedy", []), ("beam", ["--decoder", "transducer-beam"])):
+        cmd = [*cli, "--out", str(tmp_path / out), *common, *extra]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        (row,) = [json.loads(x) for x in (tmp_path / out / "transcripts.jsonl").read_text().splitlines()]
+        assert row["words"] and all(w["end"] <= len(long_input()) / 16000 for w in row["words"])
+        if out == "greedy":
+            assert row["pred_text"] == str(ref["text"])

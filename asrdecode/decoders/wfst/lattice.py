@@ -74,13 +74,14 @@ def _fill_slots(slot, node_frame, node_state, n_nodes, frame, start, value) -> i
 
 
 @numba.njit(cache=True, nogil=True)
-def _first_node(node_frame, n_nodes, frame) -> int:
-    """The first node of `frame` or later (binary search; nodes in non-decreasing frame order)."""
+def _first_of_frame(frames, n, frame) -> int:
+    """The index of the first node (or arc) of `frame` or later among the first `n`, from their
+    `frames` in non-decreasing order (binary search)."""
     lo = 0
-    hi = n_nodes
+    hi = n
     while lo < hi:
         mid = (lo + hi) >> 1
-        if node_frame[mid] < frame:
+        if frames[mid] < frame:
             lo = mid + 1
         else:
             hi = mid
@@ -128,27 +129,13 @@ def _arc_cost(arcs, boost, a, ac) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
-def _first_arc(lat_frame, n_arcs, frame) -> int:
-    """The first kept arc of `frame` or later (binary search; arcs in non-decreasing frame order)."""
-    lo = 0
-    hi = n_arcs
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if lat_frame[mid] < frame:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@numba.njit(cache=True, nogil=True)
 def _map_frame_arcs(
     arcs, boost, g, a_lo, a_hi, node_frame, node_state, n_nodes, lo_slot, hi_slot,
     lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
 ):  # fmt: skip
     """For the kept arcs [a_lo, a_hi) of frame `g`: source and destination node (-1: gone), total
     cost and whether the arc is emitting (from frame g-1), each looked up once."""
-    p_lo = _first_node(node_frame, n_nodes, g - 1)
+    p_lo = _first_of_frame(node_frame, n_nodes, g - 1)
     p_hi = _fill_slots(lo_slot, node_frame, node_state, n_nodes, g - 1, p_lo, True)
     _fill_slots(hi_slot, node_frame, node_state, n_nodes, g, p_hi, True)
     for p in range(a_lo, a_hi):
@@ -186,7 +173,7 @@ def prune_window(
     if n_nodes == 0:
         return 0, 0, 0
     delta = PRUNE_SCALE * beam
-    lo = _first_node(node_frame, n_nodes, last_frame)  # first node of the newest frame taken
+    lo = _first_of_frame(node_frame, n_nodes, last_frame)  # first node of the newest frame taken
     best_end = np.inf
     beta_next = np.empty(max(n_nodes - lo, 64), np.float64)  # backward costs of that frame's nodes
     for i in range(lo, n_nodes):
@@ -200,7 +187,7 @@ def prune_window(
     cost = np.empty(n_arcs, np.float64)
     emit = np.empty(n_arcs, np.bool_)
     a_hi = n_arcs
-    a_mid = _first_arc(lat_frame, n_arcs, last_frame)  # arcs of the newest frame taken
+    a_mid = _first_of_frame(lat_frame, n_arcs, last_frame)  # arcs of the newest frame taken
     _map_frame_arcs(
         arcs, boost, last_frame, a_mid, a_hi, node_frame, node_state, n_nodes, lo_slot, hi_slot,
         lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
@@ -210,11 +197,11 @@ def prune_window(
     f = np.int64(last_frame) - 1
     tmp = np.empty(64, np.float64)  # backward costs of the nodes of frame f
     while f >= first_frame:
-        f_lo = _first_node(node_frame, lo, f)
+        f_lo = _first_of_frame(node_frame, lo, f)
         if f_lo == lo:
             break  # no nodes at frame f: nothing before it reaches the newest frame
         stop = f
-        a_lo = _first_arc(lat_frame, a_mid, f)
+        a_lo = _first_of_frame(lat_frame, a_mid, f)
         _map_frame_arcs(
             arcs, boost, f, a_lo, a_mid, node_frame, node_state, n_nodes, lo_slot, hi_slot,
             lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
@@ -260,8 +247,8 @@ def prune_window(
             break
         f -= 1
     # prune the arcs into the frames taken (from `stop`), then their nodes; compact in place
-    n0 = _first_node(node_frame, n_nodes, stop)
-    a0 = _first_arc(lat_frame, n_arcs, stop)
+    n0 = _first_of_frame(node_frame, n_nodes, stop)
+    a0 = _first_of_frame(lat_frame, n_arcs, stop)
     used = np.zeros(n_nodes - n0, np.bool_)
     for i in range(n0, n_nodes):
         used[i - n0] = node_frame[i] == last_frame
@@ -331,9 +318,9 @@ def prune_final(
                 _fill_slots(prev_slot, node_frame, node_state, n_nodes, frame - 1, prev_start, False)
                 _fill_slots(cur_slot, node_frame, node_state, n_nodes, frame, cur_start, False)
             frame = f
-            prev_start = _first_node(node_frame, n_nodes, f - 1)
+            prev_start = _first_of_frame(node_frame, n_nodes, f - 1)
             _fill_slots(prev_slot, node_frame, node_state, n_nodes, f - 1, prev_start, True)
-            cur_start = _first_node(node_frame, n_nodes, f)
+            cur_start = _first_of_frame(node_frame, n_nodes, f)
             _fill_slots(cur_slot, node_frame, node_state, n_nodes, f, cur_start, True)
         a = lat_arc[p]
         e = arcs[a].column >= 0
