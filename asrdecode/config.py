@@ -65,8 +65,9 @@ class BatchConfig:
 
     max_seconds: float = 240.0
     max_utterances: int = 64
-    # inputs longer than this are cut at quiet moments into segments of at most this length, decoded
-    # like utterances and joined (word times shifted): memory stays bounded on hour-long files; 0 = never
+    # inputs longer than this (or than max_seconds, if less) are cut at quiet moments into segments of
+    # at most that length, decoded like utterances and joined (word times shifted): memory stays
+    # bounded on hour-long files; 0 = never
     segment_seconds: float = 60.0
 
 

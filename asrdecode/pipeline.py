@@ -423,6 +423,12 @@ class Transcriber:
             self._save_logprobs(utts, out)
         self._write(utts, results, seconds, extras)
 
+    def _segment_seconds(self) -> float:
+        """The longest input decoded whole: ``batch.segment_seconds``, but no more than a batch
+        (``batch.max_seconds``) holds; 0 (``batch.segment_seconds=0``): every input whole."""
+        batch = self.cfg.batch
+        return min(batch.segment_seconds, batch.max_seconds) if batch.segment_seconds > 0 else 0.0
+
     def _decode_in_segments(self, utt, wave: torch.Tensor) -> None:
         """An input longer than ``batch.segment_seconds``: cut at quiet moments (`segment_bounds`),
         the segments decoded in batches like utterances, their results and lattices joined
@@ -431,9 +437,10 @@ class Transcriber:
         from asrdecode.io.manifests import save_logprobs
 
         rate, batch = self.model.sample_rate, self.cfg.batch
-        bounds = segment_bounds(wave, rate, batch.segment_seconds)
+        seconds = self._segment_seconds()
+        bounds = segment_bounds(wave, rate, seconds)
         pieces = [wave[a:b] for a, b in bounds]
-        per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // batch.segment_seconds)))
+        per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // seconds)))
         parts: list[DecodeResult] = []
         log_probs: list[np.ndarray] = []
         for k in range(0, len(pieces), per_batch):
@@ -479,7 +486,7 @@ class Transcriber:
             self._decode_and_write(utts, out, seconds)
         elif utts:
             rate = self.model.sample_rate
-            limit = self.cfg.batch.segment_seconds * rate
+            limit = self._segment_seconds() * rate
             long = {i for i, w in enumerate(waves) if limit > 0 and w.shape[0] > limit}
             short = [i for i in range(len(utts)) if i not in long]
             if short:

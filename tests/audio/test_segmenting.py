@@ -91,6 +91,9 @@ def test_cli_long_file_gives_the_clips_words_at_their_offsets(tmp_path):
     got = [(w["word"], w["start"]) for w in joined["long"]]
     assert [w for w, _ in got] == [w for w, _ in expected]
     assert all(abs(a - b) <= 0.1 for (_, a), (_, b) in zip(got, expected, strict=True))
+    # an input longer than a batch (batch.max_seconds) is cut too, whatever batch.segment_seconds
+    by_batch, report = transcribe(tmp_path / "long", tmp_path / "by_batch", "batch.max_seconds=4")
+    assert report["segmented"] == 1 and by_batch == joined
 
 
 def test_lattice_of_a_segmented_input_joins_its_segments(tmp_path):
