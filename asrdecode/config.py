@@ -54,9 +54,10 @@ class ModelConfig:
 
 @dataclass
 class FeaturesConfig:
-    """Front end. `auto` uses the model's own preprocessor (e.g. NeMo log-mel from the checkpoint)."""
+    """Front end: every model brings its own (NeMo log-mel from the checkpoint, the sphinx MFCC),
+    so `auto` is the one value."""
 
-    type: str = "auto"  # auto | nemo-mel | kaldi-fbank | kaldi-mfcc
+    type: str = "auto"  # auto (the model's own front end)
 
 
 @dataclass

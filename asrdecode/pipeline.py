@@ -174,10 +174,10 @@ class Transcriber:
             options = asdict(model_cfg)
             self.model = load_model(options.pop("path"), options.pop("type"), **options)
             self.model = self.model.to(self.device).eval()
-            if self.cfg.features.type not in ("auto",):
+            if self.cfg.features.type != "auto":
                 raise ConfigError(
-                    f"features.type '{self.cfg.features.type}' does not fit a NeMo model (it brings its own "
-                    "preprocessor); use features.type=auto"
+                    f"features.type={self.cfg.features.type}: use auto (every model brings its own front "
+                    "end: NeMo log-mel from the checkpoint, the sphinx MFCC)"
                 )
             self.frame_shift = self.model.frame_shift
             self.units = list(self.model.units)

@@ -173,6 +173,10 @@ def test_one_line_errors(tmp_path, manifest):
         "transcribe", str(manifest), "--model", str(garbage), "--out", str(tmp_path / "o"), check=False
     )
     assert proc.returncode != 0 and "garbage.nemo" in proc.stderr and "Traceback" not in proc.stderr
+    cmd = ("transcribe", str(manifest), "--model", str(MODEL), "features.type=kaldi-fbank")
+    proc = run(*cmd, "--out", str(tmp_path / "o2"), check=False)
+    assert proc.returncode != 0 and "features.type=kaldi-fbank: use auto" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_print_config_shows_merged_values():
