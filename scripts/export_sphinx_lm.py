@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrdecode.graph.arpa import check_arpa
+from asrdecode.lm.arpa import check_arpa
 from asrdecode.lm.sphinx_arpa_dump import (
     compare_with_dump,
     dump_scale,
@@ -199,8 +199,7 @@ def main() -> None:
     if real.exists():
         oov, total = oov_rate(set(limited.vocab), real)
         print(
-            f"  OOV rate of {real} against the {len(keep)}-word vocabulary: "
-            f"{oov}/{total} = {oov / total:.1%}"
+            f"  OOV rate of {real} against the {len(keep)}-word vocabulary: {oov}/{total} = {oov / total:.1%}"
         )
 
 

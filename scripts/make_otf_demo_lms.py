@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from asrdecode.graph.arpa import check_arpa
+from asrdecode.lm.arpa import check_arpa
 
 ROOT = Path(__file__).resolve().parent.parent
 LARGE = ROOT / "data" / "demo" / "graph" / "lm.arpa"

@@ -80,7 +80,7 @@ def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
     from asrdecode.config import build_config, dataclass_from_dict
     from asrdecode.decoders.wfst import WfstConfig
     from asrdecode.graph import GraphBuildConfig
-    from asrdecode.graph.arpa import check_arpa
+    from asrdecode.lm.arpa import check_arpa
 
     run_cfg = build_config(ROOT / "configs/sphinx-en-us.yaml")
     dec = WfstConfig(**{k: v for k, v in run_cfg.decoder.items() if k != "type"})

@@ -37,7 +37,6 @@ import numpy as np
 
 from asrdecode import __version__
 from asrdecode.errors import GraphError
-from asrdecode.graph.arpa import ArpaSummary, check_arpa, plain_copy
 from asrdecode.graph.format import (
     FORMAT_VERSION,
     GRAPH_FILES,
@@ -49,6 +48,7 @@ from asrdecode.graph.format import (
 from asrdecode.graph.stages import BuildStages, StageCallback
 from asrdecode.io.lines import read_lines
 from asrdecode.io.schema import GRAPH_META, NEMO_CONFIG, problem
+from asrdecode.lm.arpa import ArpaSummary, check_arpa, plain_copy
 
 log = logging.getLogger("asrdecode.graph")
 

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.arpa import check_arpa, plain_copy
 from asrdecode.graph.build import (
     _fst_from_lists,
     add_disambig,
@@ -37,6 +36,7 @@ from asrdecode.graph.build import (
 )
 from asrdecode.graph.format import FORMAT_VERSION, DeviceGraph
 from asrdecode.graph.stages import BuildStages
+from asrdecode.lm.arpa import check_arpa, plain_copy
 
 Triphone = tuple[str | None, str, str | None]
 

@@ -1,4 +1,6 @@
-"""Language models: training ARPA n-grams (kaldingram) for graph building."""
+"""Language models: ARPA reading and checks (`arpa`), training (kaldingram, `train`), the batched
+tensor n-gram LM (`ngram_tensor`), the LM difference of on-the-fly rescoring (`difference`) and
+pocketsphinx's binary trie (`sphinx_trie`)."""
 
 from asrdecode.lm.train import train_arpa
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.arpa import FIELD_SEPARATORS, ArpaReader, open_text, split_fields
+from asrdecode.lm.arpa import FIELD_SEPARATORS, ArpaReader, open_text, split_fields
 
 __all__ = ["FUSION_TOKEN_IDS", "NGPU_TOKEN_OFFSET", "BatchedNgramLM", "load_fusion_lm"]
 

@@ -1,6 +1,6 @@
 """CMU Sphinx phonetically-tied-mixture (PTM) acoustic models, e.g. pocketsphinx's en-us model.
 
-Model folder: ``mdef`` (binary model definition, read by :func:`asrdecode.graph.sphinx.read_mdef`),
+Model folder: ``mdef`` (binary model definition, read by :func:`asrdecode.models.sphinx_io.read_mdef`),
 ``means`` / ``variances`` (s3 Gaussian files, [codebooks, streams, densities, dims]), ``sendump``
 (8-bit quantised -log mixture weights, [streams, densities, senones]), ``transition_matrices``,
 ``feat.params`` (front-end options) and optionally ``noisedict``; read (and written back byte for
@@ -50,9 +50,11 @@ from asrdecode.features.sphinx_mfcc import SphinxFeConfig, SphinxMFCC
 from asrdecode.models.base import ModelOutput
 from asrdecode.models.sphinx_io import (
     read_feat_params,
+    read_mdef,
     read_noisedict,
     read_s3_gaussians,
     read_sendump,
+    read_tmat,
     read_transition_matrix_file,
 )
 
@@ -152,8 +154,6 @@ class SphinxModelData:
 
 
 def _read_mdef(path: Path):
-    from asrdecode.graph.sphinx import read_mdef
-
     if not path.is_file():
         raise ModelError(f"{path}: model definition file not found")
     try:
@@ -167,8 +167,6 @@ def _read_mdef(path: Path):
 def _read_tmat(path: Path):
     """Transition matrices as pocketsphinx uses them (rows normalised, floored): the file's layout
     is checked by :func:`read_transition_matrix_file`, the normalisation is the graph builder's."""
-    from asrdecode.graph.sphinx import read_tmat
-
     if not path.is_file():
         raise ModelError(f"{path}: transition matrices file not found")
     read_transition_matrix_file(path)

@@ -29,7 +29,7 @@ Layouts, as pocketsphinx 5 reads them and SphinxTrain writes them:
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -514,3 +514,160 @@ def read_noisedict(path: str | Path) -> dict[str, list[str]]:
 def write_noisedict(path: str | Path, words: dict[str, list[str]]) -> Path:
     """One ``word PHONE ...`` line per filler word, in order."""
     return _write_bytes(path, "".join(f"{w} {' '.join(p)}\n" for w, p in words.items()).encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the model definition and transition matrices as the HCLG recipe and the scorer use them
+
+WPOS = "ibes"  # pocketsphinx mdef.h: WORD_POSN_INTERNAL=0, BEGIN=1, END=2, SINGLE=3
+_BMDF = 0x46444D42
+_S3_MAGIC = 0x11223344
+
+
+@dataclass
+class SphinxMdef:
+    """The parts of a binary model definition the graph needs."""
+
+    ciphones: list[str]
+    sil: int
+    filler: list[bool]
+    n_emit_state: int
+    n_ci_sen: int
+    n_sen: int
+    ssid: np.ndarray  # [n_phone]
+    tmat: np.ndarray  # [n_phone]
+    sseq: np.ndarray  # [n_sseq, n_emit_state] senone ids
+    tree: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (wpos, ci, lc, rc) -> pid
+
+    @property
+    def n_phone(self) -> int:
+        return len(self.ssid)
+
+    def phone_id(self, ci: int, lc: int, rc: int, wpos: int) -> int:
+        """Exact triphone id or -1; filler contexts count as silence."""
+        if self.sil >= 0:
+            lc = self.sil if self.filler[lc] else lc
+            rc = self.sil if self.filler[rc] else rc
+        return self.tree.get((wpos, ci, lc, rc), -1)
+
+    def phone_id_nearest(self, b: int, l: int, r: int, pos: int) -> int:
+        """pocketsphinx's back-off order (bin_mdef.c, bin_mdef_phone_id_nearest)."""
+        p = self.phone_id(b, l, r, pos)
+        if p >= 0:
+            return p
+        for other in range(len(WPOS)):
+            if other != pos and (p := self.phone_id(b, l, r, other)) >= 0:
+                return p
+        if self.sil >= 0:
+            newl = self.sil if self.filler[l] or pos in (1, 3) else l
+            newr = self.sil if self.filler[r] or pos in (2, 3) else r
+            if (newl, newr) != (l, r):
+                for wp in [pos] + [o for o in range(len(WPOS)) if o != pos]:
+                    if (p := self.phone_id(b, newl, newr, wp)) >= 0:
+                        return p
+        return b
+
+
+def read_mdef(path: str | Path) -> SphinxMdef:
+    """Binary mdef (BMDF, version 1) as written by sphinx3/pocketsphinx (little-endian only)."""
+    path = Path(path)
+    try:
+        return _read_mdef(path)
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError) as err:
+        raise ModelError(f"{path}: truncated or malformed mdef ({err})") from None
+
+
+def _read_mdef(path: Path) -> SphinxMdef:
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ModelError(f"{path}: cannot read mdef ({err.strerror})") from None
+    if len(data) < 12 or struct.unpack_from("<i", data, 0)[0] != _BMDF:
+        raise ModelError(f"{path}: not a little-endian binary mdef (text mdef is not supported)")
+    version, hdr_len = struct.unpack_from("<ii", data, 4)
+    if version > 1:
+        raise ModelError(f"{path}: mdef format version {version} is not supported")
+    pos = 12 + hdr_len
+    (n_ci, n_phone, n_emit, n_ci_sen, n_sen, _n_tmat, n_sseq, _n_ctx, n_tree, sil) = struct.unpack_from(
+        "<10i", data, pos
+    )
+    pos += 40
+    base = pos
+    names = []
+    for _ in range(n_ci):
+        end = data.index(b"\0", pos)
+        names.append(data[pos:end].decode("ascii"))
+        pos = end + 1
+    pos = base + ((pos - base + 3) & ~3)
+    tree = np.frombuffer(
+        data, dtype=np.dtype([("ctx", "<i2"), ("n_down", "<i2"), ("down", "<i4")]), count=n_tree, offset=pos
+    )
+    pos += 8 * n_tree
+    phones = np.frombuffer(
+        data,
+        dtype=np.dtype([("ssid", "<i4"), ("tmat", "<i4"), ("attr", "u1", (4,))]),
+        count=n_phone,
+        offset=pos,
+    )
+    pos += 12 * n_phone
+    (sseq_size,) = struct.unpack_from("<i", data, pos)
+    pos += 4
+    if n_emit <= 0:
+        raise ModelError(f"{path}: heterogeneous HMM topologies are not supported")
+    sseq = np.frombuffer(data, dtype="<u2", count=sseq_size, offset=pos).reshape(n_sseq, n_emit)
+    lookup: dict[tuple[int, int, int, int], int] = {}
+
+    def walk(start: int, count: int, prefix: tuple[int, ...]) -> None:
+        for i in range(start, start + count):
+            ctx, n_down, down = int(tree["ctx"][i]), int(tree["n_down"][i]), int(tree["down"][i])
+            key = prefix + (ctx,)
+            if n_down == 0:
+                if len(key) == 4:
+                    lookup[key] = down  # type: ignore[index]
+            else:
+                walk(down, n_down, key)
+
+    walk(0, len(WPOS), ())
+    return SphinxMdef(
+        ciphones=names,
+        sil=sil,
+        filler=[bool(phones["attr"][i][0]) for i in range(n_ci)],
+        n_emit_state=n_emit,
+        n_ci_sen=n_ci_sen,
+        n_sen=n_sen,
+        ssid=phones["ssid"].astype(np.int64),
+        tmat=phones["tmat"].astype(np.int64),
+        sseq=sseq.astype(np.int64),
+        tree=lookup,
+    )
+
+
+def read_tmat(path: str | Path, floor: float = 1e-4) -> np.ndarray:
+    """s3 binary transition matrices [n_tmat, n_state, n_state+1], normalised and floored as
+    pocketsphinx does (non-zero entries floored at `floor`, rows renormalised)."""
+    path = Path(path)
+    try:
+        return _read_tmat(path, floor)
+    except (struct.error, ValueError) as err:
+        raise ModelError(f"{path}: truncated or malformed transition matrices ({err})") from None
+
+
+def _read_tmat(path: Path, floor: float) -> np.ndarray:
+    data = path.read_bytes()
+    end = data.find(b"endhdr\n")
+    if not data.startswith(b"s3\n") or end < 0:
+        raise ModelError(f"{path}: not an s3 binary transition-matrix file")
+    pos = end + len("endhdr\n")
+    if struct.unpack_from("<I", data, pos)[0] != _S3_MAGIC:
+        raise ModelError(f"{path}: big-endian s3 files are not supported")
+    n_tmat, n_src, n_dst, count = struct.unpack_from("<4i", data, pos + 4)
+    if n_dst != n_src + 1 or count != n_tmat * n_src * n_dst:
+        raise ModelError(f"{path}: unexpected transition-matrix shape {n_tmat}x{n_src}x{n_dst}")
+    tp = (
+        np.frombuffer(data, dtype="<f4", count=count, offset=pos + 20)
+        .reshape(n_tmat, n_src, n_dst)
+        .astype(np.float64)
+    )
+    tp = tp / np.maximum(tp.sum(-1, keepdims=True), 1e-30)
+    tp = np.where((tp > 0) & (tp < floor), floor, tp)
+    return tp / tp.sum(-1, keepdims=True)

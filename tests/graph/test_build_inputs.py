@@ -12,7 +12,6 @@ from graph_toy import ARPA, toy_config, write_toy
 
 from asrdecode.errors import GraphError
 from asrdecode.graph import DeviceGraph, GraphBuildConfig, build_graph
-from asrdecode.graph.arpa import check_arpa
 from asrdecode.graph.build import (
     check_units_agree,
     read_symbols,
@@ -20,6 +19,7 @@ from asrdecode.graph.build import (
     read_units_file,
     resolve_units,
 )
+from asrdecode.lm.arpa import check_arpa
 
 
 def test_cache_skips_rebuild_and_config_change_rebuilds(tmp_path):

@@ -11,7 +11,8 @@ import pytest
 
 from asrdecode.graph import DeviceGraph
 from asrdecode.graph.build import read_symbols
-from asrdecode.graph.sphinx import SphinxGraphConfig, build_sphinx_hclg, read_mdef, read_tmat
+from asrdecode.graph.sphinx import SphinxGraphConfig, build_sphinx_hclg
+from asrdecode.models.sphinx_io import read_mdef, read_tmat
 
 PS_MODEL = Path(str(importlib.resources.files("pocketsphinx") / "model" / "en-us"))
 MEMBERS = {

@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "decoders"))
 from otf_ref import LN10, ArpaScorer, random_arpa  # noqa: E402
 
-from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step  # noqa: E402
+from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step  # noqa: E402
 from asrdecode.lm.ngram_tensor import BatchedNgramLM  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(8)]

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from kaldingram.prune import ArpaParser
 
-from asrdecode.graph.arpa import check_arpa, plain_copy
 from asrdecode.graph.sphinx import read_sphinx_dict
+from asrdecode.lm.arpa import check_arpa, plain_copy
 from asrdecode.lm.sphinx_trie import read_trie_lm
 from asrdecode.models.loading import resolve_packaged_path
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from asrdecode.errors import InputError
-from asrdecode.graph.arpa import check_arpa
+from asrdecode.lm.arpa import check_arpa
 from asrdecode.lm.sphinx_trie import NgramLookup, limit_vocabulary, read_trie_lm, write_arpa
 from asrdecode.models.loading import resolve_packaged_path
 

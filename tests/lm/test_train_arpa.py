@@ -1,7 +1,7 @@
 """train_arpa: kaldingram's ARPA loads in our ARPA checker and covers the corpus words."""
 
-from asrdecode.graph.arpa import check_arpa
 from asrdecode.lm import train_arpa
+from asrdecode.lm.arpa import check_arpa
 
 
 def test_train_arpa_writes_a_valid_trigram(tmp_path):

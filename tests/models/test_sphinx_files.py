@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from asrdecode.errors import ModelError
-from asrdecode.graph.sphinx import read_mdef
 from asrdecode.models.loading import resolve_model_path
 from asrdecode.models.sphinx import read_sphinx_model
 from asrdecode.models.sphinx_io import (
@@ -23,6 +22,7 @@ from asrdecode.models.sphinx_io import (
     Sendump,
     read_binary_mdef,
     read_feat_params,
+    read_mdef,
     read_noisedict,
     read_s3_gaussian_file,
     read_sendump_file,

@@ -35,9 +35,9 @@ from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.wfst.compiled import default_threads, graph_records
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, load_graph
 from asrdecode.decoders.wfst_otf.decoder import load_difference_lm
-from asrdecode.decoders.wfst_otf.difference import DifferenceLM
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.lm.difference import DifferenceLM
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
 

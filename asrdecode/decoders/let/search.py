@@ -1,7 +1,7 @@
 """The LET search for one utterance, compiled with numba for CPUs (paper 002; prior-art D.3).
 
 Search space: the base WFST B (a TLG/HCLG built with a small LM G_s) composed on the fly with the
-incremental LM D = G_l "minus" G_s (`asrdecode.decoders.wfst_otf.difference.DifferenceLM`, shared
+incremental LM D = G_l "minus" G_s (`asrdecode.lm.difference.DifferenceLM`, shared
 with `wfst-otf`): a D state is a state of the union of both LMs' histories, and a word w costs
 ``lm_scale * (-ln p_l(w | h) + ln p_s(w | h))`` on top of B's arc weight (``</s>`` the same at the
 end, on top of B's final cost; `lm_step` / `lm_final`). A token-per-(B state, D state)
@@ -42,7 +42,7 @@ import numpy as np
 
 from asrdecode.decoders.wfst.compiled import get_cutoff, kth_smallest
 from asrdecode.decoders.wfst_otf.compiled import MEMO_BITS, MEMO_DTYPE
-from asrdecode.decoders.wfst_otf.difference import lm_final, lm_step
+from asrdecode.lm.difference import lm_final, lm_step
 from asrdecode.numba_status import configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)

@@ -441,7 +441,7 @@ class BoostTable:
 
 
 class TokenLM(Protocol):
-    """What the search needs of an on-the-fly LM (`wfst_otf.difference.DifferenceLM`): states
+    """What the search needs of an on-the-fly LM (`lm.difference.DifferenceLM`): states
     0..num_states-1, START where utterances begin, batched ``step(states, words) -> (added cost
     float32, next states)`` and ``final_cost(states)``, all device tensors."""
 

@@ -48,8 +48,8 @@ from asrdecode.decoders.wfst.compiled import (
     get_cutoff,
     trace_records,
 )
-from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step
 from asrdecode.numba_status import announce_first_compile, configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)

@@ -36,11 +36,11 @@ import torch
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, _graph_folder
-from asrdecode.decoders.wfst_otf.difference import DifferenceLM, lm_final, lm_step
 from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
 from asrdecode.errors import AsrDecodeError, ConfigError
 from asrdecode.graph.cache import cache_root
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst_otf")

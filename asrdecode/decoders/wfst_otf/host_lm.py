@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from asrdecode.decoders.wfst_otf.difference import DifferenceLM
+from asrdecode.lm.difference import DifferenceLM
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
 
 _HASH = 0x9E3779B97F4A7C15 - (1 << 64)  # odd 64-bit multiplier (Fibonacci hashing), as a signed int64

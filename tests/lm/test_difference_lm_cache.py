@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asrdecode.decoders.wfst_otf.difference import DifferenceLM
-from asrdecode.graph.arpa import check_arpa
+from asrdecode.lm.arpa import check_arpa
+from asrdecode.lm.difference import DifferenceLM
 
 ROOT = Path(__file__).resolve().parents[2]
 LARGE = ROOT / "data/demo/graph/lm.arpa"
