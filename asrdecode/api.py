@@ -105,7 +105,7 @@ def load_model(spec: str, **options: Any):
 def load_graph(spec: str):
     """(DeviceGraph, {word id: word}) of a graph folder, ``graph.pt``, an OpenFst ``.fst`` or
     ``cache:BUILD_CONFIG.yaml`` (built into the graph cache on first use)."""
-    from asrdecode.decoders.wfst.decoder import load_graph as load
+    from asrdecode.decoders.wfst.paths import load_graph as load
     from asrdecode.graph.cache import resolve_graph_spec
 
     return load(resolve_graph_spec(spec))

@@ -82,18 +82,18 @@ def let_decoder(toy: dict, small: str, large: str, **kw) -> LetDecoder:
 
 
 def graph_arcs(dec: LetDecoder) -> tuple[list, int, list[float]]:
-    b = dec.base
+    b = dec.paths
     arcs = list(
         zip(
-            b.h_src.tolist(),
-            b.h_ilabel.tolist(),
-            b.h_olabel.tolist(),
-            b.h_weight.tolist(),
-            b.h_next.tolist(),
+            b.src.tolist(),
+            b.ilabel.tolist(),
+            b.olabel.tolist(),
+            b.weight.tolist(),
+            b.next.tolist(),
             strict=True,
         )
     )
-    return arcs, b.graph_cpu.start, b.h_final.tolist()
+    return arcs, b.graph.start, b.final.tolist()
 
 
 def cases(seed: int, count: int = 4) -> list[np.ndarray]:
@@ -122,9 +122,9 @@ def test_wide_beam_equals_exhaustive_viterbi_over_composition(toy, small, large,
     lps = cases(hash((small, large)) % 1000, 6)
     results = dec.decode(batch(lps))
     for lp, res in zip(lps, results, strict=True):
-        ref = composed_viterbi(arcs, start, final, dec.base.words, s_lm, l_lm, lm_scale, lp)
+        ref = composed_viterbi(arcs, start, final, dec.paths.words, s_lm, l_lm, lm_scale, lp)
         assert ref is not None
-        assert res.text == " ".join(dec.base.words[w] for w in ref[1])
+        assert res.text == " ".join(dec.paths.words[w] for w in ref[1])
         assert -res.score == pytest.approx(ref[0], abs=1e-3)
         # the score splits into the acoustic part and graph + D costs
         assert res.acoustic_score + res.lm_score == pytest.approx(res.score, abs=1e-3)
@@ -174,24 +174,24 @@ def recomputed_cost(
     dec: LetDecoder, path, lp: np.ndarray, small: ArpaScorer, large: ArpaScorer, lm_scale: float
 ):
     """Cost of a returned path from scratch; asserts it is a path of the graph over all frames."""
-    b = dec.base
-    state, frame, cost, hist, words = b.graph_cpu.start, -1, 0.0, ("<s>",), []
+    b = dec.paths
+    state, frame, cost, hist, words = b.graph.start, -1, 0.0, ("<s>",), []
     for arc, f in zip(path.arcs.tolist(), path.frames.tolist(), strict=True):
-        assert b.h_src[arc] == state
-        if b.h_ilabel[arc]:
+        assert b.src[arc] == state
+        if b.ilabel[arc]:
             frame += 1
             assert f == frame
-            cost -= float(lp[frame, b.h_ilabel[arc] - 1])
-        cost += float(b.h_weight[arc])
-        if b.h_olabel[arc]:
-            w = b.words[int(b.h_olabel[arc])]
+            cost -= float(lp[frame, b.ilabel[arc] - 1])
+        cost += float(b.weight[arc])
+        if b.olabel[arc]:
+            w = b.words[int(b.olabel[arc])]
             cost += lm_scale * (small.logp(hist, w) - large.logp(hist, w))
             hist, words = (*hist, w), [*words, w]
-        state = int(b.h_next[arc])
+        state = int(b.next[arc])
     assert frame == len(lp) - 1
     if path.reached_final:  # else the best partial path, final costs left out (Kaldi's fallback)
-        assert math.isfinite(b.h_final[state])
-        cost += float(b.h_final[state]) + lm_scale * (small.logp(hist, "</s>") - large.logp(hist, "</s>"))
+        assert math.isfinite(b.final[state])
+        cost += float(b.final[state]) + lm_scale * (small.logp(hist, "</s>") - large.logp(hist, "</s>"))
     return cost, words
 
 

@@ -314,7 +314,7 @@ def test_truncated_or_foreign_graph_file_is_one_line_error(tmp_path, name):
 
 
 def test_folder_with_only_safetensors_is_a_graph_folder(toy_graphs, tmp_path):
-    from asrdecode.decoders.wfst.decoder import load_graph
+    from asrdecode.decoders.wfst.paths import load_graph
     from asrdecode.graph import find_graph_file
 
     meta = convert_openfst_graph(

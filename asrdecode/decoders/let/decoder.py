@@ -33,7 +33,7 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.wfst.compiled import default_threads, graph_records
-from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, load_graph
+from asrdecode.decoders.wfst.paths import GraphPaths, acoustic_costs, blank_column
 from asrdecode.decoders.wfst_otf.decoder import load_difference_lm
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
@@ -248,19 +248,14 @@ class LetDecoder:
         if c.bucket_width < 0 or c.threads < 0 or c.beam <= 0:
             raise ConfigError("decoder.bucket_width and decoder.threads must be >= 0, decoder.beam > 0")
         self.config = c
-        if graph is None:
-            graph, words = load_graph(c.graph)
-        words = words or {}
-        base_cfg = WfstConfig(
-            graph=c.graph, lexicon=c.lexicon, beam=c.beam, max_active=c.max_active, min_active=c.min_active,
-            beam_delta=c.beam_delta, acoustic_scale=c.acoustic_scale, blank_penalty=c.blank_penalty,
-            word_insertion_penalty=c.word_insertion_penalty, backend="compiled", threads=c.threads,
-        )  # fmt: skip
-        # the wfst decoder over the same graph: path -> words, word times and costs (no search of its own)
-        self.base = WfstDecoder(base_cfg, context, graph=graph, words=words)
+        self.context = context
+        # the graph with its word insertion penalty, and best paths -> words, word times and costs
+        self.paths = GraphPaths.for_decoder(
+            c.graph, c.lexicon, c.word_insertion_penalty, context, graph, words
+        )
         if lm is None:
-            lm = load_difference_lm(c, self.base.words, self.base.h_olabel)
-        self.search = LetSearch(self.base.graph_cpu, lm, c.group_capacity, c.threads)
+            lm = load_difference_lm(c, self.paths.words, self.paths.olabel)
+        self.search = LetSearch(self.paths.graph, lm, c.group_capacity, c.threads)
         self.last_info: dict[str, Any] = {}
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
@@ -268,12 +263,13 @@ class LetDecoder:
 
         if output.log_probs is None:
             raise ValueError("let needs log-probs; this model produced none")
-        base, c = self.base, self.config
-        blank = base._blank_column(output)
-        ac = base._ac_costs(output.log_probs, blank).detach().to("cpu", torch.float32).contiguous().numpy()
+        reader, c = self.paths, self.config
+        blank = blank_column(output, reader.graph.meta, self.context)
+        ac = acoustic_costs(output.log_probs, blank, c.acoustic_scale, c.blank_penalty)
+        ac = ac.detach().to("cpu", torch.float32).contiguous().numpy()
         T = ac.shape[1]
         lengths = [min(int(x), T) for x in output.lengths.tolist()]
-        eps_limit = max(c.max_epsilon_passes, 1) * max(base.graph_cpu.num_states, 1024)
+        eps_limit = max(c.max_epsilon_passes, 1) * max(reader.graph.num_states, 1024)
         paths = self.search.decode_batch(
             [ac[b, :n] for b, n in enumerate(lengths)],
             c.beam, c.max_active, c.min_active, c.beam_delta, c.bucket_width, eps_limit,
@@ -287,10 +283,10 @@ class LetDecoder:
             if not p.reached_final:
                 not_final.append(b)
             arcs = p.arcs[p.arcs >= 0]
-            ol = base.h_olabel[arcs]
+            ol = reader.olabel[arcs]
             d_cost = self.search.diff.sentence_cost([int(o) for o in ol if o > 0], eos=p.reached_final)
-            res = base._path_result(p.arcs, p.frames, p.total - d_cost, p.reached_final, {}, blank,
-                                    output.frame_shift)  # fmt: skip
+            total = p.total - d_cost
+            res = reader.result(p.arcs, p.frames, total, p.reached_final, {}, blank, output.frame_shift)
             res.score = -p.total
             res.lm_score = (res.lm_score or 0.0) - d_cost
             results.append(res)

@@ -42,14 +42,13 @@ as offline decoding. Back-pointer records no live token leads back to are garbag
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.wfst.compiled import dense_boost
 from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions, TokenPassing, Tokens
 from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
@@ -61,10 +60,9 @@ from asrdecode.decoders.wfst.lattice import (
     determinize,
     prune_window,
 )
-from asrdecode.errors import ConfigError, GraphError
-from asrdecode.graph.build import read_symbols
-from asrdecode.graph.format import DeviceGraph, find_graph_file
-from asrdecode.io.lines import read_lines
+from asrdecode.decoders.wfst.paths import GraphPaths, acoustic_costs, blank_column
+from asrdecode.errors import ConfigError
+from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
 
@@ -154,58 +152,6 @@ class WfstConfig:
         )
 
 
-def _graph_folder(spec: str) -> Path | None:
-    if not spec:
-        return None
-    p = Path(spec)
-    return p if p.is_dir() else p.parent
-
-
-def read_pronunciations(lexicon: Path, units_txt: Path) -> dict[str, list[tuple[int, ...]]]:
-    """word -> unit-column sequences, from a lexicon file and the graph's units.txt (id = column+1)."""
-    column = {sym: i - 1 for i, sym in read_symbols(units_txt).items() if i > 0}
-    prons: dict[str, list[tuple[int, ...]]] = {}
-    for _, line in read_lines(lexicon, GraphError):
-        f = line.split()
-        if len(f) < 2:
-            continue
-        names = ["<space>" if u == " " else u for u in f[1:]]
-        if all(u in column for u in names):
-            prons.setdefault(f[0], []).append(tuple(column[u] for u in names))
-    return prons
-
-
-def load_graph(spec: str) -> tuple[DeviceGraph, dict[int, str]]:
-    """A graph folder / graph.pt / .fst path -> (DeviceGraph on CPU, word id -> word)."""
-    if not spec:
-        raise ConfigError("decoder.graph must point to a graph folder (asrdecode build-graph) or graph.pt")
-    p = Path(spec)
-    folder = p if p.is_dir() else p.parent
-    if p.is_dir():
-        if (device_file := find_graph_file(p)) is not None:  # graph.pt or graph.safetensors
-            graph = DeviceGraph.load(device_file)
-        else:
-            fsts = sorted(p.glob("*.fst"))
-            if not fsts:
-                raise GraphError(f"{p}: no graph.pt, graph.safetensors or .fst graph in this folder")
-            graph = _from_fst(fsts[0])
-    elif p.suffix == ".fst":
-        graph = _from_fst(p)
-    else:
-        graph = DeviceGraph.load(p)
-    words_file = folder / "words.txt"
-    words = read_symbols(words_file) if words_file.is_file() else {}
-    if not words:
-        log.warning("wfst: no words.txt next to %s; words are printed as ids", spec)
-    return graph, words
-
-
-def _from_fst(path: Path) -> DeviceGraph:
-    from asrdecode.graph.openfst import read_fst
-
-    return DeviceGraph.from_kaldifst(read_fst(path))
-
-
 @dataclass
 class _Stream:
     frames: int = 0
@@ -230,34 +176,16 @@ class WfstDecoder:
     ):
         self.config = config
         self.context = context
-        if graph is None:
-            graph, words = load_graph(config.graph)
-        if config.word_insertion_penalty:
-            penalty = (graph.olabel != 0).to(graph.weight.dtype) * config.word_insertion_penalty
-            graph = replace(graph, weight=graph.weight + penalty)
-        self.graph_cpu = graph
-        self.words = words or {}
+        self.paths = GraphPaths.for_decoder(
+            config.graph, config.lexicon, config.word_insertion_penalty, context, graph, words
+        )
+        self.graph_cpu = self.paths.graph
+        self.words = self.paths.words
         self.word_ids = {w: i for i, w in self.words.items()}
         self._graphs: dict[str, SearchGraph] = {}
-        a = graph.arc_arrays()
-        self.h_src, self.h_ilabel, self.h_olabel = a["src"], a["ilabel"].astype(np.int64), a["olabel"]
-        self.h_weight, self.h_next = a["weight"].astype(np.float64), a["nextstate"]
-        self.h_final = graph.final.numpy().astype(np.float64)
+        self.h_src, self.h_ilabel, self.h_olabel = self.paths.src, self.paths.ilabel, self.paths.olabel
+        self.h_weight, self.h_next, self.h_final = self.paths.weight, self.paths.next, self.paths.final
         self.last_info: dict[str, Any] = {}
-        self.prons: dict[str, list[tuple[int, ...]]] = {}
-        folder = _graph_folder(config.graph)
-        lexicon = Path(config.lexicon) if config.lexicon else (folder / "lexicon.txt" if folder else None)
-        if (
-            lexicon is not None
-            and lexicon.is_file()
-            and folder is not None
-            and (folder / "units.txt").is_file()
-        ):
-            self.prons = read_pronunciations(lexicon, folder / "units.txt")
-        elif config.lexicon:
-            raise ConfigError(
-                f"decoder.lexicon: {config.lexicon} not found (or no units.txt in the graph folder)"
-            )
         self._streams: dict[int, _Stream] = {}
         self._stream_search: TokenPassing | None = None
         self._stream_tokens: Tokens | None = None
@@ -287,21 +215,10 @@ class WfstDecoder:
         return self._graphs[key]
 
     def _blank_column(self, output: ModelOutput | None) -> int:
-        if output is not None and output.blank_id >= 0:
-            return output.blank_id
-        if "blank_column" in self.graph_cpu.meta:
-            return int(self.graph_cpu.meta["blank_column"])
-        if self.context is not None and self.context.blank_id >= 0:
-            return self.context.blank_id
-        return -1
+        return blank_column(output, self.graph_cpu.meta, self.context)
 
     def _ac_costs(self, log_probs: torch.Tensor, blank: int) -> torch.Tensor:
-        """-acoustic_scale * (log-probs with the blank penalty), float32."""
-        lp = log_probs.float()
-        if self.config.blank_penalty and blank >= 0:
-            lp = lp.clone()
-            lp[..., blank] -= self.config.blank_penalty
-        return lp * (-self.config.acoustic_scale)
+        return acoustic_costs(log_probs, blank, self.config.acoustic_scale, self.config.blank_penalty)
 
     def _boosts(self, per_utt: list[dict | None] | None, n: int) -> tuple[list[dict[int, float]], list[str]]:
         """Word -> bonus tables per utterance as word id -> cost; plus OOV boost words."""
@@ -583,80 +500,8 @@ class WfstDecoder:
         blank: int,
         shift: float,
     ) -> DecodeResult:
-        """DecodeResult of a 1-best path given as arc indices and their frames (either backend)."""
-        arcs_ok = arcs >= 0
-        arcs, frames = arcs[arcs_ok], frames[arcs_ok]
-        il, ol = self.h_ilabel[arcs], self.h_olabel[arcs]
-        last_state = int(self.h_next[arcs[-1]]) if len(arcs) else self.graph_cpu.start
-        graph_cost = float(self.h_weight[arcs].sum()) + (float(self.h_final[last_state]) if reached else 0.0)
-        boost_cost = float(sum(boost.get(int(o), 0.0) for o in ol if o > 0))
-        acoustic = total - graph_cost - boost_cost
-        emitting = il > 0
-        nonblank = emitting & (il - 1 != blank)
-        # tokens: non-blank emitting arcs that enter a unit (not self-loops)
-        selfloop = self.h_src[arcs] == self.h_next[arcs]
-        tok_mask = nonblank & ~selfloop
-        tokens = (il[tok_mask] - 1).tolist()
-        token_frames = frames[tok_mask].tolist()
-        word_pos = np.nonzero(ol > 0)[0]
-        word_ids = [int(o) for o in ol[word_pos]]
-        names = [self.words.get(w, str(w)) for w in word_ids]
-        # last frame of each token's run (self-loop continuations extend the current token)
-        token_end = list(token_frames)
-        k = -1
-        for i in np.nonzero(nonblank)[0]:
-            if tok_mask[i]:
-                k += 1
-            elif k >= 0:
-                token_end[k] = int(frames[i])
-        spans = self._word_spans(names, tokens)
-        words: list[Word] = []
-        if spans is not None:
-            for name, (a, b) in zip(names, spans, strict=True):
-                start, end = token_frames[a], token_end[b] + 1
-                words.append(Word(name, round(start * shift, 3), round(end * shift, 3)))
-        else:
-            for i, p in enumerate(word_pos):
-                q = word_pos[i + 1] if i + 1 < len(word_pos) else len(arcs)
-                seg = np.nonzero(nonblank[p:q])[0] + p
-                if len(seg):
-                    start, end = int(frames[seg[0]]), int(frames[seg[-1]]) + 1
-                else:
-                    em = np.nonzero(emitting[p:])[0]
-                    start = int(frames[p + em[0]]) if len(em) else max(int(frames[p]), 0)
-                    end = start + 1
-                words.append(Word(names[i], round(start * shift, 3), round(end * shift, 3)))
-        return DecodeResult(
-            words=words,
-            tokens=tokens,
-            token_frames=token_frames,
-            score=-total,
-            acoustic_score=-acoustic,
-            lm_score=-(graph_cost + boost_cost),
-        )
-
-    def _word_spans(self, names: list[str], tokens: list[int]) -> list[tuple[int, int]] | None:
-        """(first, last) token index of each decoded word, or None if no rule explains the units."""
-        if not names:
-            return []
-        if self.prons:
-            spans, i = [], 0
-            for w in names:
-                match = next((p for p in self.prons.get(w, ()) if tuple(tokens[i : i + len(p)]) == p), None)
-                if match is None:
-                    break
-                spans.append((i, i + len(match) - 1))
-                i += len(match)
-            if len(spans) == len(names) and i == len(tokens):
-                return spans
-        if self.context is not None and tokens:
-            try:
-                ww = self.context.words_of(tokens)
-            except Exception:  # a tokenizer that does not know these units
-                return None
-            if [w for w, _, _ in ww] == names:
-                return [(a, b) for _, a, b in ww]
-        return None
+        """DecodeResult of a 1-best path (`paths.GraphPaths.result`); `wfst-otf` adds its LM part."""
+        return self.paths.result(arcs, frames, total, reached, boost, blank, shift)
 
     # ------------------------------------------------------------------ streaming
     def init_streams(

@@ -309,28 +309,16 @@ def prune_final(
     dst = np.empty(n_arcs, np.int64)
     cost = np.empty(n_arcs, np.float64)
     emit = np.empty(n_arcs, np.bool_)
-    frame = np.int64(-(1 << 40))
-    prev_start = cur_start = 0  # first node of the previous / current frame
-    for p in range(n_arcs):
-        f = np.int64(lat_frame[p])
-        if f != frame:  # arcs of a new frame: map the states of frames f-1 and f to nodes
-            if frame > -(1 << 40):
-                _fill_slots(prev_slot, node_frame, node_state, n_nodes, frame - 1, prev_start, False)
-                _fill_slots(cur_slot, node_frame, node_state, n_nodes, frame, cur_start, False)
-            frame = f
-            prev_start = _first_of_frame(node_frame, n_nodes, f - 1)
-            _fill_slots(prev_slot, node_frame, node_state, n_nodes, f - 1, prev_start, True)
-            cur_start = _first_of_frame(node_frame, n_nodes, f)
-            _fill_slots(cur_slot, node_frame, node_state, n_nodes, f, cur_start, True)
-        a = lat_arc[p]
-        e = arcs[a].column >= 0
-        emit[p] = e
-        src[p] = prev_slot[lat_src[p]] if e else cur_slot[lat_src[p]]
-        dst[p] = cur_slot[lat_dst[p]]
-        cost[p] = _arc_cost(arcs, boost, a, lat_ac[p])
-    if frame > -(1 << 40):
-        _fill_slots(prev_slot, node_frame, node_state, n_nodes, frame - 1, prev_start, False)
-        _fill_slots(cur_slot, node_frame, node_state, n_nodes, frame, cur_start, False)
+    p = 0
+    while p < n_arcs:  # the arcs of each frame: their nodes and costs
+        q = p
+        while q < n_arcs and lat_frame[q] == lat_frame[p]:
+            q += 1
+        _map_frame_arcs(
+            arcs, boost, np.int64(lat_frame[p]), p, q, node_frame, node_state, n_nodes, prev_slot, cur_slot,
+            lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+        )  # fmt: skip
+        p = q
     backward_costs(lat_frame[:n_arcs], src, dst, cost, emit, beta)
     if not best_end < np.inf:
         return n_nodes, n_arcs  # no complete path: leave it to build_lattice

@@ -35,7 +35,8 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
-from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder, _graph_folder
+from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst.paths import graph_folder
 from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
 from asrdecode.errors import AsrDecodeError, ConfigError
 from asrdecode.graph.cache import cache_root
@@ -75,7 +76,7 @@ class WfstOtfConfig(WfstConfig):
 
 def small_lm_of(graph_spec: str) -> str:
     """The ARPA recorded as the graph's `arpa` input in its folder's meta.json ('' if none)."""
-    folder = _graph_folder(graph_spec)
+    folder = graph_folder(graph_spec)
     meta = folder / "meta.json" if folder is not None else None
     if meta is None or not meta.is_file():
         return ""

@@ -1,0 +1,230 @@
+"""What the WFST decoders (`wfst`, `wfst-otf`, `let`) share around their searches: loading a
+graph and its words, the acoustic costs they search with, and a best path (graph arc indices and
+their frames) read back into a `DecodeResult` with words, word times and costs."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.errors import ConfigError, GraphError
+from asrdecode.graph.build import read_symbols
+from asrdecode.graph.format import DeviceGraph, find_graph_file
+from asrdecode.io.lines import read_lines
+from asrdecode.models.base import ModelOutput
+
+log = logging.getLogger("asrdecode.decoders.wfst")
+
+
+def graph_folder(spec: str) -> Path | None:
+    """The folder a `decoder.graph` spec points into (None for none)."""
+    if not spec:
+        return None
+    p = Path(spec)
+    return p if p.is_dir() else p.parent
+
+
+def read_pronunciations(lexicon: Path, units_txt: Path) -> dict[str, list[tuple[int, ...]]]:
+    """word -> unit-column sequences, from a lexicon file and the graph's units.txt (id = column+1)."""
+    column = {sym: i - 1 for i, sym in read_symbols(units_txt).items() if i > 0}
+    prons: dict[str, list[tuple[int, ...]]] = {}
+    for _, line in read_lines(lexicon, GraphError):
+        f = line.split()
+        if len(f) < 2:
+            continue
+        names = ["<space>" if u == " " else u for u in f[1:]]
+        if all(u in column for u in names):
+            prons.setdefault(f[0], []).append(tuple(column[u] for u in names))
+    return prons
+
+
+def load_graph(spec: str) -> tuple[DeviceGraph, dict[int, str]]:
+    """A graph folder / graph.pt / .fst path -> (DeviceGraph on CPU, word id -> word)."""
+    if not spec:
+        raise ConfigError("decoder.graph must point to a graph folder (asrdecode build-graph) or graph.pt")
+    p = Path(spec)
+    folder = p if p.is_dir() else p.parent
+    if p.is_dir():
+        if (device_file := find_graph_file(p)) is not None:  # graph.pt or graph.safetensors
+            graph = DeviceGraph.load(device_file)
+        else:
+            fsts = sorted(p.glob("*.fst"))
+            if not fsts:
+                raise GraphError(f"{p}: no graph.pt, graph.safetensors or .fst graph in this folder")
+            graph = _from_fst(fsts[0])
+    elif p.suffix == ".fst":
+        graph = _from_fst(p)
+    else:
+        graph = DeviceGraph.load(p)
+    words_file = folder / "words.txt"
+    words = read_symbols(words_file) if words_file.is_file() else {}
+    if not words:
+        log.warning("wfst: no words.txt next to %s; words are printed as ids", spec)
+    return graph, words
+
+
+def _from_fst(path: Path) -> DeviceGraph:
+    from asrdecode.graph.openfst import read_fst
+
+    return DeviceGraph.from_kaldifst(read_fst(path))
+
+
+def acoustic_costs(
+    log_probs: torch.Tensor, blank: int, acoustic_scale: float, blank_penalty: float
+) -> torch.Tensor:
+    """-acoustic_scale * (log-probs with the blank penalty), float32."""
+    lp = log_probs.float()
+    if blank_penalty and blank >= 0:
+        lp = lp.clone()
+        lp[..., blank] -= blank_penalty
+    return lp * (-acoustic_scale)
+
+
+def blank_column(output: ModelOutput | None, graph_meta: dict, context: DecoderContext | None) -> int:
+    """The blank column of the model outputs: the output's, else the graph's, else the model's (-1:
+    none)."""
+    if output is not None and output.blank_id >= 0:
+        return output.blank_id
+    if "blank_column" in graph_meta:
+        return int(graph_meta["blank_column"])
+    if context is not None and context.blank_id >= 0:
+        return context.blank_id
+    return -1
+
+
+class GraphPaths:
+    """A decoding graph's arcs on the host, its words and pronunciations: reads best paths back.
+    `graph` is the graph the search runs on (with the word insertion penalty on its word arcs)."""
+
+    def __init__(
+        self,
+        graph: DeviceGraph,
+        words: dict[int, str],
+        context: DecoderContext | None = None,
+        prons: dict[str, list[tuple[int, ...]]] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.words = words
+        self.context = context
+        self.prons = prons or {}
+        a = graph.arc_arrays()
+        self.src, self.ilabel, self.olabel = a["src"], a["ilabel"].astype(np.int64), a["olabel"]
+        self.weight, self.next = a["weight"].astype(np.float64), a["nextstate"]
+        self.final = graph.final.numpy().astype(np.float64)
+
+    @classmethod
+    def for_decoder(
+        cls,
+        spec: str,
+        lexicon: str | None,
+        word_insertion_penalty: float,
+        context: DecoderContext | None = None,
+        graph: DeviceGraph | None = None,
+        words: dict[int, str] | None = None,
+    ) -> GraphPaths:
+        """The graph of `decoder.graph` (or the one given), with `word_insertion_penalty` added to
+        its word arcs, and the pronunciations of `decoder.lexicon` (default: the graph folder's
+        lexicon.txt with its units.txt) for word times."""
+        if graph is None:
+            graph, words = load_graph(spec)
+        if word_insertion_penalty:
+            penalty = (graph.olabel != 0).to(graph.weight.dtype) * word_insertion_penalty
+            graph = replace(graph, weight=graph.weight + penalty)
+        folder = graph_folder(spec)
+        path = Path(lexicon) if lexicon else (folder / "lexicon.txt" if folder else None)
+        prons: dict[str, list[tuple[int, ...]]] = {}
+        if path is not None and path.is_file() and folder is not None and (folder / "units.txt").is_file():
+            prons = read_pronunciations(path, folder / "units.txt")
+        elif lexicon:
+            raise ConfigError(f"decoder.lexicon: {lexicon} not found (or no units.txt in the graph folder)")
+        return cls(graph, words or {}, context, prons)
+
+    def result(
+        self,
+        arcs: np.ndarray,
+        frames: np.ndarray,
+        total: float,
+        reached: bool,
+        boost: dict[int, float],
+        blank: int,
+        shift: float,
+    ) -> DecodeResult:
+        """DecodeResult of a 1-best path given as arc indices and their frames (either backend)."""
+        arcs_ok = arcs >= 0
+        arcs, frames = arcs[arcs_ok], frames[arcs_ok]
+        il, ol = self.ilabel[arcs], self.olabel[arcs]
+        last_state = int(self.next[arcs[-1]]) if len(arcs) else self.graph.start
+        graph_cost = float(self.weight[arcs].sum()) + (float(self.final[last_state]) if reached else 0.0)
+        boost_cost = float(sum(boost.get(int(o), 0.0) for o in ol if o > 0))
+        acoustic = total - graph_cost - boost_cost
+        emitting = il > 0
+        nonblank = emitting & (il - 1 != blank)
+        # tokens: non-blank emitting arcs that enter a unit (not self-loops)
+        selfloop = self.src[arcs] == self.next[arcs]
+        tok_mask = nonblank & ~selfloop
+        tokens = (il[tok_mask] - 1).tolist()
+        token_frames = frames[tok_mask].tolist()
+        word_pos = np.nonzero(ol > 0)[0]
+        word_ids = [int(o) for o in ol[word_pos]]
+        names = [self.words.get(w, str(w)) for w in word_ids]
+        # last frame of each token's run (self-loop continuations extend the current token)
+        token_end = list(token_frames)
+        k = -1
+        for i in np.nonzero(nonblank)[0]:
+            if tok_mask[i]:
+                k += 1
+            elif k >= 0:
+                token_end[k] = int(frames[i])
+        spans = self.word_spans(names, tokens)
+        words: list[Word] = []
+        if spans is not None:
+            for name, (a, b) in zip(names, spans, strict=True):
+                start, end = token_frames[a], token_end[b] + 1
+                words.append(Word(name, round(start * shift, 3), round(end * shift, 3)))
+        else:
+            for i, p in enumerate(word_pos):
+                q = word_pos[i + 1] if i + 1 < len(word_pos) else len(arcs)
+                seg = np.nonzero(nonblank[p:q])[0] + p
+                if len(seg):
+                    start, end = int(frames[seg[0]]), int(frames[seg[-1]]) + 1
+                else:
+                    em = np.nonzero(emitting[p:])[0]
+                    start = int(frames[p + em[0]]) if len(em) else max(int(frames[p]), 0)
+                    end = start + 1
+                words.append(Word(names[i], round(start * shift, 3), round(end * shift, 3)))
+        return DecodeResult(
+            words=words,
+            tokens=tokens,
+            token_frames=token_frames,
+            score=-total,
+            acoustic_score=-acoustic,
+            lm_score=-(graph_cost + boost_cost),
+        )
+
+    def word_spans(self, names: list[str], tokens: list[int]) -> list[tuple[int, int]] | None:
+        """(first, last) token index of each decoded word, or None if no rule explains the units."""
+        if not names:
+            return []
+        if self.prons:
+            spans, i = [], 0
+            for w in names:
+                match = next((p for p in self.prons.get(w, ()) if tuple(tokens[i : i + len(p)]) == p), None)
+                if match is None:
+                    break
+                spans.append((i, i + len(match) - 1))
+                i += len(match)
+            if len(spans) == len(names) and i == len(tokens):
+                return spans
+        if self.context is not None and tokens:
+            try:
+                ww = self.context.words_of(tokens)
+            except Exception:  # a tokenizer that does not know these units
+                return None
+            if [w for w, _, _ in ww] == names:
+                return [(a, b) for _, a, b in ww]
+        return None
