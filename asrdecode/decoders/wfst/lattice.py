@@ -119,6 +119,16 @@ def backward_costs(frame, src, dst, cost, emit, beta) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
+def _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, p, k) -> None:
+    """Kept arc p moves to position k (k <= p: compaction in place)."""
+    lat_frame[k] = lat_frame[p]
+    lat_src[k] = lat_src[p]
+    lat_dst[k] = lat_dst[p]
+    lat_arc[k] = lat_arc[p]
+    lat_ac[k] = lat_ac[p]
+
+
+@numba.njit(cache=True, nogil=True)
 def _arc_cost(arcs, boost, a, ac) -> float:
     """Graph + acoustic (+ word boost) cost of a kept search arc."""
     c = np.float64(arcs[a].weight) + np.float64(ac)
@@ -263,11 +273,7 @@ def prune_window(
             if s >= n0:
                 used[s - n0] = True
             used[d - n0] = True
-            lat_frame[k] = lat_frame[p]
-            lat_src[k] = lat_src[p]
-            lat_dst[k] = lat_dst[p]
-            lat_arc[k] = lat_arc[p]
-            lat_ac[k] = lat_ac[p]
+            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, p, k)
             k += 1
     m = n0
     for i in range(n0, n_nodes):
@@ -335,11 +341,7 @@ def prune_final(
         if np.float64(node_cost[s]) + cost[p] + beta[d] <= limit:
             used[s] = True
             used[d] = True
-            lat_frame[k] = lat_frame[p]
-            lat_src[k] = lat_src[p]
-            lat_dst[k] = lat_dst[p]
-            lat_arc[k] = lat_arc[p]
-            lat_ac[k] = lat_ac[p]
+            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, p, k)
             k += 1
     m = 0
     for i in range(n_nodes):
