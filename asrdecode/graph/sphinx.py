@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from asrdecode.errors import GraphError
+from asrdecode.errors import GraphError, ModelError
 from asrdecode.graph.hclg import compile_hclg
 from asrdecode.graph.stages import BuildStages
 from asrdecode.models.sphinx_io import WPOS, read_mdef, read_tmat
@@ -70,8 +70,11 @@ def build_sphinx_hclg(
     """HCLG for a pocketsphinx model folder (mdef, transition_matrices, noisedict) into `out_dir`;
     `save_format`: graph.pt and/or graph.safetensors (pt | safetensors | both)."""
     model = Path(cfg.model_dir)
-    mdef = read_mdef(model / "mdef")
-    tmat = read_tmat(model / "transition_matrices", cfg.tmatfloor)
+    try:  # a bad model file fails the graph build
+        mdef = read_mdef(model / "mdef")
+        tmat = read_tmat(model / "transition_matrices", cfg.tmatfloor)
+    except ModelError as err:
+        raise GraphError(str(err)) from None
     ci = {name: i for i, name in enumerate(mdef.ciphones)}
     n_pos = len(WPOS)
 
