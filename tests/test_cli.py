@@ -14,29 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
-FIX = Path(__file__).parent / "fixtures" / "nemo"
-MODEL = FIX / "ctc_bpe.nemo"
-AUDIO = FIX / "audio"
-
-
-def run(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "asrdecode.cli", *args], capture_output=True, text=True, env=env, cwd=cwd
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
+from helpers.cli import AUDIO, FIX, MODEL, read_jsonl, run
 
 
 def reference_texts() -> dict[str, str]:
     z = np.load(FIX / "reference" / "ctc_bpe.npz", allow_pickle=False)
     return {str(u): str(t) for u, t in zip(z["utt_ids"], z["greedy_text"], strict=True)}
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_cli import read_jsonl, run
+from helpers.cli import read_jsonl, run
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "data" / "demo" / "real"
@@ -141,6 +141,4 @@ def test_global_boost_file_changes_only_where_the_word_was_missed(plain):
     )
     changed = {u for u in rows if boosted[u]["pred_text"] != rows[u]["pred_text"]}
     assert changed == {"ps_cards_002"}
-    assert boosted["ps_cards_002"]["pred_text"] == rows["ps_cards_002"]["pred_text"].replace(
-        "close", "clubs"
-    )
+    assert boosted["ps_cards_002"]["pred_text"] == rows["ps_cards_002"]["pred_text"].replace("close", "clubs")

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import read_jsonl, run
+from helpers.cli import read_jsonl, run
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIP = ROOT / "data" / "demo" / "real" / "ps_goforward.wav"

@@ -4,16 +4,13 @@ FasterDecoder on the same TLG and the log-probs the run saved."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import kaldifst
 import numpy as np
 import pytest
-from test_cli import AUDIO, MODEL, read_jsonl, run
-
-sys.path.insert(0, str(Path(__file__).parent / "decoders"))
-from wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
+from helpers.cli import AUDIO, MODEL, read_jsonl, run
+from helpers.wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
 
 from asrdecode.decoders.wfst.lattice import read_kaldi_text  # noqa: E402
 

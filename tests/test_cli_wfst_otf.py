@@ -4,17 +4,14 @@ bad LM paths are one-line errors."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import kaldifst
 import numpy as np
 import pytest
-from test_cli import AUDIO, MODEL, read_jsonl, run
-
-sys.path.insert(0, str(Path(__file__).parent / "decoders"))
-from otf_ref import cli_small_and_large_graphs  # noqa: E402
-from wfst_ref import kaldi_best_path  # noqa: E402
+from helpers.cli import AUDIO, MODEL, read_jsonl, run
+from helpers.otf_ref import cli_small_and_large_graphs  # noqa: E402
+from helpers.wfst_ref import kaldi_best_path  # noqa: E402
 
 
 @pytest.fixture(scope="module")

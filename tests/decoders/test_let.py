@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from let_ref import (
+from helpers.let_ref import (
     LARGE_TRIGRAM,
     SMALL_BIGRAM,
     SMALL_UNIGRAM,
@@ -21,7 +21,7 @@ from let_ref import (
     toy_config,
     write_toy,
 )
-from wfst_ref import random_wfst, single_thread  # noqa: F401
+from helpers.wfst_ref import random_wfst, single_thread  # noqa: F401
 
 from asrdecode.decoders import decoder_config_from_dict
 from asrdecode.decoders.let import LetConfig, LetDecoder
@@ -247,7 +247,7 @@ def test_random_graphs_and_lms_equal_exhaustive_viterbi(tmp_path, seed):
     )
     (tmp_path / "s.arpa").write_text(small_text)
     (tmp_path / "l.arpa").write_text(large_text)
-    from test_wfst_viterbi import device_graph
+    from helpers.wfst_graphs import device_graph
 
     vocab = ["<eps>", *names.values()]
     lms = [BatchedNgramLM.from_arpa(tmp_path / f, vocab=vocab) for f in ("s.arpa", "l.arpa")]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_transducer_greedy import nemo_output  # a helper of the same folder
+from helpers.transducer import nemo_output
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders import decoder_config_from_dict

@@ -12,16 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.transducer import make_decoder, nemo_output, reference
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from asrdecode.config import dataclass_from_dict
-from asrdecode.decoders.base import DecoderContext
 from asrdecode.decoders.transducer_greedy import (
     BatchedHyps,
     LabelLoopingRunner,
-    TransducerGreedyConfig,
-    TransducerGreedyDecoder,
     greedy_frame_looping,
     greedy_label_looping,
     initial_stream_state,
@@ -48,36 +45,6 @@ def fixture(request):
     name = request.param
     data = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
     return name, load_nemo(FIX / f"{name}.nemo"), {k: data[k] for k in data.files}
-
-
-def make_decoder(model, **options) -> TransducerGreedyDecoder:
-    config = dataclass_from_dict(TransducerGreedyConfig, options, prefix="decoder.")
-    ctx = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
-    return TransducerGreedyDecoder(config, ctx)
-
-
-def nemo_output(model, ref: dict, rows: list[int] | None = None) -> ModelOutput:
-    """ModelOutput built from NeMo's own encoder output (the decoders' reference input)."""
-    enc = torch.from_numpy(ref["encoder_out"]).transpose(1, 2).contiguous()
-    lengths = torch.from_numpy(ref["encoder_len"]).long()
-    if rows is not None:
-        enc, lengths = enc[rows, : int(lengths[rows].max())], lengths[rows]
-    return ModelOutput(
-        None, lengths, model.frame_shift, model.blank_id, model.units, enc, {"transducer": model}
-    )
-
-
-def reference(ref: dict, b: int, key: str = "greedy") -> dict:
-    n = int(ref[f"{key}_tokens_len"][b])
-    out = {
-        "tokens": ref[f"{key}_tokens"][b, :n].tolist(),
-        "frames": ref[f"{key}_timestamps"][b, :n].tolist(),
-        "text": str(ref[f"{key}_text"][b]),
-        "score": float(ref[f"{key}_score"][b]),
-    }
-    if f"{key}_durations_single" in ref:
-        out["durations"] = ref[f"{key}_durations_single"][b, :n].tolist()
-    return out
 
 
 @pytest.mark.parametrize("loop", LOOPS)

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_transducer_greedy import make_decoder, nemo_output  # helpers of the same folder
-from test_transducer_greedy import reference as greedy_reference
+from helpers.transducer import make_decoder, nemo_output
+from helpers.transducer import reference as greedy_reference
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from asrdecode.decoders.transducer_greedy import (

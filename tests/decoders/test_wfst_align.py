@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from wfst_ref import all_word_sequences, random_wfst, single_thread, word_sequence_cost  # noqa: F401
+from helpers.wfst_ref import all_word_sequences, random_wfst, single_thread, word_sequence_cost  # noqa: F401
 
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.align import force_align

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from wfst_ref import nemo_log_probs, nemo_sentences, single_thread, write_arpa  # noqa: F401
+from helpers.wfst_ref import nemo_log_probs, nemo_sentences, single_thread, write_arpa  # noqa: F401
 
 from asrdecode.decoders import DECODERS, decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
@@ -25,7 +25,7 @@ SHIFT = 0.04
 
 @pytest.fixture(scope="module")
 def toy_dir(tmp_path_factory) -> Path:
-    from graph_toy import toy_config, write_toy
+    from helpers.graph_toy import toy_config, write_toy
 
     d = tmp_path_factory.mktemp("wfst_api_toy")
     build_graph(toy_config(write_toy(d / "in"), topology="compact"), d / "g")

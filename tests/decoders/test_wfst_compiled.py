@@ -16,9 +16,17 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_wfst_kaldi import NO_MAX, compare, nemo_graphs, synthetic, toy_graph_dirs  # noqa: F401
-from test_wfst_viterbi import V, device_graph, epsilon_cycle_fst, kaldi_get_cutoff, log_probs
-from wfst_ref import nemo_log_probs, random_wfst, single_thread, viterbi_reference  # noqa: F401
+from helpers.wfst_graphs import (
+    NO_MAX,
+    V,
+    compare,
+    device_graph,
+    epsilon_cycle_fst,
+    kaldi_get_cutoff,
+    log_probs,
+    synthetic,
+)
+from helpers.wfst_ref import nemo_log_probs, random_wfst, single_thread, viterbi_reference  # noqa: F401
 
 from asrdecode.decoders import decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder

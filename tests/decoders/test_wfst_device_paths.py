@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from wfst_ref import FIXTURES, kaldi_best_path, nemo_log_probs, nemo_sentences, single_thread, write_arpa  # noqa: F401
+from helpers.wfst_ref import (  # noqa: F401
+    FIXTURES,
+    kaldi_best_path,
+    nemo_log_probs,
+    nemo_sentences,
+    single_thread,
+    write_arpa,
+)
 
 from asrdecode.decoders.dispatch_count import DispatchCounter
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
@@ -142,8 +149,8 @@ import sys
 import numpy as np
 import torch
 sys.path.insert(0, {here!r})
-from test_wfst_viterbi import V, device_graph, log_probs, run
-from wfst_ref import random_wfst, viterbi_reference
+from helpers.wfst_graphs import V, device_graph, log_probs, run
+from helpers.wfst_ref import random_wfst, viterbi_reference
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
 from asrdecode.decoders.wfst.kernels import emitting_arcs_torch, emitting_arcs_triton
@@ -188,7 +195,7 @@ def test_triton_kernel_under_the_interpreter_equals_torch_and_viterbi():
     """TRITON_INTERPRET=1 must be set before triton is first imported, so this runs in a fresh
     interpreter: the fused emitting kernel against the torch reference, and a decode with
     ``kernel: triton`` against exhaustive Viterbi (small: the interpreter is slow)."""
-    here = str(Path(__file__).resolve().parent)
+    here = str(Path(__file__).resolve().parent.parent)  # tests/: helpers is a package there
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", TRITON_CHECK.format(here=here)], env=env, capture_output=True, text=True

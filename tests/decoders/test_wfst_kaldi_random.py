@@ -26,9 +26,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from faster_decoder_model import NO_MAX, ModelResult, faster_decoder
-from test_wfst_viterbi import device_graph
-from wfst_ref import kaldi_best_path, random_wfst, single_thread, to_kaldifst  # noqa: F401
+from helpers.faster_decoder_model import NO_MAX, ModelResult, faster_decoder
+from helpers.wfst_graphs import device_graph
+from helpers.wfst_ref import kaldi_best_path, random_wfst, single_thread, to_kaldifst  # noqa: F401
 
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.models.base import ModelOutput

@@ -17,9 +17,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_wfst_kaldi import synthetic
-from test_wfst_viterbi import V, device_graph, log_probs
-from wfst_ref import (  # noqa: F401
+from helpers.wfst_graphs import V, device_graph, log_probs, synthetic
+from helpers.wfst_ref import (  # noqa: F401
     FIXTURES,
     all_paths,
     all_word_sequences,

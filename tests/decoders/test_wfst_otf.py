@@ -19,9 +19,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from otf_ref import ArpaScorer, random_arpa, unigram_arpa
-from test_wfst_viterbi import device_graph, log_probs, run
-from wfst_ref import (  # noqa: F401
+from helpers.otf_ref import WORDS, ArpaScorer, backend_options, brute_force, random_arpa, unigram_arpa
+from helpers.wfst_graphs import device_graph, log_probs, run
+from helpers.wfst_ref import (  # noqa: F401
     FIXTURES,
     all_word_sequences,
     nemo_log_probs,
@@ -40,31 +40,11 @@ from asrdecode.models.base import ModelOutput
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-WORDS = {i: f"w{i}" for i in range(1, 7)}
 WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0}
 # torch: both LMs' tables on the device; torch-host: decoder.lm_on_host (paper 000: weights and next
 # states in host memory, lookups deduplicated and cached), the path a GPU runs by default
 BACKENDS = ("compiled", "torch", "torch-host")
 NEMO = FIXTURES / "ctc_bpe.nemo"
-
-
-def backend_options(backend: str, variant: int = 2) -> dict:
-    """Decoder options of a BACKENDS entry; torch-host's LM cache by `variant`: none, 4 entries
-    (collisions overwrite entries all the time), the default size."""
-    if backend == "torch-host":
-        return {"backend": "torch", "lm_on_host": True, "lm_cache": (0, 4, 1 << 16)[variant % 3]}
-    return {"backend": backend, "lm_on_host": False}
-
-
-def brute_force(fst: dict, lp: np.ndarray, large: ArpaScorer, small: ArpaScorer, scale: float, boost: dict):
-    """min over word sequences of graph cost + scale * (large - small) - boosts: (cost, words) or None."""
-    best = None
-    for seq, cost in all_word_sequences(fst, lp).items():
-        ws = [WORDS[o] for o in seq]
-        total = cost + scale * (large.cost(ws) - small.cost(ws)) - sum(boost.get(w, 0.0) for w in ws)
-        if best is None or total < best[0]:
-            best = (total, ws)
-    return best
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -166,7 +146,7 @@ def test_small_graph_with_large_lm_equals_large_graph(built, backend):
 def test_large_graph_reference_is_kaldi_faster_decoder(built):
     """The (b) reference is itself checked: kaldi-decoder on the large TLG gives the same words."""
     import kaldifst
-    from wfst_ref import kaldi_best_path
+    from helpers.wfst_ref import kaldi_best_path
 
     lp, lengths, _ = nemo_log_probs()
     tlg = kaldifst.StdVectorFst(kaldifst.StdConstFst.read(str(built / "large" / "TLG.fst")))

@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from otf_ref import ArpaScorer, random_arpa
-from test_wfst_otf import WORDS, backend_options, brute_force
-from test_wfst_viterbi import device_graph, log_probs, run
-from wfst_ref import random_wfst, single_thread  # noqa: F401
+from helpers.otf_ref import WORDS, ArpaScorer, backend_options, brute_force, random_arpa
+from helpers.wfst_graphs import device_graph, log_probs, run
+from helpers.wfst_ref import random_wfst, single_thread  # noqa: F401
 
 from asrdecode.decoders.wfst_otf import DifferenceLM, WfstOtfConfig, WfstOtfDecoder
 from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM

@@ -11,9 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from test_wfst_kaldi import nemo_graphs  # noqa: F401
-from test_wfst_viterbi import V, device_graph, log_probs
-from wfst_ref import (  # noqa: F401
+from helpers.wfst_graphs import V, device_graph, log_probs
+from helpers.wfst_ref import (  # noqa: F401
     nemo_log_probs,
     random_wfst,
     single_thread,

@@ -6,51 +6,20 @@ import math
 import numpy as np
 import pytest
 import torch
-from wfst_ref import random_wfst, single_thread, to_kaldifst, viterbi_reference  # noqa: F401
+from helpers.wfst_graphs import V, device_graph, epsilon_cycle_fst, kaldi_get_cutoff, log_probs, run
+from helpers.wfst_ref import random_wfst, single_thread, to_kaldifst, viterbi_reference  # noqa: F401
 
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.graph import DeviceGraph
 from asrdecode.models.base import ModelOutput
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-V = 4  # model columns; ilabel i reads column i-1
 WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0, "backend": "torch"}  # compiled: test_wfst_compiled
-
-
-def device_graph(fst: dict) -> DeviceGraph:
-    a = np.array(fst["arcs"], dtype=np.float64).reshape(-1, 5)
-    g = DeviceGraph.from_arrays(
-        fst["num_states"],
-        fst["start"],
-        np.array(fst["final"]),
-        a[:, 0].astype(int),
-        a[:, 1].astype(int),
-        a[:, 2].astype(int),
-        a[:, 3],
-        a[:, 4].astype(int),
-    )
-    g.validate()
-    return g
 
 
 def decoder(fst: dict, **kw) -> WfstDecoder:
     words = {i: f"w{i}" for i in range(1, 10)}
     return WfstDecoder(WfstConfig(**{**WIDE, **kw}), graph=device_graph(fst), words=words)
-
-
-def log_probs(rng, T: int) -> np.ndarray:
-    x = rng.normal(size=(T, V)) * 2
-    return (x - np.log(np.exp(x).sum(-1, keepdims=True))).astype(np.float32)
-
-
-def run(dec: WfstDecoder, lps: list[np.ndarray], acoustic_scale: float = 1.0):
-    T = max(len(x) for x in lps)
-    batch = np.zeros((len(lps), T, V), dtype=np.float32)
-    for b, x in enumerate(lps):
-        batch[b, : len(x)] = x
-    out = ModelOutput(torch.from_numpy(batch), torch.tensor([len(x) for x in lps]), 0.04, -1, [])
-    return dec.decode(out)
 
 
 def shortest_path_reference(fst: dict, lp: np.ndarray):
@@ -122,22 +91,6 @@ def test_acoustic_scale_and_batch_of_random_lengths():
         assert [w.word for w in r.words] == [f"w{o}" for o in ref[1]]
 
 
-def epsilon_cycle_fst() -> dict:
-    """States 0 and 1 joined by an epsilon cycle (positive weight) with outputs."""
-    return {
-        "num_states": 3,
-        "start": 0,
-        "final": [math.inf, math.inf, 0.5],
-        "arcs": [
-            (0, 1, 1, 0.2, 1),
-            (1, 0, 2, 0.1, 0),
-            (0, 0, 3, 0.3, 1),
-            (1, 2, 0, 0.1, 2),
-            (2, 0, 4, 0.0, 1),
-        ],
-    }
-
-
 def test_epsilon_cycle_terminates():
     """An epsilon cycle (positive weight) with outputs: closure stops, best path exact."""
     fst = epsilon_cycle_fst()
@@ -147,22 +100,6 @@ def test_epsilon_cycle_terminates():
     (res,) = run(decoder(fst), [lp])
     assert -res.score == pytest.approx(ref[0], abs=1e-4)
     assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
-
-
-def kaldi_get_cutoff(costs: list[float], beam: float, max_active: int, min_active: int, delta: float):
-    """Kaldi FasterDecoder::GetCutoff in plain Python (sorting instead of nth_element)."""
-    best = min(costs)
-    beam_cut = best + beam
-    srt = sorted(costs)
-    max_cut = srt[max_active] if len(srt) > max_active else math.inf
-    if max_cut < beam_cut:
-        return max_cut, max_cut - best + delta
-    min_cut = math.inf
-    if len(srt) > min_active:
-        min_cut = best if min_active == 0 else srt[min_active]
-    if min_cut > beam_cut:
-        return min_cut, min_cut - best + delta
-    return beam_cut, beam
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -9,21 +9,19 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from helpers.fuzz import case_dir, cuts, edits, json_values, mutate, only_asrdecode_errors
 from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz_inputs import case_dir, cuts, edits, json_values, mutate, only_asrdecode_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "tests/fixtures/nemo/ctc_bpe.nemo"
 CLIPS = sorted((ROOT / "tests/fixtures/nemo/audio").glob("*.wav"))[:2]
-sys.path.insert(0, str(ROOT / "tests" / "graph"))
-from graph_toy import toy_config, write_toy  # noqa: E402
+from helpers.graph_toy import toy_config, write_toy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

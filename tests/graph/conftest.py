@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from graph_toy import toy_config, write_toy
+from helpers.graph_toy import toy_config, write_toy
 
 from asrdecode.graph import build_graph
 

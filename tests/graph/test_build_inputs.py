@@ -8,7 +8,7 @@ from pathlib import Path
 
 import kaldifst
 import pytest
-from graph_toy import ARPA, toy_config, write_toy
+from helpers.graph_toy import ARPA, toy_config, write_toy
 
 from asrdecode.errors import GraphError
 from asrdecode.graph import DeviceGraph, GraphBuildConfig, build_graph

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import kaldifst
-from graph_toy import LEXICON, write_toy
+from helpers.graph_toy import LEXICON, write_toy
 
 
 def cli(*args, check=True):

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from graph_toy import write_toy
+from helpers.graph_toy import write_toy
 
 from asrdecode.errors import GraphError
 from asrdecode.graph.cache import cache_root, cached_graph, load_graph_config, resolve_graph_spec

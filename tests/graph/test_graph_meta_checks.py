@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from graph_toy import toy_config, write_toy
+from helpers.graph_toy import toy_config, write_toy
 
 from asrdecode.errors import GraphError
 from asrdecode.graph.build import build_graph, cached_meta

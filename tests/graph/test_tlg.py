@@ -7,7 +7,7 @@ import math
 import kaldifst
 import numpy as np
 import pytest
-from graph_toy import ARPA, LEXICON, UNITS
+from helpers.graph_toy import ARPA, LEXICON, UNITS
 
 from asrdecode.graph import DeviceGraph, describe_graph
 from asrdecode.graph.build import make_ctc_topo, read_symbols, resolve_units
@@ -234,7 +234,7 @@ def test_describe_graph(toy_graphs):
 
 
 def test_remove_epsilon_keeps_paths_and_costs(toy_paths, toy_graphs, tmp_path):
-    from graph_toy import toy_config
+    from helpers.graph_toy import toy_config
 
     from asrdecode.graph import build_graph
 

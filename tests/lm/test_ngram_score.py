@@ -3,15 +3,10 @@ and the `wfst-otf` difference LM's union states against the same scorer."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "decoders"))
-from otf_ref import LN10, ArpaScorer, random_arpa  # noqa: E402
+from helpers.otf_ref import LN10, ArpaScorer, random_arpa  # noqa: E402
 
 from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step  # noqa: E402
 from asrdecode.lm.ngram_tensor import BatchedNgramLM  # noqa: E402
@@ -65,7 +60,7 @@ def test_difference_lm_sentences_equal_brute_force(tmp_path):
 def test_lookups_are_batched_without_host_reads(tmp_path):
     """`score` and the difference LM's `step` / `final_cost` are one fixed op sequence whatever the
     batch (what the torch search needs to stay free of host reads and capturable), none syncing."""
-    from test_ngram_tensor import HostReads
+    from helpers.host_reads import HostReads
 
     rng = np.random.default_rng(3)
     large = BatchedNgramLM.from_arpa(random_arpa(tmp_path / "l.arpa", rng, WORDS, 3), vocab=WORDS)

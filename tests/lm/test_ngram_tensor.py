@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from helpers.host_reads import HostReads
 
 from asrdecode.errors import GraphError
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
@@ -329,24 +329,6 @@ def test_bad_ngpu_token_and_arguments(tmp_path):
         BatchedNgramLM.from_arpa(path, token_ids="chars")
     with pytest.raises(GraphError, match="ARPA file not found"):
         BatchedNgramLM.from_arpa(tmp_path / "missing.arpa")
-
-
-class HostReads(TorchDispatchMode):
-    """Records ops that read tensor data back to the host or have data-dependent output shapes."""
-
-    SYNCING = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "item")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-        self.syncs: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
-        self.ops.append(name)
-        if any(s in name for s in self.SYNCING):
-            self.syncs.append(name)
-        return func(*args, **(kwargs or {}))
 
 
 def test_advance_is_batched_without_host_reads(token_lm, word_lm):

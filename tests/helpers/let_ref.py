@@ -10,15 +10,11 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "graph"))
-
-from graph_toy import ARPA as TOY_ARPA  # noqa: E402
-from graph_toy import UNITS, toy_config, write_toy  # noqa: E402
+from helpers.graph_toy import ARPA as TOY_ARPA  # noqa: E402
+from helpers.graph_toy import UNITS, toy_config, write_toy  # noqa: E402
 
 __all__ = ["TOY_ARPA", "UNITS", "toy_config", "write_toy"]
 

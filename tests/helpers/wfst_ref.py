@@ -10,15 +10,12 @@
 from __future__ import annotations
 
 import math
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "graph"))
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nemo"
 

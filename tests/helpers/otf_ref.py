@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers.wfst_ref import all_word_sequences
+
 LN10 = math.log(10.0)
 
 
@@ -94,7 +96,7 @@ def unigram_arpa(path: Path, sentences: list[list[str]]) -> Path:
 def cli_small_and_large_graphs(folder: Path, run, model: Path) -> Path:
     """`folder` with small.arpa (unigram) and large.arpa (trigram) of the NeMo fixture sentences and
     their TLGs `small/` and `large/` built through the CLI (`run` = test_cli.run) for `model`."""
-    from wfst_ref import nemo_sentences, write_arpa
+    from helpers.wfst_ref import nemo_sentences, write_arpa
 
     unigram_arpa(folder / "small.arpa", nemo_sentences())
     write_arpa(folder / "large.arpa", nemo_sentences())
@@ -102,3 +104,26 @@ def cli_small_and_large_graphs(folder: Path, run, model: Path) -> Path:
         arpa = folder / f"{name}.arpa"
         run("build-graph", f"arpa={arpa}", f"model={model}", "lexicon_type=bpe", "--out", str(folder / name))
     return folder
+
+
+# words of the random test graphs, and the decoder options / brute force the otf tests share
+WORDS = {i: f"w{i}" for i in range(1, 7)}
+
+
+def backend_options(backend: str, variant: int = 2) -> dict:
+    """Decoder options of a BACKENDS entry; torch-host's LM cache by `variant`: none, 4 entries
+    (collisions overwrite entries all the time), the default size."""
+    if backend == "torch-host":
+        return {"backend": "torch", "lm_on_host": True, "lm_cache": (0, 4, 1 << 16)[variant % 3]}
+    return {"backend": backend, "lm_on_host": False}
+
+
+def brute_force(fst: dict, lp: np.ndarray, large: ArpaScorer, small: ArpaScorer, scale: float, boost: dict):
+    """min over word sequences of graph cost + scale * (large - small) - boosts: (cost, words) or None."""
+    best = None
+    for seq, cost in all_word_sequences(fst, lp).items():
+        ws = [WORDS[o] for o in seq]
+        total = cost + scale * (large.cost(ws) - small.cost(ws)) - sum(boost.get(w, 0.0) for w in ws)
+        if best is None or total < best[0]:
+            best = (total, ws)
+    return best
