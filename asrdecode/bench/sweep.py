@@ -258,8 +258,8 @@ def run_kaldi(system: System, beam: float, manifest: Path, out: Path) -> Point:
     import kaldi_decoder
     import kaldifst
 
-    from asrdecode.graph.build import read_symbols
     from asrdecode.graph.cache import resolve_graph_spec
+    from asrdecode.graph.symbols import read_symbols
 
     data = PeerInput.of(manifest, out)
     graph = Path(resolve_graph_spec(system.options["graph"]))

@@ -25,8 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from asrdecode.errors import AsrDecodeError, GraphError
-from asrdecode.graph.build import GraphBuildConfig, build_graph, cache_key, cached_meta, input_checksums
+from asrdecode.graph.build import build_graph
+from asrdecode.graph.recipe import GraphBuildConfig
 from asrdecode.graph.stages import StageCallback
+from asrdecode.graph.staging import cache_key, cached_meta, input_checksums
 
 CACHE_PREFIX = "cache:"
 

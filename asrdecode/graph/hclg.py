@@ -25,17 +25,12 @@ from typing import Any
 import numpy as np
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.build import (
-    _fst_from_lists,
-    add_disambig,
-    arpa_to_g,
-    compile_lg,
-    make_lexicon_fst,
-    staged_folder,
-    write_symbols,
-)
 from asrdecode.graph.format import FORMAT_VERSION, DeviceGraph
+from asrdecode.graph.fst_ops import arpa_to_g, compile_lg, fst_from_lists, make_lexicon_fst
 from asrdecode.graph.stages import BuildStages
+from asrdecode.graph.staging import staged_folder
+from asrdecode.graph.symbols import write_symbols
+from asrdecode.graph.units import add_disambig
 from asrdecode.lm.arpa import check_arpa, plain_copy
 
 Triphone = tuple[str | None, str, str | None]
@@ -125,7 +120,7 @@ def make_h(windows: list[list[int]], resolve: Resolver) -> tuple[Any, int, np.nd
                 else:
                     label = tid((centre, b, pdfs[b]), pdfs[b] + 1)
                     arcs.append((states[a], label, 0, -math.log(prob), states[b]))
-    return _fst_from_lists(n, 0, {0: 0.0}, arcs), backed_off, np.array(label_map, dtype=np.int64)
+    return fst_from_lists(n, 0, {0: 0.0}, arcs), backed_off, np.array(label_map, dtype=np.int64)
 
 
 def left_to_right(num_states: int, self_loop_prob: float | list[float]) -> np.ndarray:

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.build import read_symbols, staged_folder
 from asrdecode.graph.format import FORMAT_VERSION, DeviceGraph, graph_file_names
+from asrdecode.graph.staging import staged_folder
+from asrdecode.graph.symbols import read_symbols
 from asrdecode.io.lines import read_lines
 
 _TSTATE = re.compile(

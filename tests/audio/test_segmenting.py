@@ -105,8 +105,8 @@ def test_lattice_of_a_segmented_input_joins_its_segments(tmp_path):
     from urllib.parse import quote
 
     from asrdecode.decoders.wfst.lattice import read_kaldi_text
-    from asrdecode.graph.build import read_symbols
     from asrdecode.graph.cache import resolve_graph_spec
+    from asrdecode.graph.symbols import read_symbols
 
     wave, _ = sf.read(ROOT / "data/demo/real/ps_goforward.wav", dtype="float32")
     (tmp_path / "in").mkdir()

@@ -125,7 +125,7 @@ def test_nemo_members(scratch, member, edits, cut):
 
 @given(meta=json_values)
 def test_graph_meta(scratch, meta):
-    from asrdecode.graph.build import read_graph_meta
+    from asrdecode.graph.staging import read_graph_meta
 
     path = case_dir(scratch, "meta") / "meta.json"
     path.write_text(json.dumps(meta))

@@ -12,13 +12,8 @@ from helpers.graph_toy import ARPA, toy_config, write_toy
 
 from asrdecode.errors import GraphError
 from asrdecode.graph import DeviceGraph, GraphBuildConfig, build_graph
-from asrdecode.graph.build import (
-    check_units_agree,
-    read_symbols,
-    read_units_entries,
-    read_units_file,
-    resolve_units,
-)
+from asrdecode.graph.symbols import read_symbols
+from asrdecode.graph.units import check_units_agree, read_units_entries, read_units_file, resolve_units
 from asrdecode.lm.arpa import check_arpa
 
 
@@ -258,7 +253,7 @@ def _assert_meta_matches_graph(folder: Path) -> None:
 
 @pytest.mark.parametrize("where", ["save", "fst"])
 def test_interrupted_build_leaves_previous_graph_intact(tmp_path, monkeypatch, where):
-    import asrdecode.graph.build as build_mod
+    import asrdecode.graph.tlg as tlg_mod
 
     paths = write_toy(tmp_path / "in")
     out = tmp_path / "g"
@@ -278,7 +273,7 @@ def test_interrupted_build_leaves_previous_graph_intact(tmp_path, monkeypatch, w
 
         monkeypatch.setattr(DeviceGraph, "save", save_then_fail)
     else:
-        monkeypatch.setattr(build_mod, "make_ctc_topo", fail)
+        monkeypatch.setattr(tlg_mod, "make_ctc_topo", fail)
     with pytest.raises(RuntimeError, match="interrupted"):
         build_graph(toy_config(paths, topology="normal"), out)
     monkeypatch.undo()
@@ -302,7 +297,7 @@ def test_stage_of_a_killed_build_is_removed_by_the_next_build(tmp_path):
     out = tmp_path / "g"
     code = (
         "import os, signal, sys\n"
-        "from asrdecode.graph.build import staged_folder\n"
+        "from asrdecode.graph.staging import staged_folder\n"
         "with staged_folder(sys.argv[1]) as stage:\n"
         "    (stage / 'graph.pt').write_bytes(b'half')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -325,10 +320,10 @@ def test_stage_of_a_killed_build_is_removed_by_the_next_build(tmp_path):
 
 @pytest.mark.parametrize("exchange", [True, False])
 def test_rebuild_replaces_folder_keeps_user_files(tmp_path, monkeypatch, exchange):
-    import asrdecode.graph.build as build_mod
+    import asrdecode.graph.staging as staging
 
     if not exchange:  # the two-rename path used where the OS has no atomic exchange
-        monkeypatch.setattr(build_mod, "_exchange_paths", lambda a, b: False)
+        monkeypatch.setattr(staging, "exchange_paths", lambda a, b: False)
     paths = write_toy(tmp_path / "in")
     out = tmp_path / "g"
     build_graph(toy_config(paths, topology="compact"), out)
@@ -345,7 +340,7 @@ def test_rebuild_replaces_folder_keeps_user_files(tmp_path, monkeypatch, exchang
 
 def test_cache_key_holds_code_versions(tmp_path, monkeypatch):
     import asrdecode
-    import asrdecode.graph.build as build_mod
+    import asrdecode.graph.staging as build_mod  # the cache key and the cached-meta check
 
     paths = write_toy(tmp_path / "in")
     cfg = toy_config(paths)

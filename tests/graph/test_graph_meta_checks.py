@@ -14,7 +14,8 @@ import pytest
 from helpers.graph_toy import toy_config, write_toy
 
 from asrdecode.errors import GraphError
-from asrdecode.graph.build import build_graph, cached_meta
+from asrdecode.graph.build import build_graph
+from asrdecode.graph.staging import cached_meta
 from asrdecode.io.schema import GRAPH_META, problem
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from asrdecode.graph import DeviceGraph
-from asrdecode.graph.build import read_symbols
 from asrdecode.graph.hclg import HmmTopology, TiedStates, build_hclg
+from asrdecode.graph.symbols import read_symbols
 
 LN10 = math.log(10)
 TOL = 5e-3

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from asrdecode.graph import DeviceGraph
-from asrdecode.graph.build import read_symbols
 from asrdecode.graph.sphinx import SphinxGraphConfig, build_sphinx_hclg
+from asrdecode.graph.symbols import read_symbols
 from asrdecode.models.sphinx_io import read_mdef, read_tmat
 
 PS_MODEL = Path(str(importlib.resources.files("pocketsphinx") / "model" / "en-us"))

@@ -10,7 +10,9 @@ import pytest
 from helpers.graph_toy import ARPA, LEXICON, UNITS
 
 from asrdecode.graph import DeviceGraph, describe_graph
-from asrdecode.graph.build import make_ctc_topo, read_symbols, resolve_units
+from asrdecode.graph.fst_ops import make_ctc_topo
+from asrdecode.graph.symbols import read_symbols
+from asrdecode.graph.units import resolve_units
 
 LN10 = math.log(10)
 # minimize_encoded quantizes LG weights to a 1/1024 grid (Kaldi's kDelta), a few arcs per path.

@@ -8,7 +8,7 @@ import kaldifst
 import pytest
 
 from asrdecode.graph import GraphBuildConfig, build_graph
-from asrdecode.graph.build import read_symbols
+from asrdecode.graph.symbols import read_symbols
 
 LN10 = math.log(10)
 TOL = 5e-3

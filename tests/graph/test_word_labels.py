@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from asrdecode.graph import DeviceGraph, GraphBuildConfig, build_graph
-from asrdecode.graph.build import read_symbols
 from asrdecode.graph.labels import MIXED, NO_PATH, emitting_fanout, first_output_labels, pushable_label_states
+from asrdecode.graph.symbols import read_symbols
 
 LN10 = math.log(10)
 LETTERS = "abcdefg"  # random words use a-e; f and g start one fixed word each

@@ -13,8 +13,8 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.errors import ConfigError, GraphError
-from asrdecode.graph.build import read_symbols
 from asrdecode.graph.format import DeviceGraph, find_graph_file
+from asrdecode.graph.symbols import read_symbols
 from asrdecode.io.lines import read_lines
 from asrdecode.models.base import ModelOutput
 
