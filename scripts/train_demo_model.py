@@ -7,6 +7,13 @@
     .venv/bin/python scripts/train_demo_model.py --arch tdt --minutes 50 --threads 1    # TDT demo
     .venv/bin/python scripts/train_demo_model.py --arch rnnt --minutes 70 --threads 1 --lr 1e-3 \
         --warmup 100 --init-transducer data/models/demo_rnnt_bpe.nemo          # train it further
+    .venv/bin/python scripts/train_demo_model.py --overfit 16 --no-augment --threads 1 --lr 1e-3 \
+        --max-steps 400 --eval-every 25 --work data/cache/overfit      # sanity check: WER -> 0?
+
+`--overfit N` trains on the first N training utterances as one fixed batch and reports their own
+greedy WER every --eval-every steps (stopping at 0 %); it writes no checkpoint and no .nemo.
+`--no-augment` turns off the waveform augmentation and SpecAugment; `--work DIR` moves the
+checkpoint/tokenizer folder (to run experiments side by side).
 
 `--arch rnnt|tdt` trains a FastConformer transducer (NeMo EncDecRNNTBPEModel layout: LSTM prediction
 network + joint) with torchaudio's rnnt_loss (RNN-T) or asrdecode.models.transducer_loss.tdt_loss
@@ -525,6 +532,10 @@ def train(args: argparse.Namespace) -> None:
     ensure_corpus(args.hours, args.seed)
     rows = select_hours(read_manifest(SYNTH / "train.jsonl"), args.hours)
     dev_rows = read_manifest(SYNTH / "dev.jsonl")[: args.dev_utts]
+    texts = [r["text"] for r in rows]  # the tokenizer's training text (all of it, even for --overfit)
+    if args.overfit:  # a fixed batch of training utterances, probed on themselves
+        rows = rows[: args.overfit]
+        dev_rows = rows
     hours = sum(r["duration"] for r in rows) / 3600
     log(f"training data: {len(rows)} utterances, {hours:.2f} h; dev probe: {len(dev_rows)} utterances")
 
@@ -555,7 +566,7 @@ def train(args: argparse.Namespace) -> None:
         log(f"encoder, front end and tokenizer initialised from {args.init_from}")
         del init
     else:
-        files = train_tokenizer([r["text"] for r in rows], args.vocab, WORK / "tokenizer")
+        files = train_tokenizer(texts, args.vocab, WORK / "tokenizer")
         tokenizer = Tokenizer.from_sentencepiece(files["tokenizer.model"])
         cfg = model_config(tokenizer.units, args)
         model = NemoCTCModel.from_config(cfg, tokenizer, files)
@@ -671,8 +682,8 @@ def train(args: argparse.Namespace) -> None:
             "model": {
                 "ctc": "FastConformer-CTC (NeMo EncDecCTCModelBPE layout)",
                 "rnnt": "FastConformer-RNN-T (NeMo EncDecRNNTBPEModel layout)",
-                "tdt": f"FastConformer-TDT, durations {model.durations} (NeMo EncDecRNNTBPEModel layout)",
-            }[args.arch],
+                "tdt": "FastConformer-TDT, durations {} (NeMo EncDecRNNTBPEModel layout)",
+            }[args.arch].format(getattr(model, "durations", None)),  # a CTC model has no .durations
             **(
                 {
                     **init_info,
@@ -746,14 +757,20 @@ def train(args: argparse.Namespace) -> None:
     t_loop, prior_seconds, step_seconds = time.time(), train_seconds, 0.0
     done = False
     while not done:
-        batches = make_batches(durations, args.batch_seconds, args.max_utts, rng)
+        batches = (
+            [list(range(len(rows)))]
+            if args.overfit
+            else make_batches(durations, args.batch_seconds, args.max_utts, rng)
+        )
         for batch in batches:
             t0 = time.time()
             x, lens = pad_batch([load_audio(rows[i]["audio_path"]) for i in batch])
-            x = augment_batch(x, lens, g)
+            if not args.no_augment:
+                x = augment_batch(x, lens, g)
             feats, flens = model.features(x, lens)
             feats = feats.detach()
-            spec_augment(feats, flens, g)
+            if not args.no_augment:
+                spec_augment(feats, flens, g)
             res = model.forward_features(feats, flens)
             tgt = [targets[i] for i in batch]
             if transducer:
@@ -792,15 +809,21 @@ def train(args: argparse.Namespace) -> None:
                 )
             if step % args.eval_every == 0:
                 t_eval = time.time()
-                dev_wer = wer(dev_refs, greedy_texts(model, dev_waves))
+                dev_hyps = greedy_texts(model, dev_waves)
+                dev_wer = wer(dev_refs, dev_hyps)
                 history.append(
                     {"step": step, "minutes": round(train_seconds / 60, 1), "dev_wer": round(dev_wer, 4)}
                 )
                 log(
-                    f"step {step}: dev WER {dev_wer:.3f} ({len(dev_refs)} held-out synthetic utts, "
+                    f"step {step}: dev WER {dev_wer:.3f} CER {float(jiwer.cer(dev_refs, dev_hyps)):.3f} "
+                    f"({len(dev_refs)} "
+                    f"{'training' if args.overfit else 'held-out synthetic'} utts, "
                     f"{time.time() - t_eval:.0f} s)"
                 )
-            if time.time() - last_ckpt > args.ckpt_minutes * 60:
+                if args.overfit and dev_wer == 0.0:
+                    done = True
+                    break
+            if not args.overfit and time.time() - last_ckpt > args.ckpt_minutes * 60:
                 checkpoint(extra={"dev_wer_history": history})
                 last_ckpt = time.time()
                 log(f"checkpoint at step {step} -> {ckpt_path}, {args.out}")
@@ -814,7 +837,13 @@ def train(args: argparse.Namespace) -> None:
     dev_wer = wer(dev_refs, greedy_texts(model, dev_waves))
     history.append({"step": step, "minutes": round(train_seconds / 60, 1), "dev_wer": round(dev_wer, 4)})
     log(f"finished: {step} steps, {train_seconds / 60:.1f} min training, dev WER {dev_wer:.3f}")
+    if args.overfit:
+        for ref, hyp in list(zip(dev_refs, greedy_texts(model, dev_waves), strict=True))[:4]:
+            log(f"   ref: {ref}\n   hyp: {hyp}")
+        return
     checkpoint(final=True, extra={"dev_wer_history": history})
+    if args.skip_heldout:  # experiments: keep data/demo held out
+        return
     try:
         results = eval_saved(args.out)
     except ImportError as exc:
@@ -897,6 +926,17 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--ckpt-minutes", type=float, default=5.0)
     ap.add_argument("--resume", action="store_true", help="continue from data/cache/train/ckpt.pt")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="checkpoint/tokenizer folder (default data/cache/train)"
+    )
+    ap.add_argument(
+        "--overfit",
+        type=int,
+        default=0,
+        help="sanity check: train on N utterances, print their WER, save nothing",
+    )
+    ap.add_argument("--no-augment", action="store_true", help="no waveform augmentation, no SpecAugment")
+    ap.add_argument("--skip-heldout", action="store_true", help="experiments: no WER on data/demo at the end")
     ap.add_argument("--export-only", action="store_true", help="write --out from the last checkpoint")
     ap.add_argument("--eval-only", action="store_true", help="WER of --out on data/demo/{synthetic,real}")
     args = ap.parse_args()
@@ -907,6 +947,8 @@ def main() -> None:
     global WORK
     if args.arch != "ctc":
         WORK = CACHE / f"train_{args.arch}"
+    if args.work is not None:
+        WORK = args.work
     if args.out is None:
         args.out = DATA / "models" / f"demo_{args.arch}_bpe.nemo"
     torch.set_num_threads(args.threads)
