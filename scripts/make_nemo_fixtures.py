@@ -808,6 +808,18 @@ def streaming_reference(out: Path) -> dict:
 BUFFERED = {"chunk_seconds": 1.6, "buffer_seconds": 4.0, "model_stride": 8}  # NeMo's script defaults
 
 
+def buffered_plan(model) -> tuple[float, float, float, int, int]:
+    """NeMo's buffered-inference scripts' arithmetic for `model` and `BUFFERED`: (model stride in
+    seconds, chunk seconds, buffer seconds, ``tokens_per_chunk``, ``mid_delay``)."""
+    import math
+
+    stride = model.cfg.preprocessor.window_stride * BUFFERED["model_stride"]
+    chunk, buffer = BUFFERED["chunk_seconds"], BUFFERED["buffer_seconds"]
+    tokens_per_chunk = math.ceil(chunk / stride)
+    mid_delay = math.ceil((chunk + (buffer - chunk) / 2) / stride)
+    return stride, chunk, buffer, tokens_per_chunk, mid_delay
+
+
 def long_input() -> np.ndarray:
     """The 60-90 s input of the buffered-inference reference: the fixture clips (sorted by name)
     four times over, each followed by 0.3 s of silence (tests build the same array)."""
@@ -827,17 +839,13 @@ def buffered_reference(out: Path) -> dict:
     padded by ``mid_delay`` frames), ``transcribe(tokens_per_chunk, mid_delay, keep_logits=True)``.
     Written to ``reference/ctc_bpe_buffered.npz``: ``text``, the kept ``log_probs`` [T', V+1] and
     the greedy ``tokens`` before merging (``unmerged``)."""
-    import math
 
     import soundfile
     from nemo.collections.asr.models import ASRModel
     from nemo.collections.asr.parts.utils.streaming_utils import FrameBatchASR
 
     model = ASRModel.restore_from(str(FIX / "ctc_bpe.nemo"), map_location="cpu").eval()
-    stride = model.cfg.preprocessor.window_stride * BUFFERED["model_stride"]
-    chunk, buffer = BUFFERED["chunk_seconds"], BUFFERED["buffer_seconds"]
-    tokens_per_chunk = math.ceil(chunk / stride)
-    mid_delay = math.ceil((chunk + (buffer - chunk) / 2) / stride)
+    stride, chunk, buffer, tokens_per_chunk, mid_delay = buffered_plan(model)
     frame_asr = FrameBatchASR(asr_model=model, frame_len=chunk, total_buffer=buffer, batch_size=4)
     with tempfile.TemporaryDirectory() as tmp:
         wav = Path(tmp) / "long.wav"
@@ -867,7 +875,6 @@ def buffered_rnnt_reference(out: Path) -> dict:
     mid_delay)``. Written to ``reference/rnnt_bpe_buffered.npz``: ``text``, the merged token ids
     (``unmerged``) and every window's greedy tokens with their frames (``window_tokens``,
     ``window_frames``, ``window_index``)."""
-    import math
 
     import soundfile
     from nemo.collections.asr.models import ASRModel
@@ -883,10 +890,7 @@ def buffered_rnnt_reference(out: Path) -> dict:
         decoding.fused_batch_size = -1
         decoding.beam.return_best_hypothesis = True
     model.change_decoding_strategy(decoding)
-    stride = model.cfg.preprocessor.window_stride * BUFFERED["model_stride"]
-    chunk, buffer = BUFFERED["chunk_seconds"], BUFFERED["buffer_seconds"]
-    tokens_per_chunk = math.ceil(chunk / stride)
-    mid_delay = math.ceil((chunk + (buffer - chunk) / 2) / stride)
+    stride, chunk, buffer, tokens_per_chunk, mid_delay = buffered_plan(model)
     frame_asr = BatchedFrameASRRNNT(asr_model=model, frame_len=chunk, total_buffer=buffer, batch_size=1)
     with tempfile.TemporaryDirectory() as tmp:
         wav = Path(tmp) / "long.wav"

@@ -70,9 +70,8 @@ class NemoModelBase(nn.Module):
 
     def buffered_audio_seconds(self, feat_lengths: torch.Tensor) -> list[float]:
         """Seconds of each utterance's audio before the silence buffered inference appends."""
-        hop = self.preprocessor.hop_length / self.sample_rate
         appended = self.buffered.pad_samples(self.sample_rate) // self.preprocessor.hop_length
-        return [max(int(n) - appended, 0) * hop for n in feat_lengths.tolist()]
+        return [max(int(n) - appended, 0) * self.buffered.hop_seconds for n in feat_lengths.tolist()]
 
     def describe_buffered(self) -> str:
         plan = self.buffered

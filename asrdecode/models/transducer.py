@@ -538,7 +538,8 @@ class NemoTransducerModel(NemoModelBase):
 
     def use_buffered(self, chunk_seconds: float, buffer_seconds: float) -> None:
         """NeMo's buffered inference for RNN-T models (`asrdecode.models.buffered.WindowRows`);
-        TDT models are refused (NeMo merges their windows differently)."""
+        TDT models are refused: NeMo's ``BatchedFrameASRTDT`` picks a window's tokens by decoding
+        step, not by frame (docs/models.md), and a time-correct merge would not equal it."""
         if chunk_seconds > 0 and self.is_tdt:
             raise ModelError(
                 f"{self.source}: model.chunk_seconds: buffered inference is for CTC and RNN-T models, "

@@ -183,8 +183,6 @@ class WfstDecoder:
         self.words = self.paths.words
         self.word_ids = {w: i for i, w in self.words.items()}
         self._graphs: dict[str, SearchGraph] = {}
-        self.h_src, self.h_ilabel, self.h_olabel = self.paths.src, self.paths.ilabel, self.paths.olabel
-        self.h_weight, self.h_next, self.h_final = self.paths.weight, self.paths.next, self.paths.final
         self.last_info: dict[str, Any] = {}
         self._streams: dict[int, _Stream] = {}
         self._stream_search: TokenPassing | None = None
@@ -240,7 +238,7 @@ class WfstDecoder:
     def _boost_table(self, tables: list[dict[int, float]], device: torch.device) -> BoostTable | None:
         if not any(tables):
             return None
-        num_words = int(max(self.h_olabel.max(initial=0), max(self.words, default=0))) + 1
+        num_words = int(max(self.paths.olabel.max(initial=0), max(self.words, default=0))) + 1
         keys, costs = [], []
         for b, t in enumerate(tables):
             for wid, c in t.items():
@@ -435,10 +433,10 @@ class WfstDecoder:
             nodes,
             num_frames,
             self.graph_cpu.start,
-            self.h_ilabel,
-            self.h_olabel,
-            self.h_weight,
-            self.h_final,
+            self.paths.ilabel,
+            self.paths.olabel,
+            self.paths.weight,
+            self.paths.final,
             boost,
             reached_final,
             self.config.lattice_beam,

@@ -135,7 +135,7 @@ class WfstOtfDecoder(WfstDecoder):
             raise ConfigError("decoder.lattice / decoder.nbest > 1: wfst-otf keeps no lattices (use wfst)")
         super().__init__(config, context, graph, words)
         if lm is None:
-            lm = load_difference_lm(config, self.words, self.h_olabel)
+            lm = load_difference_lm(config, self.words, self.paths.olabel)
         if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
             raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")
         self.diff = lm
@@ -220,7 +220,7 @@ class WfstOtfDecoder(WfstDecoder):
         blank: int,
         shift: float,
     ) -> DecodeResult:
-        ol = self.h_olabel[arcs[arcs >= 0]]
+        ol = self.paths.olabel[arcs[arcs >= 0]]
         lm_cost = self.lm_path_cost([int(o) for o in ol if o > 0], reached)
         res = super()._path_result(arcs, frames, total - lm_cost, reached, boost, blank, shift)
         res.score = -total
