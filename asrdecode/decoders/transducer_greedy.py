@@ -752,12 +752,9 @@ class TransducerGreedyDecoder:
         self.context = context
         self.lm = None
         if config.ngram_lm:
-            if context.blank_id != len(context.units):
-                raise ConfigError(
-                    f"decoder.ngram_lm needs the blank after the {len(context.units)} units "
-                    f"(blank id {context.blank_id})"
-                )
-            self.lm = load_fusion_lm(config.ngram_lm, config.ngram_lm_token_ids, context.units)
+            self.lm = load_fusion_lm(
+                config.ngram_lm, config.ngram_lm_token_ids, context.units, context.blank_id
+            )
 
     def _lm_on(self, device: torch.device):
         """The fusion LM (None without one), moved to ``device`` on first use there."""

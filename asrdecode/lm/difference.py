@@ -336,8 +336,50 @@ def lm_step(lm, u: int, w: int) -> tuple[np.float32, int]:
     return np.float32((lp_s - lp_l) * scale), nxt
 
 
+# memo of `lm_step` lookups: a direct-mapped table of (u * vocab + w) keys, one 16-byte record
+# per entry (one cache line holds four), kept for a whole utterance by the compiled searches
+MEMO_BITS = 16  # 65536 entries, 1 MiB per worker thread
+MEMO_DTYPE = np.dtype([("key", np.int64), ("cost", np.float32), ("next", np.int32)], align=True)
+
+
+def new_memo(bits: int = MEMO_BITS) -> np.ndarray:
+    """An empty `lm_step_memo` table of 2**bits entries."""
+    memo = np.zeros(1 << bits, MEMO_DTYPE)
+    memo["key"] = -1
+    return memo
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def lm_step_memo(lm, memo, u: int, w: int, vocab: int) -> tuple[np.float32, int, bool]:
+    """`lm_step` through the memo (paper 000 Alg. 1-2: a (history, word) pair met again, in other
+    graph states or later frames, costs one probe instead of two backoff walks). Returns (added
+    cost, next union state, whether the memo missed)."""
+    key = np.int64(u) * vocab + w
+    h = key * np.int64(-7046029254386353131)
+    e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
+    if e.key == key:
+        return e.cost, np.int64(e.next), False
+    c, nxt = lm_step(lm, u, w)
+    e.key = key
+    e.cost = c
+    e.next = nxt
+    return c, np.int64(nxt), True
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
 def lm_final(lm, u: int) -> np.float32:
     """The </s> difference of union state u."""
     lg, sm, large_of, small_of = lm[0], lm[1], lm[2], lm[3]
     return np.float32((sm[8][small_of[u]] - lg[8][large_of[u]]) * lm[7])
+
+
+def path_lm_cost(lm: tuple, word_ids: list[int], final: bool) -> float:
+    """The LM difference a search adds along a word sequence (and at ``</s>`` when final), with
+    the compiled searches' float32 steps; lm: `DifferenceLM.arrays()`."""
+    u, total = DifferenceLM.START, 0.0
+    for w in word_ids:
+        c, u = lm_step(lm, u, w)
+        total += float(c)
+    if final:
+        total += float(lm_final(lm, u))
+    return total

@@ -656,12 +656,21 @@ class BatchedNgramLM(torch.nn.Module):
 FUSION_TOKEN_IDS = ("ngpu", "words")
 
 
-def load_fusion_lm(path: str | Path, token_ids: str, units: list[str], key: str = "decoder.ngram_lm"):
+def load_fusion_lm(
+    path: str | Path,
+    token_ids: str,
+    units: list[str],
+    blank_id: int | None = None,
+    key: str = "decoder.ngram_lm",
+):
     """The token-level LM of a decoder's shallow fusion over a model's ``units`` (blank excluded):
     ``token_ids="ngpu"``: NeMo's token ARPA (ids = unit indices, ``vocab_size=len(units)``);
-    ``"words"``: the ARPA's words are the unit strings. ``key`` names the config option in errors."""
+    ``"words"``: the ARPA's words are the unit strings. A transducer's blank (`blank_id`) must come
+    after the units. ``key`` names the config option in errors."""
     from asrdecode.errors import ConfigError
 
+    if blank_id is not None and blank_id != len(units):
+        raise ConfigError(f"{key} needs the blank after the {len(units)} units (blank id {blank_id})")
     if token_ids not in FUSION_TOKEN_IDS:
         raise ConfigError(f"{key}_token_ids must be one of {', '.join(FUSION_TOKEN_IDS)}, got {token_ids!r}")
     if token_ids == "ngpu":

@@ -11,8 +11,7 @@ from torch import nn
 from asrdecode.errors import ModelError
 from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
-from asrdecode.models.conformer import ConformerEncoder
-from asrdecode.models.convasr import ConvASREncoder, encoder_from_config
+from asrdecode.models.convasr import encoder_from_config
 from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
 from asrdecode.models.tokenizer import Tokenizer
 
@@ -80,24 +79,7 @@ class NemoCTCModel(NemoModelBase):
     default_decoder = "ctc-greedy"  # what `decoder.type: auto` picks
     head = "ctc"
 
-    def __init__(
-        self,
-        preprocessor: NemoMelPreprocessor,
-        encoder: ConformerEncoder | ConvASREncoder,
-        decoder: CTCHead,
-        tokenizer: Tokenizer,
-        config: dict[str, Any] | None = None,
-        tokenizer_files: dict[str, bytes] | None = None,
-        source: str | None = None,
-    ) -> None:
-        super().__init__()
-        self.preprocessor = preprocessor
-        self.encoder = encoder
-        self.decoder = decoder
-        self.tokenizer = tokenizer
-        self.config: dict[str, Any] = config or {}
-        self.tokenizer_files: dict[str, bytes] = dict(tokenizer_files or {})
-        self.source = source
+    decoder: CTCHead
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -163,15 +145,7 @@ class NemoCTCModel(NemoModelBase):
         if self.buffered is not None:
             return self._buffered_output(feats, feat_lengths)
         enc, enc_len = self.encoder(feats, feat_lengths)
-        log_probs = self.decoder(enc)
-        return ModelOutput(
-            log_probs=log_probs,
-            lengths=enc_len,
-            frame_shift=self.frame_shift,
-            blank_id=self.blank_id,
-            units=self.units,
-            encoder_out=enc.transpose(1, 2),
-        )
+        return self.model_output(enc_len, enc.transpose(1, 2), self.decoder(enc))
 
     def _buffered_output(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """Buffered inference on unnormalized features: each utterance's windows through the
@@ -190,17 +164,12 @@ class NemoCTCModel(NemoModelBase):
         encoded = [torch.cat(x) for x in kept_enc]
         lengths = torch.tensor([lp.shape[0] for lp in log_probs], dtype=torch.int64, device=feats.device)
         pad = torch.nn.utils.rnn.pad_sequence
-        return ModelOutput(
-            log_probs=pad(log_probs, batch_first=True),
-            lengths=lengths,
-            frame_shift=self.frame_shift,
-            blank_id=self.blank_id,
-            units=self.units,
-            encoder_out=pad(encoded, batch_first=True),
-            extra={
-                "time_offset": -lag * self.frame_shift,
-                "time_limit": self.buffered_audio_seconds(feat_lengths),
-            },
+        return self.model_output(
+            lengths,
+            pad(encoded, batch_first=True),
+            pad(log_probs, batch_first=True),
+            time_offset=-lag * self.frame_shift,
+            time_limit=self.buffered_audio_seconds(feat_lengths),
         )
 
     def describe(self) -> dict:

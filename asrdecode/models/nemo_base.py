@@ -26,8 +26,7 @@ def tokenizer_files_for(
 class NemoModelBase(nn.Module):
     """AcousticModel surface common to NeMo models: rates, units, blank, features, word grouping.
 
-    Subclasses set `preprocessor`, `encoder`, `tokenizer`, `config`, `source` and implement
-    `forward_features`.
+    Subclasses add their output networks and implement `forward_features`.
     """
 
     preprocessor: nn.Module
@@ -40,6 +39,43 @@ class NemoModelBase(nn.Module):
     buffered: BufferedInference | None = None
     #: added to each buffered window's standard deviation (NeMo's value for this kind of model)
     buffered_norm_eps: float = 1e-5
+
+    def __init__(
+        self,
+        preprocessor: nn.Module,
+        encoder: nn.Module,
+        decoder: nn.Module,
+        tokenizer: Tokenizer,
+        config: dict[str, Any] | None = None,
+        tokenizer_files: dict[str, bytes] | None = None,
+        source: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.preprocessor = preprocessor
+        self.encoder = encoder
+        self.decoder = decoder  # the CTC head or the prediction network
+        self.tokenizer = tokenizer
+        self.config: dict[str, Any] = config or {}
+        self.tokenizer_files: dict[str, bytes] = dict(tokenizer_files or {})
+        self.source = source
+
+    def model_output(
+        self,
+        lengths: torch.Tensor,
+        encoder_out: torch.Tensor,
+        log_probs: torch.Tensor | None = None,
+        **extra: Any,
+    ) -> ModelOutput:
+        """A ModelOutput with this model's frame shift, blank and units."""
+        return ModelOutput(
+            log_probs=log_probs,
+            lengths=lengths,
+            frame_shift=self.frame_shift,
+            blank_id=self.blank_id,
+            units=self.units,
+            encoder_out=encoder_out,
+            extra=extra,
+        )
 
     def use_buffered(self, chunk_seconds: float, buffer_seconds: float) -> None:
         """Decode as NeMo's buffered inference does (`asrdecode.models.buffered`): windows of

@@ -400,16 +400,9 @@ class NemoTransducerModel(NemoModelBase):
         tokenizer_files: dict[str, bytes] | None = None,
         source: str | None = None,
     ) -> None:
-        super().__init__()
-        self.preprocessor = preprocessor
-        self.encoder = encoder
-        self.decoder = decoder
+        super().__init__(preprocessor, encoder, decoder, tokenizer, config, tokenizer_files, source)
         self.joint = joint
-        self.tokenizer = tokenizer
         self.durations: list[int] | None = list(durations) if durations else None
-        self.config: dict[str, Any] = config or {}
-        self.tokenizer_files: dict[str, bytes] = dict(tokenizer_files or {})
-        self.source = source
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -554,15 +547,7 @@ class NemoTransducerModel(NemoModelBase):
         if self.buffered is not None:
             return self._buffered_output(feats, feat_lengths)
         enc, enc_len = self.encoder(feats, feat_lengths)
-        return ModelOutput(
-            log_probs=None,
-            lengths=enc_len,
-            frame_shift=self.frame_shift,
-            blank_id=self.blank_id,
-            units=self.units,
-            encoder_out=enc.transpose(1, 2),
-            extra={"transducer": self},
-        )
+        return self.model_output(enc_len, enc.transpose(1, 2), transducer=self)
 
     def _buffered_output(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """Every window of every utterance as a row (`buffered_windows`), for the decoder to
@@ -582,15 +567,8 @@ class NemoTransducerModel(NemoModelBase):
             frame_shift=self.frame_shift,
             audio_seconds=self.buffered_audio_seconds(feat_lengths),
         )
-        return ModelOutput(
-            log_probs=None,
-            lengths=torch.full((enc.shape[0],), enc.shape[1], dtype=torch.int64, device=enc.device),
-            frame_shift=self.frame_shift,
-            blank_id=self.blank_id,
-            units=self.units,
-            encoder_out=enc,
-            extra={"transducer": self, "windows": windows},
-        )
+        lengths = torch.full((enc.shape[0],), enc.shape[1], dtype=torch.int64, device=enc.device)
+        return self.model_output(lengths, enc, transducer=self, windows=windows)
 
     # ----------------------------------------------------------------- TransducerNetwork protocol
     def project_encoder(self, encoder_out: torch.Tensor) -> torch.Tensor:

@@ -281,8 +281,8 @@ def test_threads_and_garbage_collection_change_nothing(toy):
     assert [(r.text, r.score) for r in a] == [(r.text, r.score) for r in b]
     search, c = one.search, one.config
     ac = -lps[0]
-    plain = search.decode_one(ac, c.beam, c.max_active, c.min_active, c.beam_delta)
-    collected = search.decode_one(ac, c.beam, c.max_active, c.min_active, c.beam_delta, gc_records=64)
+    plain = search.decode_one(ac, c.search_settings(search.num_states))
+    collected = search.decode_one(ac, c.search_settings(search.num_states, gc_records=64))
     assert plain.stats[-1] > 4 * 64  # records made without collection: the small limit collected
     assert collected.stats[-1] < plain.stats[-1]
     assert np.array_equal(plain.arcs, collected.arcs) and plain.total == collected.total

@@ -30,7 +30,8 @@ from helpers.wfst_ref import nemo_log_probs, random_wfst, single_thread, viterbi
 
 from asrdecode.decoders import decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst.compiled import STAT_RECORDS, CompiledSearch, get_cutoff, search_advance
+from asrdecode.decoders.wfst.compiled import STAT_RECORDS, get_cutoff, search_advance, search_settings
+from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import disk_cache_index
@@ -196,8 +197,9 @@ def test_cutoff_matches_kaldi_rule(seed):
             assert adaptive == pytest.approx(ref[1], abs=1e-4)
 
 
-def test_compiled_code_is_cached_on_disk():
-    CompiledSearch.ensure_compiled()
+def test_compiled_code_is_cached_on_disk(nemo_graphs):  # noqa: F811
+    dec = WfstDecoder(WfstConfig(graph=str(nemo_graphs["compact"]), backend="compiled", threads=1))
+    dec.compiled_search().ensure_compiled()
     assert disk_cache_index(search_advance).is_file()
 
 
@@ -358,10 +360,11 @@ def test_record_garbage_collection_keeps_the_best_path(nemo_graphs):  # noqa: F8
     lp, lengths, _ = nemo_log_probs()
     dec = WfstDecoder(WfstConfig(graph=str(nemo_graphs["compact"]), backend="compiled", threads=1))
     search = dec.compiled_search()
+    pruning = PruningOptions(10.0, 10000, 20, 0.5)
     acs = [-lp[b, : lengths[b]] for b in range(len(lp))]
     for ac in [*acs, np.concatenate(acs)]:  # the last one: all clips in one
-        ref = search.decode_one(ac, 10.0, 10000, 20, 0.5, gc_records=1 << 40)
-        got = search.decode_one(ac, 10.0, 10000, 20, 0.5, gc_records=1)
+        ref = search.decode_one(ac, None, search_settings(pruning, search.num_states, gc_records=1 << 40))
+        got = search.decode_one(ac, None, search_settings(pruning, search.num_states, gc_records=1))
         assert np.array_equal(got.arcs, ref.arcs) and np.array_equal(got.frames, ref.frames)
         assert got.total == ref.total and got.reached_final == ref.reached_final
         assert got.stats[STAT_RECORDS] < ref.stats[STAT_RECORDS]

@@ -23,8 +23,6 @@ implemented; ``auto`` uses it on every device (log-probs are copied to the host)
 from __future__ import annotations
 
 import logging
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,14 +30,15 @@ import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
-from asrdecode.decoders.wfst.compiled import default_threads, graph_records
-from asrdecode.decoders.wfst.paths import GraphPaths, acoustic_costs, blank_column
+from asrdecode.decoders.wfst.compiled import CompiledRunner, as_costs, search_settings
+from asrdecode.decoders.wfst.core import PruningOptions
+from asrdecode.decoders.wfst.decoder import GraphSearchConfig
+from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, blank_column
 from asrdecode.decoders.wfst_otf.decoder import load_difference_lm
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import DifferenceLM
+from asrdecode.lm.difference import DifferenceLM, new_memo
 from asrdecode.models.base import ModelOutput
-from asrdecode.numba_status import announce_first_compile
 
 log = logging.getLogger("asrdecode.decoders.let")
 
@@ -47,11 +46,10 @@ BACKENDS = ("auto", "compiled", "torch")
 
 
 @dataclass
-class LetConfig:
-    """Options of the `let` decoder (wfst's names where they apply; LM names as `wfst-otf`).
+class LetConfig(GraphSearchConfig):
+    """Options of the `let` decoder: the shared ones (`GraphSearchConfig`; max_active counts
+    groups) and the LM names of `wfst-otf`:
 
-    graph, lexicon, beam, max_active, min_active, beam_delta, acoustic_scale, blank_penalty,
-      word_insertion_penalty, max_epsilon_passes, threads: as `wfst` (max_active counts groups).
     lm: the large ARPA (plain or .gz). small_lm: the ARPA the graph was built with (default: the
       one named in the graph folder's meta.json, if that path exists).
     lm_scale: weight of the LM difference (1 = score paths as the large LM would).
@@ -61,72 +59,49 @@ class LetConfig:
     backend: auto | compiled | torch; only compiled exists (auto = compiled on any device).
     """
 
-    graph: str = ""
-    lexicon: str = ""
     lm: str = ""
     small_lm: str = ""
     lm_scale: float = 1.0
     group_capacity: int = 16
     bucket_width: float = 0.0
-    beam: float = 16.0
-    max_active: int = 10000
-    min_active: int = 200
-    beam_delta: float = 0.5
-    acoustic_scale: float = 1.0
-    blank_penalty: float = 0.0
-    word_insertion_penalty: float = 0.0
-    max_epsilon_passes: int = 64
-    backend: str = "auto"
-    threads: int = 0
 
 
 @dataclass
-class LetPath:
-    """The best path of one utterance: arcs and frames (as `wfst`'s compiled backend), costs."""
+class LetPath(BestPath):
+    """The best path of one utterance (`BestPath`, as `wfst`'s compiled backend) and its stats."""
 
-    arcs: np.ndarray
-    frames: np.ndarray
-    total: float
-    reached_final: bool
     found: bool
     stats: np.ndarray
     lm_state: int = -1  # D state (DifferenceLM union state) of the best member at the end
 
 
 class LetWorkspace:
-    """A search's arrays (grown by doubling, reused across utterances) and counters."""
+    """A search's arrays (`search.WORKSPACE`; grown by doubling, reused across utterances) and counters."""
 
     def __init__(self) -> None:
         from asrdecode.decoders.let import search
 
         cache = 1 << search.WORD_CACHE_BITS
-        memo = np.zeros(1 << search.MEMO_BITS, search.MEMO_DTYPE)  # LM lookups (one search's LM is fixed)
-        memo["key"] = -1
-        self.arrays = (
-            *(
-                np.empty(cache if i >= search.W_WC_KEY else 1024, dtype=dt)
-                for i, dt in enumerate(search.WORKSPACE_DTYPES)
-            ),
-            memo,
+        self.arrays = search.WORKSPACE.allocate(
+            wc_key=np.empty(cache, np.int64),
+            wc_blk=np.empty(cache, np.int64),
+            wc_delta=np.empty(cache, np.float32),
+            memo=new_memo(),  # LM lookups (one search's LM is fixed)
         )
         self.ctr = np.zeros(search.NUM_COUNTERS, np.int64)
         self.stats = np.zeros(search.NUM_STATS, np.int64)
 
 
-_compile_lock = threading.Lock()
+class LetSearch(CompiledRunner):
+    """The compiled LET search over one graph and LM pair (`CompiledRunner`: a workspace and state
+    maps per worker thread, one utterance per task)."""
 
-
-class LetSearch:
-    """The compiled LET search over one graph and LM pair; a workspace and state maps per worker
-    thread, one utterance per task."""
+    label = "let"
 
     def __init__(self, graph: DeviceGraph, lm: DifferenceLM, capacity: int = 16, threads: int = 0) -> None:
         if capacity < 1:
             raise ConfigError("decoder.group_capacity must be >= 1")
-        g = graph.to("cpu")
-        self.num_states = g.num_states
-        self.start = int(g.start)
-        self.states, self.arcs = graph_records(g)
+        super().__init__(graph, threads)
         max_word = int(self.arcs["olabel"].max(initial=0))
         if lm.large.vocab_size <= max_word:
             raise ConfigError(
@@ -135,63 +110,38 @@ class LetSearch:
         self.diff = lm
         self.lm = lm.arrays()
         self.capacity = int(capacity)
-        self.threads = threads if threads > 0 else default_threads()
-        self._local = threading.local()
-        self._pool: ThreadPoolExecutor | None = None
 
-    @staticmethod
-    def ensure_compiled() -> None:
+    def kernels(self) -> tuple:
         from asrdecode.decoders.let import search
 
-        with _compile_lock:
-            if getattr(search.search_advance, "signatures", True):
-                return
-            announce_first_compile(
-                "let: decoder", search.search_advance, search.search_init, search.search_best
-            )
+        return (search.search_advance, search.search_init, search.search_best)
 
-    def _maps(self) -> tuple[np.ndarray, np.ndarray]:
-        maps = getattr(self._local, "maps", None)
-        if maps is None:
-            maps = (np.full(self.num_states, -1, np.int32), np.full(self.diff.num_states, -1, np.int32))
-            self._local.maps = maps
-        return maps
+    def warm_up(self) -> None:
+        self._decode(np.zeros((1, 1), np.float32), search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1))
 
-    def decode_one(
-        self,
-        ac: np.ndarray,
-        beam: float,
-        max_active: int,
-        min_active: int,
-        beam_delta: float,
-        bucket_width: float = 0.0,
-        eps_limit: int = 1 << 40,
-        gc_records: int = 1 << 20,
-    ) -> LetPath:
+    def decode_one(self, ac: np.ndarray, settings: np.record) -> LetPath:
         """1-best of one utterance; ac: float32 [T, V] acoustic costs (-acoustic_scale * log-probs)."""
+        self.ensure_compiled()
+        return self._decode(ac, settings)
+
+    def _decode(self, ac: np.ndarray, settings: np.record) -> LetPath:
         from asrdecode.decoders.let import search
 
-        self.ensure_compiled()
-        w = getattr(self._local, "workspace", None)
-        if w is None:
-            w = self._local.workspace = LetWorkspace()
-        ac = np.ascontiguousarray(ac, dtype=np.float32)
-        if ac.ndim != 2:
-            raise ValueError(f"acoustic costs must be [T, V], got {ac.shape}")
-        if ac.shape[1] == 0:
-            ac = np.zeros((ac.shape[0], 1), np.float32)
-        slot, slot_lm = self._maps()
+        w = self.thread_workspace(LetWorkspace)
+        ac = as_costs(ac)
+        slot = self.state_map("slot", self.num_states)
+        slot_lm = self.state_map("slot_lm", self.diff.num_states)
         f32 = np.float32
-        lm = self.lm
+        beam, cap, eps_limit, lm = f32(settings.beam), self.capacity, int(settings.eps_limit), self.lm
         w.ctr[search.C_VOCAB] = self.diff.large.vocab_size
         w.stats[:] = 0
         w.arrays = search.search_init(
-            self.states, self.arcs, self.start, DifferenceLM.START, self.capacity, f32(beam), slot, slot_lm,
-            int(eps_limit), lm, w.arrays, w.ctr, w.stats, int(gc_records),
+            self.states, self.arcs, self.start, DifferenceLM.START, cap, beam, slot, slot_lm,
+            eps_limit, lm, w.arrays, w.ctr, w.stats, int(settings.gc_records),
         )  # fmt: skip
         w.arrays = search.search_advance(
-            self.states, self.arcs, ac, f32(beam), int(min(max_active, 2**31 - 1)), int(min_active),
-            f32(beam_delta), f32(bucket_width), self.capacity, slot, slot_lm, int(eps_limit), lm,
+            self.states, self.arcs, ac, beam, int(settings.max_active), int(settings.min_active),
+            f32(settings.beam_delta), f32(settings.bucket_width), cap, slot, slot_lm, eps_limit, lm,
             w.arrays, w.ctr, w.stats,
         )  # fmt: skip
         arcs, frames, total, reached, found, state = search.search_best(
@@ -201,27 +151,9 @@ class LetSearch:
         stats[search.S_RECORDS] = w.ctr[search.C_REC] + w.ctr[search.C_MREC]
         return LetPath(arcs, frames, float(total), bool(reached), bool(found), stats, int(state))
 
-    def decode_batch(self, acs: list[np.ndarray], *args: Any, threads: int | None = None) -> list[LetPath]:
+    def decode_batch(self, acs: list[np.ndarray], settings: np.record, threads: int = 0) -> list[LetPath]:
         """Decode utterances on `threads` workers (default: the search's), longest first."""
-        self.ensure_compiled()
-        threads = threads or self.threads
-        if threads <= 1 or len(acs) <= 1:
-            return [self.decode_one(a, *args) for a in acs]
-        if self._pool is None or self._pool._max_workers != threads:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-            self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="let")
-        if not getattr(self, "_warm", False):  # compile on this thread first (one status line)
-            self.decode_one(np.zeros((1, acs[0].shape[1] if acs[0].ndim == 2 else 1), np.float32), *args)
-            self._warm = True
-        order = sorted(range(len(acs)), key=lambda i: -acs[i].shape[0])
-        futures = {i: self._pool.submit(self.decode_one, acs[i], *args) for i in order}
-        return [futures[i].result() for i in range(len(acs))]
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        return self.run_batch(lambda ac: self.decode_one(ac, settings), acs, threads=threads)
 
 
 class LetDecoder:
@@ -256,6 +188,9 @@ class LetDecoder:
         if lm is None:
             lm = load_difference_lm(c, self.paths.words, self.paths.olabel)
         self.search = LetSearch(self.paths.graph, lm, c.group_capacity, c.threads)
+        self.settings = c.search_settings(
+            self.paths.graph.num_states, bucket_width=c.bucket_width, capacity=c.group_capacity
+        )
         self.last_info: dict[str, Any] = {}
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
@@ -269,11 +204,7 @@ class LetDecoder:
         ac = ac.detach().to("cpu", torch.float32).contiguous().numpy()
         T = ac.shape[1]
         lengths = [min(int(x), T) for x in output.lengths.tolist()]
-        eps_limit = max(c.max_epsilon_passes, 1) * max(reader.graph.num_states, 1024)
-        paths = self.search.decode_batch(
-            [ac[b, :n] for b, n in enumerate(lengths)],
-            c.beam, c.max_active, c.min_active, c.beam_delta, c.bucket_width, eps_limit,
-        )  # fmt: skip
+        paths = self.search.decode_batch([ac[b, :n] for b, n in enumerate(lengths)], self.settings)
         results = []
         not_final = []
         for b, p in enumerate(paths):
@@ -282,14 +213,7 @@ class LetDecoder:
                 continue
             if not p.reached_final:
                 not_final.append(b)
-            arcs = p.arcs[p.arcs >= 0]
-            ol = reader.olabel[arcs]
-            d_cost = self.search.diff.sentence_cost([int(o) for o in ol if o > 0], eos=p.reached_final)
-            total = p.total - d_cost
-            res = reader.result(p.arcs, p.frames, total, p.reached_final, {}, blank, output.frame_shift)
-            res.score = -p.total
-            res.lm_score = (res.lm_score or 0.0) - d_cost
-            results.append(res)
+            results.append(reader.result(p, {}, blank, output.frame_shift, self.search.lm))
         total = np.sum([p.stats for p in paths], axis=0) if paths else np.zeros(S.NUM_STATS, np.int64)
         self.last_info = {
             "stats": {

@@ -40,44 +40,68 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from asrdecode.decoders.wfst.compiled import get_cutoff, kth_smallest
-from asrdecode.decoders.wfst_otf.compiled import MEMO_BITS, MEMO_DTYPE
-from asrdecode.lm.difference import lm_final, lm_step
+from asrdecode.decoders.wfst.compiled import (
+    best_token,
+    collect_records,
+    emitting_arcs,
+    get_cutoff,
+    kth_smallest,
+    queue_pop,
+    running_bound,
+)
+from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, swap_fields
+from asrdecode.lm.difference import MEMO_DTYPE, lm_final, lm_step_memo
 from asrdecode.numba_status import configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)
 
-__all__ = ["MEMO_BITS", "MEMO_DTYPE"]
-
 _INF32 = np.float32(np.inf)
-_INIT = 1024
+WORD_CACHE_BITS = 16  # word-block cache: 65536 (block, word) entries, direct-mapped
 
-# workspace arrays
+# workspace: one field table (fields grown together are adjacent)
+WORKSPACE = WorkspaceLayout(
+    ("cur_state", np.int32), ("cur_cost", np.float32), ("cur_blk", np.int64), ("cur_rec", np.int64),
+    ("nxt_state", np.int32), ("nxt_cost", np.float32), ("nxt_blk", np.int64), ("nxt_rec", np.int64),
+    ("nxt_head", np.int32), ("queue", np.int32),  # groups
+    ("it_blk", np.int64), ("it_cost", np.float32), ("it_prev", np.int64), ("it_arc", np.int32),
+    ("it_next", np.int32),  # items: arrivals of distinct blocks in a group
+    ("blk_start", np.int64), ("blk_len", np.int32),  # blocks
+    ("m_lm", np.int32), ("m_off", np.float32), ("m_mrec", np.int64),  # members
+    ("mr_prev", np.int64), ("mr_tail", np.int64),  # member records
+    ("r_prev", np.int64), ("r_arc", np.int32), ("r_frame", np.int32),  # records
+    ("c_lm", np.int32), ("c_cost", np.float32), ("c_mrec", np.int64), ("c_tail", np.int64),
+    ("c_keep", np.int32), ("c_new", np.int32),  # candidates of a block being made
+    ("scratch", np.float32),
+    ("wc_key", np.int64), ("wc_blk", np.int64), ("wc_delta", np.float32),  # the word-block cache
+    ("memo", MEMO_DTYPE),
+)  # fmt: skip
 (
     W_CUR_STATE, W_CUR_COST, W_CUR_BLK, W_CUR_REC,
-    W_NXT_STATE, W_NXT_COST, W_NXT_BLK, W_NXT_REC, W_NXT_HEAD,
+    W_NXT_STATE, W_NXT_COST, W_NXT_BLK, W_NXT_REC, W_NXT_HEAD, W_QUEUE,
     W_IT_BLK, W_IT_COST, W_IT_PREV, W_IT_ARC, W_IT_NEXT,
     W_BLK_START, W_BLK_LEN,
     W_M_LM, W_M_OFF, W_M_MREC,
     W_MR_PREV, W_MR_TAIL,
     W_R_PREV, W_R_ARC, W_R_FRAME,
     W_C_LM, W_C_COST, W_C_MREC, W_C_TAIL, W_C_KEEP, W_C_NEW,
-    W_QUEUE, W_SCRATCH,
-    W_WC_KEY, W_WC_BLK, W_WC_DELTA, W_MEMO,
-) = range(36)  # fmt: skip
-WORKSPACE_DTYPES = (
-    (np.int32, np.float32, np.int64, np.int64)
-    + (np.int32, np.float32, np.int64, np.int64, np.int32)
-    + (np.int64, np.float32, np.int64, np.int32, np.int32)
-    + (np.int64, np.int32)
-    + (np.int32, np.float32, np.int64)
-    + (np.int64, np.int64)
-    + (np.int64, np.int32, np.int32)
-    + (np.int32, np.float32, np.int64, np.int64, np.int32, np.int32)
-    + (np.int32, np.float32)
-    + (np.int64, np.int64, np.float32)
-)
-WORD_CACHE_BITS = 16  # word-block cache: 65536 (block, word) entries, direct-mapped
+    W_SCRATCH, W_WC_KEY, W_WC_BLK, W_WC_DELTA, W_MEMO,
+) = WORKSPACE.indices(
+    "cur_state", "cur_cost", "cur_blk", "cur_rec",
+    "nxt_state", "nxt_cost", "nxt_blk", "nxt_rec", "nxt_head", "queue",
+    "it_blk", "it_cost", "it_prev", "it_arc", "it_next",
+    "blk_start", "blk_len",
+    "m_lm", "m_off", "m_mrec",
+    "mr_prev", "mr_tail",
+    "r_prev", "r_arc", "r_frame",
+    "c_lm", "c_cost", "c_mrec", "c_tail", "c_keep", "c_new",
+    "scratch", "wc_key", "wc_blk", "wc_delta", "memo",
+)  # fmt: skip
+GROUPS = WORKSPACE.span("cur_state", "cur_rec")
+ITEMS = WORKSPACE.span("it_blk", "it_next")
+BLOCKS = WORKSPACE.span("blk_start", "mr_tail")  # blocks, their members, the member records
+RECORDS = WORKSPACE.span("r_prev", "r_frame")
+CANDIDATES = WORKSPACE.span("c_lm", "c_new")
+WORD_CACHE = WORKSPACE.span("wc_key", "wc_delta")
 # counters
 C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_VOCAB = range(9)
 NUM_COUNTERS = 9
@@ -88,15 +112,6 @@ NUM_COUNTERS = 9
 ) = range(11)  # fmt: skip
 NUM_STATS = 11
 GC_MIN = 1 << 20
-
-
-@numba.njit(nogil=True, cache=True)
-def _grow(a: np.ndarray, need: int) -> np.ndarray:
-    if need <= a.shape[0]:
-        return a
-    b = np.empty(max(need, 2 * a.shape[0]), dtype=a.dtype)
-    b[: a.shape[0]] = a
-    return b
 
 
 # ------------------------------------------------------------------------------ blocks
@@ -228,26 +243,14 @@ def _make_word_block(
     group's record chain runs on through the word arc). It depends only on (blk, word), so it is
     cached (direct-mapped, cleared when blocks are renumbered): called on a miss of `_word_probe`,
     makes the block, caches it and returns (block, cost shift). Takes arrays, not the workspace tuple."""
-    mmask = memo.shape[0] - 1
     vocab = ctr[C_VOCAB]
     st = blk_start[blk]
     n = 0
     best = _INF32
     for q in range(st, st + blk_len[blk]):
-        # D's weight through the memo of (D state, word) lookups (wfst-otf's record layout); the LM
-        # tuple is touched only on a memo miss (passing it around costs a reference count per array)
+        # D's weight through the memo of (D state, word) lookups (`lm_step_memo`)
         u = m_lm[q]
-        mkey = np.int64(u) * vocab + word
-        mh = mkey * np.int64(-7046029254386353131)
-        e = memo[(mh ^ (mh >> 31)) & mmask]
-        if e.key == mkey:
-            d = e.cost
-            nu = np.int64(e.next)
-        else:
-            d, nu = lm_step(lm, u, word)
-            e.key = mkey
-            e.cost = d
-            e.next = nu
+        d, nu, _ = lm_step_memo(lm, memo, u, word, vocab)
         cost = m_off[q] + d
         c_lm[n] = nu
         c_cost[n] = cost
@@ -271,95 +274,19 @@ def _make_word_block(
 
 # ------------------------------------------------------------------------------ emitting arcs
 @numba.njit(nogil=True, cache=True)
-def _count_arcs(states, arcs, n, cut, ws):
-    """Emitting arcs of the groups below the cutoff (twice: also the bound used for word arcs)."""
-    cur_state, cur_cost = ws[W_CUR_STATE], ws[W_CUR_COST]
-    total = 0
-    for i in range(n):
-        if cur_cost[i] < cut:
-            s = cur_state[i]
-            total += states[s].split - states[s].first
-    return total, total  # (arcs, an upper bound of the word arcs)
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _arrive(
-    d,
-    blk,
-    c,
-    prev,
-    arc,
-    slot,
-    m,
-    nit,
-    nxt_state,
-    nxt_cost,
-    nxt_head,
-    it_blk,
-    it_cost,
-    it_prev,
-    it_arc,
-    it_next,
-):
-    """A candidate (block, cost, route) for B state d in the next frame: same block as an earlier
-    arrival -> the cheaper route; else one more item of d. Returns (groups, items)."""
-    j = slot[d]
-    if j < 0:
-        j = m
-        m += 1
-        slot[d] = j
-        nxt_state[j] = d
-        nxt_cost[j] = c
-        nxt_head[j] = -1
-    elif c < nxt_cost[j]:
-        nxt_cost[j] = c
-    q = nxt_head[j]
-    while q >= 0:
-        if it_blk[q] == blk:
-            if c < it_cost[q]:
-                it_cost[q] = c
-                it_prev[q] = prev
-                it_arc[q] = arc
-            return m, nit
-        q = it_next[q]
-    it_blk[nit] = blk
-    it_cost[nit] = c
-    it_prev[nit] = prev
-    it_arc[nit] = arc
-    it_next[nit] = nxt_head[j]
-    nxt_head[j] = nit
-    return m, nit + 1
-
-
-@numba.njit(nogil=True, cache=True)
 def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats):
     """Emitting arcs of the groups below `cut` (Kaldi ProcessEmitting on groups; capacities are the
     caller's). Arcs without a word carry the source block along (lazy); word arcs carry the
     source block's (cached) word block. As Kaldi, the best group goes first for a tight bound.
     Returns (next groups, items, best new cost)."""
-    cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
+    cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
     nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
-    it_blk, it_cost, it_prev, it_arc, it_next = (
-        ws[W_IT_BLK],
-        ws[W_IT_COST],
-        ws[W_IT_PREV],
-        ws[W_IT_ARC],
-        ws[W_IT_NEXT],
-    )
-    wc_key, wc_blk, wc_delta = ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA]
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
-    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = (
-        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW]
-    )  # fmt: skip
+    it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
+    wc_key, wc_blk, wc_delta = ws[WORD_CACHE]
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
+    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = ws[CANDIDATES]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
-    best_i = -1
-    best_c = _INF32
-    for i in range(n):
-        if cur_cost[i] < best_c:
-            best_c = cur_cost[i]
-            best_i = i
+    best_i, best_c = best_token(cur_cost, n)
     bound = _INF32
     if best_i >= 0 and best_c < cut:
         s = cur_state[best_i]
@@ -408,13 +335,10 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
                         scratch, memo, ctr, stats,
                     )  # fmt: skip
                     c = c + delta
-            if c < best_new:
-                best_new = c
-            if not (c < bound):
+            best_new, bound, below = running_bound(c, best_new, bound, adaptive)
+            if not below:
                 continue
-            if c + adaptive < bound:
-                bound = c + adaptive
-            # `_arrive`, written out (hot loop: no helper taking arrays)
+            # the arrival: same block as an earlier arrival -> the cheaper route; else one more item
             d = arc.nextstate
             j = slot[d]
             if j < 0:
@@ -470,20 +394,10 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
     nxt_state, nxt_cost, nxt_blk, nxt_rec, nxt_head = (
         ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC], ws[W_NXT_HEAD]
     )  # fmt: skip
-    it_blk, it_cost, it_prev, it_arc, it_next = (
-        ws[W_IT_BLK],
-        ws[W_IT_COST],
-        ws[W_IT_PREV],
-        ws[W_IT_ARC],
-        ws[W_IT_NEXT],
-    )
-    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
-    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = (
-        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW]
-    )  # fmt: skip
+    it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
+    r_prev, r_arc, r_frame = ws[RECORDS]
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
+    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = ws[CANDIDATES]
     scratch = ws[W_SCRATCH]
     k = 0
     for j in range(m):
@@ -548,16 +462,12 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
     groups and candidates above `cut` are not expanded; a group whose cost or block changed is
     queued again. io: [queue length, pops]. Returns False when an array may be too small for the
     next group's arcs (the caller grows them and calls again)."""
-    cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
+    cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
     queue = ws[W_QUEUE]
-    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
-    wc_key, wc_blk, wc_delta = ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA]
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
-    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = (
-        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW]
-    )  # fmt: skip
+    r_prev, r_arc, r_frame = ws[RECORDS]
+    wc_key, wc_blk, wc_delta = ws[WORD_CACHE]
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
+    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = ws[CANDIDATES]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
@@ -583,11 +493,8 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
         ):
             io[0], io[1] = nq, pops
             return False
-        nq -= 1
-        pops += 1
-        if pops > eps_limit:
-            stats[S_EPS_LIMIT] += 1
-            nq = 0
+        nq, pops, stop = queue_pop(nq, pops, eps_limit, stats, S_EPS_LIMIT)
+        if stop:
             break
         c0 = cur_cost[i]
         if c0 > cut:
@@ -680,25 +587,14 @@ def _grow_all(ws, ctr, need):
         need[5],
         need[6],
     )
-    return (
-        _grow(ws[W_CUR_STATE], tokens), _grow(ws[W_CUR_COST], tokens), _grow(ws[W_CUR_BLK], tokens),
-        _grow(ws[W_CUR_REC], tokens),
-        _grow(ws[W_NXT_STATE], tokens), _grow(ws[W_NXT_COST], tokens), _grow(ws[W_NXT_BLK], tokens),
-        _grow(ws[W_NXT_REC], tokens), _grow(ws[W_NXT_HEAD], tokens),
-        _grow(ws[W_IT_BLK], items), _grow(ws[W_IT_COST], items), _grow(ws[W_IT_PREV], items),
-        _grow(ws[W_IT_ARC], items), _grow(ws[W_IT_NEXT], items),
-        _grow(ws[W_BLK_START], ctr[C_BLK] + blocks), _grow(ws[W_BLK_LEN], ctr[C_BLK] + blocks),
-        _grow(ws[W_M_LM], ctr[C_MEM] + members),
-        _grow(ws[W_M_OFF], ctr[C_MEM] + members), _grow(ws[W_M_MREC], ctr[C_MEM] + members),
-        _grow(ws[W_MR_PREV], ctr[C_MREC] + mrecs), _grow(ws[W_MR_TAIL], ctr[C_MREC] + mrecs),
-        _grow(ws[W_R_PREV], ctr[C_REC] + records), _grow(ws[W_R_ARC], ctr[C_REC] + records),
-        _grow(ws[W_R_FRAME], ctr[C_REC] + records),
-        _grow(ws[W_C_LM], cands), _grow(ws[W_C_COST], cands),
-        _grow(ws[W_C_MREC], cands), _grow(ws[W_C_TAIL], cands), _grow(ws[W_C_KEEP], cands),
-        _grow(ws[W_C_NEW], cands),
-        _grow(ws[W_QUEUE], tokens), _grow(ws[W_SCRATCH], max(tokens, cands)),
-        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA], ws[W_MEMO],
-    )  # fmt: skip
+    ws = grow_fields(ws, W_CUR_STATE, W_QUEUE, tokens)
+    ws = grow_fields(ws, W_IT_BLK, W_IT_NEXT, items)
+    ws = grow_fields(ws, W_BLK_START, W_BLK_LEN, ctr[C_BLK] + blocks)
+    ws = grow_fields(ws, W_M_LM, W_M_MREC, ctr[C_MEM] + members)
+    ws = grow_fields(ws, W_MR_PREV, W_MR_TAIL, ctr[C_MREC] + mrecs)
+    ws = grow_fields(ws, W_R_PREV, W_R_FRAME, ctr[C_REC] + records)
+    ws = grow_fields(ws, W_C_LM, W_C_NEW, cands)
+    return grow_fields(ws, W_SCRATCH, W_SCRATCH, max(tokens, cands))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -737,10 +633,8 @@ def _collect(ws, ctr):
     (a predecessor comes first) and renumbers."""
     n = ctr[C_TOK]
     cur_blk, cur_rec = ws[W_CUR_BLK], ws[W_CUR_REC]
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
-    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
+    r_prev, r_arc, r_frame = ws[RECORDS]
     nb = ctr[C_BLK]
     bmap = np.full(nb, -1, np.int64)
     for i in range(n):
@@ -762,46 +656,13 @@ def _collect(ws, ctr):
             top += ln
     for i in range(n):
         cur_blk[i] = bmap[cur_blk[i]]
-    nm = ctr[C_MREC]
-    mmap = np.full(nm, -1, np.int64)
-    for q in range(top):
-        r = m_mrec[q]
-        while r >= 0 and mmap[r] == -1:
-            mmap[r] = -2
-            r = mr_prev[r]
-    km = 0
-    for r in range(nm):
-        if mmap[r] == -2:
-            p = mr_prev[r]
-            mr_prev[km] = mmap[p] if p >= 0 else -1
-            mr_tail[km] = mr_tail[r]
-            mmap[r] = km
-            km += 1
-    for q in range(top):
-        if m_mrec[q] >= 0:
-            m_mrec[q] = mmap[m_mrec[q]]
-    nr = ctr[C_REC]
-    rmap = np.full(nr, -1, np.int64)
-    for i in range(n + km):
-        r = cur_rec[i] if i < n else mr_tail[i - n]
-        while r >= 0 and rmap[r] == -1:
-            rmap[r] = -2
-            r = r_prev[r]
-    kr = 0
-    for r in range(nr):
-        if rmap[r] == -2:
-            p = r_prev[r]
-            r_prev[kr] = rmap[p] if p >= 0 else -1
-            r_arc[kr] = r_arc[r]
-            r_frame[kr] = r_frame[r]
-            rmap[r] = kr
-            kr += 1
-    for i in range(n):
-        if cur_rec[i] >= 0:
-            cur_rec[i] = rmap[cur_rec[i]]
-    for r in range(km):
-        if mr_tail[r] >= 0:
-            mr_tail[r] = rmap[mr_tail[r]]
+    # member records: those the kept members lead back to
+    km = collect_records(m_mrec[:top], top, mr_prev, mr_tail, mr_tail, ctr[C_MREC])
+    # records: those the groups and the kept member records lead back to
+    roots = np.concatenate((cur_rec[:n], mr_tail[:km]))
+    kr = collect_records(roots, n + km, r_prev, r_arc, r_frame, ctr[C_REC])
+    cur_rec[:n] = roots[:n]
+    mr_tail[:km] = roots[n:]
     ctr[C_BLK], ctr[C_MEM], ctr[C_MREC], ctr[C_REC] = newb, top, km, kr
     ws[W_WC_KEY][:] = -1  # block ids changed: the word-block cache is void
 
@@ -867,19 +728,11 @@ def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
 @numba.njit(nogil=True, cache=True)
 def _swap(ws):
     """The workspace with the current and next group arrays exchanged (the kept next groups
-    become the current ones). A helper, so the 32-element tuple display is a return value."""
-    return (
-        ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC],
-        ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC], ws[W_NXT_HEAD],
-        ws[W_IT_BLK], ws[W_IT_COST], ws[W_IT_PREV], ws[W_IT_ARC], ws[W_IT_NEXT],
-        ws[W_BLK_START], ws[W_BLK_LEN],
-        ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC],
-        ws[W_MR_PREV], ws[W_MR_TAIL],
-        ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME],
-        ws[W_C_LM], ws[W_C_COST], ws[W_C_MREC], ws[W_C_TAIL], ws[W_C_KEEP], ws[W_C_NEW],
-        ws[W_QUEUE], ws[W_SCRATCH],
-        ws[W_WC_KEY], ws[W_WC_BLK], ws[W_WC_DELTA], ws[W_MEMO],
-    )  # fmt: skip
+    become the current ones)."""
+    ws = swap_fields(ws, W_CUR_STATE, W_NXT_STATE)
+    ws = swap_fields(ws, W_CUR_COST, W_NXT_COST)
+    ws = swap_fields(ws, W_CUR_BLK, W_NXT_BLK)
+    return swap_fields(ws, W_CUR_REC, W_NXT_REC)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -934,7 +787,8 @@ def search_advance(
             cut, adaptive = get_cutoff(
                 ws[W_CUR_COST], n, ws[W_SCRATCH], beam, max_active, min_active, beam_delta
             )
-        n_arcs, n_words = _count_arcs(states, arcs, n, cut, ws)
+        n_arcs = emitting_arcs(states, ws[W_CUR_COST], ws[W_CUR_STATE], n, cut)
+        n_words = n_arcs  # an upper bound of the word arcs
         stats[S_ARCS] += n_arcs
         tokens = max(min(n_arcs, num_states), n)
         ws = _grow_all(
@@ -964,11 +818,9 @@ def search_best(states, lm, ws, ctr, use_final):
     """Best member of any group (Kaldi GetBestPath over the composed states): with final costs
     (B's final + D's final) if some member can end, else without, flagged. Returns (arcs, frames,
     total, reached, found, D state) of its path."""
-    cur_state, cur_cost, cur_blk, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_BLK], ws[W_CUR_REC]
-    blk_start, blk_len = ws[W_BLK_START], ws[W_BLK_LEN]
-    m_lm, m_off, m_mrec = ws[W_M_LM], ws[W_M_OFF], ws[W_M_MREC]
-    mr_prev, mr_tail = ws[W_MR_PREV], ws[W_MR_TAIL]
-    r_prev, r_arc, r_frame = ws[W_R_PREV], ws[W_R_ARC], ws[W_R_FRAME]
+    cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
+    r_prev, r_arc, r_frame = ws[RECORDS]
     n = ctr[C_TOK]
     best_i = -1
     best_q = -1

@@ -138,12 +138,9 @@ class TransducerBeamDecoder:
         self.context = context
         self.lm = None
         if config.ngram_lm:
-            if context.blank_id != len(context.units):
-                raise ConfigError(
-                    f"decoder.ngram_lm needs the blank after the {len(context.units)} units "
-                    f"(blank id {context.blank_id})"
-                )
-            self.lm = load_fusion_lm(config.ngram_lm, config.ngram_lm_token_ids, context.units)
+            self.lm = load_fusion_lm(
+                config.ngram_lm, config.ngram_lm_token_ids, context.units, context.blank_id
+            )
 
     def _fusion(self, device: torch.device) -> FusionConfig | None:
         """The LM fusion settings (None without an LM), the LM moved to ``device`` on first use there."""

@@ -58,14 +58,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
 
+from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.lattice import prune_window
+from asrdecode.decoders.wfst.paths import BestPath
+from asrdecode.decoders.workspace import INIT_CAPACITY, WorkspaceLayout, grow_fields, swap_fields, with_field
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step_memo, new_memo
 from asrdecode.numba_status import announce_first_compile, configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)
@@ -73,23 +79,13 @@ configure_cache()  # before any cached kernel is defined (numba_status)
 log = logging.getLogger("asrdecode.decoders.wfst")
 
 _F32_INF = np.float32(np.inf)
-_INIT_CAPACITY = 1024
+LM_START_STATE = DifferenceLM.START  # the LM state of a search's start token (<s>)
 
-# stats slots returned by decode_utterance
+# stats slots of a search
 STAT_FRAMES, STAT_ARCS, STAT_TOKENS, STAT_EPS_POPS, STAT_EPS_LIMIT, STAT_RECORDS = range(6)
 STAT_PRUNE_FRAMES = 6  # frames taken back by the lattice window pruning, over all its calls
-NUM_STATS = 7
-
-
-@numba.njit(nogil=True, cache=True)
-def _grow(a: np.ndarray, need: int) -> np.ndarray:
-    """`a` if it holds `need` elements, else a copy with (at least) twice the capacity."""
-    if need <= a.shape[0]:
-        return a
-    cap = max(need, 2 * a.shape[0])
-    b = np.empty(cap, dtype=a.dtype)
-    b[: a.shape[0]] = a
-    return b
+STAT_LM_LOOKUPS = 7  # with an LM: LM lookups that missed the memo
+NUM_STATS = 8
 
 
 @numba.njit(nogil=True, cache=True)
@@ -167,38 +163,82 @@ def get_cutoff(
 
 
 # ---------------------------------------------------------------------------------------------
-# Workspace: the arrays of one search (a worker thread's, reused across utterances, or a stream's).
-# Hot loops live in small functions that never reassign an array (numba would otherwise emit
-# atomic reference-count updates inside them); capacities are checked before each loop and the
-# arrays grown by the frame driver.
-W_CUR_STATE, W_CUR_COST, W_CUR_REC = 0, 1, 2
-W_NXT_STATE, W_NXT_COST, W_NXT_REC, W_NXT_ARC = 3, 4, 5, 6
-W_QUEUE, W_SCRATCH = 7, 8
-W_REC_PREV, W_REC_ARC, W_REC_FRAME = 9, 10, 11
-W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC, W_LAT_COST = 12, 13, 14, 15, 16, 17
-W_NODE_FRAME, W_NODE_STATE, W_NODE_COST, W_NODE_EXTRA = 18, 19, 20, 21
-WORKSPACE_DTYPES = (
-    (np.int32, np.float32, np.int64)
-    + (np.int32, np.float32, np.int64, np.int32)
-    + (np.int32, np.float32)
-    + (np.int64, np.int32, np.int32)
-    + (np.int32, np.int32, np.int32, np.int32, np.float32, np.float32)
-    + (np.int32, np.int32, np.float32, np.float32)
-)
+# Workspace: the arrays of one search (a worker thread's, reused across utterances, or a stream's),
+# one field table (`workspace.WorkspaceLayout`; fields grown together are adjacent). The LM fields
+# (token LM state, hash positions, pair hash table) are used by `wfst-otf` only; the lattice
+# fields only with lattices.
+WORKSPACE = WorkspaceLayout(
+    ("cur_state", np.int32), ("cur_cost", np.float32), ("cur_rec", np.int64),
+    ("cur_u", np.int32), ("cur_pos", np.int64),
+    ("nxt_state", np.int32), ("nxt_cost", np.float32), ("nxt_rec", np.int64),
+    ("nxt_u", np.int32), ("nxt_pos", np.int64), ("nxt_arc", np.int32),
+    ("queue", np.int32), ("scratch", np.float32),
+    ("rec_prev", np.int64), ("rec_arc", np.int32), ("rec_frame", np.int32),
+    ("lat_frame", np.int32), ("lat_src", np.int32), ("lat_dst", np.int32), ("lat_arc", np.int32),
+    ("lat_ac", np.float32), ("lat_cost", np.float32),
+    ("node_frame", np.int32), ("node_state", np.int32), ("node_cost", np.float32), ("node_extra", np.float32),
+    ("htab", np.int64),
+)  # fmt: skip
+(
+    W_CUR_STATE, W_CUR_COST, W_CUR_REC, W_CUR_U, W_CUR_POS,
+    W_NXT_STATE, W_NXT_COST, W_NXT_REC, W_NXT_U, W_NXT_POS, W_NXT_ARC,
+    W_QUEUE, W_SCRATCH, W_REC_PREV, W_REC_ARC, W_REC_FRAME,
+    W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC, W_LAT_COST,
+    W_NODE_FRAME, W_NODE_STATE, W_NODE_COST, W_NODE_EXTRA, W_HTAB,
+) = WORKSPACE.indices(
+    "cur_state", "cur_cost", "cur_rec", "cur_u", "cur_pos",
+    "nxt_state", "nxt_cost", "nxt_rec", "nxt_u", "nxt_pos", "nxt_arc",
+    "queue", "scratch", "rec_prev", "rec_arc", "rec_frame",
+    "lat_frame", "lat_src", "lat_dst", "lat_arc", "lat_ac", "lat_cost",
+    "node_frame", "node_state", "node_cost", "node_extra", "htab",
+)  # fmt: skip
 # counters of a workspace (int64 array)
 C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME, C_GC_AT, C_GC_MIN = range(7)
 NUM_COUNTERS = 7
 GC_MIN_RECORDS = 1 << 20  # back-pointer records before the first garbage collection
 
+# The pruning settings of one search, one record for the compiled code (`search_settings`).
+SETTINGS_DTYPE = np.dtype(
+    [
+        ("beam", np.float32), ("beam_delta", np.float32), ("max_active", np.int64), ("min_active", np.int64),
+        ("eps_limit", np.int64), ("lattice_beam", np.float64), ("prune_interval", np.int64),
+        ("bucket_width", np.float32), ("capacity", np.int64), ("gc_records", np.int64),
+    ],
+    align=True,
+)  # fmt: skip
+
+
+def search_settings(
+    pruning: PruningOptions,
+    num_states: int,
+    lattice_beam: float = 8.0,
+    prune_interval: int = 25,
+    bucket_width: float = 0.0,
+    capacity: int = 16,
+    gc_records: int = GC_MIN_RECORDS,
+) -> np.record:
+    """The settings record the compiled searches read: the pruning (Kaldi's beam, max/min
+    active, adaptive-beam delta; the epsilon closure's pop limit, `max_epsilon_passes` x the
+    graph's states, at least 1024), the lattice beam and pruning interval, `let`'s bucket width
+    and group capacity, and the back-pointer garbage-collection threshold."""
+    rec = np.rec.array(np.zeros(1, SETTINGS_DTYPE))[0]  # a record: fields as attributes
+    rec["beam"], rec["beam_delta"] = pruning.beam, pruning.beam_delta
+    rec["max_active"], rec["min_active"] = min(int(pruning.max_active), 2**31 - 1), int(pruning.min_active)
+    rec["eps_limit"] = max(pruning.max_epsilon_passes, 1) * max(num_states, 1024)
+    rec["lattice_beam"], rec["prune_interval"] = lattice_beam, int(prune_interval)
+    rec["bucket_width"], rec["capacity"], rec["gc_records"] = bucket_width, int(capacity), int(gc_records)
+    return rec
+
 
 @numba.njit(nogil=True, cache=True)
-def _collect_records(cur_rec, n, rec_prev, rec_arc, rec_frame, nrec) -> int:
-    """Drop the back-pointer records no current token leads back to (Kaldi frees such tokens by
-    reference counting); compacts in place, keeps the order (a record's predecessor comes
-    first), renumbers the tokens' records. Returns the number of records kept."""
+def collect_records(roots, n, rec_prev, rec_arc, rec_frame, nrec) -> int:
+    """Drop the back-pointer records none of ``roots[:n]`` leads back to (Kaldi frees such tokens
+    by reference counting); compacts the chain (``rec_prev``) and its payload (``rec_arc``,
+    ``rec_frame``; give one array twice for a single payload) in place, keeps the order (a
+    record's predecessor comes first), renumbers the roots (-1 = none). Returns the records kept."""
     new_id = np.full(nrec, -1, np.int64)
     for i in range(n):
-        r = cur_rec[i]
+        r = roots[i]
         while r >= 0 and new_id[r] == -1:
             new_id[r] = -2
             r = rec_prev[r]
@@ -212,25 +252,13 @@ def _collect_records(cur_rec, n, rec_prev, rec_arc, rec_frame, nrec) -> int:
             new_id[r] = k
             k += 1
     for i in range(n):
-        cur_rec[i] = new_id[cur_rec[i]]
+        if roots[i] >= 0:
+            roots[i] = new_id[roots[i]]
     return k
 
 
 @numba.njit(nogil=True, cache=True)
-def _seed_queue(queue: np.ndarray, n: int) -> None:
-    """Queue all tokens so that they pop in token order (LIFO)."""
-    for i in range(n):
-        queue[i] = n - 1 - i
-
-
-@numba.njit(nogil=True, cache=True)
-def _reset_slots(slot: np.ndarray, state: np.ndarray, n: int) -> None:
-    for i in range(n):
-        slot[state[i]] = -1
-
-
-@numba.njit(nogil=True, cache=True)
-def _emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.float32) -> int:
+def emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.float32) -> int:
     """Emitting arcs of the tokens below the cutoff (an upper bound of the new tokens)."""
     total = 0
     for i in range(n):
@@ -240,30 +268,180 @@ def _emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.
     return total
 
 
+# ------------------------------------------------------------------ the (graph state, LM state) map
+# `wfst` recombines tokens by graph state through ``slot[state] -> token`` (-1 = none); `wfst-otf`
+# by the pair (graph state, LM state u) through an open-addressing table (paper 000 Alg. 4): int64
+# keys ``state * U + u``, linear probing, pairs (key, token) at ``2p, 2p + 1`` (one cache line per
+# probe), sized to twice the tokens a step can make, cleared only at the slots used. `lm is None`
+# selects the first at compile time (numba prunes the branch by the argument's type).
+@numba.njit(nogil=True, cache=True, inline="always")
+def _hash_slot(htab: np.ndarray, key: int) -> int:
+    """Index of `key` in the table, or of the empty pair (key -1) where it goes."""
+    mask = (htab.shape[0] >> 1) - 1
+    h = key * np.int64(-7046029254386353131)
+    p = (h ^ (h >> 29)) & mask
+    while htab[2 * p] != key and htab[2 * p] != -1:
+        p = (p + 1) & mask
+    return 2 * p
+
+
 @numba.njit(nogil=True, cache=True)
-def _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k) -> None:
-    """The lattice nodes of a frame's tokens (extra cost NaN: not pruned yet)."""
+def _hash_clear(htab: np.ndarray, pos: np.ndarray, n: int) -> None:
     for i in range(n):
-        node_frame[k + i] = frame
-        node_state[k + i] = cur_state[i]
-        node_cost[k + i] = cur_cost[i]
-        node_extra[k + i] = np.nan
+        htab[pos[i]] = -1
 
 
+@numba.njit(nogil=True, cache=True)
+def _hash_table(htab: np.ndarray, need: int) -> np.ndarray:
+    """The table with room for `need` keys at load <= 1/2 (a new empty one if grown)."""
+    cap = htab.shape[0] >> 1
+    if 2 * need <= cap:
+        return htab
+    while 2 * need > cap:
+        cap *= 2
+    return np.full(2 * cap, -1, np.int64)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _find(slot, htab, lm, U, d, u):
+    """(token of graph state d with LM state u in the frame's map, or -1; its hash position)."""
+    if lm is None:
+        return slot[d], np.int64(0)
+    p = _hash_slot(htab, np.int64(d) * U + u)
+    if htab[p] == -1:
+        return np.int64(-1), p
+    return htab[p + 1], p
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos) -> None:
+    """Token j is (d, u): written and entered in the map (`_find`'s position p)."""
+    tok_state[j] = d
+    if lm is None:
+        slot[d] = j
+    else:
+        htab[p] = np.int64(d) * U + u
+        htab[p + 1] = j
+        tok_u[j] = u
+        tok_pos[j] = p
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _arrive(slot, htab, lm, U, d, u, c, n, tok_state, tok_u, tok_cost, tok_pos):
+    """A candidate (d, u) at cost c among tokens 0..n-1: a new token, or the existing one if c is
+    lower (the first wins ties). Returns (the token, or -1 when not taken; the token count)."""
+    j, p = _find(slot, htab, lm, U, d, u)
+    if j < 0:
+        j = n
+        n += 1
+        _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos)
+    elif not (c < tok_cost[j]):
+        return -1, n
+    tok_cost[j] = c
+    return j, n
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def queue_pop(
+    nq: int, pops: int, eps_limit: int, stats: np.ndarray, limit_stat: int
+) -> tuple[int, int, bool]:
+    """One pop of an epsilon closure's LIFO queue (Kaldi ProcessNonemitting) under its limit on
+    pops (a negative-cost epsilon cycle would loop): (queue length, pops, whether to stop)."""
+    pops += 1
+    if pops > eps_limit:
+        stats[limit_stat] += 1
+        return 0, pops, True
+    return nq - 1, pops, False
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def best_token(cost: np.ndarray, n: int) -> tuple[int, np.float32]:
+    """(index, cost) of the cheapest of tokens 0..n-1 (the first on ties; -1 when n == 0)."""
+    best_i = -1
+    best_c = _F32_INF
+    for i in range(n):
+        if cost[i] < best_c:
+            best_c = cost[i]
+            best_i = i
+    return best_i, best_c
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def running_bound(c, best_new, bound, adaptive):
+    """Kaldi ProcessEmitting's running bound for a candidate of cost c: (best new cost, bound
+    ``min(cost + adaptive beam)`` so far, whether c is below the bound and so kept)."""
+    if c < best_new:
+        best_new = c
+    if not (c < bound):
+        return best_new, bound, False
+    if c + adaptive < bound:
+        bound = c + adaptive
+    return best_new, bound, True
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _lattice_arc(frame, s, d, a, ac, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, nlat) -> int:
+    """Keep arc a (s -> d, acoustic cost ac) of `frame` as lattice arc nlat; returns nlat + 1."""
+    lat_frame[nlat] = frame
+    lat_src[nlat] = s
+    lat_dst[nlat] = d
+    lat_arc[nlat] = a
+    lat_ac[nlat] = ac
+    return nlat + 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _map_tokens(slot, htab, lm, U, tok_state, tok_u, tok_pos, n) -> None:
+    """Enter tokens 0..n-1 in the (empty) map."""
+    for j in range(n):
+        d = tok_state[j]
+        u = 0
+        if lm is not None:
+            u = tok_u[j]
+        _, p = _find(slot, htab, lm, U, d, u)
+        _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos)
+
+
+@numba.njit(nogil=True, cache=True)
+def _unmap_tokens(slot, htab, lm, tok_state, tok_pos, n) -> None:
+    """Empty the map at tokens 0..n-1 (only the entries used: memory follows the live tokens)."""
+    if lm is None:
+        for i in range(n):
+            slot[tok_state[i]] = -1
+    else:
+        _hash_clear(htab, tok_pos, n)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _word_arc(c, ol, boost, lm, memo, V, stats, u):
+    """Cost `c` of an arc with olabel `ol` plus the word's boost and, with an LM (`wfst-otf`), the
+    LM difference from LM state u (paper 000 Alg. 2, Kaldi biglm). Returns (cost, next LM state)."""
+    if ol > 0:
+        if ol < boost.shape[0]:
+            c = c + boost[ol]
+        if lm is not None:
+            dc, nu, missed = lm_step_memo(lm, memo, u, ol, V)
+            if missed:
+                stats[STAT_LM_LOOKUPS] += 1
+            return c + dc, nu
+    return c, np.int64(u)
+
+
+# ------------------------------------------------------------------ the frame steps
 @numba.njit(nogil=True, cache=True)
 def _closure(
-    states, arcs, boost, cut, frame, slot, eps_limit, lattice,
-    cur_state, cur_cost, cur_rec, queue, rec_prev, rec_arc, rec_frame,
+    states, arcs, boost, lm, memo, U, V, cut, frame, slot, htab, eps_limit, lattice,
+    cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, io, stats,
 ) -> bool:  # fmt: skip
     """Epsilon closure (Kaldi ProcessNonemitting) of the queued tokens: a LIFO queue, tokens and
     candidates above ``cut`` are not expanded (``<=`` keeps), an improved token is queued again.
 
     io: [tokens, records, lattice arcs, queue length, pops]. Returns False (with io updated) when
-    an array is too small for the next token's epsilon arcs: the caller grows it and calls again.
+    an array or the pair table is too small for the next token's epsilon arcs: the caller grows
+    it and calls again.
     """
     n, nrec, nlat, nq, pops = io[0], io[1], io[2], io[3], io[4]
-    n_boost = boost.shape[0]
     num_states = slot.shape[0]
     while nq > 0:
         i = queue[nq - 1]
@@ -271,48 +449,39 @@ def _closure(
         a0 = states[s].split
         a1 = states[s].end
         k = a1 - a0
+        tokens = n + k
+        if lm is None:
+            tokens = min(tokens, num_states)
+        elif 2 * (n + k) > htab.shape[0] >> 1:
+            tokens = cur_state.shape[0] + 1  # the table is too small: grow
         if (
-            min(n + k, num_states) > cur_state.shape[0]
+            tokens > cur_state.shape[0]
             or nrec + k > rec_prev.shape[0]
             or nq - 1 + k > queue.shape[0]
             or (lattice and nlat + k > lat_frame.shape[0])
         ):
             io[0], io[1], io[2], io[3], io[4] = n, nrec, nlat, nq, pops
             return False
-        nq -= 1
-        pops += 1
-        if pops > eps_limit:
-            stats[STAT_EPS_LIMIT] += 1
-            nq = 0
+        nq, pops, stop = queue_pop(nq, pops, eps_limit, stats, STAT_EPS_LIMIT)
+        if stop:
             break
         c0 = cur_cost[i]
         if c0 > cut:
             continue
+        u0 = 0
+        if lm is not None:
+            u0 = cur_u[i]
         for a in range(a0, a1):
             arc = arcs[a]
-            c = c0 + arc.weight
-            ol = arc.olabel
-            if ol > 0 and ol < n_boost:
-                c = c + boost[ol]
+            c, u = _word_arc(c0 + arc.weight, arc.olabel, boost, lm, memo, V, stats, u0)
             if c > cut:
                 continue
             d = arc.nextstate
             if lattice:
-                lat_frame[nlat] = frame
-                lat_src[nlat] = s
-                lat_dst[nlat] = d
-                lat_arc[nlat] = a
-                lat_ac[nlat] = 0.0
-                nlat += 1
-            j = slot[d]
+                nlat = _lattice_arc(frame, s, d, a, 0.0, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, nlat)
+            j, n = _arrive(slot, htab, lm, U, d, u, c, n, cur_state, cur_u, cur_cost, cur_pos)
             if j < 0:
-                j = n
-                n += 1
-                cur_state[j] = d
-                slot[d] = j
-            elif not (c < cur_cost[j]):
                 continue
-            cur_cost[j] = c
             rec_prev[nrec] = cur_rec[i]
             rec_arc[nrec] = a
             rec_frame[nrec] = frame
@@ -326,8 +495,8 @@ def _closure(
 
 @numba.njit(nogil=True, cache=True)
 def _emit(
-    states, arcs, acrow, boost, cut, adaptive, slot, lattice, frame,
-    cur_state, cur_cost, cur_rec, n, nxt_state, nxt_cost, nxt_rec, nxt_arc,
+    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
+    cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, nlat,
 ):  # fmt: skip
     """Emitting arcs (Kaldi ProcessEmitting) of the tokens below ``cut`` into the nxt arrays
@@ -336,23 +505,19 @@ def _emit(
     As Kaldi, the best token is expanded first for a tight running bound ``best_new + adaptive``
     that skips most arcs early. With lattices, every candidate below the running bound is kept
     with its cost (filtered with the frame's final bound by `_keep`)."""
-    n_boost = boost.shape[0]
-    best_i = -1
-    best_c = _F32_INF
-    for i in range(n):
-        if cur_cost[i] < best_c:
-            best_c = cur_cost[i]
-            best_i = i
+    best_i, best_c = best_token(cur_cost, n)
     best_new = _F32_INF
     bound = _F32_INF  # running bound: min(cost + adaptive) so far (>= the final bound)
     if best_i >= 0 and best_c < cut:
         s = cur_state[best_i]
+        u0 = 0
+        if lm is not None:
+            u0 = cur_u[best_i]
         for a in range(states[s].first, states[s].split):
             arc = arcs[a]
-            c = best_c + arc.weight + acrow[arc.column]
-            ol = arc.olabel
-            if ol > 0 and ol < n_boost:
-                c = c + boost[ol]
+            c, _ = _word_arc(
+                best_c + arc.weight + acrow[arc.column], arc.olabel, boost, lm, memo, V, stats, u0
+            )
             if c + adaptive < bound:
                 bound = c + adaptive
     m = 0
@@ -362,37 +527,23 @@ def _emit(
             continue
         s = cur_state[i]
         r0 = cur_rec[i]
+        u0 = 0
+        if lm is not None:
+            u0 = cur_u[i]
         for a in range(states[s].first, states[s].split):
             arc = arcs[a]
             ac = acrow[arc.column]
-            c = c0 + arc.weight + ac
-            ol = arc.olabel
-            if ol > 0 and ol < n_boost:
-                c = c + boost[ol]
-            if c < best_new:
-                best_new = c
-            if not (c < bound):
+            c, u = _word_arc(c0 + arc.weight + ac, arc.olabel, boost, lm, memo, V, stats, u0)
+            best_new, bound, below = running_bound(c, best_new, bound, adaptive)
+            if not below:
                 continue
-            if c + adaptive < bound:
-                bound = c + adaptive
             d = arc.nextstate
             if lattice:
-                lat_frame[nlat] = frame
-                lat_src[nlat] = s
-                lat_dst[nlat] = d
-                lat_arc[nlat] = a
-                lat_ac[nlat] = ac
                 lat_cost[nlat] = c
-                nlat += 1
-            j = slot[d]
+                nlat = _lattice_arc(frame, s, d, a, ac, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, nlat)
+            j, m = _arrive(slot, htab, lm, U, d, u, c, m, nxt_state, nxt_u, nxt_cost, nxt_pos)
             if j < 0:
-                j = m
-                m += 1
-                nxt_state[j] = d
-                slot[d] = j
-            elif not (c < nxt_cost[j]):
                 continue
-            nxt_cost[j] = c
             nxt_rec[j] = r0
             nxt_arc[j] = a
     return m, best_new, nlat
@@ -400,11 +551,13 @@ def _emit(
 
 @numba.njit(nogil=True, cache=True)
 def _keep(
-    cut, frame, slot, m, nxt_state, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec_arc, rec_frame, nrec,
+    cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+    rec_prev, rec_arc, rec_frame, nrec,
     lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, lat0, nlat,
 ):  # fmt: skip
-    """Keep the new tokens below the frame's final bound (a record each); the same for the
-    frame's lattice candidates. Returns (tokens, records, lattice arcs)."""
+    """Keep the new tokens below the frame's final bound (a record each), mapped for the frame's
+    epsilon closure (the pair table arrives empty); the same for the frame's lattice candidates.
+    Returns (tokens, records, lattice arcs)."""
     k = 0
     for j in range(m):
         d = nxt_state[j]
@@ -413,13 +566,16 @@ def _keep(
             rec_prev[nrec] = nxt_rec[j]
             rec_arc[nrec] = nxt_arc[j]
             rec_frame[nrec] = frame
-            nxt_state[k] = d
             nxt_cost[k] = c
             nxt_rec[k] = nrec
             nrec += 1
-            slot[d] = k
+            u = 0
+            if lm is not None:
+                u = nxt_u[j]
+            _, p = _find(slot, htab, lm, U, d, u)
+            _add(slot, htab, lm, U, d, u, p, k, nxt_state, nxt_u, nxt_pos)
             k += 1
-        else:
+        elif lm is None:
             slot[d] = -1
     q = lat0
     if lattice:
@@ -435,67 +591,75 @@ def _keep(
 
 
 @numba.njit(nogil=True, cache=True)
-def _close_frame(states, arcs, boost, cut, frame, slot, eps_limit, lattice, ws, ctr, stats):
-    """Epsilon closure of the current tokens (growing arrays as needed), their lattice nodes, and
-    the reset of the scratch map (only valid within a frame). Returns the workspace."""
-    n = ctr[C_TOKENS]
-    queue = _grow(ws[W_QUEUE], n)
-    _seed_queue(queue, n)
-    io = np.empty(5, np.int64)
-    io[0], io[1], io[2], io[3], io[4] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], n, 0
-    cur_state, cur_cost, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_REC]
-    rec_prev, rec_arc, rec_frame = ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME]
-    lat_frame, lat_src, lat_dst = ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST]
-    lat_arc, lat_ac, lat_cost = ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_COST]
-    while not _closure(
-        states, arcs, boost, cut, frame, slot, eps_limit, lattice,
-        cur_state, cur_cost, cur_rec, queue, rec_prev, rec_arc, rec_frame,
-        lat_frame, lat_src, lat_dst, lat_arc, lat_ac, io, stats,
-    ):  # fmt: skip
-        need = (states[cur_state[queue[io[3] - 1]]].end - states[cur_state[queue[io[3] - 1]]].split) + 1
-        cur_state = _grow(cur_state, min(io[0] + need, slot.shape[0]))
-        cur_cost = _grow(cur_cost, cur_state.shape[0])
-        cur_rec = _grow(cur_rec, cur_state.shape[0])
-        rec_prev = _grow(rec_prev, io[1] + need)
-        rec_arc = _grow(rec_arc, rec_prev.shape[0])
-        rec_frame = _grow(rec_frame, rec_prev.shape[0])
-        queue = _grow(queue, io[3] + need)
-        if lattice:
-            lat_frame = _grow(lat_frame, io[2] + need)
-            lat_src = _grow(lat_src, lat_frame.shape[0])
-            lat_dst = _grow(lat_dst, lat_frame.shape[0])
-            lat_arc = _grow(lat_arc, lat_frame.shape[0])
-            lat_ac = _grow(lat_ac, lat_frame.shape[0])
-            lat_cost = _grow(lat_cost, lat_frame.shape[0])
-    n = io[0]
-    stats[STAT_EPS_POPS] += io[4]
-    stats[STAT_TOKENS] += n
-    node_frame, node_state, node_cost = ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST]
-    node_extra = ws[W_NODE_EXTRA]
-    if lattice:
-        k = ctr[C_NODES]
-        node_frame = _grow(node_frame, k + n)
-        node_state = _grow(node_state, node_frame.shape[0])
-        node_cost = _grow(node_cost, node_frame.shape[0])
-        node_extra = _grow(node_extra, node_frame.shape[0])
-        _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k)
-        ctr[C_NODES] = k + n
-    _reset_slots(slot, cur_state, n)
-    ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = n, io[1], io[2]
-    return (
-        cur_state, cur_cost, cur_rec,
-        ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_REC], ws[W_NXT_ARC],
-        queue, ws[W_SCRATCH],
-        rec_prev, rec_arc, rec_frame,
-        lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost,
-        node_frame, node_state, node_cost, node_extra,
-    )  # fmt: skip
+def _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k) -> None:
+    """The lattice nodes of a frame's tokens (extra cost NaN: not pruned yet)."""
+    for i in range(n):
+        node_frame[k + i] = frame
+        node_state[k + i] = cur_state[i]
+        node_cost[k + i] = cur_cost[i]
+        node_extra[k + i] = np.nan
 
 
 @numba.njit(nogil=True, cache=True)
-def search_init(states, arcs, start, boost, slot, eps_limit, lattice, ws, ctr, stats, gc_at):
-    """Start a search: one start token (a record with no predecessor, frame -1) and its epsilon
-    closure. gc_at: records before the first garbage collection. Returns the workspace."""
+def _grow_tokens(ws, lm, need):
+    """The workspace with the current-token arrays holding `need` tokens (LM fields with an LM)."""
+    ws = grow_fields(ws, W_CUR_STATE, W_CUR_REC, need)
+    if lm is not None:
+        ws = grow_fields(ws, W_CUR_U, W_CUR_POS, need)
+    return ws
+
+
+@numba.njit(nogil=True, cache=True)
+def _close_frame(states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limit, lattice, ws, ctr, stats):
+    """Epsilon closure of the current tokens (mapped by `_keep`; growing arrays as needed), their
+    lattice nodes, and the reset of the map (only valid within a frame). Returns the workspace."""
+    n = ctr[C_TOKENS]
+    ws = grow_fields(ws, W_QUEUE, W_QUEUE, n)
+    queue = ws[W_QUEUE]
+    for i in range(n):  # all tokens, popping in token order (LIFO)
+        queue[i] = n - 1 - i
+    io = np.empty(5, np.int64)
+    io[0], io[1], io[2], io[3], io[4] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], n, 0
+    while not _closure(
+        states, arcs, boost, lm, memo, U, V, cut, frame, slot, ws[W_HTAB], eps_limit, lattice,
+        ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC], ws[W_CUR_POS], ws[W_QUEUE],
+        ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME],
+        ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], io, stats,
+    ):  # fmt: skip
+        top = ws[W_CUR_STATE][ws[W_QUEUE][io[3] - 1]]
+        need = states[top].end - states[top].split + 1
+        tokens = io[0] + need
+        if lm is None:
+            tokens = min(tokens, slot.shape[0])
+        ws = _grow_tokens(ws, lm, tokens)
+        ws = grow_fields(ws, W_REC_PREV, W_REC_FRAME, io[1] + need)
+        ws = grow_fields(ws, W_QUEUE, W_QUEUE, io[3] + need)
+        if lattice:
+            ws = grow_fields(ws, W_LAT_FRAME, W_LAT_COST, io[2] + need)
+        if lm is not None and 2 * (io[0] + need) > ws[W_HTAB].shape[0] >> 1:
+            _hash_clear(ws[W_HTAB], ws[W_CUR_POS], io[0])
+            ws = with_field(ws, W_HTAB, _hash_table(ws[W_HTAB], io[0] + need))
+            _map_tokens(slot, ws[W_HTAB], lm, U, ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_POS], io[0])
+    n = io[0]
+    stats[STAT_EPS_POPS] += io[4]
+    stats[STAT_TOKENS] += n
+    if lattice:
+        k = ctr[C_NODES]
+        ws = grow_fields(ws, W_NODE_FRAME, W_NODE_EXTRA, k + n)
+        _record_nodes(
+            frame, ws[W_CUR_STATE], ws[W_CUR_COST], n,
+            ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], k,
+        )  # fmt: skip
+        ctr[C_NODES] = k + n
+    _unmap_tokens(slot, ws[W_HTAB], lm, ws[W_CUR_STATE], ws[W_CUR_POS], n)
+    ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = n, io[1], io[2]
+    return ws
+
+
+@numba.njit(nogil=True, cache=True)
+def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, lattice, ws, ctr, stats):
+    """Start a search: one start token (graph start, LM state <s>; a record with no predecessor,
+    frame -1) and its epsilon closure. Returns the workspace."""
     rec_prev, rec_arc, rec_frame = ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME]
     rec_prev[0] = -1
     rec_arc[0] = -1
@@ -505,28 +669,34 @@ def search_init(states, arcs, start, boost, slot, eps_limit, lattice, ws, ctr, s
     ctr[C_LAT_ARCS] = 0
     ctr[C_NODES] = 0
     ctr[C_NEXT_FRAME] = 0
-    ctr[C_GC_AT] = gc_at
-    ctr[C_GC_MIN] = gc_at
+    ctr[C_GC_AT] = settings.gc_records
+    ctr[C_GC_MIN] = settings.gc_records
+    if lm is not None:
+        for i in range(memo.shape[0]):
+            memo[i].key = -1
     if start >= 0:
-        ws[W_CUR_STATE][0] = start
         ws[W_CUR_COST][0] = np.float32(0.0)
         ws[W_CUR_REC][0] = 0
-        slot[start] = 0
+        _, p = _find(slot, ws[W_HTAB], lm, U, start, LM_START_STATE)
+        _add(
+            slot, ws[W_HTAB], lm, U, start, LM_START_STATE, p, 0, ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_POS]
+        )
         ctr[C_TOKENS] = 1
-    return _close_frame(states, arcs, boost, _F32_INF, -1, slot, eps_limit, lattice, ws, ctr, stats)
+    return _close_frame(
+        states, arcs, boost, lm, memo, U, V, _F32_INF, -1, slot, settings.eps_limit, lattice, ws, ctr, stats
+    )
 
 
 @numba.njit(nogil=True, cache=True)
-def search_advance(
-    states, arcs, ac, beam, max_active, min_active, beam_delta, boost, slot, eps_limit, lattice,
-    ws, ctr, stats, lattice_beam, prune_interval, slot2,
-):  # fmt: skip
+def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, settings, lattice, ws, ctr, stats):
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs; frame numbers
     continue from the previous call). With lattices, the kept arcs and nodes are pruned with
-    `lattice.prune_window` at `lattice_beam` after every `prune_interval`-th frame (0 = never);
-    it maps states to nodes with `slot` (all -1 between frames) and `slot2` (all -1).
+    `lattice.prune_window` at the settings' lattice beam after every `prune_interval`-th frame
+    (0 = never); it maps states to nodes with `slot` (all -1 between frames) and `slot2` (all -1).
     Returns the workspace (arrays may have been grown)."""
     num_states = slot.shape[0]
+    beam, max_active, min_active = settings.beam, settings.max_active, settings.min_active
+    beam_delta, eps_limit = settings.beam_delta, settings.eps_limit
     for t in range(ac.shape[0]):
         frame = ctr[C_NEXT_FRAME]
         ctr[C_NEXT_FRAME] = frame + 1
@@ -534,63 +704,65 @@ def search_advance(
         if n == 0:
             continue
         stats[STAT_FRAMES] += 1
-        cur_state, cur_cost, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_REC]
         # ------------------------------------------ cutoff (GetCutoff) of the current tokens
-        scratch = _grow(ws[W_SCRATCH], n)
-        cut, adaptive = get_cutoff(cur_cost, n, scratch, beam, max_active, min_active, beam_delta)
+        ws = grow_fields(ws, W_SCRATCH, W_SCRATCH, n)
+        cut, adaptive = get_cutoff(ws[W_CUR_COST], n, ws[W_SCRATCH], beam, max_active, min_active, beam_delta)
         # ------------------------------------------ capacities, then emitting arcs
-        n_arcs = _emitting_arcs(states, cur_cost, cur_state, n, cut)
+        n_arcs = emitting_arcs(states, ws[W_CUR_COST], ws[W_CUR_STATE], n, cut)
         stats[STAT_ARCS] += n_arcs
-        bound = min(n_arcs, num_states)
-        nxt_state = _grow(ws[W_NXT_STATE], bound)
-        nxt_cost = _grow(ws[W_NXT_COST], bound)
-        nxt_rec = _grow(ws[W_NXT_REC], bound)
-        nxt_arc = _grow(ws[W_NXT_ARC], bound)
+        bound = n_arcs
+        if lm is None:
+            bound = min(n_arcs, num_states)
+        ws = grow_fields(ws, W_NXT_STATE, W_NXT_REC, bound)
+        ws = grow_fields(ws, W_NXT_ARC, W_NXT_ARC, bound)
+        if lm is not None:
+            ws = grow_fields(ws, W_NXT_U, W_NXT_POS, bound)
+            ws = with_field(ws, W_HTAB, _hash_table(ws[W_HTAB], bound))
         nrec = ctr[C_RECORDS]
-        rec_prev = _grow(ws[W_REC_PREV], nrec + bound)
-        rec_arc = _grow(ws[W_REC_ARC], rec_prev.shape[0])
-        rec_frame = _grow(ws[W_REC_FRAME], rec_prev.shape[0])
+        ws = grow_fields(ws, W_REC_PREV, W_REC_FRAME, nrec + bound)
         lat0 = ctr[C_LAT_ARCS]
+        if lattice:
+            ws = grow_fields(ws, W_LAT_FRAME, W_LAT_COST, lat0 + n_arcs)
+        htab = ws[W_HTAB]
+        nxt_state, nxt_u, nxt_cost = ws[W_NXT_STATE], ws[W_NXT_U], ws[W_NXT_COST]
+        nxt_rec, nxt_arc, nxt_pos = ws[W_NXT_REC], ws[W_NXT_ARC], ws[W_NXT_POS]
         lat_frame, lat_src, lat_dst = ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST]
         lat_arc, lat_ac, lat_cost = ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_COST]
-        if lattice:
-            lat_frame = _grow(lat_frame, lat0 + n_arcs)
-            lat_src = _grow(lat_src, lat_frame.shape[0])
-            lat_dst = _grow(lat_dst, lat_frame.shape[0])
-            lat_arc = _grow(lat_arc, lat_frame.shape[0])
-            lat_ac = _grow(lat_ac, lat_frame.shape[0])
-            lat_cost = _grow(lat_cost, lat_frame.shape[0])
         m, best_new, nlat = _emit(
-            states, arcs, ac[t], boost, cut, adaptive, slot, lattice, frame,
-            cur_state, cur_cost, cur_rec, n, nxt_state, nxt_cost, nxt_rec, nxt_arc,
+            states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
+            ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC], n,
+            nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
             lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, lat0,
         )  # fmt: skip
+        if lm is not None:
+            _hash_clear(htab, nxt_pos, m)
         # final bound of this frame (as the torch path: best new cost + adaptive beam); keep below it
         cut = best_new + adaptive
         k, nrec, nlat = _keep(
-            cut, frame, slot, m, nxt_state, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec_arc, rec_frame, nrec,
+            cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+            ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], nrec,
             lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, lat0, nlat,
         )  # fmt: skip
         ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
         # the kept new tokens become the current ones; then their epsilon closure
-        ws = (
-            nxt_state, nxt_cost, nxt_rec,
-            cur_state, cur_cost, cur_rec, nxt_arc,
-            ws[W_QUEUE], scratch,
-            rec_prev, rec_arc, rec_frame,
-            lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost,
-            ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA],
-        )  # fmt: skip
-        ws = _close_frame(states, arcs, boost, cut, frame, slot, eps_limit, lattice, ws, ctr, stats)
+        ws = swap_fields(ws, W_CUR_STATE, W_NXT_STATE)
+        ws = swap_fields(ws, W_CUR_COST, W_NXT_COST)
+        ws = swap_fields(ws, W_CUR_REC, W_NXT_REC)
+        if lm is not None:
+            ws = swap_fields(ws, W_CUR_U, W_NXT_U)
+            ws = swap_fields(ws, W_CUR_POS, W_NXT_POS)
+        ws = _close_frame(
+            states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limit, lattice, ws, ctr, stats
+        )
         if ctr[C_RECORDS] > ctr[C_GC_AT]:  # memory: keep only the records live tokens lead back to
-            kept = _collect_records(
+            kept = collect_records(
                 ws[W_CUR_REC], ctr[C_TOKENS], ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], ctr[C_RECORDS]
             )
             ctr[C_RECORDS] = kept
             ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * kept)
-        if lattice and prune_interval > 0 and (frame + 1) % prune_interval == 0:
+        if lattice and settings.prune_interval > 0 and (frame + 1) % settings.prune_interval == 0:
             ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
-                arcs, boost, frame, lattice_beam,
+                arcs, boost, frame, settings.lattice_beam,
                 ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], ctr[C_NODES],
                 ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ctr[C_LAT_ARCS],
                 slot, slot2,
@@ -600,33 +772,48 @@ def search_advance(
 
 
 @numba.njit(nogil=True, cache=True)
-def search_best(states, ws, ctr, use_final):
-    """Best token (Kaldi GetBestPath): after adding final costs if some token is in a final state
-    (and use_final), else without, flagged. Returns (arcs, frames, total, reached, found): the arc
-    index and frame of every arc of the best path (epsilon arcs included)."""
-    cur_state, cur_cost, cur_rec = ws[W_CUR_STATE], ws[W_CUR_COST], ws[W_CUR_REC]
-    rec_prev, rec_arc, rec_frame = ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME]
+def search_best(states, lm, ws, ctr, use_final):
+    """Best token (Kaldi GetBestPath): after adding final costs (graph final, plus the </s> LM
+    difference with an LM) if some token can end (and use_final), else without, flagged.
+    Returns (arcs, frames, total, reached, found, LM state): the arc index and frame of every arc
+    of the best path (epsilon arcs included) and the best token's LM state (-1 without an LM)."""
+    cur_state, cur_u, cur_cost, cur_rec = ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC]
     n = ctr[C_TOKENS]
     reached = False
     if use_final:
         for i in range(n):
-            if states[cur_state[i]].final < _F32_INF:
-                fc = cur_cost[i] + states[cur_state[i]].final
+            fin = states[cur_state[i]].final
+            if fin < _F32_INF:
+                fc = cur_cost[i] + fin
+                if lm is not None:
+                    fc = fc + lm_final(lm, cur_u[i])
                 if fc < _F32_INF:
                     reached = True
                     break
     best_i = -1
     total = _F32_INF
     for i in range(n):
-        sc = cur_cost[i] + states[cur_state[i]].final if reached else cur_cost[i]
-        # ties: the lower state, as the torch path (its tokens are sorted by state)
-        if best_i < 0 or sc < total or (sc == total and cur_state[i] < cur_state[best_i]):
+        sc = cur_cost[i]
+        if reached:
+            sc = sc + states[cur_state[i]].final
+            if lm is not None:
+                sc = sc + lm_final(lm, cur_u[i])
+        # ties: the lower state (then LM state), as the torch path (its tokens are sorted by key)
+        tie = False
+        if best_i >= 0 and sc == total:
+            tie = cur_state[i] < cur_state[best_i]
+            if lm is not None and cur_state[i] == cur_state[best_i]:
+                tie = cur_u[i] < cur_u[best_i]
+        if best_i < 0 or sc < total or tie:
             best_i = i
             total = sc
     if best_i < 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64), _F32_INF, False, False
-    path_arcs, path_frames = trace_records(rec_prev, rec_arc, rec_frame, cur_rec[best_i])
-    return path_arcs, path_frames, total, reached, True
+        return np.empty(0, np.int64), np.empty(0, np.int64), _F32_INF, False, False, -1
+    path_arcs, path_frames = trace_records(ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], cur_rec[best_i])
+    best_u = -1
+    if lm is not None:
+        best_u = cur_u[best_i]
+    return path_arcs, path_frames, total, reached, True, best_u
 
 
 @numba.njit(nogil=True, cache=True)
@@ -684,18 +871,15 @@ def graph_records(graph: DeviceGraph) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass
-@dataclass
-class CompiledPath:
-    """The 1-best of one utterance from the compiled search (and its lattice data, if kept)."""
+class CompiledPath(BestPath):
+    """The 1-best of one utterance from a compiled search (`BestPath`: int64 arcs and frames, frame
+    -1 = before the first frame; total inf when nothing survived) and its lattice data, if kept."""
 
-    arcs: np.ndarray  # int64 arc indices, in path order (epsilon arcs included)
-    frames: np.ndarray  # int64 frame of each arc (-1 = before the first frame)
-    total: float  # total cost (float32 value), inf when nothing survived
-    reached_final: bool
     found: bool  # some token survived to the end
     stats: np.ndarray
     lattice_arcs: np.recarray | None = None  # as lattice.LatticeStore: frame, src, dst, arc, ac
     lattice_nodes: np.recarray | None = None  # frame, state, cost
+    lm_state: int = -1  # the best token's LM state (searches with an LM)
 
 
 def default_threads() -> int:
@@ -704,9 +888,6 @@ def default_threads() -> int:
         return max(len(os.sched_getaffinity(0)), 1)
     except AttributeError:  # not on Linux
         return max(os.cpu_count() or 1, 1)
-
-
-_compile_lock = threading.Lock()
 
 
 def dense_boost(table: dict[int, float]) -> np.ndarray:
@@ -719,20 +900,107 @@ def dense_boost(table: dict[int, float]) -> np.ndarray:
     return arr
 
 
+def as_costs(ac: np.ndarray) -> np.ndarray:
+    """Acoustic costs as the compiled searches read them: C-contiguous float32 [T, V], V >= 1."""
+    ac = np.ascontiguousarray(ac, dtype=np.float32)
+    if ac.ndim != 2:
+        raise ValueError(f"acoustic costs must be [T, V], got {ac.shape}")
+    if ac.shape[1] == 0:
+        ac = np.zeros((ac.shape[0], 1), np.float32)
+    return ac
+
+
+_compile_lock = threading.Lock()
+_warm: set[str] = set()
+
+
+class CompiledRunner:
+    """The host side every compiled search shares (`wfst`, `wfst-otf`, `let`): the graph as
+    records, per-thread scratch (state maps, a workspace reused from utterance to utterance),
+    compiling once under a lock with a status line, and a thread pool decoding one utterance per
+    task (the kernels release the GIL), longest first."""
+
+    label = "search"  # status lines and thread names
+
+    def __init__(self, graph: DeviceGraph, threads: int = 0) -> None:
+        g = graph.to("cpu")
+        self.num_states = g.num_states
+        self.start = int(g.start)
+        self.states, self.arcs = graph_records(g)
+        self.threads = threads if threads > 0 else default_threads()
+        self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def warm_up(self) -> None:
+        """Run a tiny search, so that numba compiles (or loads) the kernels on this thread."""
+        raise NotImplementedError
+
+    def kernels(self) -> tuple:
+        """The compiled entry points (for the first-compile status line)."""
+        raise NotImplementedError
+
+    def ensure_compiled(self) -> None:
+        """Compile (or load from numba's disk cache) once per process, on the calling thread."""
+        with _compile_lock:
+            if self.label in _warm:
+                return
+            announce_first_compile(f"{self.label}: decoder", *self.kernels())
+            self.warm_up()
+            _warm.add(self.label)
+
+    def state_map(self, name: str, size: int) -> np.ndarray:
+        """A thread's int32 scratch map of `size` entries, all -1 between uses."""
+        maps = self._local.__dict__.setdefault("maps", {})
+        if name not in maps:
+            maps[name] = np.full(size, -1, dtype=np.int32)
+        return maps[name]
+
+    def thread_workspace(self, make: Callable[[], Any]) -> Any:
+        """This thread's workspace (made by `make` on first use)."""
+        w = getattr(self._local, "workspace", None)
+        if w is None:
+            w = self._local.workspace = make()
+        return w
+
+    def run_batch(
+        self, decode_one: Callable[..., Any], acs: list[np.ndarray], *per_item: list, threads: int = 0
+    ):
+        """``decode_one(ac, *items)`` for each utterance on `threads` workers (default: the
+        search's), longest first; results in input order."""
+        self.ensure_compiled()
+        threads = threads or self.threads
+        rows = list(zip(acs, *per_item, strict=True)) if per_item else [(a,) for a in acs]
+        if threads <= 1 or len(acs) <= 1:
+            return [decode_one(*row) for row in rows]
+        if self._pool is None or self._pool._max_workers != threads:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=self.label)
+        order = sorted(range(len(acs)), key=lambda i: -acs[i].shape[0])
+        futures = {i: self._pool.submit(decode_one, *rows[i]) for i in order}
+        return [futures[i].result() for i in range(len(acs))]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
 class Workspace:
     """The arrays and counters of one search: a worker thread's (reused from utterance to
     utterance, so steady-state decoding allocates nothing) or one stream's (carried between
-    chunks). Arrays grow by doubling and never shrink."""
+    chunks). Arrays grow by doubling and never shrink. With an LM, the LM lookup memo."""
 
-    def __init__(self, lattice: bool = False) -> None:
-        self.arrays = tuple(np.empty(_INIT_CAPACITY, dtype=dt) for dt in WORKSPACE_DTYPES)
+    def __init__(self, lattice: bool = False, lm: bool = False) -> None:
+        self.arrays = WORKSPACE.allocate(htab=np.full(4 * INIT_CAPACITY, -1, np.int64))
+        self.memo = new_memo() if lm else None
         self.ctr = np.zeros(NUM_COUNTERS, dtype=np.int64)
         self.stats = np.zeros(NUM_STATS, dtype=np.int64)
         self.lattice = lattice
 
     @property
     def frames(self) -> int:
-        """Frames decoded since `start`."""
+        """Frames decoded since `begin`."""
         return int(self.ctr[C_NEXT_FRAME])
 
     def lattice_data(self) -> tuple[np.recarray, np.recarray]:
@@ -751,129 +1019,79 @@ class Workspace:
         return arcs, nodes
 
 
-class CompiledSearch:
-    """The compiled search over one graph: graph arrays in the compiled functions' dtypes, a
-    workspace and scratch ``slot`` array per worker thread and a thread pool (one utterance per
-    task, GIL released)."""
+class CompiledSearch(CompiledRunner):
+    """The compiled token-passing search over one graph (`wfst`), or with a difference LM
+    composed on the fly (`wfst-otf`: ``lm`` given; paper 000)."""
 
-    def __init__(self, graph: DeviceGraph, threads: int = 0) -> None:
-        g = graph.to("cpu")
-        self.num_states = g.num_states
-        self.start = int(g.start)
-        self.states, self.arcs = graph_records(g)
-        self.threads = threads if threads > 0 else default_threads()
-        self._local = threading.local()
-        self._pool: ThreadPoolExecutor | None = None
+    def __init__(self, graph: DeviceGraph, threads: int = 0, lm: DifferenceLM | None = None) -> None:
+        super().__init__(graph, threads)
+        self.lm = lm.arrays() if lm is not None else None
+        self.U = int(lm.num_states) if lm is not None else 0
+        self.V = int(lm.large.vocab_size) if lm is not None else 0
+        self.label = "wfst-otf" if lm is not None else "wfst"
+        if lm is not None and self.arcs.shape[0] and int(self.arcs["olabel"].max()) >= self.V:
+            raise ValueError("wfst-otf: a graph olabel is outside the LM vocabulary")
 
-    # ---------------------------------------------------------------- helpers
-    @staticmethod
-    def ensure_compiled() -> None:
-        """Compile (or load from numba's disk cache) once, on the calling thread, with a status line."""
-        with _compile_lock:
-            if getattr(search_advance, "signatures", True):  # (plain function under NUMBA_DISABLE_JIT)
-                return
-            announce_first_compile("wfst: decoder", search_advance, search_init)
-            # a one-state graph with one self-loop, two frames: fixes the signatures
-            states = np.zeros(1, STATE_DTYPE)
-            states[0] = (0, 1, 1, 0.0)
-            arcs = np.zeros(1, ARC_DTYPE)
-            arcs[0] = (0, 0, 0, 0.0)
-            w = Workspace(lattice=True)
-            slot = np.full(1, -1, np.int32)
-            boost = np.zeros(0, np.float32)
-            f32 = np.float32
-            w.arrays = search_init(states, arcs, 0, boost, slot, 100, True, w.arrays, w.ctr, w.stats, 1)
-            w.arrays = search_advance(
-                states, arcs, np.zeros((2, 1), f32), f32(1.0), 10, 1, f32(0.5), boost, slot, 100, True,
-                w.arrays, w.ctr, w.stats, 8.0, 1, np.full(1, -1, np.int32),
-            )  # fmt: skip
-            search_best(states, w.arrays, w.ctr, True)
+    def kernels(self) -> tuple:
+        return (search_advance, search_init)
 
-    def _slot(self, which: int = 1) -> np.ndarray:
-        """A thread's state-indexed scratch map (all -1 between uses): 1 = the search's, 2 = the
-        lattice pruning's second one."""
-        name = "slot" if which == 1 else "slot2"
-        s = getattr(self._local, name, None)
-        if s is None:
-            s = np.full(self.num_states, -1, dtype=np.int32)
-            setattr(self._local, name, s)
-        return s
+    def warm_up(self) -> None:
+        w = self.new_workspace(lattice=self.lm is None)
+        boost = np.zeros(0, np.float32)
+        settings = search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1, prune_interval=1)
+        self._begin(w, boost, settings)
+        self._advance(w, np.zeros((2, 1), np.float32), boost, settings)
+        self.best(w)
 
-    def _workspace(self) -> Workspace:
-        w = getattr(self._local, "workspace", None)
-        if w is None:
-            w = Workspace()
-            self._local.workspace = w
-        return w
+    def new_workspace(self, lattice: bool = False) -> Workspace:
+        if lattice and self.lm is not None:
+            raise ValueError("wfst-otf: the compiled backend keeps no lattices")
+        return Workspace(lattice, lm=self.lm is not None)
 
     # ---------------------------------------------------------------- search
-    def begin(
-        self, w: Workspace, boost: np.ndarray, eps_limit: int = 1 << 40, gc_records: int = GC_MIN_RECORDS
-    ) -> None:
-        """Start a search in workspace `w` (start token + epsilon closure); back-pointer records
-        are garbage-collected when there are more than max(`gc_records`, 4x the live ones)."""
-        self.ensure_compiled()
+    def _begin(self, w: Workspace, boost: np.ndarray, settings: np.record) -> None:
         w.stats[:] = 0
         w.arrays = search_init(
-            self.states, self.arcs, self.start, boost, self._slot(), int(eps_limit), w.lattice,
-            w.arrays, w.ctr, w.stats, int(gc_records),
+            self.states, self.arcs, self.start, boost, self.lm, w.memo, self.U, self.V,
+            self.state_map("slot", self.num_states), settings, w.lattice, w.arrays, w.ctr, w.stats,
         )  # fmt: skip
 
-    def advance(
-        self,
-        w: Workspace,
-        ac: np.ndarray,
-        beam: float,
-        max_active: int,
-        min_active: int,
-        beam_delta: float,
-        boost: np.ndarray,
-        eps_limit: int = 1 << 40,
-        lattice_beam: float = 8.0,
-        prune_interval: int = 25,
-    ) -> None:
-        """Decode the frames of ac (float32 [T, V] acoustic costs) in workspace `w` (lattices, if
-        the workspace keeps them, pruned at `lattice_beam` every `prune_interval` frames)."""
-        ac = np.ascontiguousarray(ac, dtype=np.float32)
-        if ac.ndim != 2:
-            raise ValueError(f"acoustic costs must be [T, V], got {ac.shape}")
-        if ac.shape[1] == 0:
-            ac = np.zeros((ac.shape[0], 1), np.float32)
+    def _advance(self, w: Workspace, ac: np.ndarray, boost: np.ndarray, settings: np.record) -> None:
         w.arrays = search_advance(
-            self.states, self.arcs, ac, np.float32(beam), int(min(max_active, 2**31 - 1)), int(min_active),
-            np.float32(beam_delta), boost, self._slot(), int(eps_limit), w.lattice, w.arrays, w.ctr, w.stats,
-            float(lattice_beam), int(prune_interval), self._slot(2),
+            self.states, self.arcs, as_costs(ac), boost, self.lm, w.memo, self.U, self.V,
+            self.state_map("slot", self.num_states), self.state_map("slot2", self.num_states),
+            settings, w.lattice, w.arrays, w.ctr, w.stats,
         )  # fmt: skip
+
+    def begin(self, w: Workspace, boost: np.ndarray, settings: np.record) -> None:
+        """Start a search in workspace `w` (start token + epsilon closure)."""
+        self.ensure_compiled()
+        self._begin(w, boost, settings)
+
+    def advance(self, w: Workspace, ac: np.ndarray, boost: np.ndarray, settings: np.record) -> None:
+        """Decode the frames of ac (float32 [T, V] acoustic costs) in workspace `w` (lattices, if
+        the workspace keeps them, pruned at the settings' lattice beam and interval)."""
+        self.ensure_compiled()
+        self._advance(w, ac, boost, settings)
 
     def best(self, w: Workspace, use_final: bool = True) -> CompiledPath:
         """The best path of workspace `w` (with final costs unless use_final is False)."""
-        arcs, frames, total, reached, found = search_best(self.states, w.arrays, w.ctr, use_final)
+        arcs, frames, total, reached, found, u = search_best(self.states, self.lm, w.arrays, w.ctr, use_final)
         stats = w.stats.copy()
         stats[STAT_RECORDS] = w.ctr[C_RECORDS]
-        return CompiledPath(arcs, frames, float(total), bool(reached), bool(found), stats)
+        return CompiledPath(arcs, frames, float(total), bool(reached), bool(found), stats, lm_state=int(u))
 
     def decode_one(
-        self,
-        ac: np.ndarray,
-        beam: float,
-        max_active: int,
-        min_active: int,
-        beam_delta: float,
-        boost: np.ndarray | None = None,
-        eps_limit: int = 1 << 40,
-        lattice: bool = False,
-        gc_records: int = GC_MIN_RECORDS,
-        lattice_beam: float = 8.0,
-        prune_interval: int = 25,
+        self, ac: np.ndarray, boost: np.ndarray | None, settings: np.record, lattice: bool = False
     ) -> CompiledPath:
         """1-best (and lattice data) of one utterance; ac: float32 [T, V] acoustic costs."""
-        w = self._workspace()
+        w = self.thread_workspace(lambda: self.new_workspace())
         w.lattice = lattice
+        if lattice and self.lm is not None:
+            raise ValueError("wfst-otf: the compiled backend keeps no lattices")
         boost = boost if boost is not None else np.zeros(0, np.float32)
-        self.begin(w, boost, eps_limit, gc_records)
-        self.advance(
-            w, ac, beam, max_active, min_active, beam_delta, boost, eps_limit, lattice_beam, prune_interval
-        )
+        self.begin(w, boost, settings)
+        self._advance(w, ac, boost, settings)
         path = self.best(w)
         if lattice:
             path.lattice_arcs, path.lattice_nodes = w.lattice_data()
@@ -883,34 +1101,11 @@ class CompiledSearch:
         self,
         acs: list[np.ndarray],
         boosts: list[np.ndarray | None],
-        beam: float,
-        max_active: int,
-        min_active: int,
-        beam_delta: float,
-        eps_limit: int = 1 << 40,
-        threads: int | None = None,
+        settings: np.record,
         lattice: bool = False,
-        lattice_beam: float = 8.0,
-        prune_interval: int = 25,
+        threads: int = 0,
     ) -> list[CompiledPath]:
         """Decode utterances on `threads` workers (default: the search's), longest first."""
-        self.ensure_compiled()
-        threads = threads or self.threads
-        args = (beam, max_active, min_active, beam_delta)
-        lat = {"lattice": lattice, "lattice_beam": lattice_beam, "prune_interval": prune_interval}
-        if threads <= 1 or len(acs) <= 1:
-            return [self.decode_one(a, *args, b, eps_limit, **lat) for a, b in zip(acs, boosts, strict=True)]
-        if self._pool is None or self._pool._max_workers != threads:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-            self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wfst-compiled")
-        order = sorted(range(len(acs)), key=lambda i: -acs[i].shape[0])
-        futures = {
-            i: self._pool.submit(self.decode_one, acs[i], *args, boosts[i], eps_limit, **lat) for i in order
-        }
-        return [futures[i].result() for i in range(len(acs))]
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        return self.run_batch(
+            lambda ac, boost: self.decode_one(ac, boost, settings, lattice), acs, boosts, threads=threads
+        )

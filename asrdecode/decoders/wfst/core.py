@@ -133,15 +133,23 @@ def ordered_bits(cost: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class SearchOptions:
-    """Pruning options with Kaldi's (FasterDecoder / CudaDecoder) names and meaning, and the
-    device switches: cuda_graphs, pinned_copies (CUDA only), kernel (torch | triton)."""
+class PruningOptions:
+    """The pruning of every WFST search, with Kaldi's (FasterDecoder / CudaDecoder) names and
+    meaning: beam, max_active, min_active, beam_delta (the adaptive beam's margin) and the cap
+    on epsilon-closure passes per frame."""
 
     beam: float = 16.0
     max_active: int = 10000
     min_active: int = 200
     beam_delta: float = 0.5
     max_epsilon_passes: int = 64
+
+
+@dataclass
+class SearchOptions(PruningOptions):
+    """The torch search's options: the pruning and the device switches: cuda_graphs,
+    pinned_copies (CUDA only), kernel (torch | triton)."""
+
     host_copy_frames: int = 32
     cuda_graphs: bool = False
     pinned_copies: bool = False

@@ -42,7 +42,7 @@ as offline decoding. Back-pointer records no live token leads back to are garbag
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,7 +50,14 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.wfst.compiled import dense_boost
-from asrdecode.decoders.wfst.core import BoostTable, SearchGraph, SearchOptions, TokenPassing, Tokens
+from asrdecode.decoders.wfst.core import (
+    BoostTable,
+    PruningOptions,
+    SearchGraph,
+    SearchOptions,
+    TokenPassing,
+    Tokens,
+)
 from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
 from asrdecode.decoders.wfst.lattice import (
     CompactLattice,
@@ -60,7 +67,7 @@ from asrdecode.decoders.wfst.lattice import (
     determinize,
     prune_window,
 )
-from asrdecode.decoders.wfst.paths import GraphPaths, acoustic_costs, blank_column
+from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, blank_column
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
@@ -72,30 +79,54 @@ BACKENDS = ("auto", "torch", "compiled")
 
 
 @dataclass
-class WfstConfig:
-    """Options of the `wfst` decoder (Kaldi / riva names, so tuned values port).
+class GraphSearchConfig(PruningOptions):
+    """The options every WFST search shares (`wfst`, `wfst-otf`, `let`; Kaldi / riva names, so
+    tuned values port): the pruning (`core.PruningOptions`) and
 
     graph: a graph folder from `asrdecode build-graph` (graph.pt + words.txt) or a graph.pt /
       OpenFst .fst file (words.txt next to it).
     lexicon: `word unit unit ...` file used only to split the 1-best units into words for word
       times (default: lexicon.txt in the graph folder if present).
     beam, max_active, min_active, beam_delta: Kaldi FasterDecoder pruning (see core.cutoff).
-    lattice_beam: lattices keep every arc on a path within this cost of the best path (Kaldi's
-      --lattice-beam); prune_interval: the search's lattice arcs are pruned every this many
-      frames (Kaldi's --prune-interval; the result does not depend on it, memory does).
     acoustic_scale: multiplies the model log-probs. blank_penalty: subtracted from the blank
       log-prob before scaling (NeMo/riva name).
     word_insertion_penalty: cost added to every arc that outputs a word (Kaldi's
       `--word-ins-penalty`; pocketsphinx's `wip` maps to -ln(wip) * acoustic_scale).
+    max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
+    backend: auto | torch | compiled (see each decoder's docstring).
+    threads: worker threads of the compiled backend (0 = the cores this process may use).
+    """
+
+    graph: str = ""
+    lexicon: str = ""
+    acoustic_scale: float = 1.0
+    blank_penalty: float = 0.0
+    word_insertion_penalty: float = 0.0
+    backend: str = "auto"
+    threads: int = 0
+
+    def search_settings(self, num_states: int, **extra: Any) -> np.record:
+        """The compiled searches' settings record (`compiled.search_settings`) for a graph of
+        `num_states` states; `extra`: the decoder's own settings (lattice beam, group capacity)."""
+        from asrdecode.decoders.wfst.compiled import search_settings
+
+        return search_settings(self, num_states, **extra)
+
+
+@dataclass
+class WfstConfig(GraphSearchConfig):
+    """Options of the `wfst` decoder: the shared ones (`GraphSearchConfig`) and
+
+    lattice_beam: lattices keep every arc on a path within this cost of the best path (Kaldi's
+      --lattice-beam); prune_interval: the search's lattice arcs are pruned every this many
+      frames (Kaldi's --prune-interval; the result does not depend on it, memory does).
     nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
     lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
     boost: global word boosts, word -> log-score bonus (positive favours the word; paper 001
       sec. 3.2 recommends at most half the beam). Per-utterance boosts come in
       ``ModelOutput.extra["boost"]`` (a list with one dict or None per utterance).
-    max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
     host_copy_frames: frames of back-pointers collected on the device per host copy.
     backend: auto | torch | compiled (see the module docstring); auto = compiled on CPU, torch on CUDA.
-    threads: worker threads of the compiled backend (0 = the cores this process may use).
     cuda_graphs: torch backend on CUDA: capture each frame's fixed-shape work (one graph per
       capacity set) with torch.cuda.graphs and replay it (paper 001 sec. 3, item 1). Frames that
       keep lattices run eagerly. Ignored (with a note) on the CPU.
@@ -105,24 +136,12 @@ class WfstConfig:
       one fused Triton kernel (wfst/kernels.py); auto = triton on CUDA, torch elsewhere.
     """
 
-    graph: str = ""
-    lexicon: str = ""
-    beam: float = 16.0
-    max_active: int = 10000
-    min_active: int = 200
-    beam_delta: float = 0.5
     lattice_beam: float = 8.0
     prune_interval: int = 25
-    acoustic_scale: float = 1.0
-    blank_penalty: float = 0.0
-    word_insertion_penalty: float = 0.0
     nbest: int = 1
     lattice: bool = False
     boost: dict = field(default_factory=dict)
-    max_epsilon_passes: int = 64
     host_copy_frames: int = 32
-    backend: str = "auto"
-    threads: int = 0
     cuda_graphs: bool = False
     pinned_copies: bool = False
     kernel: str = "auto"
@@ -138,12 +157,9 @@ class WfstConfig:
             raise ConfigError(
                 f"decoder.kernel: triton needs a CUDA device or TRITON_INTERPRET=1 (device is {device})"
             )
+        pruning = {f.name: getattr(self, f.name) for f in fields(PruningOptions)}
         return SearchOptions(
-            beam=self.beam,
-            max_active=self.max_active,
-            min_active=self.min_active,
-            beam_delta=self.beam_delta,
-            max_epsilon_passes=self.max_epsilon_passes,
+            **pruning,
             host_copy_frames=self.host_copy_frames,
             cuda_graphs=self.cuda_graphs and cuda,
             pinned_copies=self.pinned_copies and cuda,
@@ -198,6 +214,7 @@ class WfstDecoder:
         if config.kernel not in KERNELS:
             raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None
+        self.path_lm: tuple | None = None  # `DifferenceLM.arrays()` of an on-the-fly LM (`wfst-otf`)
         self._records: np.ndarray | None = None
         self._device_note_logged = False
         self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
@@ -301,16 +318,11 @@ class WfstDecoder:
         ac_h = ac.detach().to("cpu", torch.float32).contiguous().numpy()
         acs = [ac_h[b, : min(n, T)] for b, n in enumerate(lengths)]
         boosts = [dense_boost(t) for t in tables]
-        c = self.config
-        eps_limit = max(c.max_epsilon_passes, 1) * max(self.graph_cpu.num_states, 1024)
-        want_lattice = c.lattice or c.nbest > 1
-        paths = search.decode_batch(
-            acs, boosts, c.beam, c.max_active, c.min_active, c.beam_delta, eps_limit,
-            lattice=want_lattice, lattice_beam=c.lattice_beam, prune_interval=c.prune_interval,
-        )  # fmt: skip
+        want_lattice = self.config.lattice or self.config.nbest > 1
+        paths = search.decode_batch(acs, boosts, self.search_settings(), lattice=want_lattice)
         self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
         results = [
-            self._path_result(p.arcs, p.frames, p.total, p.reached_final, tables[b], blank, shift)
+            self._path_result(p, tables[b], blank, shift)
             if p.found
             else DecodeResult(words=[], score=float("-inf"))
             for b, p in enumerate(paths)
@@ -486,20 +498,13 @@ class WfstDecoder:
         if rec < 0:
             return DecodeResult(words=[], score=float("-inf"))
         path = search.backpointers.trace(rec)
-        return self._path_result(data["arc"][path], data["frame"][path], total, reached, boost, blank, shift)
+        return self._path_result(
+            BestPath(data["arc"][path], data["frame"][path], total, reached), boost, blank, shift
+        )
 
-    def _path_result(
-        self,
-        arcs: np.ndarray,
-        frames: np.ndarray,
-        total: float,
-        reached: bool,
-        boost: dict[int, float],
-        blank: int,
-        shift: float,
-    ) -> DecodeResult:
-        """DecodeResult of a 1-best path (`paths.GraphPaths.result`); `wfst-otf` adds its LM part."""
-        return self.paths.result(arcs, frames, total, reached, boost, blank, shift)
+    def _path_result(self, path: BestPath, boost: dict[int, float], blank: int, shift: float) -> DecodeResult:
+        """DecodeResult of a 1-best path (`paths.GraphPaths.result`, with the LM part of `wfst-otf`)."""
+        return self.paths.result(path, boost, blank, shift, self.path_lm)
 
     # ------------------------------------------------------------------ streaming
     def init_streams(
@@ -584,12 +589,7 @@ class WfstDecoder:
         stream, default Tc). Returns the partial best hypothesis of each stream (no final costs)."""
         if self._stream_backend == "compiled":
             return self._decode_chunk_compiled(stream_ids, log_probs, lengths, frame_shift)
-        search = self._stream_search
-        if search is None:
-            raise RuntimeError("call init_streams first")
-        for s in stream_ids:
-            if s not in self._streams:
-                raise KeyError(f"unknown or finalized stream {s}")
+        search = self._live_search(stream_ids)
         b, Tc, V = log_probs.shape
         lens = [Tc] * b if lengths is None else [int(x) for x in lengths.tolist()]
         blank = self._blank_column(None)
@@ -621,17 +621,24 @@ class WfstDecoder:
         )
         return self._results(search, tok, b, tables, blank, shift, use_final=False)
 
+    def _check_streams(self, stream_ids: list[int]) -> None:
+        for s in stream_ids:
+            if s not in self._streams:
+                raise KeyError(f"unknown or finalized stream {s}")
+
+    def _live_search(self, stream_ids: list[int]) -> TokenPassing:
+        """The torch backend's stream search, once the streams are checked to be live."""
+        if self._stream_search is None:
+            raise RuntimeError("call init_streams first")
+        self._check_streams(stream_ids)
+        return self._stream_search
+
     def finalize(self, stream_ids: list[int], frame_shift: float | None = None) -> list[DecodeResult]:
         """Final results (with final costs) of the given streams, with n-best and lattices as
         offline decoding gives them; their state is released."""
         if self._stream_backend == "compiled":
             return self._stream_results_compiled(stream_ids, frame_shift, final=True)
-        search = self._stream_search
-        if search is None:
-            raise RuntimeError("call init_streams first")
-        for s in stream_ids:
-            if s not in self._streams:
-                raise KeyError(f"unknown or finalized stream {s}")
+        search = self._live_search(stream_ids)
         tables, _ = self._stream_boost(stream_ids, search.device)
         tok, mask = self._gather(stream_ids)
         shift = (
@@ -653,20 +660,23 @@ class WfstDecoder:
         return self.config.lattice or self.config.nbest > 1
 
     # ------------------------------------------------------------------ streaming, compiled backend
-    def _eps_limit(self) -> int:
-        return max(self.config.max_epsilon_passes, 1) * max(self.graph_cpu.num_states, 1024)
+    def search_settings(self) -> np.record:
+        """The compiled search's settings record from the config."""
+        c = self.config
+        return c.search_settings(
+            self.graph_cpu.num_states, lattice_beam=c.lattice_beam, prune_interval=c.prune_interval
+        )
 
     def _init_streams_compiled(self, count: int, boost: list[dict | None] | None) -> list[int]:
-        from asrdecode.decoders.wfst.compiled import Workspace
-
         search = self.compiled_search()
         ids = list(range(self._next_stream, self._next_stream + count))
         self._next_stream += count
         for i, sid in enumerate(ids):
-            st = _Stream(boost=(boost[i] if boost else None), workspace=Workspace(self._want_lattice))
+            workspace = search.new_workspace(self._want_lattice)
+            st = _Stream(boost=(boost[i] if boost else None), workspace=workspace)
             st.boost_ids = self._boosts([st.boost], 1)[0][0]
             st.boost_array = dense_boost(st.boost_ids)
-            search.begin(st.workspace, st.boost_array, self._eps_limit())
+            search.begin(st.workspace, st.boost_array, self.search_settings())
             self._streams[sid] = st
         return ids
 
@@ -677,20 +687,15 @@ class WfstDecoder:
         lengths: torch.Tensor | None,
         frame_shift: float | None,
     ) -> list[DecodeResult]:
-        for s in stream_ids:
-            if s not in self._streams:
-                raise KeyError(f"unknown or finalized stream {s}")
+        self._check_streams(stream_ids)
         b, Tc, _ = log_probs.shape
         lens = [Tc] * b if lengths is None else [int(x) for x in lengths.tolist()]
         ac = self._ac_costs(log_probs.detach().cpu(), self._blank_column(None)).contiguous().numpy()
-        search, c = self.compiled_search(), self.config
+        search, settings = self.compiled_search(), self.search_settings()
         for i, s in enumerate(stream_ids):
             st = self._streams[s]
             n = min(lens[i], Tc)
-            search.advance(
-                st.workspace, ac[i, :n], c.beam, c.max_active, c.min_active, c.beam_delta,
-                st.boost_array, self._eps_limit(), c.lattice_beam, c.prune_interval,
-            )  # fmt: skip
+            search.advance(st.workspace, ac[i, :n], st.boost_array, settings)
             st.frames += n
         return self._stream_results_compiled(stream_ids, frame_shift, final=False)
 
@@ -711,7 +716,7 @@ class WfstDecoder:
             if final and p.found and not p.reached_final:
                 self._not_final.append(b)
             results.append(
-                self._path_result(p.arcs, p.frames, p.total, p.reached_final, st.boost_ids, blank, shift)
+                self._path_result(p, st.boost_ids, blank, shift)
                 if p.found
                 else DecodeResult(words=[], score=float("-inf"))
             )

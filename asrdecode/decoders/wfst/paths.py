@@ -5,7 +5,7 @@ their frames) read back into a `DecodeResult` with words, word times and costs."
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ from asrdecode.errors import ConfigError, GraphError
 from asrdecode.graph.format import DeviceGraph, find_graph_file
 from asrdecode.graph.symbols import read_symbols
 from asrdecode.io.lines import read_lines
+from asrdecode.lm.difference import path_lm_cost
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst")
@@ -97,6 +98,17 @@ def blank_column(output: ModelOutput | None, graph_meta: dict, context: DecoderC
     return -1
 
 
+@dataclass
+class BestPath:
+    """A 1-best path from any WFST search: arc indices and the frame of each (epsilon arcs
+    included, in path order), its total cost and whether it ends in a final state."""
+
+    arcs: np.ndarray
+    frames: np.ndarray
+    total: float
+    reached_final: bool
+
+
 class GraphPaths:
     """A decoding graph's arcs on the host, its words and pronunciations: reads best paths back.
     `graph` is the graph the search runs on (with the word insertion penalty on its word arcs)."""
@@ -145,22 +157,24 @@ class GraphPaths:
         return cls(graph, words or {}, context, prons)
 
     def result(
-        self,
-        arcs: np.ndarray,
-        frames: np.ndarray,
-        total: float,
-        reached: bool,
-        boost: dict[int, float],
-        blank: int,
-        shift: float,
+        self, path: BestPath, boost: dict[int, float], blank: int, shift: float, lm: tuple | None = None
     ) -> DecodeResult:
-        """DecodeResult of a 1-best path given as arc indices and their frames (either backend)."""
-        arcs_ok = arcs >= 0
-        arcs, frames = arcs[arcs_ok], frames[arcs_ok]
+        """DecodeResult of a 1-best path (either backend): words, word times, tokens and the
+        score split. With `lm` (`DifferenceLM.arrays()`, the on-the-fly decoders) the path's
+        total includes the LM difference of its words, which goes to ``lm_score``."""
+        arcs_ok = path.arcs >= 0
+        arcs, frames, total, reached = (
+            path.arcs[arcs_ok],
+            path.frames[arcs_ok],
+            path.total,
+            path.reached_final,
+        )
         il, ol = self.ilabel[arcs], self.olabel[arcs]
         last_state = int(self.next[arcs[-1]]) if len(arcs) else self.graph.start
         graph_cost = float(self.weight[arcs].sum()) + (float(self.final[last_state]) if reached else 0.0)
         boost_cost = float(sum(boost.get(int(o), 0.0) for o in ol if o > 0))
+        if lm is not None:
+            graph_cost += path_lm_cost(lm, [int(o) for o in ol if o > 0], reached)
         acoustic = total - graph_cost - boost_cost
         emitting = il > 0
         nonblank = emitting & (il - 1 != blank)

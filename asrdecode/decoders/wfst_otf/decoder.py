@@ -12,7 +12,7 @@ Everything else is the `wfst` decoder (`WfstDecoder`: config names, pruning, wor
 split, compiled thread pool): this class only swaps the search. Scores: ``lm_score`` includes the
 LM difference of the 1-best, ``acoustic_score`` is unchanged in meaning.
 
-Backends (``decoder.backend``): ``compiled`` (numba, CPU; `compiled.OtfCompiledSearch`) and
+Backends (``decoder.backend``): ``compiled`` (numba, CPU; `wfst.compiled.CompiledSearch` with the LM) and
 ``torch`` (the batched token-passing core, `asrdecode.decoders.wfst.core.TokenPassing`, with the
 LM state folded into the token key; any device, built for GPUs); ``auto`` = compiled on CPU. The
 torch backend's LM tables stay in host memory with ``lm_on_host`` (default on CUDA; paper 000 sec.
@@ -41,7 +41,7 @@ from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
 from asrdecode.errors import AsrDecodeError, ConfigError
 from asrdecode.graph.cache import cache_root
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step
+from asrdecode.lm.difference import DifferenceLM
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst_otf")
@@ -139,16 +139,16 @@ class WfstOtfDecoder(WfstDecoder):
         if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
             raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")
         self.diff = lm
-        self._lm_arrays = lm.arrays()
+        self.path_lm = lm.arrays()
         self._lms: dict[str, DifferenceLM | HostLookupLM] = {}
         self._host_note_logged = False
 
     # ------------------------------------------------------------------ backends
     def compiled_search(self) -> Any:
         if self._compiled is None:
-            from asrdecode.decoders.wfst_otf.compiled import OtfCompiledSearch
+            from asrdecode.decoders.wfst.compiled import CompiledSearch
 
-            self._compiled = OtfCompiledSearch(self.graph_cpu, self.diff, self.config.threads)
+            self._compiled = CompiledSearch(self.graph_cpu, self.config.threads, lm=self.diff)
         return self._compiled
 
     def lm_on_host(self, device: torch.device) -> bool:
@@ -198,35 +198,6 @@ class WfstOtfDecoder(WfstDecoder):
             if isinstance(lm, HostLookupLM):
                 self.last_info["stats"]["lm_lookups"] = lm.take_stats()
         return results
-
-    # ------------------------------------------------------------------ results
-    def lm_path_cost(self, word_ids: list[int], final: bool) -> float:
-        """The LM difference added along a word sequence (and at </s> when final), float32 steps."""
-        u, total = DifferenceLM.START, 0.0
-        for w in word_ids:
-            c, u = lm_step(self._lm_arrays, u, w)
-            total += float(c)
-        if final:
-            total += float(lm_final(self._lm_arrays, u))
-        return total
-
-    def _path_result(
-        self,
-        arcs: np.ndarray,
-        frames: np.ndarray,
-        total: float,
-        reached: bool,
-        boost: dict[int, float],
-        blank: int,
-        shift: float,
-    ) -> DecodeResult:
-        ol = self.paths.olabel[arcs[arcs >= 0]]
-        lm_cost = self.lm_path_cost([int(o) for o in ol if o > 0], reached)
-        res = super()._path_result(arcs, frames, total - lm_cost, reached, boost, blank, shift)
-        res.score = -total
-        if res.lm_score is not None:
-            res.lm_score -= lm_cost
-        return res
 
     # ------------------------------------------------------------------ streaming
     def init_streams(

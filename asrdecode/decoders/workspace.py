@@ -1,0 +1,128 @@
+"""Workspaces of the compiled searches (`wfst`, `wfst-otf`, `let`): named arrays in one tuple.
+
+A compiled search keeps its tokens, back-pointers and lattice data in flat arrays that grow by
+doubling and are reused from utterance to utterance (one workspace per worker thread or stream).
+numba passes them as one heterogeneous tuple; a frame driver that grows an array returns the tuple
+with that array replaced. The layout of each search is one field table (`WorkspaceLayout`: name
+and dtype per array), from which the tuple is allocated and the field indices are taken; inside
+compiled code `with_field` and `swap_fields` rebuild the tuple for one or two fields, so no function
+lists the whole tuple by hand.
+
+Hot loops take the arrays they use, never the tuple: numba adds an atomic reference count per
+array of a tuple passed to a helper, and around an array reassigned inside a loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+from asrdecode.numba_status import configure_cache
+
+configure_cache()  # before any cached kernel is defined (numba_status)
+
+INIT_CAPACITY = 1024
+
+
+class WorkspaceLayout:
+    """The arrays of one compiled search: (name, dtype) per field, in tuple order."""
+
+    def __init__(self, *fields: tuple[str, type | np.dtype]) -> None:
+        self.fields = tuple((name, np.dtype(dt)) for name, dt in fields)
+        self._index = {name: i for i, (name, _) in enumerate(self.fields)}
+        if len(self._index) != len(self.fields):
+            raise ValueError("workspace field names must be unique")
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def indices(self, *names: str) -> tuple[int, ...]:
+        """The tuple positions of the named fields (the ``W_*`` constants compiled code reads)."""
+        return tuple(self._index[n] for n in names)
+
+    def span(self, first: str, last: str) -> slice:
+        """The tuple positions of the adjacent fields `first`..`last`, as a slice (a module
+        constant lets compiled code unpack them at once: ``a, b, c = ws[SPAN]``)."""
+        return slice(self._index[first], self._index[last] + 1)
+
+    def allocate(self, capacity: int = INIT_CAPACITY, **arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        """A new workspace: every field an empty array of `capacity`, except those given."""
+        unknown = set(arrays) - set(self._index)
+        if unknown:
+            raise KeyError(f"not workspace fields: {sorted(unknown)}")
+        return tuple(
+            arrays[name] if name in arrays else np.empty(capacity, dtype=dt) for name, dt in self.fields
+        )
+
+
+@numba.njit(nogil=True, cache=True)
+def grow(a: np.ndarray, need: int) -> np.ndarray:
+    """`a` if it holds `need` elements, else a copy with (at least) twice the capacity."""
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(need, 2 * a.shape[0]), dtype=a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+def _tuple_function(args: str, n: int, item: Callable[[int], str]) -> Callable:
+    """A function ``impl(<args>)`` returning the tuple of the expressions ``item(k)``, k < n (text
+    made here from constants, compiled by numba as an overload's implementation)."""
+    body = ", ".join(item(k) for k in range(n))
+    namespace: dict = {}
+    exec(f"def impl({args}):\n    return ({body},)\n", namespace)  # noqa: S102 (our own text)
+    return namespace["impl"]
+
+
+def with_field(ws: tuple, i: int, array: np.ndarray) -> tuple:
+    """The workspace tuple with field `i` replaced by `array` (compiled code; `i` a constant)."""
+    return (*ws[:i], array, *ws[i + 1 :])
+
+
+def swap_fields(ws: tuple, i: int, j: int) -> tuple:
+    """The workspace tuple with fields `i` and `j` exchanged (compiled code; constants)."""
+    items = list(ws)
+    items[i], items[j] = items[j], items[i]
+    return tuple(items)
+
+
+@overload(with_field, prefer_literal=True, jit_options={"nogil": True})
+def _with_field(ws, i, array):
+    if not isinstance(ws, types.BaseTuple) or not isinstance(i, types.IntegerLiteral):
+        return None
+    k = i.literal_value
+    return _tuple_function("ws, i, array", len(ws), lambda p: "array" if p == k else f"ws[{p}]")
+
+
+@overload(swap_fields, prefer_literal=True, jit_options={"nogil": True})
+def _swap_fields(ws, i, j):
+    if not isinstance(ws, types.BaseTuple):
+        return None
+    if not (isinstance(i, types.IntegerLiteral) and isinstance(j, types.IntegerLiteral)):
+        return None
+    a, b = i.literal_value, j.literal_value
+    return _tuple_function("ws, i, j", len(ws), lambda p: f"ws[{b if p == a else a if p == b else p}]")
+
+
+def grow_fields(ws: tuple, first: int, last: int, need: int) -> tuple:
+    """The workspace tuple with fields `first`..`last` (constants; adjacent in the layout) grown
+    to hold `need` elements (compiled code)."""
+    return (*ws[:first], *(grow(a, need) for a in ws[first : last + 1]), *ws[last + 1 :])
+
+
+@overload(grow_fields, prefer_literal=True, jit_options={"nogil": True})
+def _grow_fields(ws, first, last, need):
+    if not isinstance(ws, types.BaseTuple):
+        return None
+    if not (isinstance(first, types.IntegerLiteral) and isinstance(last, types.IntegerLiteral)):
+        return None
+    lo, hi = first.literal_value, last.literal_value
+    impl = _tuple_function(
+        "ws, first, last, need", len(ws), lambda p: f"grow(ws[{p}], need)" if lo <= p <= hi else f"ws[{p}]"
+    )
+    impl.__globals__["grow"] = grow
+    return impl
