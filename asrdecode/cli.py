@@ -493,6 +493,49 @@ def bench() -> None:
     """Benchmarks: decoders against their peers on the same audio."""
 
 
+# The benchmark programs of asrdecode.bench: command -> (module, one-line summary). Each module's
+# `main(argv)` parses its own options (`asrdecode bench NAME --help`), prints a table and writes JSON.
+BENCHMARKS = {
+    "wfst": ("wfst_decode", "`wfst` vs kaldi-decoder and flashlight-text on the same graphs and log-probs."),
+    "wfst-otf": ("wfst_otf", "`wfst-otf` (small graph + big LM on the fly) vs `wfst` on the big graph."),
+    "let": ("let_decode", "`let` vs `wfst-otf` and `wfst` on the same graphs, LMs and log-probs."),
+    "wfst-ops": ("wfst_torch_ops", "Torch operations per frame of the `wfst` torch backend."),
+    "lattice-scaling": ("lattice_scaling", "Lattice decoding time against input length."),
+    "transducer-greedy": ("transducer_greedy", "Transducer greedy decoding vs NeMo's (NeMo's own venv)."),
+    "transducer-beam": ("transducer_beam", "Transducer beam search vs NeMo's (NeMo's own venv)."),
+    "graph-build": ("build_graph", "`asrdecode build-graph` vs Kaldi's recipe: time, memory, size."),
+    "first-use": ("first_use", "The first run of the default setup: graph build, then transcription."),
+    "long-audio": ("long_audio", "Time and peak memory of 10, 30 and 60-minute inputs."),
+    "ray-scaling": ("ray_scaling", "The Ray engine against a local run."),
+    "sphinx-scoring": ("sphinx_scoring", "The sphinx HMM's scoring and search time per stage."),
+    "real-speech": ("real_speech", "WER and RTFx on every real set, asrdecode vs pocketsphinx."),
+    "diagnose-pocketsphinx": (
+        "diagnose_pocketsphinx",
+        "Per utterance: pocketsphinx's words scored in our model, search error or model difference.",
+    ),
+}
+
+
+def _bench_program(name: str, module: str, summary: str) -> None:
+    @bench.command(
+        name,
+        help=f"{summary} Options: asrdecode bench {name} --help.",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+        add_help_option=False,
+    )
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def run(args: tuple[str, ...]) -> None:
+        import importlib
+
+        program = importlib.import_module(f"asrdecode.bench.{module}")
+        sys.argv[0] = f"asrdecode bench {name}"  # argparse's program name
+        sys.exit(program.main(list(args)) or 0)
+
+
+for _name, (_module, _summary) in BENCHMARKS.items():
+    _bench_program(_name, _module, _summary)
+
+
 @bench.command("sweep")
 @click.option(
     "--setup",

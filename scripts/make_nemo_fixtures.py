@@ -22,7 +22,7 @@ Sets (``--set``):
   Writes ``<name>.nemo``, ``reference/<name>.npz`` and ``reference/<name>.json`` in the layout of the
   shared NeMo fixture set (``encoder_out`` [B, D, T'], ``greedy_*`` -1 padded, ``joint_*`` for frames
   0..4 of utterance 0 after <SOS>).
-* ``small`` (for scripts/bench/transducer_greedy.py, ~56 MB each, not committed): ``rnnt_small`` and
+* ``small`` (for asrdecode bench transducer-greedy, ~56 MB each, not committed): ``rnnt_small`` and
   ``tdt_small`` (durations 0..4) — NeMo's FastConformer-Transducer "Small" row (d_model 176, 16 layers,
   4 heads, ff x4, conv kernel 9, pred/joint 320, 1 LSTM layer) with a 1024-token BPE tokenizer trained
   here on the words of data/lm/sphinx-en-us-72k.arpa.gz. Only ``<name>.nemo`` + a small JSON.

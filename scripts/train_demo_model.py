@@ -861,6 +861,37 @@ def train(args: argparse.Namespace) -> None:
     log(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB) and {args.out.with_suffix('.json')}")
 
 
+def plot_curves(sidecars: list[Path], png: Path) -> None:
+    """Dev WER (%) against training minutes, one line per model sidecar (its ``dev_wer_history``:
+    the probe on the 120 held-out synthetic dev utterances), labelled with the model's kind, its
+    final held-out synthetic WER and its command; also written as SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for path in sidecars:
+        info = json.loads(path.read_text())
+        hist = info["dev_wer_history"]
+        held = info.get("heldout_wer", {}).get("synthetic")
+        label = f"{path.stem}: {info.get('model', '').split(' (')[0]}"
+        if held is not None:
+            label += f", held-out synthetic {held * 100:.1f}%"
+        ax.plot([h["minutes"] for h in hist], [h["dev_wer"] * 100 for h in hist], marker=".", label=label)
+    ax.set_xlabel("training minutes (one CPU thread)")
+    ax.set_ylabel("dev WER % (120 held-out synthetic utterances)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, "scripts/train_demo_model.py --plot; commands in each model's .json", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    fig.savefig(png.with_suffix(".svg"))
+    print(f"wrote {png} and {png.with_suffix('.svg')}")
+
+
 def export_only(args: argparse.Namespace) -> None:
     """Turn data/cache/train/ckpt.pt into --out (for a run that ended before nemo.py existed)."""
     state = torch.load(WORK / "ckpt.pt", weights_only=False)
@@ -939,7 +970,17 @@ def main() -> None:
     ap.add_argument("--skip-heldout", action="store_true", help="experiments: no WER on data/demo at the end")
     ap.add_argument("--export-only", action="store_true", help="write --out from the last checkpoint")
     ap.add_argument("--eval-only", action="store_true", help="WER of --out on data/demo/{synthetic,real}")
+    ap.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="plot the dev-WER curves of the --curves sidecars (.json next to each .nemo) and exit",
+    )
+    ap.add_argument("--curves", type=Path, nargs="+", default=[], metavar="JSON", help="sidecars for --plot")
     args = ap.parse_args()
+    if args.plot is not None:
+        plot_curves(args.curves, args.plot)
+        return
     if args.init_transducer is not None and (args.arch == "ctc" or args.resume):
         ap.error("--init-transducer needs --arch rnnt|tdt and excludes --resume")
     if args.init_transducer is not None and not args.init_transducer.is_file():

@@ -71,8 +71,8 @@ from typing import ClassVar
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.lms import load_fusion_lm
 from asrdecode.errors import ConfigError
-from asrdecode.lm.ngram_tensor import load_fusion_lm
 from asrdecode.models.base import ModelOutput
 
 __all__ = [

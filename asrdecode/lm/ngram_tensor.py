@@ -40,7 +40,7 @@ import torch
 from asrdecode.errors import GraphError
 from asrdecode.lm.arpa import FIELD_SEPARATORS, ArpaReader, open_text, split_fields
 
-__all__ = ["FUSION_TOKEN_IDS", "NGPU_TOKEN_OFFSET", "BatchedNgramLM", "load_fusion_lm"]
+__all__ = ["NGPU_TOKEN_OFFSET", "BatchedNgramLM"]
 
 NGPU_TOKEN_OFFSET = 100  # NeMo's token-level ARPA: token id i is the character chr(i + 100)
 LN10 = math.log(10.0)
@@ -651,31 +651,6 @@ class BatchedNgramLM(torch.nn.Module):
             f"order={self.order}, vocab_size={self.vocab_size}, states={self.num_states}, "
             f"arcs={self.num_arcs + self.vocab_size}"
         )
-
-
-FUSION_TOKEN_IDS = ("ngpu", "words")
-
-
-def load_fusion_lm(
-    path: str | Path,
-    token_ids: str,
-    units: list[str],
-    blank_id: int | None = None,
-    key: str = "decoder.ngram_lm",
-):
-    """The token-level LM of a decoder's shallow fusion over a model's ``units`` (blank excluded):
-    ``token_ids="ngpu"``: NeMo's token ARPA (ids = unit indices, ``vocab_size=len(units)``);
-    ``"words"``: the ARPA's words are the unit strings. A transducer's blank (`blank_id`) must come
-    after the units. ``key`` names the config option in errors."""
-    from asrdecode.errors import ConfigError
-
-    if blank_id is not None and blank_id != len(units):
-        raise ConfigError(f"{key} needs the blank after the {len(units)} units (blank id {blank_id})")
-    if token_ids not in FUSION_TOKEN_IDS:
-        raise ConfigError(f"{key}_token_ids must be one of {', '.join(FUSION_TOKEN_IDS)}, got {token_ids!r}")
-    if token_ids == "ngpu":
-        return BatchedNgramLM.from_arpa(path, token_ids="ngpu", vocab_size=len(units))
-    return BatchedNgramLM.from_arpa(path, vocab=list(units), token_ids="words")
 
 
 def arpa_unigram_words(path: Path) -> list[str]:

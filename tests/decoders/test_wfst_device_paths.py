@@ -78,7 +78,7 @@ def test_dispatch_counter_counts_sync_ops_only():
 def test_host_syncs_per_frame_regression_guard(nemo_dir, monkeypatch):
     """Every `step` (one frame of a whole batch) is counted by the dispatch counter: the mean
     stays at about one host read per frame, and the decoder's own counter (stats["syncs"], what
-    scripts/bench/wfst_decode.py reports) agrees with what the dispatcher saw."""
+    asrdecode bench wfst reports) agrees with what the dispatcher saw."""
     per_step: list[tuple[int, int]] = []
     step = TokenPassing.step
 

@@ -1,4 +1,4 @@
-"""`wfst-otf` with the LM tables in host memory (`decoder.lm_on_host`, `wfst_otf.host_lm`, paper 000
+"""`wfst-otf` with the LM tables in host memory (`decoder.lm_on_host`, `lm.host_lookup`, paper 000
 sec. 2.2-2.3): the lookups against the plain-Python ARPA scorer, the deduplication counted per lookup
 call against the distinct (state, word) pairs the call was given, and the device structure's size
 against the ARPA's n-gram counts. Decoding results with lm_on_host are checked against the brute
@@ -14,8 +14,8 @@ from helpers.wfst_graphs import device_graph, log_probs, run
 from helpers.wfst_ref import random_wfst, single_thread  # noqa: F401
 
 from asrdecode.decoders.wfst_otf import DifferenceLM, WfstOtfConfig, WfstOtfDecoder
-from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
 from asrdecode.errors import ConfigError
+from asrdecode.lm.host_lookup import HostLookupLM
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
 
 pytestmark = pytest.mark.usefixtures("single_thread")

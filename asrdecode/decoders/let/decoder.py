@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.lms import load_difference_lm
 from asrdecode.decoders.wfst.compiled import CompiledRunner, as_costs, search_settings
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.decoder import GraphSearchConfig
 from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, blank_column
-from asrdecode.decoders.wfst_otf.decoder import load_difference_lm
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, new_memo

@@ -50,13 +50,13 @@ from typing import ClassVar
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.lms import load_fusion_lm
 from asrdecode.decoders.transducer_beam.aes import aes_search
 from asrdecode.decoders.transducer_beam.alsd import FusionConfig, alsd_search
 from asrdecode.decoders.transducer_beam.fusion import BLANK_LM_SCORE_MODES, PRUNING_MODES
 from asrdecode.decoders.transducer_beam.hyps import BatchedBeamHyps
 from asrdecode.decoders.transducer_greedy import token_words
 from asrdecode.errors import ConfigError
-from asrdecode.lm.ngram_tensor import load_fusion_lm
 from asrdecode.models.base import ModelOutput
 
 __all__ = ["STRATEGIES", "TransducerBeamConfig", "TransducerBeamDecoder"]

@@ -48,7 +48,7 @@ paper 000 Alg. 4); the graph tables are read at ``state // lm.num_states``. An a
 olabel adds ``lm.step(lm_state, word)`` (cost, next LM state) to the expansion's cost, before the
 beam's best is taken (emitting and epsilon arcs); final costs add ``lm.final_cost``. The LM sees
 every arc slot (word 0 where a slot crosses no word): `DifferenceLM` looks them all up (fixed
-shapes, no host reads), `wfst_otf.host_lm.HostLookupLM` deduplicates them and reads its host tables
+shapes, no host reads), `lm.host_lookup.HostLookupLM` deduplicates them and reads its host tables
 (paper 000 sec. 2.3); lattices are not kept with an LM.
 
 Every kept token gets a *record* (predecessor record, arc index, frame, cost) in `Backpointers`, a

@@ -17,31 +17,27 @@ Backends (``decoder.backend``): ``compiled`` (numba, CPU; `wfst.compiled.Compile
 LM state folded into the token key; any device, built for GPUs); ``auto`` = compiled on CPU. The
 torch backend's LM tables stay in host memory with ``lm_on_host`` (default on CUDA; paper 000 sec.
 2.2-2.3: the device keeps labels, offsets and backoff states, lookups are deduplicated, cached and
-fetched from the host; `host_lm.HostLookupLM`), else both LMs' tables are on the device.
+fetched from the host; `lm.host_lookup.HostLookupLM`), else both LMs' tables are on the device.
 Not supported (one-line config errors): lattices / n-best and streaming.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.lms import load_difference_lm
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst.paths import graph_folder
-from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
-from asrdecode.errors import AsrDecodeError, ConfigError
-from asrdecode.graph.cache import cache_root
+from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM
+from asrdecode.lm.host_lookup import HostLookupLM
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst_otf")
@@ -60,7 +56,7 @@ class WfstOtfConfig(WfstConfig):
       1 replaces the small LM by the large one.
     lm_on_host: torch backend: keep the LMs' weights and next states in host memory, the device
       holding only labels, first-label offsets and backoff states (paper 000 sec. 2.2; lookups
-      deduplicated per call and fetched from the host, `host_lm`); null = true on CUDA, false
+      deduplicated per call and fetched from the host, `lm.host_lookup`); null = true on CUDA, false
       elsewhere. false = both LMs' whole tables on the device (fixed-shape lookups, no host reads,
       so frames can be captured with cuda_graphs; with lm_on_host they run eagerly).
     lm_cache: lm_on_host: entries of the device cache of looked-up (LM state, word) pairs (a power
@@ -72,49 +68,6 @@ class WfstOtfConfig(WfstConfig):
     lm_scale: float = 1.0
     lm_on_host: bool | None = None
     lm_cache: int = 1 << 16
-
-
-def small_lm_of(graph_spec: str) -> str:
-    """The ARPA recorded as the graph's `arpa` input in its folder's meta.json ('' if none)."""
-    folder = graph_folder(graph_spec)
-    meta = folder / "meta.json" if folder is not None else None
-    if meta is None or not meta.is_file():
-        return ""
-    try:
-        return str(json.loads(meta.read_text())["inputs"]["arpa"]["path"])
-    except (json.JSONDecodeError, KeyError, TypeError, OSError):
-        return ""
-
-
-def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) -> DifferenceLM:
-    """The LM difference of a `wfst-otf` or `let` config (its ``lm`` minus its ``small_lm`` or the
-    LM recorded with its ``graph``, weighted by its ``lm_scale``) over the graph's words (``words``,
-    arc ``olabels``), tables from the LM cache when built before; every problem a one-line
-    ConfigError."""
-    from asrdecode.models.loading import resolve_packaged_path
-
-    if not config.lm:
-        raise ConfigError("decoder.lm: needs the large LM (decoder.lm=ARPA or pocketsphinx .lm.bin)")
-    small = config.small_lm or small_lm_of(config.graph)
-    if not small:
-        raise ConfigError(
-            "decoder.small_lm: give the LM the graph was built with (not recorded in the graph "
-            "folder's meta.json)"
-        )
-    try:
-        large = resolve_packaged_path(config.lm)
-    except AsrDecodeError as err:
-        raise ConfigError(f"decoder.lm: {err}") from None
-    for key, path in (("lm", large), ("small_lm", small)):
-        if not Path(path).is_file():
-            raise ConfigError(f"decoder.{key}: {path}: file not found")
-    num_ids = max(int(olabels.max(initial=0)), max(words, default=0)) + 1
-    try:
-        lm = DifferenceLM.from_files(large, small, words, num_ids, config.lm_scale, cache=cache_root() / "lm")
-    except AsrDecodeError as err:
-        raise ConfigError(f"decoder.lm: {err}") from None
-    lm.check_words(olabels, words, small, large)
-    return lm
 
 
 class WfstOtfDecoder(WfstDecoder):

@@ -2,8 +2,8 @@
 against `wfst` on the graph built directly with the large LM, on the same log-probs (paper 000's
 comparison: speed and accuracy for a fraction of the graph memory).
 
-    nice -n 5 .venv/bin/python scripts/bench/wfst_otf.py                 # both cases
-    .venv/bin/python scripts/bench/wfst_otf.py --cases demo --torch      # + torch-backend rows
+    nice -n 5 .venv/bin/asrdecode bench wfst-otf                 # both cases
+    .venv/bin/asrdecode bench wfst-otf --cases demo --torch      # + torch-backend rows
 
 Cases (the small LM is the large one entropy-pruned with kaldingram; both graphs are compact TLGs
 built with asrdecode.graph.build_graph from the same units and lexicon rules):
@@ -13,7 +13,7 @@ built with asrdecode.graph.build_graph from the same units and lexicon rules):
   demo trigram (data/demo/graph/lm.arpa), small = data/demo/otf/small-lm.arpa
   (scripts/make_otf_demo_lms.py); graphs out/graphs/demo-ctc-bpe-tlg and -small-tlg; beam 16,
   max_active 10000 as the configs. The model is barely trained: WER is high for both.
-* ``20k``: scripts/bench/wfst_decode.py's 20k-word synthetic trigram with a character lexicon and
+* ``20k``: asrdecode bench wfst's 20k-word synthetic trigram with a character lexicon and
   its spelled, 10%-confused log-probs of corpus sentences (``--utterances``); small LM pruned at
   ``--threshold-20k`` into out/bench/wfst-otf/; beam 10, max_active 10000 as that benchmark, and
   `wfst-otf` also at wider beams (``--otf-beams-20k``): the large LM's costs enter at word labels,
@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -47,9 +46,10 @@ from pathlib import Path
 
 import numpy as np
 
+from asrdecode.bench.harness import machine_info, write_report
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "out" / "bench"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def prune(large: Path, small: Path, threshold: float) -> Path:
@@ -127,8 +127,7 @@ def demo_case() -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list[list[str
 def case_20k(threshold: float, utterances: int) -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list]:
     """The 20k-word case: (large-LM TLG, TLG of the LM pruned at `threshold`, large ARPA, log-probs,
     lengths, sentences): `utterances` spelled corpus sentences of 5+ words (seed 1)."""
-    from wfst_decode import graph_20k, spelled_logprobs
-
+    from asrdecode.bench.wfst_decode import graph_20k, spelled_logprobs
     from asrdecode.graph import GraphBuildConfig
 
     large_graph, large_lm, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
@@ -165,7 +164,7 @@ def lm_device_memory(diff, cache: int) -> dict:
     the union-state maps on the device) vs ``true`` (paper 000 sec. 2.2: labels, first-label offsets
     and backoff states per LM, the union states' LM states and orders, the arc cache), and the large
     LM alone (labels + offsets + backoff vs all its tables: paper 000's "about 30%")."""
-    from asrdecode.decoders.wfst_otf.host_lm import HostLookupLM
+    from asrdecode.lm.host_lookup import HostLookupLM
 
     host = HostLookupLM(diff, "cpu", cache_size=cache)
     parts = host.device_bytes()
@@ -293,11 +292,7 @@ def run_case(
         r["wer"] = wer(refs, r["words"])
         r["same_1best_as_wfst"] = sum(a == b for a, b in zip(r["words"], peer["words"], strict=True))
     return {
-        "case": name,
-        "utterances": len(lp),
-        "frames": int(lengths.sum()),
-        "options": {"beam": beam, "max_active": 10000, "min_active": 200},
-        "rows": [{k: v for k, v in r.items() if k != "words"} for r in rows],
+        **case_result(name, lp, lengths, beam, rows),
         "lm_device_memory": lm_memory,
     }
 
@@ -358,7 +353,35 @@ def print_case(c: dict) -> None:
     Console(width=200).print(t)
 
 
-def main() -> None:
+def case_result(name: str, lp, lengths, beam: float, rows: list[dict]) -> dict:
+    """A case of the report: its size, options and rows (without their hypotheses)."""
+    return {
+        "case": name,
+        "utterances": len(lp),
+        "frames": int(lengths.sum()),
+        "options": {"beam": beam, "max_active": 10000, "min_active": 200},
+        "rows": [{k: v for k, v in r.items() if k != "words"} for r in rows],
+    }
+
+
+def run_cases(args, run_case, print_case, threshold_20k: float, *extra_20k) -> list[dict]:
+    """The cases of ``args.cases`` through a benchmark's `run_case` (this one's or `let_decode`'s),
+    each printed as it finishes: the demo model on the demo clips (frame shift 0.08 s, beam 16)
+    and the 20k-word case with its LM pruned at `threshold_20k` (0.04 s, beam 10; `extra_20k`
+    passed on to its run)."""
+    cases = []
+    if "demo" in args.cases:
+        cases.append(run_case("demo TLG (BPE, trigram vs pruned)", *demo_case(), 0.08, 16.0, args))
+        print_case(cases[-1])
+    if "20k" in args.cases:
+        sentences_and_graphs = case_20k(threshold_20k, args.utterances)
+        name = "20k-word TLG (chars + |, trigram vs pruned)"
+        cases.append(run_case(name, *sentences_and_graphs, 0.04, 10.0, args, *extra_20k))
+        print_case(cases[-1])
+    return cases
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k"])
     ap.add_argument("--utterances", type=int, default=64, help="20k case: spelled sentences")
@@ -373,42 +396,13 @@ def main() -> None:
         "--lm-cache", type=int, default=1 << 16, help="decoder.lm_cache entries for the LM memory table"
     )
     ap.add_argument("--out", default="out/bench/wfst_otf.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     load_start = os.getloadavg()
-    cases = []
-    if "demo" in args.cases:
-        cases.append(run_case("demo TLG (BPE, trigram vs pruned)", *demo_case(), 0.08, 16.0, args))
-        print_case(cases[-1])
-    if "20k" in args.cases:
-        cases.append(
-            run_case(
-                "20k-word TLG (chars + |, trigram vs pruned)",
-                *case_20k(args.threshold_20k, args.utterances),
-                0.04,
-                10.0,
-                args,
-                tuple(args.otf_beams_20k),
-            )
-        )
-        print_case(cases[-1])
-    report = {
-        "machine": {
-            "python": sys.version.split()[0],
-            "torch": torch.__version__,
-            "cpu": platform.processor() or platform.machine(),
-            "cores": len(os.sched_getaffinity(0)),
-            "load_average_at_start": load_start,
-            "load_average_at_end": os.getloadavg(),
-        },
-        "cases": cases,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    cases = run_cases(args, run_case, print_case, args.threshold_20k, tuple(args.otf_beams_20k))
+    write_report(args.out, {"machine": machine_info(load_start), "cases": cases})
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Throughput of `transcribe --engine ray` with 1 and 2 workers against a local run, same input.
 
-    .venv/bin/python scripts/bench/ray_scaling.py                       # demo CTC on data/demo/synthetic x8
-    .venv/bin/python scripts/bench/ray_scaling.py --manifest data/real/dev/manifest.jsonl --repeat 2 \
+    .venv/bin/asrdecode bench ray-scaling                       # demo CTC on data/demo/synthetic x8
+    .venv/bin/asrdecode bench ray-scaling --manifest data/real/dev/manifest.jsonl --repeat 2 \
         --config embedded:configs/sphinx-en-us-otf.yaml model.threads=1     # the default setup
 
 Every run is `asrdecode transcribe` in a child process into a fresh folder. Printed per run: wall
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default=str(ROOT / "data/demo/synthetic/manifest.jsonl"))
     ap.add_argument("--repeat", type=int, default=8, help="each utterance this many times (new ids)")
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=ROOT / "out/bench/ray_scaling.json")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. model.threads=1")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (threads=...)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     base = Path(args.manifest).resolve().parent
     rows = [json.loads(x) for x in Path(args.manifest).read_text().splitlines() if x.strip()]

@@ -2,8 +2,8 @@
 """First use of the default setup, as a new user meets it: `asrdecode transcribe MANIFEST --out O`
 with no options and an empty cache, then the same command again.
 
-    .venv/bin/python scripts/bench/first_use.py                      # data/demo/real
-    .venv/bin/python scripts/bench/first_use.py --manifest data/real/test/manifest.jsonl
+    .venv/bin/asrdecode bench first-use                      # data/demo/real
+    .venv/bin/asrdecode bench first-use --manifest data/real/test/manifest.jsonl
 
 Each command runs in a child process with a fresh, private ASRDECODE_CACHE (a temporary folder), so
 nothing already built is reused. Printed per run: wall seconds, the child's peak RSS (getrusage of
@@ -44,10 +44,10 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, text
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--manifest", type=Path, default=ROOT / "data/demo/real/manifest.jsonl")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     cli = [sys.executable, "-m", "asrdecode.cli"]
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,8 +3,8 @@ sizes against transducer-greedy (label looping) on the same model, audio and enc
 of each; and (``--nemo``) NeMo's own ``malsd_batch`` / ``maes_batch`` / ``greedy_batch`` on the same
 checkpoint and the same encoder outputs.
 
-    nice -n 5 .venv/bin/python scripts/bench/transducer_beam.py --nemo --out out/bench/transducer_beam.json
-    .venv/bin/python scripts/bench/transducer_beam.py --beams 4 --batch-sizes 16 --repeats 1     # quick
+    nice -n 5 .venv/bin/asrdecode bench transducer-beam --nemo --out out/bench/transducer_beam.json
+    .venv/bin/asrdecode bench transducer-beam --beams 4 --batch-sizes 16 --repeats 1     # quick
 
 One run, one model (default the embedded demo RNN-T), the clips of ``--manifest`` (default
 data/demo/real, 14 real utterances with reference texts) cycled to ``--utts`` utterances. The front end +
@@ -22,7 +22,7 @@ beam time / greedy time, and the WER / CER of each decoder on the distinct utter
 many utterances have the same tokens as ours, and ours / NeMo time (< 1: ours is faster).
 
 CPU, one intra-op thread by default on both sides (the per-step tensors are tiny; see
-scripts/bench/transducer_greedy.py).
+asrdecode bench transducer-greedy).
 """
 
 from __future__ import annotations
@@ -37,9 +37,15 @@ import numpy as np
 import soundfile as sf
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from asrdecode.bench.transducer_greedy import (
+    NemoChild,
+    batches,
+    parse_with_nemo_options,
+    print_and_write,
+    timed,
+)
 
-from transducer_greedy import DEFAULT_NEMO_PYTHON, NemoChild, batches, timed  # noqa: E402 (same folder)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_manifest(path: Path, n: int) -> tuple[list[torch.Tensor], list[str], list[str]]:
@@ -317,25 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maes-expansion-gamma", type=float, default=2.3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
-    parser.add_argument("--nemo", action="store_true", help="also time NeMo's decoders (child process)")
-    parser.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON, help="python of a venv with NeMo")
-    parser.add_argument("--nemo-child", type=Path, metavar="REQUEST", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help="write the JSON report here")
-    args = parser.parse_args(argv)
+    args = parse_with_nemo_options(parser, argv, "also time NeMo's decoders (child process)")
     if args.nemo_child:
         return nemo_child(args.nemo_child)
-    sys.path.insert(0, str(ROOT))
-    torch.set_num_threads(args.threads)
-    if args.nemo and not Path(args.nemo_python).is_file():
-        raise SystemExit(f"--nemo: {args.nemo_python} not found (see scripts/make_nemo_fixtures.py)")
     report = run(args)
-    print(table(report))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return 0
+    return print_and_write(report, table(report), args.out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Time the sphinx front end and senone scoring (top-N and full mixture) on real clips, with
 pocketsphinx's own decoder on the same audio as the peer.
 
-    .venv/bin/python scripts/bench/sphinx_scoring.py [--threads 1] [--batch 1] [--json PATH] [WAV ...]
+    .venv/bin/asrdecode bench sphinx-scoring [--threads 1] [--batch 1] [--json PATH] [WAV ...]
 
 Default clips: data/demo/real/*.wav (16 kHz). Rows: asrdecode's MFCC front end (float64 and
 float32), senone scoring of every frame and all 5,126 senones (topn 4, pocketsphinx's default, and
@@ -57,14 +57,14 @@ def pocketsphinx_decode(paths: list[str]):
     return run
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("wavs", nargs="*")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (pocketsphinx uses one)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path, default=ROOT / "out" / "bench" / "sphinx_scoring.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     paths = args.wavs or sorted(str(p) for p in (ROOT / "data" / "demo" / "real").glob("*.wav"))
     clips = [torch.from_numpy(sf.read(p, dtype="float32")[0]) for p in paths]

@@ -2,9 +2,9 @@
 
     # default: synthetic trigram LMs with 5k and 20k words (Zipf text, character lexicon, compact
     # TLG), each built with word labels `earliest` (default) and `first_unit`
-    .venv/bin/python scripts/bench/build_graph.py
+    .venv/bin/asrdecode bench graph-build
     # graphs from config files too (or only: --synthetic with no sizes)
-    .venv/bin/python scripts/bench/build_graph.py --config configs/graph/demo-ctc-bpe-tlg.yaml --synthetic
+    .venv/bin/asrdecode bench graph-build --config configs/graph/demo-ctc-bpe-tlg.yaml --synthetic
 
 Each build runs in its own child process, which reports its own peak RSS (getrusage RUSAGE_SELF)
 and the peak of its own children (kaldilm's arpa2fst runs in one), read right after the build and
@@ -161,7 +161,7 @@ def print_table(results: list[dict], baseline_mib: float) -> None:
     Console(width=220).print(table)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", action="append", default=[], help="graph YAML config (repeatable)")
     ap.add_argument(
@@ -180,7 +180,7 @@ def main() -> None:
         help="word label placements to build for each synthetic LM",
     )
     ap.add_argument("--out", default="out/bench/build_graph.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import yaml
 
     results = []

@@ -1,9 +1,9 @@
 """Benchmark greedy transducer decoding: label looping (paper 003 Alg. 3) vs frame looping (Alg. 2), and
 against NeMo's own batched greedy decoding on the same checkpoint, audio and encoder outputs.
 
-    .venv/bin/python scripts/bench/transducer_greedy.py --out out/bench/transducer_greedy.json
-    .venv/bin/python scripts/bench/transducer_greedy.py --batch-sizes 1 4 --utts 8 --repeats 2   # quick
-    nice -n 5 .venv/bin/python scripts/bench/transducer_greedy.py --nemo --small \\
+    .venv/bin/asrdecode bench transducer-greedy --out out/bench/transducer_greedy.json
+    .venv/bin/asrdecode bench transducer-greedy --batch-sizes 1 4 --utts 8 --repeats 2   # quick
+    nice -n 5 .venv/bin/asrdecode bench transducer-greedy --nemo --small \\
         --out out/bench/transducer_greedy_nemo.json          # + NeMo rows, + the FastConformer-Small models
 
 One run, same model(s), same audio: the fixture clips (tests/fixtures/nemo/audio) cycled to ``--utts``
@@ -50,6 +50,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 import torch
+
+from asrdecode.bench.harness import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "nemo"
@@ -111,7 +113,13 @@ class NemoChild:
         request = Path(self.tmp.name) / "request.npz"
         np.savez(request, meta=np.array(json.dumps(meta)), **arrays)
         self.log = open(Path(self.tmp.name) / "stderr.txt", "w+")  # noqa: SIM115 - closed in close()
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+        # the child imports this package's bench modules (nothing else of asrdecode) from the checkout
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(threads),
+            "PYTHONWARNINGS": "ignore",
+            "PYTHONPATH": str(ROOT),
+        }
         cmd = [python, str(Path(script).resolve()), "--nemo-child", str(request)]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
@@ -435,6 +443,32 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def print_and_write(report: dict, text: str, out: Path | None) -> int:
+    """Print a benchmark's table and write its JSON report (if asked); the exit status."""
+    print(text)
+    if out:
+        write_report(out, report)
+    return 0
+
+
+def parse_with_nemo_options(parser: argparse.ArgumentParser, argv: list[str] | None, nemo_help: str):
+    """Parse with the options both transducer benchmarks share (threads, the NeMo peer in its own
+    venv as a child process, the JSON report); sets torch's threads and checks NeMo's Python."""
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
+    parser.add_argument("--nemo", action="store_true", help=nemo_help)
+    parser.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON, help="python of a venv with NeMo")
+    parser.add_argument("--nemo-child", type=Path, metavar="REQUEST", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help="write the JSON report here")
+    args = parser.parse_args(argv)
+    if not args.nemo_child:
+        torch.set_num_threads(args.threads)
+        if args.nemo and not Path(args.nemo_python).is_file():
+            raise SystemExit(
+                f"--nemo: {args.nemo_python} not found (see scripts/make_nemo_fixtures.py for the venv)"
+            )
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS, help=".nemo files or embedded:NAME")
@@ -445,20 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-symbols", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
-    parser.add_argument("--nemo", action="store_true", help="also time NeMo's greedy_batch (child process)")
-    parser.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON, help="python of a venv with NeMo")
-    parser.add_argument("--nemo-child", type=Path, metavar="REQUEST", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help="write the JSON report here")
-    args = parser.parse_args(argv)
+    args = parse_with_nemo_options(parser, argv, "also time NeMo's greedy_batch (child process)")
     if args.nemo_child:
         return nemo_child(args.nemo_child)
-    sys.path.insert(0, str(ROOT))
-    torch.set_num_threads(args.threads)
-    if args.nemo and not Path(args.nemo_python).is_file():
-        raise SystemExit(
-            f"--nemo: {args.nemo_python} not found (see scripts/make_nemo_fixtures.py for the venv)"
-        )
     models = list(args.models) + (ensure_small_models(args.nemo_python) if args.small else [])
     waves = load_clips(args.audio, args.utts)
     report = {
@@ -477,12 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in models:
         print(f"timing {spec}" + (" (+ NeMo, interleaved)" if args.nemo else ""), flush=True)
         report["models"].append(bench_model(spec, waves, args))
-    print(table(report))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return 0
+    return print_and_write(report, table(report), args.out)
 
 
 if __name__ == "__main__":

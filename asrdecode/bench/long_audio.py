@@ -2,11 +2,11 @@
 """Long recordings: wall time and peak RSS of `asrdecode transcribe` on one file of 10, 30 and 60
 minutes (data/demo/real clips concatenated with 0.5 s gaps, cycling), each in its own process.
 
-    .venv/bin/python scripts/bench/long_audio.py                       # demo CTC, local attention
-    .venv/bin/python scripts/bench/long_audio.py --minutes 10 --options ""   # full attention (20 GB!)
-    .venv/bin/python scripts/bench/long_audio.py --model "" --options ""      # the default setup (sphinx)
+    .venv/bin/asrdecode bench long-audio                       # demo CTC, local attention
+    .venv/bin/asrdecode bench long-audio --minutes 10 --options ""   # full attention (20 GB!)
+    .venv/bin/asrdecode bench long-audio --model "" --options ""      # the default setup (sphinx)
 
-The peak RSS is the child's own (os.wait4, as scripts/bench/first_use.py measures it). The load
+The peak RSS is the child's own (os.wait4, as asrdecode bench first-use measures it). The load
 average before and after is printed.
 """
 
@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from first_use import timed  # noqa: E402
+from asrdecode.bench.first_use import timed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,12 +40,12 @@ def long_file(minutes: float, path: Path) -> None:
     sf.write(path, np.concatenate(pieces)[: int(minutes * 60 * 16000)], 16000)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", default="10,30,60")
     ap.add_argument("--model", default="embedded:demo_ctc_bpe", help='"" = the default setup')
     ap.add_argument("--options", default="model.attention=local", help="extra transcribe arguments")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     load = os.getloadavg()
     cli = [sys.executable, "-m", "asrdecode.cli", "transcribe"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 """Torch operations and host synchronisations per frame of the `wfst` torch backend (issue 7 item 5).
 
-    .venv/bin/python scripts/bench/wfst_torch_ops.py                 # demo TLG + sphinx HCLG if built
-    .venv/bin/python scripts/bench/wfst_torch_ops.py --batch 1 32 --cases demo
+    .venv/bin/asrdecode bench wfst-ops                 # demo TLG + sphinx HCLG if built
+    .venv/bin/asrdecode bench wfst-ops --batch 1 32 --cases demo
 
 What decides how the torch backend runs on a GPU is not its CPU time but how many kernels each
 frame launches (each is a few microseconds of launch latency unless the frame is captured as a
@@ -9,7 +9,7 @@ CUDA graph) and how often the host has to wait for the device (a host synchronis
 CUDA-graph capture and stalls the launch queue). This script counts both with
 `asrdecode.decoders.dispatch_count.DispatchCounter` (a torch dispatch mode, so the count is the
 same on any device) around every `TokenPassing.step` (one frame of a whole batch: expansion,
-pruning, recombination, epsilon closure) on the same inputs as `scripts/bench/wfst_decode.py`
+pruning, recombination, epsilon closure) on the same inputs as `asrdecode bench wfst`
 (the demo TLG with the NeMo fixture's log-probs; the sphinx en-us HCLG with real senone
 log-likelihoods when out/graphs/sphinx-en-us exists). The peer column is the compiled (numba)
 backend, which launches no torch operation per frame at all: the ratio is meaningless there, so
@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wfst_decode import BENCH, FIXTURE, ROOT, demo_graph, load_npz, sphinx_loglikes  # noqa: E402
-
+from asrdecode.bench.wfst_decode import BENCH, FIXTURE, ROOT, demo_graph, load_npz, sphinx_loglikes
 from asrdecode.decoders.dispatch_count import DispatchCounter  # noqa: E402
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder  # noqa: E402
 from asrdecode.decoders.wfst.core import TokenPassing  # noqa: E402
@@ -93,13 +90,13 @@ def count_case(
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", nargs="*", default=["demo", "sphinx"])
     ap.add_argument("--batch", type=int, nargs="*", default=[1, 8, 32])
     ap.add_argument("--utterances", type=int, default=32)
     ap.add_argument("--out", default="out/bench/wfst_torch_ops.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     cases = []
     if "demo" in args.cases:

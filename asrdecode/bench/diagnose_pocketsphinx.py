@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Per utterance: is asrdecode's loss (or win) against pocketsphinx a search error or a model difference?
 
-    .venv/bin/python scripts/diagnose_vs_pocketsphinx.py data/real/dev/manifest.jsonl
-    .venv/bin/python scripts/diagnose_vs_pocketsphinx.py my_wavs/ --graph GRAPH_DIR decoder.beam=18
+    .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/dev/manifest.jsonl
+    .venv/bin/asrdecode bench diagnose-pocketsphinx my_wavs/ --graph GRAPH_DIR decoder.beam=18
 
 No transcripts needed. Each recording is read and resampled to 16 kHz once; the same samples go to
 pocketsphinx 5.1.1's own decoder (`asrdecode/bench/peers.py`: a fresh front end per
@@ -48,7 +48,7 @@ from asrdecode.io.manifests import read_inputs
 from asrdecode.models.loading import load_model
 from asrdecode.scoring import score
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-3  # cost units: float32 sums over thousands of frames
 
 
@@ -60,7 +60,7 @@ def verdict(ours: list[str], theirs: list[str], our_cost: float, their_cost: flo
     return "search error" if their_cost < our_cost - TOLERANCE else "model differs"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", type=Path, help="manifest.jsonl, audio folder or Kaldi data dir")
     ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--default-lm", action="store_true", help="also run pocketsphinx with its own LM")
     ap.add_argument("--json", type=Path, default=ROOT / "out/diagnose_vs_pocketsphinx.json")
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
-    args = ap.parse_intermixed_args()
+    args = ap.parse_intermixed_args(argv)
 
     try:
         cfg = build_config(args.config, [f"decoder.graph={args.graph}", *args.overrides])

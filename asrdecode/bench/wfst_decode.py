@@ -1,9 +1,9 @@
 """Benchmark the `wfst` decoder against kaldi-decoder's FasterDecoder and flashlight-text's
 LexiconDecoder on the same graphs and log-probs (issue 4 item 8, issue 7 item 4).
 
-    .venv/bin/python scripts/bench/wfst_decode.py                      # all cases, beam sweep on demo
-    .venv/bin/python scripts/bench/wfst_decode.py --cases demo --batch 1 32 --beams
-    .venv/bin/python scripts/bench/wfst_decode.py --graph out/graphs/my-tlg --logprobs lp.npz
+    .venv/bin/asrdecode bench wfst                      # all cases, beam sweep on demo
+    .venv/bin/asrdecode bench wfst --cases demo --batch 1 32 --beams
+    .venv/bin/asrdecode bench wfst --graph out/graphs/my-tlg --logprobs lp.npz
 
 Cases (one graph + one set of log-probs each; every decoder of a case gets the same inputs):
 
@@ -11,7 +11,7 @@ Cases (one graph + one set of log-probs each; every decoder of a case gets the s
   (data/demo/graph/lm.arpa; built into out/bench/wfst-graph), and the fixture's real log-probs
   repeated to ``--utterances`` utterances (frame shift 0.08 s). The fixture model is random, so
   there is no meaningful WER: agreement with Kaldi's 1-best is reported.
-* ``20k``: a 20k-word synthetic trigram LM (scripts/bench/build_graph.py's Zipf corpus) with a
+* ``20k``: a 20k-word synthetic trigram LM (asrdecode bench graph-build's Zipf corpus) with a
   character lexicon, compact TLG (~1.3M states; built once into out/bench/wfst-graph-20k-sep,
   ~90 s), and peaky log-probs over 26 letters + a word-boundary unit ``|`` + blank that spell
   corpus sentences (10% of the letters confused, ``|`` after every word, as a wav2letter /
@@ -67,13 +67,13 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
-import platform
-import sys
 import time
 import traceback
 from pathlib import Path
 
 import numpy as np
+
+from asrdecode.bench.harness import machine_info, write_report
 
 # torch and asrdecode are imported where needed: every row runs in a spawned child process that
 # re-imports this module, and a kaldi-decoder worker should not carry torch's memory.
@@ -133,9 +133,7 @@ def demo_graph(out: Path) -> Path:
 
 def graph_20k(out: Path) -> tuple[Path, Path, Path]:
     """(graph folder, ARPA, corpus) of the 20k-word synthetic LM, letters + `|`; built once."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from build_graph import synthetic_lm
-
+    from asrdecode.bench.build_graph import synthetic_lm
     from asrdecode.graph import GraphBuildConfig, build_graph
 
     lm_dir = out.parent / "wfst-graph-20k-lm"
@@ -555,7 +553,7 @@ def print_case(c: dict) -> None:
             )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", nargs="*", default=["demo", "20k", "sphinx"], help="demo, 20k, sphinx")
     ap.add_argument("--graph", help="your own graph folder (TLG.fst or HCLG.fst, graph.pt, words.txt)")
@@ -592,7 +590,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is best on CPU)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default="out/bench/wfst_decode.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     largest = max(args.batch, default=1)
     if args.utterances and args.utterances < largest:
         print(f"--utterances {args.utterances} < largest batch {largest}: using {largest}")
@@ -635,28 +633,15 @@ def main() -> None:
     elif not args.graph and "sphinx" in args.cases:
         print(f"no {sphinx_dir}/HCLG.fst (asrdecode build-graph --config configs/graph/sphinx-en-us.yaml)")
 
-    import torch
-
     report = {
-        "machine": {
-            "python": sys.version.split()[0],
-            "torch": torch.__version__,
-            "cpu": platform.processor() or platform.machine(),
-            "cores": len(os.sched_getaffinity(0)),
-            "load_average_at_start": load_start,
-            "load_average_at_end": os.getloadavg(),
-        },
+        "machine": machine_info(load_start),
         "torch_threads": args.threads,
         "cases": cases,
         "summary": {
             c["case"]: {r["decoder"]: round(r["ratio_vs_kaldi_1core"], 3) for r in c["rows"]} for c in cases
         },
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    end = report["machine"]["load_average_at_end"]
-    print(f"\nwrote {out} (load average at start {load_start}, at end {end})")
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 (graph state, LM state)) on the same small-LM graph and large LM, and against `wfst` on the graph built
 directly with the large LM, on the same log-probs.
 
-    nice -n 5 .venv/bin/python scripts/bench/let_decode.py                 # both cases
-    .venv/bin/python scripts/bench/let_decode.py --cases demo --capacities 4 16
+    nice -n 5 .venv/bin/asrdecode bench let                 # both cases
+    .venv/bin/asrdecode bench let --cases demo --capacities 4 16
 
-Cases: the two of scripts/bench/wfst_otf.py (whose helpers this script imports), same graphs, LMs,
+Cases: the two of asrdecode bench wfst-otf (whose helpers this script imports), same graphs, LMs,
 log-probs and beams:
 
 * ``demo``: the embedded demo model on the 44 demo clips; large LM = the demo trigram, small = its
@@ -26,19 +26,16 @@ ratios of one run. Writes JSON (``--out``) and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asrdecode.bench.harness import machine_info, write_report
+from asrdecode.bench.wfst_otf import case_result, run_cases, wer
 
-from wfst_otf import case_20k, demo_case, wer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_row(name: str, decoder, lp, lengths, shift: float, blank: int) -> dict:
@@ -106,13 +103,7 @@ def run_case(name, large_graph, small_graph, large_lm, lp, lengths, refs, shift,
         r["ratio_to_wfst"] = r["frames_per_second"] / plain_row["frames_per_second"]
         r["wer"] = wer(refs, r["words"])
         r["same_1best_as_otf"] = sum(a == b for a, b in zip(r["words"], otf_row["words"], strict=True))
-    return {
-        "case": name,
-        "utterances": len(lp),
-        "frames": int(lengths.sum()),
-        "options": {"beam": beam, "max_active": 10000, "min_active": 200},
-        "rows": [{k: v for k, v in r.items() if k != "words"} for r in rows],
-    }
+    return case_result(name, lp, lengths, beam, rows)
 
 
 def print_case(c: dict) -> None:
@@ -157,48 +148,20 @@ def print_case(c: dict) -> None:
     Console(width=200).print(t)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k"])
     ap.add_argument("--utterances", type=int, default=64, help="20k case: spelled sentences")
     ap.add_argument("--capacities", type=int, nargs="+", default=[4, 16], help="let group capacities")
     ap.add_argument("--bucket-width", type=float, default=0.5, help="let bucket-queue bin width")
     ap.add_argument("--out", default="out/bench/let_decode.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     load_start = os.getloadavg()
-    cases = []
-    if "demo" in args.cases:
-        cases.append(run_case("demo TLG (BPE, trigram vs pruned)", *demo_case(), 0.08, 16.0, args))
-        print_case(cases[-1])
-    if "20k" in args.cases:
-        cases.append(
-            run_case(
-                "20k-word TLG (chars + |, trigram vs pruned)",
-                *case_20k(1e-5, args.utterances),  # the sentences and pruned graph of wfst_otf.py
-                0.04,
-                10.0,
-                args,
-            )
-        )
-        print_case(cases[-1])
-    report = {
-        "machine": {
-            "python": sys.version.split()[0],
-            "torch": torch.__version__,
-            "cpu": platform.processor() or platform.machine(),
-            "cores": len(os.sched_getaffinity(0)),
-            "load_average_at_start": load_start,
-            "load_average_at_end": os.getloadavg(),
-        },
-        "cases": cases,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    cases = run_cases(args, run_case, print_case, 1e-5)  # the sentences and pruned graph of wfst_otf
+    write_report(args.out, {"machine": machine_info(load_start), "cases": cases})
 
 
 if __name__ == "__main__":

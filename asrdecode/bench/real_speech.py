@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Real English speech: asrdecode (pocketsphinx's HMM on the device + HCLG + `wfst`) vs pocketsphinx.
 
-    .venv/bin/python scripts/eval_real_speech.py                      # every real set; builds the graph
-    .venv/bin/python scripts/eval_real_speech.py --manifest data/real/test/manifest.jsonl
-    .venv/bin/python scripts/eval_real_speech.py --on-the-fly wfst-otf,let   # + the default setup
+    .venv/bin/asrdecode bench real-speech                      # every real set; builds the graph
+    .venv/bin/asrdecode bench real-speech --manifest data/real/test/manifest.jsonl
+    .venv/bin/asrdecode bench real-speech --on-the-fly wfst-otf,let   # + the default setup
 
 Sets (each printed with how it was used): `data/demo/real` (pocketsphinx 5.1.1's test clips; earlier
 sessions chose the graph's pruning on it), `data/real/dev` (the tuning set of the decoding defaults)
@@ -46,7 +46,7 @@ import soundfile
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.scoring import score
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def read_manifest(path: Path) -> list[dict]:
@@ -210,7 +210,7 @@ def print_set(result: dict) -> None:
         print(f"(hypotheses of {', '.join(result['hypotheses_differ_between_thread_settings'])} differ)")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--manifest", type=Path, action="append", help="a set (repeatable); default: every real set"
@@ -229,7 +229,7 @@ def main() -> None:
         "from the cache + pocketsphinx's full trigram)",
     )
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
-    args = ap.parse_intermixed_args()
+    args = ap.parse_intermixed_args(argv)
 
     if not (args.graph / "graph.pt").is_file():
         print(f"building {args.graph} from {args.graph_config} ...", flush=True)

@@ -7,7 +7,7 @@ kept until the end, and how many frames each window pruning took back on average
 a frame whose extra costs did not move, so this stays flat as the input grows). Linear scaling
 shows as lattice seconds growing like the length.
 
-    .venv/bin/python scripts/bench/lattice_scaling.py --frames 2000 8000 32000
+    .venv/bin/asrdecode bench lattice-scaling --frames 2000 8000 32000
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def peaky_log_probs(frames: int, columns: int, seed: int) -> np.ndarray:
     return torch.from_numpy(logits).log_softmax(-1).numpy()[None]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, nargs="+", default=[2000, 8000, 32000])
     ap.add_argument("--json", type=Path, default=Path("out/bench/lattice_scaling.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = []
     torch.set_num_threads(1)
     graph = resolve_graph_spec(GRAPH)

@@ -1,0 +1,39 @@
+"""What every benchmark of `asrdecode bench` records with its figures: the machine and its load
+average at the start and the end (the machine is shared; a figure without its load means little),
+and the JSON report written next to the printed table."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+
+def machine_info(load_at_start: tuple[float, float, float]) -> dict:
+    """Python, torch, CPU, usable cores and the load average at the start and now."""
+    import torch
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "cores": len(os.sched_getaffinity(0)),
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": os.getloadavg(),
+    }
+
+
+def write_report(path: str | Path, report: dict) -> Path:
+    """Write the report as indented JSON (folders made) and say where, with the load averages."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    machine = report.get("machine", {})
+    load = ""
+    if "load_average_at_start" in machine:
+        start, end = machine["load_average_at_start"], machine["load_average_at_end"]
+        load = f" (load average at start {start}, at end {end})"
+    print(f"\nwrote {out}{load}")
+    return out

@@ -1,0 +1,84 @@
+"""The LMs decoders load from their config: the LM difference of on-the-fly rescoring (`wfst-otf`,
+`let`: the large LM minus the one the graph was built with) and the token LM of transducer shallow
+fusion (`transducer-greedy`, `transducer-beam`). Paths may be packaged (``embedded:...``); every
+problem is a one-line ConfigError naming the option."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asrdecode.decoders.wfst.paths import graph_folder
+from asrdecode.errors import AsrDecodeError, ConfigError
+from asrdecode.graph.cache import cache_root
+from asrdecode.lm.difference import DifferenceLM
+from asrdecode.lm.ngram_tensor import BatchedNgramLM
+
+
+def small_lm_of(graph_spec: str) -> str:
+    """The ARPA recorded as the graph's `arpa` input in its folder's meta.json ('' if none)."""
+    folder = graph_folder(graph_spec)
+    meta = folder / "meta.json" if folder is not None else None
+    if meta is None or not meta.is_file():
+        return ""
+    try:
+        return str(json.loads(meta.read_text())["inputs"]["arpa"]["path"])
+    except (json.JSONDecodeError, KeyError, TypeError, OSError):
+        return ""
+
+
+def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) -> DifferenceLM:
+    """The LM difference of a `wfst-otf` or `let` config (its ``lm`` minus its ``small_lm`` or the
+    LM recorded with its ``graph``, weighted by its ``lm_scale``) over the graph's words (``words``,
+    arc ``olabels``), tables from the LM cache when built before; every problem a one-line
+    ConfigError."""
+    from asrdecode.models.loading import resolve_packaged_path
+
+    if not config.lm:
+        raise ConfigError("decoder.lm: needs the large LM (decoder.lm=ARPA or pocketsphinx .lm.bin)")
+    small = config.small_lm or small_lm_of(config.graph)
+    if not small:
+        raise ConfigError(
+            "decoder.small_lm: give the LM the graph was built with (not recorded in the graph "
+            "folder's meta.json)"
+        )
+    try:
+        large = resolve_packaged_path(config.lm)
+    except AsrDecodeError as err:
+        raise ConfigError(f"decoder.lm: {err}") from None
+    for key, path in (("lm", large), ("small_lm", small)):
+        if not Path(path).is_file():
+            raise ConfigError(f"decoder.{key}: {path}: file not found")
+    num_ids = max(int(olabels.max(initial=0)), max(words, default=0)) + 1
+    try:
+        lm = DifferenceLM.from_files(large, small, words, num_ids, config.lm_scale, cache=cache_root() / "lm")
+    except AsrDecodeError as err:
+        raise ConfigError(f"decoder.lm: {err}") from None
+    lm.check_words(olabels, words, small, large)
+    return lm
+
+
+FUSION_TOKEN_IDS = ("ngpu", "words")
+
+
+def load_fusion_lm(
+    path: str | Path,
+    token_ids: str,
+    units: list[str],
+    blank_id: int | None = None,
+    key: str = "decoder.ngram_lm",
+):
+    """The token-level LM of a decoder's shallow fusion over a model's ``units`` (blank excluded):
+    ``token_ids="ngpu"``: NeMo's token ARPA (ids = unit indices, ``vocab_size=len(units)``);
+    ``"words"``: the ARPA's words are the unit strings. A transducer's blank (`blank_id`) must come
+    after the units. ``key`` names the config option in errors."""
+    if blank_id is not None and blank_id != len(units):
+        raise ConfigError(f"{key} needs the blank after the {len(units)} units (blank id {blank_id})")
+    if token_ids not in FUSION_TOKEN_IDS:
+        raise ConfigError(f"{key}_token_ids must be one of {', '.join(FUSION_TOKEN_IDS)}, got {token_ids!r}")
+    if token_ids == "ngpu":
+        return BatchedNgramLM.from_arpa(path, token_ids="ngpu", vocab_size=len(units))
+    return BatchedNgramLM.from_arpa(path, vocab=list(units), token_ids="words")

@@ -1,0 +1,44 @@
+"""`Transcriber` (asrdecode.pipeline) as a library, in this process: the NeMo fixture model's texts,
+the callbacks, a bad file counted and skipped, and a resumed run that decodes nothing again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+from helpers.cli import AUDIO, FIX, MODEL, read_jsonl
+
+from asrdecode.config import build_config
+from asrdecode.pipeline import Transcriber
+
+
+def nemo_texts() -> dict[str, str]:
+    z = np.load(FIX / "reference" / "ctc_bpe.npz", allow_pickle=False)
+    return {str(u): str(t) for u, t in zip(z["utt_ids"], z["greedy_text"], strict=True)}
+
+
+def test_transcriber_runs_resumes_and_reports(tmp_path):
+    audio = tmp_path / "audio"
+    shutil.copytree(AUDIO, audio)
+    (audio / "broken.wav").write_bytes(b"RIFF not really a wav")
+    cfg = build_config(None, [f"model.path={MODEL}", "batch.max_utterances=3", "threads=1"])
+    events, errors, statuses = [], [], []
+    report = Transcriber(
+        cfg,
+        audio,
+        tmp_path / "out",
+        on_progress=events.append,
+        on_error=lambda utt, msg: errors.append((utt, msg)),
+        on_status=statuses.append,
+    ).run()
+    texts = {r["utt_id"]: r["pred_text"] for r in read_jsonl(tmp_path / "out" / "transcripts.jsonl")}
+    assert texts == nemo_texts()  # NeMo 3.0.0's greedy texts of the same clips
+    assert report["decoded_this_run"] == len(texts) and report["failed"] == 1
+    assert [utt for utt, _ in errors] == ["broken"] and "broken.wav" in errors[0][1]
+    assert events[-1]["done"] == len(texts) + 1  # progress counts the failed input too
+    assert any("loading model" in s for s in statuses)
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["failed"] == 1
+
+    again = Transcriber(cfg, audio, tmp_path / "out").run()
+    assert again["decoded_this_run"] == 0 and again["resumed"] == len(texts)
