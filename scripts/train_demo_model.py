@@ -374,13 +374,13 @@ def transducer_config(ctc_cfg: dict[str, Any], args: argparse.Namespace) -> dict
     return cfg
 
 
-def continued_transducer(path: Path, arch: str) -> tuple[NemoTransducerModel, dict[str, Any]]:
-    """A saved transducer .nemo to train further (asrdecode's loader: tar + safe weights, no pickle)
+def continued_model(path: Path, arch: str) -> tuple[NemoCTCModel | NemoTransducerModel, dict[str, Any]]:
+    """A saved .nemo of `arch` to train further (asrdecode's loader: tar + safe weights, no pickle)
     and its sidecar JSON ({} when there is none)."""
     from asrdecode.models.nemo import load_nemo
 
-    model = load_nemo(path, kind="transducer")
-    if (model.durations is None) != (arch == "rnnt"):
+    model = load_nemo(path, kind="ctc" if arch == "ctc" else "transducer")
+    if arch != "ctc" and (model.durations is None) != (arch == "rnnt"):
         sys.exit(f"{path}: a {'TDT' if model.durations else 'RNN-T'} model, but --arch {arch}")
     sidecar = path.with_suffix(".json")
     prior = json.loads(sidecar.read_text()) if sidecar.exists() else {}
@@ -543,11 +543,12 @@ def train(args: argparse.Namespace) -> None:
     model: NemoCTCModel | NemoTransducerModel
     prior: dict[str, Any] = {}  # --init-transducer: the sidecar of the model being continued
     if args.init_transducer is not None:
-        model, prior = continued_transducer(args.init_transducer, args.arch)
+        model, prior = continued_model(args.init_transducer, args.arch)
         cfg, files, tokenizer = copy.deepcopy(model.config), dict(model.tokenizer_files), model.tokenizer
-        args.pred_hidden = int(cfg["decoder"]["prednet"]["pred_hidden"])
-        args.joint_hidden = int(cfg["joint"]["jointnet"]["joint_hidden"])
-        args.sigma = float(cfg.get("loss", {}).get("tdt_kwargs", {}).get("sigma", args.sigma))
+        if transducer:
+            args.pred_hidden = int(cfg["decoder"]["prednet"]["pred_hidden"])
+            args.joint_hidden = int(cfg["joint"]["jointnet"]["joint_hidden"])
+            args.sigma = float(cfg.get("loss", {}).get("tdt_kwargs", {}).get("sigma", args.sigma))
         log(
             f"continuing {args.init_transducer}: all weights, {prior.get('steps', 0)} steps and "
             f"{prior.get('train_wall_minutes', 0.0)} min of training so far (final: {prior.get('final')})"
@@ -644,7 +645,7 @@ def train(args: argparse.Namespace) -> None:
             "from_step": step,
             **(
                 {
-                    "init_transducer": str(args.init_transducer),
+                    "continued_from": str(args.init_transducer),
                     "init_sha256": hashlib.sha256(args.init_transducer.read_bytes()).hexdigest(),
                     "optimizer": "fresh AdamW (a .nemo holds no optimiser state)",
                     "lr": args.lr,
@@ -930,10 +931,13 @@ def main() -> None:
         "--init-from", type=Path, default=DEFAULT_INIT, help="rnnt/tdt: CTC .nemo giving encoder + tokenizer"
     )
     ap.add_argument(
+        "--continue",
         "--init-transducer",
+        dest="init_transducer",
         type=Path,
         default=None,
-        help="rnnt/tdt: continue this saved transducer .nemo (all weights; history from its .json)",
+        help="continue this saved .nemo of --arch (all weights, a fresh optimiser and schedule; history "
+        "from its .json)",
     )
     ap.add_argument("--encoder-lr-scale", type=float, default=0.5, help="rnnt/tdt: encoder lr factor")
     ap.add_argument("--pred-hidden", type=int, default=160, help="rnnt/tdt: LSTM size")
@@ -981,10 +985,10 @@ def main() -> None:
     if args.plot is not None:
         plot_curves(args.curves, args.plot)
         return
-    if args.init_transducer is not None and (args.arch == "ctc" or args.resume):
-        ap.error("--init-transducer needs --arch rnnt|tdt and excludes --resume")
+    if args.init_transducer is not None and args.resume:
+        ap.error("--continue excludes --resume")
     if args.init_transducer is not None and not args.init_transducer.is_file():
-        ap.error(f"--init-transducer {args.init_transducer}: no such file")
+        ap.error(f"--continue {args.init_transducer}: no such file")
     global WORK
     if args.arch != "ctc":
         WORK = CACHE / f"train_{args.arch}"

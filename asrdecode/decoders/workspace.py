@@ -5,7 +5,7 @@ doubling and are reused from utterance to utterance (one workspace per worker th
 numba passes them as one heterogeneous tuple; a frame driver that grows an array returns the tuple
 with that array replaced. The layout of each search is one field table (`WorkspaceLayout`: name
 and dtype per array), from which the tuple is allocated and the field indices are taken; inside
-compiled code `with_field` and `swap_fields` rebuild the tuple for one or two fields, so no function
+compiled code `with_field`, `grow_fields` and `swap_spans` rebuild the tuple for named fields, so no function
 lists the whole tuple by hand.
 
 Hot loops take the arrays they use, never the tuple: numba adds an atomic reference count per
@@ -83,29 +83,12 @@ def with_field(ws: tuple, i: int, array: np.ndarray) -> tuple:
     return (*ws[:i], array, *ws[i + 1 :])
 
 
-def swap_fields(ws: tuple, i: int, j: int) -> tuple:
-    """The workspace tuple with fields `i` and `j` exchanged (compiled code; constants)."""
-    items = list(ws)
-    items[i], items[j] = items[j], items[i]
-    return tuple(items)
-
-
 @overload(with_field, prefer_literal=True, jit_options={"nogil": True})
 def _with_field(ws, i, array):
     if not isinstance(ws, types.BaseTuple) or not isinstance(i, types.IntegerLiteral):
         return None
     k = i.literal_value
     return _tuple_function("ws, i, array", len(ws), lambda p: "array" if p == k else f"ws[{p}]")
-
-
-@overload(swap_fields, prefer_literal=True, jit_options={"nogil": True})
-def _swap_fields(ws, i, j):
-    if not isinstance(ws, types.BaseTuple):
-        return None
-    if not (isinstance(i, types.IntegerLiteral) and isinstance(j, types.IntegerLiteral)):
-        return None
-    a, b = i.literal_value, j.literal_value
-    return _tuple_function("ws, i, j", len(ws), lambda p: f"ws[{b if p == a else a if p == b else p}]")
 
 
 def grow_fields(ws: tuple, first: int, last: int, need: int) -> tuple:
@@ -126,3 +109,24 @@ def _grow_fields(ws, first, last, need):
     )
     impl.__globals__["grow"] = grow
     return impl
+
+
+def swap_spans(ws: tuple, first: int, last: int, other: int) -> tuple:
+    """The workspace tuple with fields `first`..`last` exchanged with as many fields from `other`
+    (constants; e.g. the current and the next tokens' arrays), in one rebuild (compiled code)."""
+    items = list(ws)
+    n = last - first + 1
+    items[first : last + 1], items[other : other + n] = ws[other : other + n], ws[first : last + 1]
+    return tuple(items)
+
+
+@overload(swap_spans, prefer_literal=True, jit_options={"nogil": True})
+def _swap_spans(ws, first, last, other):
+    if not isinstance(ws, types.BaseTuple):
+        return None
+    if not all(isinstance(x, types.IntegerLiteral) for x in (first, last, other)):
+        return None
+    lo, hi, at = first.literal_value, last.literal_value, other.literal_value
+    where = {p: at + (p - lo) for p in range(lo, hi + 1)}
+    where.update({at + (p - lo): p for p in range(lo, hi + 1)})
+    return _tuple_function("ws, first, last, other", len(ws), lambda p: f"ws[{where.get(p, p)}]")

@@ -49,8 +49,8 @@ from asrdecode.decoders.wfst.compiled import (
     queue_pop,
     running_bound,
 )
-from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, swap_fields
-from asrdecode.lm.difference import MEMO_DTYPE, lm_final, lm_step_memo
+from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, swap_spans
+from asrdecode.lm.difference import MEMO_DTYPE, lm_final, lm_step
 from asrdecode.numba_status import configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)
@@ -243,14 +243,26 @@ def _make_word_block(
     group's record chain runs on through the word arc). It depends only on (blk, word), so it is
     cached (direct-mapped, cleared when blocks are renumbered): called on a miss of `_word_probe`,
     makes the block, caches it and returns (block, cost shift). Takes arrays, not the workspace tuple."""
+    mmask = memo.shape[0] - 1
     vocab = ctr[C_VOCAB]
     st = blk_start[blk]
     n = 0
     best = _INF32
     for q in range(st, st + blk_len[blk]):
-        # D's weight through the memo of (D state, word) lookups (`lm_step_memo`)
+        # D's weight through the memo of (D state, word) lookups: `lm_step_memo` written out so that
+        # the LM tuple is touched only on a miss (passing it costs a reference count per array)
         u = m_lm[q]
-        d, nu, _ = lm_step_memo(lm, memo, u, word, vocab)
+        mkey = np.int64(u) * vocab + word
+        mh = mkey * np.int64(-7046029254386353131)
+        e = memo[(mh ^ (mh >> 31)) & mmask]
+        if e.key == mkey:
+            d = e.cost
+            nu = np.int64(e.next)
+        else:
+            d, nu = lm_step(lm, u, word)
+            e.key = mkey
+            e.cost = d
+            e.next = nu
         cost = m_off[q] + d
         c_lm[n] = nu
         c_cost[n] = cost
@@ -493,8 +505,9 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
         ):
             io[0], io[1] = nq, pops
             return False
-        nq, pops, stop = queue_pop(nq, pops, eps_limit, stats, S_EPS_LIMIT)
+        nq, pops, stop = queue_pop(nq, pops, eps_limit)
         if stop:
+            stats[S_EPS_LIMIT] += 1
             break
         c0 = cur_cost[i]
         if c0 > cut:
@@ -587,14 +600,24 @@ def _grow_all(ws, ctr, need):
         need[5],
         need[6],
     )
-    ws = grow_fields(ws, W_CUR_STATE, W_QUEUE, tokens)
-    ws = grow_fields(ws, W_IT_BLK, W_IT_NEXT, items)
-    ws = grow_fields(ws, W_BLK_START, W_BLK_LEN, ctr[C_BLK] + blocks)
-    ws = grow_fields(ws, W_M_LM, W_M_MREC, ctr[C_MEM] + members)
-    ws = grow_fields(ws, W_MR_PREV, W_MR_TAIL, ctr[C_MREC] + mrecs)
-    ws = grow_fields(ws, W_R_PREV, W_R_FRAME, ctr[C_REC] + records)
-    ws = grow_fields(ws, W_C_LM, W_C_NEW, cands)
-    return grow_fields(ws, W_SCRATCH, W_SCRATCH, max(tokens, cands))
+    # a tuple is rebuilt only for a short span (one field checked: a span grows as one)
+    if ws[W_CUR_STATE].shape[0] < tokens:
+        ws = grow_fields(ws, W_CUR_STATE, W_QUEUE, tokens)
+    if ws[W_IT_BLK].shape[0] < items:
+        ws = grow_fields(ws, W_IT_BLK, W_IT_NEXT, items)
+    if ws[W_BLK_START].shape[0] < ctr[C_BLK] + blocks:
+        ws = grow_fields(ws, W_BLK_START, W_BLK_LEN, ctr[C_BLK] + blocks)
+    if ws[W_M_LM].shape[0] < ctr[C_MEM] + members:
+        ws = grow_fields(ws, W_M_LM, W_M_MREC, ctr[C_MEM] + members)
+    if ws[W_MR_PREV].shape[0] < ctr[C_MREC] + mrecs:
+        ws = grow_fields(ws, W_MR_PREV, W_MR_TAIL, ctr[C_MREC] + mrecs)
+    if ws[W_R_PREV].shape[0] < ctr[C_REC] + records:
+        ws = grow_fields(ws, W_R_PREV, W_R_FRAME, ctr[C_REC] + records)
+    if ws[W_C_LM].shape[0] < cands:
+        ws = grow_fields(ws, W_C_LM, W_C_NEW, cands)
+    if ws[W_SCRATCH].shape[0] < max(tokens, cands):
+        ws = grow_fields(ws, W_SCRATCH, W_SCRATCH, max(tokens, cands))
+    return ws
 
 
 @numba.njit(nogil=True, cache=True)
@@ -729,10 +752,7 @@ def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
 def _swap(ws):
     """The workspace with the current and next group arrays exchanged (the kept next groups
     become the current ones)."""
-    ws = swap_fields(ws, W_CUR_STATE, W_NXT_STATE)
-    ws = swap_fields(ws, W_CUR_COST, W_NXT_COST)
-    ws = swap_fields(ws, W_CUR_BLK, W_NXT_BLK)
-    return swap_fields(ws, W_CUR_REC, W_NXT_REC)
+    return swap_spans(ws, W_CUR_STATE, W_CUR_REC, W_NXT_STATE)
 
 
 @numba.njit(nogil=True, cache=True)

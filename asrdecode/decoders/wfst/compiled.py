@@ -69,7 +69,13 @@ import numpy as np
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.lattice import prune_window
 from asrdecode.decoders.wfst.paths import BestPath
-from asrdecode.decoders.workspace import INIT_CAPACITY, WorkspaceLayout, grow_fields, swap_fields, with_field
+from asrdecode.decoders.workspace import (
+    INIT_CAPACITY,
+    WorkspaceLayout,
+    grow_fields,
+    swap_spans,
+    with_field,
+)
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step_memo, new_memo
 from asrdecode.numba_status import announce_first_compile, configure_cache
@@ -164,14 +170,16 @@ def get_cutoff(
 
 # ---------------------------------------------------------------------------------------------
 # Workspace: the arrays of one search (a worker thread's, reused across utterances, or a stream's),
-# one field table (`workspace.WorkspaceLayout`; fields grown together are adjacent). The LM fields
+# one field table (`workspace.WorkspaceLayout`; fields grown together are adjacent and keep equal
+# capacities, so the driver checks one of them before growing; a tuple passed to a helper costs
+# two atomic reference counts per array, so the check is written at the call site). The LM fields
 # (token LM state, hash positions, pair hash table) are used by `wfst-otf` only; the lattice
 # fields only with lattices.
 WORKSPACE = WorkspaceLayout(
     ("cur_state", np.int32), ("cur_cost", np.float32), ("cur_rec", np.int64),
     ("cur_u", np.int32), ("cur_pos", np.int64),
-    ("nxt_state", np.int32), ("nxt_cost", np.float32), ("nxt_rec", np.int64),
-    ("nxt_u", np.int32), ("nxt_pos", np.int64), ("nxt_arc", np.int32),
+    ("nxt_state", np.int32), ("nxt_cost", np.float32), ("nxt_rec", np.int64), ("nxt_arc", np.int32),
+    ("nxt_u", np.int32), ("nxt_pos", np.int64),
     ("queue", np.int32), ("scratch", np.float32),
     ("rec_prev", np.int64), ("rec_arc", np.int32), ("rec_frame", np.int32),
     ("lat_frame", np.int32), ("lat_src", np.int32), ("lat_dst", np.int32), ("lat_arc", np.int32),
@@ -181,13 +189,13 @@ WORKSPACE = WorkspaceLayout(
 )  # fmt: skip
 (
     W_CUR_STATE, W_CUR_COST, W_CUR_REC, W_CUR_U, W_CUR_POS,
-    W_NXT_STATE, W_NXT_COST, W_NXT_REC, W_NXT_U, W_NXT_POS, W_NXT_ARC,
+    W_NXT_STATE, W_NXT_COST, W_NXT_REC, W_NXT_ARC, W_NXT_U, W_NXT_POS,
     W_QUEUE, W_SCRATCH, W_REC_PREV, W_REC_ARC, W_REC_FRAME,
     W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC, W_LAT_COST,
     W_NODE_FRAME, W_NODE_STATE, W_NODE_COST, W_NODE_EXTRA, W_HTAB,
 ) = WORKSPACE.indices(
     "cur_state", "cur_cost", "cur_rec", "cur_u", "cur_pos",
-    "nxt_state", "nxt_cost", "nxt_rec", "nxt_u", "nxt_pos", "nxt_arc",
+    "nxt_state", "nxt_cost", "nxt_rec", "nxt_arc", "nxt_u", "nxt_pos",
     "queue", "scratch", "rec_prev", "rec_arc", "rec_frame",
     "lat_frame", "lat_src", "lat_dst", "lat_arc", "lat_ac", "lat_cost",
     "node_frame", "node_state", "node_cost", "node_extra", "htab",
@@ -302,7 +310,7 @@ def _hash_table(htab: np.ndarray, need: int) -> np.ndarray:
     return np.full(2 * cap, -1, np.int64)
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit(nogil=True, cache=True)
 def _find(slot, htab, lm, U, d, u):
     """(token of graph state d with LM state u in the frame's map, or -1; its hash position)."""
     if lm is None:
@@ -313,7 +321,7 @@ def _find(slot, htab, lm, U, d, u):
     return htab[p + 1], p
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit(nogil=True, cache=True)
 def _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos) -> None:
     """Token j is (d, u): written and entered in the map (`_find`'s position p)."""
     tok_state[j] = d
@@ -327,34 +335,17 @@ def _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos) -> None:
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _arrive(slot, htab, lm, U, d, u, c, n, tok_state, tok_u, tok_cost, tok_pos):
-    """A candidate (d, u) at cost c among tokens 0..n-1: a new token, or the existing one if c is
-    lower (the first wins ties). Returns (the token, or -1 when not taken; the token count)."""
-    j, p = _find(slot, htab, lm, U, d, u)
-    if j < 0:
-        j = n
-        n += 1
-        _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos)
-    elif not (c < tok_cost[j]):
-        return -1, n
-    tok_cost[j] = c
-    return j, n
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def queue_pop(
-    nq: int, pops: int, eps_limit: int, stats: np.ndarray, limit_stat: int
-) -> tuple[int, int, bool]:
+def queue_pop(nq: int, pops: int, eps_limit: int) -> tuple[int, int, bool]:
     """One pop of an epsilon closure's LIFO queue (Kaldi ProcessNonemitting) under its limit on
-    pops (a negative-cost epsilon cycle would loop): (queue length, pops, whether to stop)."""
+    pops (a negative-cost epsilon cycle would loop): (queue length, pops, whether to stop).
+    Scalars only: inlined into the loop (an array argument would add reference counts there)."""
     pops += 1
     if pops > eps_limit:
-        stats[limit_stat] += 1
         return 0, pops, True
     return nq - 1, pops, False
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit(nogil=True, cache=True)
 def best_token(cost: np.ndarray, n: int) -> tuple[int, np.float32]:
     """(index, cost) of the cheapest of tokens 0..n-1 (the first on ties; -1 when n == 0)."""
     best_i = -1
@@ -379,17 +370,6 @@ def running_bound(c, best_new, bound, adaptive):
     return best_new, bound, True
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _lattice_arc(frame, s, d, a, ac, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, nlat) -> int:
-    """Keep arc a (s -> d, acoustic cost ac) of `frame` as lattice arc nlat; returns nlat + 1."""
-    lat_frame[nlat] = frame
-    lat_src[nlat] = s
-    lat_dst[nlat] = d
-    lat_arc[nlat] = a
-    lat_ac[nlat] = ac
-    return nlat + 1
-
-
 @numba.njit(nogil=True, cache=True)
 def _map_tokens(slot, htab, lm, U, tok_state, tok_u, tok_pos, n) -> None:
     """Enter tokens 0..n-1 in the (empty) map."""
@@ -412,21 +392,6 @@ def _unmap_tokens(slot, htab, lm, tok_state, tok_pos, n) -> None:
         _hash_clear(htab, tok_pos, n)
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _word_arc(c, ol, boost, lm, memo, V, stats, u):
-    """Cost `c` of an arc with olabel `ol` plus the word's boost and, with an LM (`wfst-otf`), the
-    LM difference from LM state u (paper 000 Alg. 2, Kaldi biglm). Returns (cost, next LM state)."""
-    if ol > 0:
-        if ol < boost.shape[0]:
-            c = c + boost[ol]
-        if lm is not None:
-            dc, nu, missed = lm_step_memo(lm, memo, u, ol, V)
-            if missed:
-                stats[STAT_LM_LOOKUPS] += 1
-            return c + dc, nu
-    return c, np.int64(u)
-
-
 # ------------------------------------------------------------------ the frame steps
 @numba.njit(nogil=True, cache=True)
 def _closure(
@@ -443,6 +408,7 @@ def _closure(
     """
     n, nrec, nlat, nq, pops = io[0], io[1], io[2], io[3], io[4]
     num_states = slot.shape[0]
+    n_boost = boost.shape[0]
     while nq > 0:
         i = queue[nq - 1]
         s = cur_state[i]
@@ -462,8 +428,9 @@ def _closure(
         ):
             io[0], io[1], io[2], io[3], io[4] = n, nrec, nlat, nq, pops
             return False
-        nq, pops, stop = queue_pop(nq, pops, eps_limit, stats, STAT_EPS_LIMIT)
+        nq, pops, stop = queue_pop(nq, pops, eps_limit)
         if stop:
+            stats[STAT_EPS_LIMIT] += 1
             break
         c0 = cur_cost[i]
         if c0 > cut:
@@ -473,15 +440,53 @@ def _closure(
             u0 = cur_u[i]
         for a in range(a0, a1):
             arc = arcs[a]
-            c, u = _word_arc(c0 + arc.weight, arc.olabel, boost, lm, memo, V, stats, u0)
+            # the arc's word: its boost and (wfst-otf) LM difference (paper 000 Alg. 2, Kaldi biglm)
+            c = c0 + arc.weight
+            ol = arc.olabel
+            u = u0
+            if ol > 0:
+                if ol < n_boost:
+                    c = c + boost[ol]
+                if lm is not None:
+                    dc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
+                    stats[STAT_LM_LOOKUPS] += missed
+                    c = c + dc
             if c > cut:
                 continue
             d = arc.nextstate
             if lattice:
-                nlat = _lattice_arc(frame, s, d, a, 0.0, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, nlat)
-            j, n = _arrive(slot, htab, lm, U, d, u, c, n, cur_state, cur_u, cur_cost, cur_pos)
-            if j < 0:
-                continue
+                lat_frame[nlat] = frame
+                lat_src[nlat] = s
+                lat_dst[nlat] = d
+                lat_arc[nlat] = a
+                lat_ac[nlat] = 0.0
+                nlat += 1
+            # recombination: one token per graph state (wfst) or per (graph state, LM state)
+            if lm is None:
+                j = slot[d]
+                if j < 0:
+                    j = n
+                    n += 1
+                    cur_state[j] = d
+                    slot[d] = j
+                elif not (c < cur_cost[j]):
+                    continue
+            else:
+                key = np.int64(d) * U + u
+                p = _hash_slot(htab, key)
+                if htab[p] == -1:
+                    j = n
+                    n += 1
+                    htab[p] = key
+                    htab[p + 1] = j
+                    cur_state[j] = d
+                    cur_u[j] = u
+                    cur_pos[j] = p
+                else:
+                    j = htab[p + 1]
+                    if not (c < cur_cost[j]):
+                        continue
+            cur_cost[j] = c
             rec_prev[nrec] = cur_rec[i]
             rec_arc[nrec] = a
             rec_frame[nrec] = frame
@@ -505,6 +510,7 @@ def _emit(
     As Kaldi, the best token is expanded first for a tight running bound ``best_new + adaptive``
     that skips most arcs early. With lattices, every candidate below the running bound is kept
     with its cost (filtered with the frame's final bound by `_keep`)."""
+    n_boost = boost.shape[0]
     best_i, best_c = best_token(cur_cost, n)
     best_new = _F32_INF
     bound = _F32_INF  # running bound: min(cost + adaptive) so far (>= the final bound)
@@ -515,9 +521,15 @@ def _emit(
             u0 = cur_u[best_i]
         for a in range(states[s].first, states[s].split):
             arc = arcs[a]
-            c, _ = _word_arc(
-                best_c + arc.weight + acrow[arc.column], arc.olabel, boost, lm, memo, V, stats, u0
-            )
+            c = best_c + arc.weight + acrow[arc.column]
+            ol = arc.olabel
+            if ol > 0:
+                if ol < n_boost:
+                    c = c + boost[ol]
+                if lm is not None:
+                    dc, _, missed = lm_step_memo(lm, memo, u0, ol, V)
+                    stats[STAT_LM_LOOKUPS] += missed
+                    c = c + dc
             if c + adaptive < bound:
                 bound = c + adaptive
     m = 0
@@ -533,17 +545,55 @@ def _emit(
         for a in range(states[s].first, states[s].split):
             arc = arcs[a]
             ac = acrow[arc.column]
-            c, u = _word_arc(c0 + arc.weight + ac, arc.olabel, boost, lm, memo, V, stats, u0)
+            # the arc's word: its boost and (wfst-otf) LM difference, as in `_closure`
+            c = c0 + arc.weight + ac
+            ol = arc.olabel
+            u = u0
+            if ol > 0:
+                if ol < n_boost:
+                    c = c + boost[ol]
+                if lm is not None:
+                    dc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
+                    stats[STAT_LM_LOOKUPS] += missed
+                    c = c + dc
             best_new, bound, below = running_bound(c, best_new, bound, adaptive)
             if not below:
                 continue
             d = arc.nextstate
             if lattice:
+                lat_frame[nlat] = frame
+                lat_src[nlat] = s
+                lat_dst[nlat] = d
+                lat_arc[nlat] = a
+                lat_ac[nlat] = ac
                 lat_cost[nlat] = c
-                nlat = _lattice_arc(frame, s, d, a, ac, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, nlat)
-            j, m = _arrive(slot, htab, lm, U, d, u, c, m, nxt_state, nxt_u, nxt_cost, nxt_pos)
-            if j < 0:
-                continue
+                nlat += 1
+            # recombination, as in `_closure`
+            if lm is None:
+                j = slot[d]
+                if j < 0:
+                    j = m
+                    m += 1
+                    nxt_state[j] = d
+                    slot[d] = j
+                elif not (c < nxt_cost[j]):
+                    continue
+            else:
+                key = np.int64(d) * U + u
+                p = _hash_slot(htab, key)
+                if htab[p] == -1:
+                    j = m
+                    m += 1
+                    htab[p] = key
+                    htab[p + 1] = j
+                    nxt_state[j] = d
+                    nxt_u[j] = u
+                    nxt_pos[j] = p
+                else:
+                    j = htab[p + 1]
+                    if not (c < nxt_cost[j]):
+                        continue
+            nxt_cost[j] = c
             nxt_rec[j] = r0
             nxt_arc[j] = a
     return m, best_new, nlat
@@ -569,11 +619,17 @@ def _keep(
             nxt_cost[k] = c
             nxt_rec[k] = nrec
             nrec += 1
-            u = 0
-            if lm is not None:
+            nxt_state[k] = d
+            if lm is None:
+                slot[d] = k
+            else:  # the pair table is empty here: the kept tokens enter it in order
                 u = nxt_u[j]
-            _, p = _find(slot, htab, lm, U, d, u)
-            _add(slot, htab, lm, U, d, u, p, k, nxt_state, nxt_u, nxt_pos)
+                key = np.int64(d) * U + u
+                p = _hash_slot(htab, key)
+                htab[p] = key
+                htab[p + 1] = k
+                nxt_u[k] = u
+                nxt_pos[k] = p
             k += 1
         elif lm is None:
             slot[d] = -1
@@ -614,7 +670,8 @@ def _close_frame(states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limi
     """Epsilon closure of the current tokens (mapped by `_keep`; growing arrays as needed), their
     lattice nodes, and the reset of the map (only valid within a frame). Returns the workspace."""
     n = ctr[C_TOKENS]
-    ws = grow_fields(ws, W_QUEUE, W_QUEUE, n)
+    if ws[W_QUEUE].shape[0] < n:
+        ws = grow_fields(ws, W_QUEUE, W_QUEUE, n)
     queue = ws[W_QUEUE]
     for i in range(n):  # all tokens, popping in token order (LIFO)
         queue[i] = n - 1 - i
@@ -645,7 +702,8 @@ def _close_frame(states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limi
     stats[STAT_TOKENS] += n
     if lattice:
         k = ctr[C_NODES]
-        ws = grow_fields(ws, W_NODE_FRAME, W_NODE_EXTRA, k + n)
+        if ws[W_NODE_FRAME].shape[0] < k + n:
+            ws = grow_fields(ws, W_NODE_FRAME, W_NODE_EXTRA, k + n)
         _record_nodes(
             frame, ws[W_CUR_STATE], ws[W_CUR_COST], n,
             ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], k,
@@ -705,7 +763,8 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
             continue
         stats[STAT_FRAMES] += 1
         # ------------------------------------------ cutoff (GetCutoff) of the current tokens
-        ws = grow_fields(ws, W_SCRATCH, W_SCRATCH, n)
+        if ws[W_SCRATCH].shape[0] < n:
+            ws = grow_fields(ws, W_SCRATCH, W_SCRATCH, n)
         cut, adaptive = get_cutoff(ws[W_CUR_COST], n, ws[W_SCRATCH], beam, max_active, min_active, beam_delta)
         # ------------------------------------------ capacities, then emitting arcs
         n_arcs = emitting_arcs(states, ws[W_CUR_COST], ws[W_CUR_STATE], n, cut)
@@ -713,15 +772,18 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
         bound = n_arcs
         if lm is None:
             bound = min(n_arcs, num_states)
-        ws = grow_fields(ws, W_NXT_STATE, W_NXT_REC, bound)
-        ws = grow_fields(ws, W_NXT_ARC, W_NXT_ARC, bound)
+        if ws[W_NXT_STATE].shape[0] < bound or ws[W_NXT_ARC].shape[0] < bound:
+            ws = grow_fields(ws, W_NXT_STATE, W_NXT_ARC, bound)
         if lm is not None:
-            ws = grow_fields(ws, W_NXT_U, W_NXT_POS, bound)
-            ws = with_field(ws, W_HTAB, _hash_table(ws[W_HTAB], bound))
+            if ws[W_NXT_U].shape[0] < bound:
+                ws = grow_fields(ws, W_NXT_U, W_NXT_POS, bound)
+            if 2 * bound > ws[W_HTAB].shape[0] >> 1:
+                ws = with_field(ws, W_HTAB, _hash_table(ws[W_HTAB], bound))
         nrec = ctr[C_RECORDS]
-        ws = grow_fields(ws, W_REC_PREV, W_REC_FRAME, nrec + bound)
+        if ws[W_REC_PREV].shape[0] < nrec + bound:
+            ws = grow_fields(ws, W_REC_PREV, W_REC_FRAME, nrec + bound)
         lat0 = ctr[C_LAT_ARCS]
-        if lattice:
+        if lattice and ws[W_LAT_FRAME].shape[0] < lat0 + n_arcs:
             ws = grow_fields(ws, W_LAT_FRAME, W_LAT_COST, lat0 + n_arcs)
         htab = ws[W_HTAB]
         nxt_state, nxt_u, nxt_cost = ws[W_NXT_STATE], ws[W_NXT_U], ws[W_NXT_COST]
@@ -745,12 +807,9 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
         )  # fmt: skip
         ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
         # the kept new tokens become the current ones; then their epsilon closure
-        ws = swap_fields(ws, W_CUR_STATE, W_NXT_STATE)
-        ws = swap_fields(ws, W_CUR_COST, W_NXT_COST)
-        ws = swap_fields(ws, W_CUR_REC, W_NXT_REC)
+        ws = swap_spans(ws, W_CUR_STATE, W_CUR_REC, W_NXT_STATE)  # state, cost, record
         if lm is not None:
-            ws = swap_fields(ws, W_CUR_U, W_NXT_U)
-            ws = swap_fields(ws, W_CUR_POS, W_NXT_POS)
+            ws = swap_spans(ws, W_CUR_U, W_CUR_POS, W_NXT_U)  # LM state, hash position
         ws = _close_frame(
             states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limit, lattice, ws, ctr, stats
         )

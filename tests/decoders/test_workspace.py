@@ -1,0 +1,44 @@
+"""The compiled searches' workspaces (asrdecode.decoders.workspace): one field table, and compiled
+code that replaces, grows and swaps named fields of the tuple."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, swap_spans, with_field
+
+LAYOUT = WorkspaceLayout(
+    ("a", np.int32), ("b", np.float32), ("c", np.int64), ("d", np.int32), ("e", np.float32)
+)
+A, B, C, D, E = LAYOUT.indices("a", "b", "c", "d", "e")
+
+
+@numba.njit
+def _edit(ws, need, x):
+    ws = grow_fields(ws, B, C, need)
+    ws = with_field(ws, E, x)
+    return swap_spans(ws, A, B, D)  # (a, b) <-> (d, e)
+
+
+def test_compiled_field_edits():
+    ws = LAYOUT.allocate(8)
+    ws[A][:3] = [1, 2, 3]
+    ws[B][:3] = [0.5, 1.5, 2.5]
+    x = np.arange(5, dtype=np.float32)
+    out = _edit(ws, 100, x)
+    assert [a.dtype for a in out] == [np.int32, np.float32, np.int64, np.int32, np.float32]
+    assert out[A] is ws[D] and out[B] is x and out[E].shape[0] >= 100  # swapped, replaced, grown
+    assert out[D] is ws[A] and out[C].shape[0] >= 100
+    np.testing.assert_array_equal(out[E][:3], [0.5, 1.5, 2.5])  # growth keeps the contents
+
+
+def test_layout_allocates_and_names():
+    ws = LAYOUT.allocate(16, c=np.zeros(3, np.int64))
+    assert [a.shape[0] for a in ws] == [16, 16, 3, 16, 16]
+    assert LAYOUT.span("b", "d") == slice(1, 4) and len(LAYOUT) == 5
+    with pytest.raises(KeyError):
+        LAYOUT.allocate(4, nope=np.zeros(1))
+    with pytest.raises(ValueError):
+        WorkspaceLayout(("a", np.int32), ("a", np.int64))
