@@ -31,16 +31,25 @@ demo: install
 		decoder.graph=$(OUT)/graphs/demo-ctc-bpe-tlg --out $(OUT)/demo-synthetic-wfst --overwrite
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/transducer-greedy.yaml \
 		--out $(OUT)/demo-synthetic-rnnt --overwrite
+	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/demo-rnnt-beam-lm.yaml \
+		--out $(OUT)/demo-synthetic-rnnt-beam-lm --overwrite
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/transducer-greedy.yaml \
 		--out $(OUT)/demo-real-rnnt --overwrite
+	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --config configs/transducer-greedy.yaml \
+		--model embedded:demo_tdt_bpe --out $(OUT)/demo-synthetic-tdt --overwrite
+	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/transducer-greedy.yaml \
+		--model embedded:demo_tdt_bpe --out $(OUT)/demo-real-tdt --overwrite
 	$(BIN)/python scripts/demo_summary.py \
 		"real speech, default (sphinx + wfst-otf)=$(OUT)/demo-real-default" \
 		"real speech held out (real/test), default=$(OUT)/real-test-default" \
-		"synthetic TTS, demo model, ctc-greedy=$(OUT)/demo-synthetic" \
-		"synthetic TTS, demo model, wfst + demo TLG=$(OUT)/demo-synthetic-wfst" \
-		"real speech, demo model, ctc-greedy=$(OUT)/demo-real" \
+		"synthetic TTS, demo CTC, ctc-greedy=$(OUT)/demo-synthetic" \
+		"synthetic TTS, demo CTC, wfst + demo TLG=$(OUT)/demo-synthetic-wfst" \
+		"real speech, demo CTC, ctc-greedy=$(OUT)/demo-real" \
 		"synthetic TTS, demo RNN-T, transducer-greedy=$(OUT)/demo-synthetic-rnnt" \
-		"real speech, demo RNN-T, transducer-greedy=$(OUT)/demo-real-rnnt"
+		"synthetic TTS, demo RNN-T, beam + token LM=$(OUT)/demo-synthetic-rnnt-beam-lm" \
+		"real speech, demo RNN-T, transducer-greedy=$(OUT)/demo-real-rnnt" \
+		"synthetic TTS, demo TDT, transducer-greedy=$(OUT)/demo-synthetic-tdt" \
+		"real speech, demo TDT, transducer-greedy=$(OUT)/demo-real-tdt"
 
 ## test: install and run the whole suite
 test: install

@@ -1,7 +1,8 @@
-"""The embedded demo RNN-T (`embedded:demo_rnnt_bpe`, scripts/train_demo_model.py --arch rnnt): loads as a
-NeMo EncDecRNNTBPEModel sharing the CTC demo model's tokenizer, and label-looping greedy decoding
-(paper 003 Alg. 3) gives the same tokens, frames and scores as frame-looping (Alg. 2) on demo clips.
-NeMo parity of the decoders themselves is tested on the NeMo fixtures (tests/decoders)."""
+"""The embedded demo transducers (`embedded:demo_rnnt_bpe`, `embedded:demo_tdt_bpe`,
+scripts/train_demo_model.py --arch rnnt|tdt): each loads as a NeMo EncDecRNNTBPEModel sharing the CTC
+demo model's tokenizer, and label-looping greedy decoding (paper 003 Alg. 3) gives the same tokens,
+frames and scores as frame-looping (Alg. 2) on demo clips. NeMo parity of the decoders themselves
+is tested on the NeMo fixtures (tests/decoders)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from asrdecode.models.transducer import NemoTransducerModel
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 
 
-@pytest.fixture(scope="module")
-def model() -> NemoTransducerModel:
+@pytest.fixture(scope="module", params=["rnnt", "tdt"])
+def model(request) -> NemoTransducerModel:
     torch.set_num_threads(1)
-    return load_model("embedded:demo_rnnt_bpe")
+    return load_model(f"embedded:demo_{request.param}_bpe")
 
 
 def _clips(names: list[tuple[str, int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,16 +42,16 @@ def _clips(names: list[tuple[str, int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return x, lengths
 
 
-def test_demo_rnnt_loads_with_the_ctc_tokenizer(model) -> None:
+def test_demo_transducer_loads_with_the_ctc_tokenizer(model) -> None:
     assert isinstance(model, NemoTransducerModel)
-    assert model.durations is None and model.model_class == "EncDecRNNTBPEModel"
+    kind = "tdt" if model.durations is not None else "rnnt"
+    assert model.model_class == "EncDecRNNTBPEModel" and model.describe()["transducer"] == kind
     ctc = load_model("embedded:demo_ctc_bpe")
-    assert model.units == ctc.units and model.blank_id == 256
-    assert resolve_model_path("embedded:demo_rnnt_bpe").stat().st_size < 20e6
-    assert model.describe()["transducer"] == "rnnt"
+    assert model.units == ctc.units and model.blank_id == len(ctc.units) == 64
+    assert resolve_model_path(f"embedded:demo_{kind}_bpe").stat().st_size < 20e6
 
 
-def test_demo_rnnt_label_looping_equals_frame_looping(model) -> None:
+def test_demo_transducer_label_looping_equals_frame_looping(model) -> None:
     """A ragged batch of synthetic and real clips: both loops give identical hypotheses."""
     x, lengths = _clips([("synthetic", 0), ("synthetic", 1), ("real", 0), ("synthetic", 2)])
     with torch.inference_mode():

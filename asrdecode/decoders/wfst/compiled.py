@@ -1,4 +1,12 @@
-"""Compiled CPU backend of the `wfst` decoder: token passing for one utterance in numba (issue 7).
+"""Compiled CPU backend of `wfst` and `wfst-otf`: token passing for one utterance in numba.
+
+One kernel family serves both decoders: the functions below take an `lm` argument that is `None`
+for `wfst` and `DifferenceLM.arrays()` for `wfst-otf` (paper 000), and numba compiles one version
+for each, pruning the `lm is None` branches. With an LM a token is (graph state, LM state u, cost,
+record): crossing an arc with a word olabel adds ``lm_step(u, w)`` through a memo of (u, w) lookups
+(`lm.difference.lm_step_memo`; paper 000 Alg. 1-2) and moves u; recombination keys on the pair
+through an open-addressing table (paper 000 Alg. 4); the final cost adds the ``</s>`` difference.
+`let` (paper 002) keeps its group kernel in `let/search.py` on the same pieces.
 
 The torch core (`asrdecode.decoders.wfst.core`) is built for a GPU: one flat token list for the
 whole batch, sort-based recombination, prefix sums for arc expansion. On a CPU every one of those
