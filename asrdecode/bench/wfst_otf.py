@@ -70,7 +70,15 @@ def build(cfg, out: Path) -> Path:
 
 
 def demo_inputs(cache: Path) -> tuple[np.ndarray, np.ndarray, list[list[str]]]:
-    """Log-probs of the embedded demo model on data/demo/{synthetic,real} (cached) and references."""
+    """Log-probs of the embedded demo model on data/demo/{synthetic,real} (cached under a name
+    with the model file's checksum, so a new model gets new log-probs) and references."""
+    import hashlib
+
+    from asrdecode.models.loading import resolve_model_path
+
+    model_file = resolve_model_path("embedded:demo_ctc_bpe")
+    digest = hashlib.sha256(model_file.read_bytes()).hexdigest()[:12]
+    cache = cache.with_name(f"{cache.stem}-{digest}{cache.suffix}")
     if not cache.is_file():
         import soundfile
         import torch
