@@ -66,6 +66,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -981,7 +982,7 @@ _compile_lock = threading.Lock()
 _warm: set[str] = set()
 
 
-class CompiledRunner:
+class CompiledRunner(ABC):
     """The host side every compiled search shares (`wfst`, `wfst-otf`, `let`): the graph as
     records, per-thread scratch (state maps, a workspace reused from utterance to utterance),
     compiling once under a lock with a status line, and a thread pool decoding one utterance per
@@ -998,13 +999,13 @@ class CompiledRunner:
         self._local = threading.local()
         self._pool: ThreadPoolExecutor | None = None
 
+    @abstractmethod
     def warm_up(self) -> None:
         """Run a tiny search, so that numba compiles (or loads) the kernels on this thread."""
-        raise NotImplementedError
 
+    @abstractmethod
     def kernels(self) -> tuple:
         """The compiled entry points (for the first-compile status line)."""
-        raise NotImplementedError
 
     def ensure_compiled(self) -> None:
         """Compile (or load from numba's disk cache) once per process, on the calling thread."""
