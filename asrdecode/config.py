@@ -111,13 +111,20 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
-    decoder: dict = field(default_factory=lambda: {"type": "auto"})  # auto: the model's natural decoder
+    # the decoder's validated settings (its config dataclass, see `validate_decoder_section`);
+    # None = `decoder.type: auto`, the model's natural decoder (resolved at run time)
+    decoder: Any = None
     output: OutputConfig = field(default_factory=OutputConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The YAML/JSON form: the `decoder:` section as `{type: ..., options...}`."""
+        from asrdecode.decoders import decoder_section
+
+        tree = dataclasses.asdict(self)
+        tree["decoder"] = decoder_section(self.decoder)
+        return tree
 
     def digest(self) -> str:
         """Short hash of the canonical config (reported, and used for caching)."""
@@ -291,7 +298,7 @@ def build_config(
         takes = set(decoder_options(kind)) if kind in DECODERS else set(section)
         tree["decoder"] = {k: v for k, v in section.items() if k == "type" or k in takes or k in given}
     cfg = dataclass_from_dict(RunConfig, tree)
-    cfg.decoder = validate_decoder_section(cfg.decoder)
+    cfg.decoder = validate_decoder_section(cfg.decoder or {})
     validate_engine(cfg.engine)
     return cfg
 
@@ -318,10 +325,13 @@ def uses_default_setup(config_file: str | Path | None, overrides: list[str], inp
     return not (Path(input_path) / LOGPROBS_META).is_file()
 
 
-def validate_decoder_section(section: dict) -> dict:
-    """Fill and check `decoder:` against its type's dataclass (`auto` takes no options)."""
+def validate_decoder_section(section: dict) -> Any:
+    """The one check of a `decoder:` section: its type's config dataclass, filled with the defaults
+    (None for `auto`, which takes no options). Decoders are built from this object as it is."""
     from asrdecode.decoders import decoder_config_from_dict
 
+    if not isinstance(section, dict):
+        raise ConfigError(f"config section 'decoder' must be a mapping, got {section!r}")
     kind = section.get("type", "auto")
     if kind == "auto":
         extra = sorted(k for k in section if k != "type")
@@ -330,8 +340,8 @@ def validate_decoder_section(section: dict) -> dict:
                 f"decoder options {', '.join('decoder.' + k for k in extra)} need an explicit decoder.type "
                 "(e.g. --decoder ctc-greedy)"
             )
-        return {"type": "auto"}
-    return {"type": kind, **dataclasses.asdict(decoder_config_from_dict(section))}
+        return None
+    return decoder_config_from_dict(section)
 
 
 def config_to_yaml(cfg: RunConfig) -> str:

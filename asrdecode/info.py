@@ -39,11 +39,12 @@ def describe_dataset(path: str) -> dict:
 def describe_default_setup() -> dict:
     """What `asrdecode transcribe` uses with no --config and no --model, and what is cached."""
     from asrdecode.config import DEFAULT_SETUP, build_config
+    from asrdecode.decoders import decoder_section
     from asrdecode.graph.cache import CACHE_PREFIX, cache_folder, cache_root, is_cached, load_graph_config
     from asrdecode.models.loading import resolve_packaged_path
 
     cfg = build_config(None, [], default_setup=True)
-    dec = cfg.decoder
+    dec = decoder_section(cfg.decoder)
     info = {
         "default setup": f"{DEFAULT_SETUP} ({resolve_packaged_path(DEFAULT_SETUP)})",
         "model": f"{cfg.model.path} ({cfg.model.type}, {resolve_packaged_path(cfg.model.path)})",

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from asrdecode.config import RunConfig
-from asrdecode.decoders import DecoderContext, DecodeResult, make_decoder
+from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError
 from asrdecode.models.base import ModelOutput
 
@@ -187,7 +187,7 @@ class Transcriber:
         context = DecoderContext(
             units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift, words_of=words_of
         )
-        graph = self.cfg.decoder.get("graph")
+        graph = getattr(self.cfg.decoder, "graph", None)
         if isinstance(graph, str) and graph.startswith("cache:"):  # built on first use (graph.cache)
             from asrdecode.graph.cache import resolve_graph_spec
 
@@ -195,7 +195,7 @@ class Transcriber:
                 if event == "done":
                     self.on_status(f"graph build: {name} done in {seconds:.1f} s")
 
-            self.cfg.decoder["graph"] = resolve_graph_spec(graph, on_stage, self.on_status)
+            self.cfg.decoder.graph = resolve_graph_spec(graph, on_stage, self.on_status)
         self.context = context
         self.decoder = make_decoder(self.cfg.decoder, context)
         if self.cfg.output.save_logprobs:
@@ -211,7 +211,7 @@ class Transcriber:
 
     def _resolve_auto_decoder(self, natural: str) -> None:
         """`decoder.type: auto` → the model's natural decoder (ctc-greedy / transducer-greedy)."""
-        if self.cfg.decoder.get("type", "auto") == "auto":
+        if self.cfg.decoder is None:
             from asrdecode.config import validate_decoder_section
 
             self.cfg.decoder = validate_decoder_section({"type": natural})
@@ -509,7 +509,7 @@ class Transcriber:
             "input_kind": self.inputs.kind,
             "output": str(self.out_dir),
             "model": self.cfg.model.path if self.input_kind != "logprobs" else "(saved log-probs)",
-            "decoder": self.cfg.decoder.get("type"),
+            "decoder": decoder_name(self.cfg.decoder),
             "device": str(self.device),
             "config_hash": self.cfg.digest(),
             "utterances": self.stats.utterances,

@@ -45,7 +45,7 @@ def test_when_the_default_setup_applies(tmp_path):
 def test_default_setup_is_sphinx_on_the_fly():
     cfg = build_config(None, [], default_setup=True)
     assert cfg.model.path == "embedded:sphinx-en-us" and cfg.model.type == "sphinx"
-    dec = cfg.decoder
+    dec = cfg.to_dict()["decoder"]
     assert dec["type"] == "wfst-otf"
     assert dec["graph"] == "cache:embedded:configs/graph/sphinx-en-us-small.yaml"
     lm = Path(resolve_packaged_path(dec["lm"]))
@@ -58,13 +58,13 @@ def test_default_setup_is_sphinx_on_the_fly():
     assert (ROOT / "configs/sphinx-en-us-otf.yaml").resolve() == Path(resolve_packaged_path(DEFAULT_SETUP))
     # without the default setup the plain defaults stay: the demo CTC model and its natural decoder
     plain = build_config(None, [])
-    assert plain.model.path == "embedded:demo_ctc_bpe" and plain.decoder == {"type": "auto"}
+    assert plain.model.path == "embedded:demo_ctc_bpe" and plain.to_dict()["decoder"] == {"type": "auto"}
 
 
 def test_other_decoder_on_the_default_setup_keeps_graph_and_drops_foreign_options():
-    let = build_config(None, ["decoder.type=let"], default_setup=True).decoder
+    let = build_config(None, ["decoder.type=let"], default_setup=True).to_dict()["decoder"]
     assert let["type"] == "let" and let["lm"].endswith("en-us.lm.bin") and let["beam"] == 13.0
-    wfst = build_config(None, ["decoder.type=wfst"], default_setup=True).decoder
+    wfst = build_config(None, ["decoder.type=wfst"], default_setup=True).to_dict()["decoder"]
     assert wfst["graph"].startswith("cache:") and "lm" not in wfst
     with pytest.raises(ConfigError, match="decoder.lm"):  # an option the user gives is still checked
         build_config(None, ["decoder.type=wfst", "decoder.lm=x.arpa"], default_setup=True)

@@ -83,7 +83,8 @@ def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
     from asrdecode.lm.arpa import check_arpa
 
     run_cfg = build_config(ROOT / "configs/sphinx-en-us.yaml")
-    dec = WfstConfig(**{k: v for k, v in run_cfg.decoder.items() if k != "type"})
+    dec = run_cfg.decoder
+    assert isinstance(dec, WfstConfig)
     graph_yaml = yaml.safe_load((ROOT / "configs/graph/sphinx-en-us.yaml").read_text())
     graph = dataclass_from_dict(GraphBuildConfig, graph_yaml)
     lw, bestpath_lw, wip = 6.5, 9.5, 0.65

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
@@ -30,6 +31,8 @@ __all__ = [
     "DecoderContext",
     "Word",
     "decoder_config_from_dict",
+    "decoder_name",
+    "decoder_section",
     "make_decoder",
 ]
 
@@ -48,9 +51,31 @@ def decoder_config_from_dict(section: dict):
     return dataclass_from_dict(cls.config_type, options, prefix="decoder.")
 
 
-def make_decoder(section: dict, context: DecoderContext) -> Decoder:
-    cls = _decoder_class(section)
-    return cls(decoder_config_from_dict(section), context)
+def _class_of_settings(settings: Any) -> type:
+    for cls in DECODERS.values():
+        if type(settings) is cls.config_type:
+            return cls
+    raise ConfigError(f"not a decoder config: {type(settings).__name__}")
+
+
+def decoder_name(settings: Any) -> str:
+    """`decoder.type` of validated settings (None: ``auto``)."""
+    return "auto" if settings is None else _class_of_settings(settings).name
+
+
+def decoder_section(settings: Any) -> dict:
+    """Validated settings as the config's `decoder:` section: ``{"type": name, **options}``."""
+    if settings is None:
+        return {"type": "auto"}
+    return {"type": decoder_name(settings), **dataclasses.asdict(settings)}
+
+
+def make_decoder(settings: Any, context: DecoderContext) -> Decoder:
+    """The decoder for validated settings (`decoder_config_from_dict`, as `RunConfig.decoder`
+    holds them), or for a `decoder:` dict, validated here."""
+    if isinstance(settings, dict):
+        settings = decoder_config_from_dict(settings)
+    return _class_of_settings(settings)(settings, context)
 
 
 def decoder_options(name: str) -> list[str]:

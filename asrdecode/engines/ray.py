@@ -93,6 +93,7 @@ class ShardWorker:
         if self.problem is not None:
             raise self.problem
         t = self.transcriber
+        from asrdecode.decoders import decoder_name
         from asrdecode.pipeline import RunStats
 
         t.writer, t.stats, t.boost_oov = ShardOutput(), RunStats(), set()
@@ -106,7 +107,7 @@ class ShardWorker:
             out.lattices,
             out.errors,
             worker=f"{socket.gethostname()}:{os.getpid()}",
-            decoder=str(t.cfg.decoder.get("type")),
+            decoder=decoder_name(t.cfg.decoder),
             stats=t.stats,
             seconds=time.perf_counter() - start,
             stage_seconds=dict(t.timer.seconds),
@@ -126,11 +127,8 @@ def threads_within(cfg: Any, cpus: int) -> Any:
         cfg.threads = cpus
     if cfg.model.threads == 0:
         cfg.model.threads = cpus
-    from asrdecode.decoders import DECODERS, decoder_options
-
-    kind = cfg.decoder.get("type")
-    if kind in DECODERS and "threads" in decoder_options(kind) and cfg.decoder.get("threads", 0) == 0:
-        cfg.decoder["threads"] = cpus
+    if getattr(cfg.decoder, "threads", None) == 0:
+        cfg.decoder.threads = cpus
     return cfg
 
 
@@ -258,8 +256,10 @@ def _write_shard(t: Transcriber, result: ShardResult, start: float) -> None:
     t.writer.write_errors(result.errors)
     for utt_id, _, message in result.errors:
         t.on_error(utt_id, message)
-    if t.cfg.decoder.get("type", "auto") == "auto":
-        t.cfg.decoder["type"] = result.decoder
+    if t.cfg.decoder is None:
+        from asrdecode.config import validate_decoder_section
+
+        t.cfg.decoder = validate_decoder_section({"type": result.decoder})
     t.stats.add_decoded(result.stats)
     for name, seconds in result.stage_seconds.items():
         t.timer.seconds[name] = t.timer.seconds.get(name, 0.0) + seconds
