@@ -374,6 +374,23 @@ def transducer_config(ctc_cfg: dict[str, Any], args: argparse.Namespace) -> dict
     return cfg
 
 
+def ctc_config_from(transducer_cfg: dict[str, Any]) -> dict[str, Any]:
+    """NeMo-style EncDecCTCModelBPE config around a transducer's front end, encoder and tokenizer:
+    a new ConvASRDecoder (1x1 convolution) over its vocabulary."""
+    kept = ("sample_rate", "preprocessor", "spec_augment", "encoder", "tokenizer")
+    cfg = {k: copy.deepcopy(transducer_cfg[k]) for k in kept if k in transducer_cfg}
+    vocab = list(transducer_cfg["joint"]["vocabulary"])
+    cfg["decoder"] = {
+        "_target_": "nemo.collections.asr.modules.ConvASRDecoder",
+        "feat_in": int(cfg["encoder"]["d_model"]),
+        "num_classes": len(vocab),
+        "vocabulary": vocab,
+    }
+    cfg["decoding"] = {"strategy": "greedy_batch", "greedy": {}}
+    cfg["target"] = "nemo.collections.asr.models.ctc_bpe_models.EncDecCTCModelBPE"
+    return cfg
+
+
 def continued_model(path: Path, arch: str) -> tuple[NemoCTCModel | NemoTransducerModel, dict[str, Any]]:
     """A saved .nemo of `arch` to train further (asrdecode's loader: tar + safe weights, no pickle)
     and its sidecar JSON ({} when there is none)."""
@@ -566,6 +583,17 @@ def train(args: argparse.Namespace) -> None:
         model.encoder.load_state_dict(init.encoder.state_dict())
         log(f"encoder, front end and tokenizer initialised from {args.init_from}")
         del init
+    elif args.init_from_given:  # CTC head on a transducer's front end, encoder and tokenizer
+        from asrdecode.models.nemo import load_nemo
+
+        init = load_nemo(args.init_from, kind="transducer")
+        files, tokenizer = dict(init.tokenizer_files), init.tokenizer
+        cfg = ctc_config_from(init.config)
+        model = NemoCTCModel.from_config(cfg, tokenizer, files)
+        model.preprocessor.load_state_dict(init.preprocessor.state_dict())
+        model.encoder.load_state_dict(init.encoder.state_dict())
+        log(f"encoder, front end and tokenizer initialised from {args.init_from}; a new CTC head")
+        del init
     else:
         files = train_tokenizer(texts, args.vocab, WORK / "tokenizer")
         tokenizer = Tokenizer.from_sentencepiece(files["tokenizer.model"])
@@ -595,7 +623,10 @@ def train(args: argparse.Namespace) -> None:
     encoder_ids = {id(p) for p in encoder_params}
     other_params = [p for p in model.parameters() if id(p) not in encoder_ids]
     groups = [
-        {"params": encoder_params, "lr_scale": args.encoder_lr_scale if transducer else 1.0},
+        {
+            "params": encoder_params,
+            "lr_scale": args.encoder_lr_scale if transducer or args.init_from_given else 1,
+        },
         {"params": other_params, "lr_scale": 1.0},
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98), weight_decay=1e-3)
@@ -669,6 +700,12 @@ def train(args: argparse.Namespace) -> None:
             "model); prediction and joint networks random",
         }
         if transducer
+        else {
+            "init_from": str(Path(args.init_from).resolve().relative_to(REPO)),
+            "init": "preprocessor, encoder and tokenizer copied from init_from (a transducer demo "
+            "model); CTC head random",
+        }
+        if args.init_from_given
         else {}
     )
     if args.init_transducer is not None:  # keep how the continued model began
@@ -928,7 +965,10 @@ def main() -> None:
         "--out", type=Path, default=None, help="the .nemo to write (default data/models/demo_<arch>_bpe.nemo)"
     )
     ap.add_argument(
-        "--init-from", type=Path, default=DEFAULT_INIT, help="rnnt/tdt: CTC .nemo giving encoder + tokenizer"
+        "--init-from",
+        type=Path,
+        default=DEFAULT_INIT,
+        help="rnnt/tdt: a CTC .nemo giving encoder + tokenizer; ctc: a transducer .nemo (a new CTC head)",
     )
     ap.add_argument(
         "--continue",
@@ -939,7 +979,12 @@ def main() -> None:
         help="continue this saved .nemo of --arch (all weights, a fresh optimiser and schedule; history "
         "from its .json)",
     )
-    ap.add_argument("--encoder-lr-scale", type=float, default=0.5, help="rnnt/tdt: encoder lr factor")
+    ap.add_argument(
+        "--encoder-lr-scale",
+        type=float,
+        default=0.5,
+        help="encoder lr factor (rnnt/tdt; ctc with --init-from)",
+    )
     ap.add_argument("--pred-hidden", type=int, default=160, help="rnnt/tdt: LSTM size")
     ap.add_argument("--joint-hidden", type=int, default=160, help="rnnt/tdt: joint hidden size")
     ap.add_argument("--durations", default="0,1,2,3,4", help="tdt: durations (frames)")
@@ -985,6 +1030,8 @@ def main() -> None:
     if args.plot is not None:
         plot_curves(args.curves, args.plot)
         return
+    # --init-from for --arch ctc: a transducer's encoder under a new CTC head (rnnt/tdt: always)
+    args.init_from_given = args.arch == "ctc" and args.init_from != DEFAULT_INIT
     if args.init_transducer is not None and args.resume:
         ap.error("--continue excludes --resume")
     if args.init_transducer is not None and not args.init_transducer.is_file():
