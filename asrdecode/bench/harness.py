@@ -4,6 +4,7 @@ and the JSON report written next to the printed table."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -22,6 +23,18 @@ def machine_info(load_at_start: tuple[float, float, float]) -> dict:
         "cores": len(os.sched_getaffinity(0)),
         "load_average_at_start": load_at_start,
         "load_average_at_end": os.getloadavg(),
+    }
+
+
+def timing_setup(args: argparse.Namespace) -> dict:
+    """How the timed runs were set up: device, torch threads, untimed warm-up passes, timed repeats
+    (the `--threads`, `--warmup` and `--repeats` options) and the command line."""
+    return {
+        "device": "cpu",
+        "threads": args.threads,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "command": " ".join(sys.argv),
     }
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import sys
 from pathlib import Path
 
@@ -37,6 +37,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from asrdecode.bench.harness import machine_info, timing_setup
 from asrdecode.bench.transducer_greedy import (
     NemoChild,
     batches,
@@ -187,6 +188,7 @@ def run(args) -> dict:
     from asrdecode.models.nemo import load_nemo
     from asrdecode.scoring import score
 
+    load_start = os.getloadavg()
     path = resolve_model_path(args.model)
     model = load_nemo(path).eval()
     waves, ids, texts = load_manifest(args.manifest, args.utts)
@@ -260,12 +262,8 @@ def run(args) -> dict:
         "utterances": args.utts,
         "distinct_utterances_scored": distinct,
         "audio_seconds": audio_seconds,
-        "device": "cpu",
-        "threads": args.threads,
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "warmup": args.warmup,
-        "repeats": args.repeats,
+        "machine": machine_info(load_start),
+        **timing_setup(args),
         "max_symbols": args.max_symbols,
         "maes": {
             "num_steps": args.maes_num_steps,
@@ -273,7 +271,6 @@ def run(args) -> dict:
             "expansion_gamma": args.maes_expansion_gamma,
         },
         "nemo": peer.info["versions"] if peer is not None else None,
-        "command": " ".join(sys.argv),
         "results": rows,
     }
 
@@ -317,13 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--beams", nargs="+", type=int, default=[2, 4, 8])
     parser.add_argument("--strategies", nargs="+", default=["malsd", "maes"], choices=["malsd", "maes"])
-    parser.add_argument("--max-symbols", type=int, default=10)
     parser.add_argument("--maes-num-steps", type=int, default=2)
     parser.add_argument("--maes-expansion-beta", type=int, default=2)
     parser.add_argument("--maes-expansion-gamma", type=float, default=2.3)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=2)
-    args = parse_with_nemo_options(parser, argv, "also time NeMo's decoders (child process)")
+    args = parse_with_nemo_options(parser, argv, "also time NeMo's decoders (child process)", repeats=2)
     if args.nemo_child:
         return nemo_child(args.nemo_child)
     report = run(args)

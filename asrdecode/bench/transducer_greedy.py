@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from asrdecode.bench.harness import write_report
+from asrdecode.bench.harness import machine_info, timing_setup, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "nemo"
@@ -451,9 +450,15 @@ def print_and_write(report: dict, text: str, out: Path | None) -> int:
     return 0
 
 
-def parse_with_nemo_options(parser: argparse.ArgumentParser, argv: list[str] | None, nemo_help: str):
-    """Parse with the options both transducer benchmarks share (threads, the NeMo peer in its own
-    venv as a child process, the JSON report); sets torch's threads and checks NeMo's Python."""
+def parse_with_nemo_options(
+    parser: argparse.ArgumentParser, argv: list[str] | None, nemo_help: str, repeats: int
+):  # fmt: skip
+    """Parse with the options both transducer benchmarks share (warm-up and timed passes, the
+    greedy symbol limit, threads, the NeMo peer in its own venv as a child process, the JSON
+    report); sets torch's threads and checks NeMo's Python."""
+    parser.add_argument("--warmup", type=int, default=1, help="untimed passes first")
+    parser.add_argument("--repeats", type=int, default=repeats, help="timed passes (their mean counts)")
+    parser.add_argument("--max-symbols", type=int, default=10, help="symbols per frame at most")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
     parser.add_argument("--nemo", action="store_true", help=nemo_help)
     parser.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON, help="python of a venv with NeMo")
@@ -476,30 +481,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audio", type=Path, default=FIX / "audio", help="folder of 16 kHz wavs")
     parser.add_argument("--utts", type=int, default=32, help="utterances (clips cycled)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4, 16, 32])
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-symbols", type=int, default=10)
-    args = parse_with_nemo_options(parser, argv, "also time NeMo's greedy_batch (child process)")
+    args = parse_with_nemo_options(parser, argv, "also time NeMo's greedy_batch (child process)", repeats=3)
     if args.nemo_child:
         return nemo_child(args.nemo_child)
     models = list(args.models) + (ensure_small_models(args.nemo_python) if args.small else [])
+    load_start = os.getloadavg()
     waves = load_clips(args.audio, args.utts)
     report = {
         "benchmark": "transducer-greedy label looping vs frame looping (and NeMo greedy_batch)",
-        "device": "cpu",
-        "threads": args.threads,
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "warmup": args.warmup,
-        "repeats": args.repeats,
-        "max_symbols": args.max_symbols,
         "utterances": args.utts,
-        "command": " ".join(sys.argv),
+        "max_symbols": args.max_symbols,
         "models": [],
     }
     for spec in models:
         print(f"timing {spec}" + (" (+ NeMo, interleaved)" if args.nemo else ""), flush=True)
         report["models"].append(bench_model(spec, waves, args))
+    report.update(machine=machine_info(load_start), **timing_setup(args))
     return print_and_write(report, table(report), args.out)
 
 
