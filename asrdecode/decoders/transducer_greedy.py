@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -729,6 +729,18 @@ def token_words(
     return words
 
 
+def transducer_network(output: ModelOutput, decoder: str) -> Any:
+    """The prediction + joint network a transducer model put in `output` (``extra["transducer"]``),
+    or a one-line ConfigError naming `decoder` when the output has none (e.g. a CTC model)."""
+    net = output.extra.get("transducer")
+    if net is None or output.encoder_out is None:
+        raise ConfigError(
+            f"decoder.type={decoder} needs a transducer model (model.type=nemo-transducer, an RNN-T/TDT "
+            ".nemo); this model output has no prediction/joint network"
+        )
+    return net
+
+
 class TransducerGreedyDecoder:
     """Batched greedy RNN-T / TDT decoding (label looping or frame looping), see the module docstring.
 
@@ -763,12 +775,7 @@ class TransducerGreedyDecoder:
         return self.lm
 
     def _run(self, output: ModelOutput, state: TransducerStreamState | None):
-        net = output.extra.get("transducer")
-        if net is None or output.encoder_out is None:
-            raise ConfigError(
-                "decoder.type=transducer-greedy needs a transducer model (model.type=nemo-transducer, "
-                "an RNN-T/TDT .nemo); this model output has no prediction/joint network"
-            )
+        net = transducer_network(output, self.name)
         enc = output.encoder_out
         lm, alpha = self._lm_on(enc.device), self.config.ngram_lm_alpha
         if self.config.loop == "frames":

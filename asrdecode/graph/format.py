@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from asrdecode.errors import GraphError
+from asrdecode.io.atomic import atomic_target
 from asrdecode.io.schema import GRAPH_META, problem
 
 FORMAT_NAME = "asrdecode-graph"
@@ -181,14 +182,13 @@ class DeviceGraph:
             "start": int(self.start),
             "meta_json": json.dumps(self.meta, sort_keys=True),
         }
-        tmp = path.with_name(path.name + ".tmp")
-        if path.suffix == ".safetensors":
-            from safetensors.torch import save_file
+        with atomic_target(path) as tmp:
+            if path.suffix == ".safetensors":
+                from safetensors.torch import save_file
 
-            save_file(tensors, str(tmp), metadata={k: str(v) for k, v in header.items()})
-        else:
-            torch.save({**header, "tensors": tensors}, tmp)
-        os.replace(tmp, path)
+                save_file(tensors, str(tmp), metadata={k: str(v) for k, v in header.items()})
+            else:
+                torch.save({**header, "tensors": tensors}, tmp)
 
     def save_folder(self, folder: str | Path, save_format: str = "both") -> tuple[str, ...]:
         """graph.pt and/or graph.safetensors into `folder`; returns the names written."""

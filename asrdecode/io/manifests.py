@@ -12,7 +12,6 @@ import math
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 import soundfile as sf
 
 from asrdecode.errors import InputError, LogprobsError, one_line
+from asrdecode.io.atomic import atomic_target, atomic_write_text
 from asrdecode.io.lines import read_lines
 
 #: Audio file extensions picked up from folders (all read by libsndfile; case-insensitive).
@@ -648,14 +648,8 @@ def save_logprobs(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / logprobs_filename(utt_id)
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".npy")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, arr, allow_pickle=False)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_target(target) as tmp, open(tmp, "wb") as f:
+        np.save(f, arr, allow_pickle=False)
     info: dict[str, Any] = {}
     if text is not None:
         info["text"] = text
@@ -695,16 +689,7 @@ def write_logprobs_meta(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LOGPROBS_META
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(meta, f, ensure_ascii=False, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(target, json.dumps(meta, ensure_ascii=False, indent=1))
     return target
 
 
@@ -717,7 +702,7 @@ def read_logprobs_dir(folder: str | Path) -> InputSet:
     if not isinstance(table, dict):
         raise InputError(f"{folder / LOGPROBS_META}: 'utterances' must be an object utt_id -> info")
     table = {**table, **_read_utt_sidecar(folder / LOGPROBS_UTTS)}
-    files = sorted(p for p in folder.iterdir() if p.suffix == ".npy" and not p.name.startswith(".tmp-"))
+    files = sorted(p for p in folder.iterdir() if p.suffix == ".npy" and not p.name.startswith("."))
     if not files:
         raise InputError(f"{folder}: no .npy log-prob files next to {LOGPROBS_META}")
     utts = []

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from asrdecode.errors import InputError, OutputError
+from asrdecode.io.atomic import atomic_write_text
 from asrdecode.io.schema import ERROR_RECORD, TRANSCRIPT_RECORD, problem
 
 if TYPE_CHECKING:
@@ -412,30 +412,7 @@ def _read_jsonl_records(path: Path, warnings: list[str]) -> tuple[list[dict], in
 
 
 def _atomic_write(path: Path, lines: Iterable[str]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    atomic_write_text(path, "".join(lines))
 
 
 def _dumps(obj: dict) -> str:

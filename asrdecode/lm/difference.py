@@ -35,8 +35,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import numba
@@ -44,6 +42,7 @@ import numpy as np
 import torch
 
 from asrdecode.errors import ConfigError
+from asrdecode.io.atomic import atomic_target
 from asrdecode.lm.ngram_tensor import HISTORY_PAD, BatchedNgramLM
 from asrdecode.numba_status import configure_cache
 
@@ -259,10 +258,8 @@ def _save_tables(lm: DifferenceLM, path: Path) -> None:
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.close(fd)
-        save_file(tensors, tmp, metadata={"asrdecode": json.dumps(meta)})
-        os.replace(tmp, path)
+        with atomic_target(path) as tmp:
+            save_file(tensors, str(tmp), metadata={"asrdecode": json.dumps(meta)})
     except OSError as err:
         log.warning("%s: cannot cache the LM tables (%s)", path, err.strerror or err)
 

@@ -14,7 +14,6 @@ import os
 import posixpath
 import re
 import tarfile
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import torch
 import yaml
 
 from asrdecode.errors import ModelError, one_line
+from asrdecode.io.atomic import atomic_target
 from asrdecode.io.schema import NEMO_CONFIG, problem
 from asrdecode.models.ctc import (
     CTC_CLASSES,
@@ -400,20 +400,17 @@ def save_nemo(
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
     now = time.time()
-    try:
-        with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            root = tarfile.TarInfo(".")
-            root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, now
-            tf.addfile(root)
-            for name, data in payload:
-                info = tarfile.TarInfo("./" + name)
-                info.size, info.mode, info.mtime = len(data), 0o644, now
-                tf.addfile(info, io.BytesIO(data))
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with (
+        atomic_target(out) as tmp,
+        open(tmp, "wb") as fh,
+        tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as tf,
+    ):
+        root = tarfile.TarInfo(".")
+        root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, now
+        tf.addfile(root)
+        for name, data in payload:
+            info = tarfile.TarInfo("./" + name)
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tf.addfile(info, io.BytesIO(data))
     return out

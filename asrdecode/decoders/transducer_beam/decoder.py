@@ -55,7 +55,7 @@ from asrdecode.decoders.transducer_beam.aes import aes_search
 from asrdecode.decoders.transducer_beam.alsd import FusionConfig, alsd_search
 from asrdecode.decoders.transducer_beam.fusion import BLANK_LM_SCORE_MODES, PRUNING_MODES
 from asrdecode.decoders.transducer_beam.hyps import BatchedBeamHyps
-from asrdecode.decoders.transducer_greedy import token_words
+from asrdecode.decoders.transducer_greedy import token_words, transducer_network
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 
@@ -154,12 +154,7 @@ class TransducerBeamDecoder:
     def search(self, output: ModelOutput, nemo_expanding_rule: bool = False) -> BatchedBeamHyps:
         """Run the configured search on a batch; the final hypotheses (all finished).
         ``nemo_expanding_rule``: maes only, see :func:`~.aes.aes_search` (tests)."""
-        net = output.extra.get("transducer")
-        if net is None or output.encoder_out is None:
-            raise ConfigError(
-                "decoder.type=transducer-beam needs a transducer model (model.type=nemo-transducer, an "
-                "RNN-T/TDT .nemo); this model output has no prediction/joint network"
-            )
+        net = transducer_network(output, self.name)
         cfg = self.config
         with torch.inference_mode():
             enc_proj = net.project_encoder(output.encoder_out)  # once per batch (paper 003 section 3.4)
