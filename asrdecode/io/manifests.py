@@ -200,14 +200,7 @@ def user_path(value: str | Path) -> Path:
         return Path(value)
 
 
-def read_inputs(
-    path: str | Path,
-    *,
-    audio_key: str = "audio_filepath",
-    text_key: str = "text",
-    channel: int | None = None,
-    default_boost: float = DEFAULT_BOOST_SCORE,
-) -> InputSet:
+def read_inputs(path: str | Path, *, channel: int | None = None) -> InputSet:
     """Detect what `path` is and read its utterances.
 
     - a folder with logprobs.json -> saved model outputs ("logprobs")
@@ -217,7 +210,7 @@ def read_inputs(
     - an audio file -> one utterance ("file")
 
     `channel` is the default channel selector (None = average all channels); a manifest's
-    per-line `channel` key wins.
+    per-line `channel` key wins. Manifests are read with NeMo's keys (`read_jsonl_manifest`).
     """
     p = user_path(path)
     if not p.exists():
@@ -235,9 +228,7 @@ def read_inputs(
     if p.suffix.lower() in AUDIO_EXTENSIONS:
         return read_audio_file(p, channel=channel)
     if p.suffix.lower() in (".json", ".jsonl", ".manifest") or _first_char(p) in ("{", "["):
-        return read_jsonl_manifest(
-            p, audio_key=audio_key, text_key=text_key, channel=channel, default_boost=default_boost
-        )
+        return read_jsonl_manifest(p, channel=channel)
     if probe_duration(p) is not None:
         return read_audio_file(p, channel=channel)
     raise InputError(

@@ -153,7 +153,7 @@ from helpers.wfst_graphs import V, device_graph, log_probs, run
 from helpers.wfst_ref import random_wfst, viterbi_reference
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
-from asrdecode.decoders.wfst.kernels import emitting_arcs_torch, emitting_arcs_triton
+from asrdecode.decoders.wfst.kernels import emitting_arcs
 
 # 1. the fused kernel returns the torch reference's tensors bit for bit (random graph, tokens of
 #    3 utterances with pruned tokens and empty slots)
@@ -165,8 +165,8 @@ utt = torch.from_numpy(np.sort(rng.integers(0, B + 1, size=N)))  # utt == B: emp
 cost = torch.from_numpy(rng.uniform(0, 5, size=N).astype(np.float32))
 n = torch.where((utt < B) & (torch.from_numpy(rng.random(N)) < 0.7), g.n_emit[state], 0)
 ac = torch.from_numpy(rng.normal(size=(B, V)).astype(np.float32)).reshape(-1)
-ref = emitting_arcs_torch(search, n, g.first_emit[state], utt, cost, ac, V, B, cap)
-got = emitting_arcs_triton(search, n, g.first_emit[state], utt, cost, ac, V, B, cap)
+ref = emitting_arcs(search, n, g.first_emit[state], utt, cost, ac, V, B, cap, kernel="torch")
+got = emitting_arcs(search, n, g.first_emit[state], utt, cost, ac, V, B, cap, kernel="triton")
 valid = ref[2]
 assert int(ref[6]) == int(got[6]) > 0 and torch.equal(valid, got[2])
 for r, t in zip(ref[:5], got[:5]):

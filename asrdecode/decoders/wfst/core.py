@@ -889,12 +889,11 @@ class TokenPassing:
         alive = cost < _take(torch.cat([cut, neg]), utt)
         gstate = self.graph_state(state)
         n = _where(alive, _take(g.n_emit, gstate), 0)
-        if self.kernel == "triton" and boost is None and self.lm is None:
-            from asrdecode.decoders.wfst.kernels import emitting_arcs_triton as emitting_arcs
-        else:
-            from asrdecode.decoders.wfst.kernels import emitting_arcs_torch as emitting_arcs
+        from asrdecode.decoders.wfst.kernels import emitting_arcs
+
+        kernel = "triton" if self.kernel == "triton" and self.lm is None else "torch"
         src, arc, valid, u, c, best, total = emitting_arcs(
-            self, n, _take(g.first_emit, gstate), utt, cost, ac.reshape(-1), V, B, A, boost
+            self, n, _take(g.first_emit, gstate), utt, cost, ac.reshape(-1), V, B, A, boost, kernel
         )
         if self.lm is not None:  # the LM cost of word arcs counts for the beam's best
             c, lm_dst = self._lm_arcs(_take(state, src), arc, c, valid)

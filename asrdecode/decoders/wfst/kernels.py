@@ -32,7 +32,7 @@ INF = float("inf")
 KERNELS = ("auto", "torch", "triton")
 
 
-def emitting_arcs_torch(
+def emitting_arcs(
     search: TokenPassing,
     n_arcs: torch.Tensor,
     first_arc: torch.Tensor,
@@ -43,9 +43,14 @@ def emitting_arcs_torch(
     B: int,
     cap: int,
     boost: BoostTable | None = None,
+    kernel: str = "torch",
 ) -> tuple[torch.Tensor, ...]:
-    """Reference: (src, arc, valid, utt of the arc (B if invalid), cost (inf if invalid),
-    best cost per utterance [B+1], total arcs) for `cap` arc slots."""
+    """The emitting arcs of a frame's tokens in `cap` arc slots: (src, arc, valid, utt of the arc
+    (B if invalid), cost (inf if invalid), best cost per utterance [B+1], total arcs).
+    ``kernel``: ``torch`` (the reference, tensor operations) or ``triton`` (one fused kernel, same
+    outputs; without boosts, which take the reference)."""
+    if kernel == "triton" and boost is None:
+        return _emitting_arcs_triton(search, (n_arcs, first_arc, utt, cost, ac_flat), V, B, cap)
     g = search.g
     src, arc, valid, total = search._expand(n_arcs, first_arc, cap)
     u = utt.index_select(0, src).clamp(max=B - 1)
@@ -115,21 +120,11 @@ def _kernel() -> Any:
     return _KERNEL
 
 
-def emitting_arcs_triton(
-    search: TokenPassing,
-    n_arcs: torch.Tensor,
-    first_arc: torch.Tensor,
-    utt: torch.Tensor,
-    cost: torch.Tensor,
-    ac_flat: torch.Tensor,
-    V: int,
-    B: int,
-    cap: int,
-    boost: BoostTable | None = None,
+def _emitting_arcs_triton(
+    search: TokenPassing, tokens: tuple[torch.Tensor, ...], V: int, B: int, cap: int
 ) -> tuple[torch.Tensor, ...]:
-    """`emitting_arcs_torch` as one Triton kernel (no boosts); same outputs."""
-    if boost is not None:
-        return emitting_arcs_torch(search, n_arcs, first_arc, utt, cost, ac_flat, V, B, cap, boost)
+    """`emitting_arcs` as one Triton kernel; `tokens` = (n_arcs, first_arc, utt, cost, ac_flat)."""
+    n_arcs, first_arc, utt, cost, ac_flat = tokens
     g = search.g
     dev = cost.device
     N = len(n_arcs)
