@@ -72,6 +72,7 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.decoders.lms import load_fusion_lm
+from asrdecode.decoders.workspace import grow_tensors
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 
@@ -154,16 +155,8 @@ class BatchedHyps:
 
     def reserve(self, needed: int) -> None:
         """Make room for ``needed`` tokens per row (doubling), preserving the content."""
-        if needed <= self.capacity:
-            return
-        new = self.capacity
-        while new < needed:
-            new *= 2
-        for name in ("transcript", "timestamps", "durations", "token_logp", "token_lm"):
-            old = getattr(self, name)
-            grown = torch.zeros(self.batch, new, dtype=old.dtype, device=old.device)
-            grown[:, : old.shape[1]] = old
-            setattr(self, name, grown)
+        names = ("transcript", "timestamps", "durations", "token_logp", "token_lm")
+        grow_tensors(self, names, 1, needed, {})
 
     def make_room(self) -> None:
         """Host side, before an append: grow (doubling) so one more token per row fits (static: no-op)."""

@@ -10,14 +10,17 @@ lists the whole tuple by hand.
 
 Hot loops take the arrays they use, never the tuple: numba adds an atomic reference count per
 array of a tuple passed to a helper, and around an array reassigned inside a loop.
+
+`grow_tensors` is the same doubling growth for the torch tensors of batched transducer hypotheses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numba
 import numpy as np
+import torch
 from numba import types
 from numba.extending import overload
 
@@ -67,6 +70,25 @@ def grow(a: np.ndarray, need: int) -> np.ndarray:
     b = np.empty(max(need, 2 * a.shape[0]), dtype=a.dtype)
     b[: a.shape[0]] = a
     return b
+
+
+def grow_tensors(holder: object, names: Sequence[str], dim: int, needed: int, fill: dict[str, int]) -> None:
+    """Grow `holder`'s tensor attributes `names` along `dim` (all of one length there), doubling
+    until `needed` entries fit; the content is kept, new entries are ``fill.get(name, 0)`` (the
+    torch counterpart of `grow`, for host-side storage of batched hypotheses)."""
+    size = getattr(holder, names[0]).shape[dim]
+    if needed <= size:
+        return
+    new = size
+    while new < needed:
+        new *= 2
+    for name in names:
+        old = getattr(holder, name)
+        shape = list(old.shape)
+        shape[dim] = new
+        grown = torch.full(shape, fill.get(name, 0), dtype=old.dtype, device=old.device)
+        grown.narrow(dim, 0, size).copy_(old)
+        setattr(holder, name, grown)
 
 
 def _tuple_function(args: str, n: int, item: Callable[[int], str]) -> Callable:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+import torch
 
-from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, swap_spans, with_field
+from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, grow_tensors, swap_spans, with_field
 
 LAYOUT = WorkspaceLayout(
     ("a", np.int32), ("b", np.float32), ("c", np.int64), ("d", np.int32), ("e", np.float32)
@@ -42,3 +43,17 @@ def test_layout_allocates_and_names():
         LAYOUT.allocate(4, nope=np.zeros(1))
     with pytest.raises(ValueError):
         WorkspaceLayout(("a", np.int32), ("a", np.int64))
+
+
+def test_grow_tensors_doubles_keeps_content_and_fills():
+    class Holder:
+        labels = torch.tensor([[1, 2], [3, 4]])
+        frames = torch.tensor([[5, 6], [7, 8]])
+
+    h = Holder()
+    grow_tensors(h, ("labels", "frames"), 1, 2, {"labels": -1})  # fits: unchanged
+    assert h.labels.shape == (2, 2)
+    grow_tensors(h, ("labels", "frames"), 1, 5, {"labels": -1})  # 2 -> 4 -> 8
+    assert h.labels.shape == h.frames.shape == (2, 8)
+    assert h.labels[:, :2].tolist() == [[1, 2], [3, 4]] and (h.labels[:, 2:] == -1).all()
+    assert h.frames[:, :2].tolist() == [[5, 6], [7, 8]] and (h.frames[:, 2:] == 0).all()

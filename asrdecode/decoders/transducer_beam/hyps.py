@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from asrdecode.decoders.workspace import grow_tensors
+
 __all__ = ["HASH_BASE", "HASH_MODULUS", "NO_LABEL", "BatchedBeamHyps", "rolling_hash"]
 
 HASH_MODULUS = 2**31 - 1  # a prime; H * HASH_BASE < 2^62, so int64 arithmetic never overflows
@@ -77,18 +79,7 @@ class BatchedBeamHyps:
 
     def reserve(self, steps: int) -> None:
         """Room for ``steps`` stored steps (host side, doubling; content kept)."""
-        if steps <= self.capacity:
-            return
-        new = self.capacity
-        while new < steps:
-            new *= 2
-        for name in ("labels", "parents", "frames", "durations"):
-            old = getattr(self, name)
-            grown = torch.full(
-                (new, *old.shape[1:]), NO_LABEL if name == "labels" else 0, dtype=old.dtype, device=old.device
-            )
-            grown[: old.shape[0]] = old
-            setattr(self, name, grown)
+        grow_tensors(self, ("labels", "parents", "frames", "durations"), 0, steps, {"labels": NO_LABEL})
 
     # ----------------------------------------------------------------- one step
     def gather_slots(self, value: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
