@@ -107,18 +107,9 @@ class _KaldiBatch(nn.Module):
     def __init__(self, cfg: _KaldiFrameConfig) -> None:
         super().__init__()
         self.cfg = cfg
-
-    @property
-    def num_features(self) -> int:
-        return self.cfg.num_features
-
-    @property
-    def hop_length(self) -> int:
-        return self.cfg.window_shift
-
-    @property
-    def sample_rate(self) -> int:
-        return int(self.cfg.sample_frequency)
+        self.num_features: int = cfg.num_features
+        self.hop_length: int = cfg.window_shift
+        self.sample_rate = int(cfg.sample_frequency)
 
     def _one(self, wave: torch.Tensor) -> torch.Tensor:  # pragma: no cover - overridden
         raise NotImplementedError

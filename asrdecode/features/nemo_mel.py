@@ -264,23 +264,14 @@ class NemoMelPreprocessor(nn.Module):
         super().__init__()
         self.cfg = cfg or NemoMelConfig()
         self.featurizer = FilterbankFeatures(self.cfg)
+        self.sample_rate = int(self.cfg.sample_rate)
+        self.hop_length: int = self.featurizer.hop_length
+        self.num_features: int = self.featurizer.nfilt
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> NemoMelPreprocessor:
         """From a NeMo ``preprocessor`` config section (``_target_`` is ignored)."""
         return cls(NemoMelConfig.from_dict(cfg))
-
-    @property
-    def sample_rate(self) -> int:
-        return int(self.cfg.sample_rate)
-
-    @property
-    def hop_length(self) -> int:
-        return self.featurizer.hop_length
-
-    @property
-    def num_features(self) -> int:
-        return self.featurizer.nfilt
 
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, S] waveforms + [B] lengths -> ([B, F, T] log-mel features, [B] frame counts)."""

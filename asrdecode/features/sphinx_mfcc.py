@@ -354,6 +354,8 @@ class SphinxMFCC(nn.Module):
         super().__init__()
         self.cfg = cfg or SphinxFeConfig()
         self.frame_chunk = max(int(frame_chunk), 1)  # frames transformed at once (see mel_power)
+        self.sample_rate: int = self.cfg.samprate
+        self.feature_dim: int = self.cfg.feature_dim
         dtype = torch.float64 if self.cfg.dtype == "float64" else torch.float32
         size = self.cfg.frame_size
         half = torch.arange(size // 2, dtype=torch.float64)
@@ -372,14 +374,6 @@ class SphinxMFCC(nn.Module):
             lo, hi = max(i - _SMOOTH_WINDOW, 0), min(i + _SMOOTH_WINDOW, n - 1)
             smooth[i, lo : hi + 1] = 1.0 / (hi - lo + 1)
         self.register_buffer("smooth", smooth.to(dtype), persistent=False)
-
-    @property
-    def sample_rate(self) -> int:
-        return self.cfg.samprate
-
-    @property
-    def feature_dim(self) -> int:
-        return self.cfg.feature_dim
 
     def num_frames(self, lengths: torch.Tensor) -> torch.Tensor:
         return sphinx_num_frames(lengths, self.cfg)
