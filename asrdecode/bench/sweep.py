@@ -120,19 +120,14 @@ DEMO = Setup(
             options={"arpa": "data/demo/graph/lm.arpa"},
         ),
         # NeMo's own transcribe() with the demo RNN-T, run by --nemo-python (skipped without it)
-        System(
-            "NeMo greedy_batch (demo RNN-T)",
-            "max_symbols",
-            [10],
-            peer="nemo",
-            options={"strategy": "greedy_batch"},
-        ),
-        System(
-            "NeMo malsd_batch (demo RNN-T)",
-            "beam_size",
-            [2, 4, 8],
-            peer="nemo",
-            options={"strategy": "malsd_batch"},
+        *(
+            System(
+                f"NeMo {strategy} (demo RNN-T)", param, values, peer="nemo", options={"strategy": strategy}
+            )
+            for strategy, param, values in (
+                ("greedy_batch", "max_symbols", [10]),
+                ("malsd_batch", "beam_size", [2, 4, 8]),
+            )
         ),
     ],
 )
