@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from asrdecode.atomic_files import atomic_target
 from asrdecode.errors import GraphError
-from asrdecode.io.atomic import atomic_target
 from asrdecode.io.schema import GRAPH_META, problem
 
 FORMAT_NAME = "asrdecode-graph"

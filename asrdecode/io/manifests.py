@@ -21,8 +21,8 @@ from urllib.parse import quote, unquote
 import numpy as np
 import soundfile as sf
 
+from asrdecode.atomic_files import atomic_target, atomic_write_text
 from asrdecode.errors import InputError, LogprobsError, one_line
-from asrdecode.io.atomic import atomic_target, atomic_write_text
 from asrdecode.io.lines import read_lines
 
 #: Audio file extensions picked up from folders (all read by libsndfile; case-insensitive).

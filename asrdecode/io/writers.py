@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from asrdecode.atomic_files import atomic_write_text
 from asrdecode.errors import InputError, OutputError
-from asrdecode.io.atomic import atomic_write_text
 from asrdecode.io.schema import ERROR_RECORD, TRANSCRIPT_RECORD, problem
 
 if TYPE_CHECKING:

@@ -41,8 +41,8 @@ import numba
 import numpy as np
 import torch
 
+from asrdecode.atomic_files import atomic_target
 from asrdecode.errors import ConfigError
-from asrdecode.io.atomic import atomic_target
 from asrdecode.lm.ngram_tensor import HISTORY_PAD, BatchedNgramLM
 from asrdecode.numba_status import configure_cache
 

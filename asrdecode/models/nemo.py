@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import yaml
 
+from asrdecode.atomic_files import atomic_target
 from asrdecode.errors import ModelError, one_line
-from asrdecode.io.atomic import atomic_target
 from asrdecode.io.schema import NEMO_CONFIG, problem
 from asrdecode.models.ctc import (
     CTC_CLASSES,
