@@ -10,23 +10,10 @@ import kaldifst
 import numpy as np
 import pytest
 from helpers.cli import AUDIO, MODEL, read_jsonl, run
+from helpers.lattice_paths import lattice_best_path
 from helpers.wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
 
 from asrdecode.decoders.wfst.lattice import read_kaldi_text  # noqa: E402
-
-
-def lattice_best_path(arcs: list[tuple], finals: dict) -> tuple[list[int], float, tuple]:
-    """Best path of a parsed CompactLattice (acyclic, by dynamic programming in state order):
-    (words, total cost, units)."""
-    best = {0: (0.0, [], ())}
-    for s, d, w, g, a, units in sorted(arcs):
-        if s in best:
-            c, ws, us = best[s]
-            if d not in best or c + g + a < best[d][0]:
-                best[d] = (c + g + a, [*ws, w], us + units)
-    ends = [(best[s][0] + g + a, best[s][1], best[s][2] + u) for s, (g, a, u) in finals.items() if s in best]
-    cost, words, units = min(ends)
-    return words, cost, units
 
 
 def wfst(inputs: str, graph_dir: Path, *args: str, check: bool = True):

@@ -370,6 +370,12 @@ def lm_final(lm, u: int) -> np.float32:
     return np.float32((sm[8][small_of[u]] - lg[8][large_of[u]]) * lm[7])
 
 
+def lm_final_costs(lm: tuple, states: np.ndarray) -> np.ndarray:
+    """`lm_final` of many union states at once (float32, as the searches add it)."""
+    lg, sm, large_of, small_of = lm[0], lm[1], lm[2], lm[3]
+    return ((sm[8][small_of[states]] - lg[8][large_of[states]]) * lm[7]).astype(np.float32)
+
+
 def path_lm_cost(lm: tuple, word_ids: list[int], final: bool) -> float:
     """The LM difference a search adds along a word sequence (and at ``</s>`` when final), with
     the compiled searches' float32 steps; lm: `DifferenceLM.arrays()`."""

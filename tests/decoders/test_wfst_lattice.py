@@ -17,6 +17,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.lattice_paths import compact_paths
 from helpers.wfst_graphs import V, device_graph, log_probs, synthetic
 from helpers.wfst_ref import (  # noqa: F401
     FIXTURES,
@@ -69,31 +70,6 @@ def clear_beam(totals: list[float], beam: float) -> float:
     while any(abs(t - best - beam) < 1e-3 for t in totals):
         beam += 0.0137
     return beam
-
-
-def compact_paths(lat: CompactLattice) -> list[tuple]:
-    """Every complete path of a word lattice: (words, graph, acoustic, units)."""
-    out = []
-    by_src: dict[int, list[int]] = {}
-    for i in range(lat.num_arcs):
-        by_src.setdefault(int(lat.src[i]), []).append(i)
-
-    def walk(s: int, words: tuple, g: float, a: float, units: tuple) -> None:
-        if s in lat.final:
-            fg, fa, fu = lat.final[s]
-            out.append((words, g + fg, a + fa, units + fu))
-        for i in by_src.get(s, ()):
-            walk(
-                int(lat.dst[i]),
-                (*words, int(lat.word[i])),
-                g + lat.graph[i],
-                a + lat.acoustic[i],
-                units + lat.units[i],
-            )
-
-    if lat.num_states:
-        walk(0, (), 0.0, 0.0, ())
-    return out
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -183,7 +183,9 @@ def get_cutoff(
 # capacities, so the driver checks one of them before growing; a tuple passed to a helper costs
 # two atomic reference counts per array, so the check is written at the call site). The LM fields
 # (token LM state, hash positions, pair hash table) are used by `wfst-otf` only; the lattice
-# fields only with lattices.
+# fields only with lattices, the lattice pair fields (an utterance's (graph state, LM state) pairs
+# as lattice states: their table, states, LM states and the pruning's pair-indexed maps) only by
+# `wfst-otf` with lattices.
 WORKSPACE = WorkspaceLayout(
     ("cur_state", np.int32), ("cur_cost", np.float32), ("cur_rec", np.int64),
     ("cur_u", np.int32), ("cur_pos", np.int64),
@@ -192,26 +194,30 @@ WORKSPACE = WorkspaceLayout(
     ("queue", np.int32), ("scratch", np.float32),
     ("rec_prev", np.int64), ("rec_arc", np.int32), ("rec_frame", np.int32),
     ("lat_frame", np.int32), ("lat_src", np.int32), ("lat_dst", np.int32), ("lat_arc", np.int32),
-    ("lat_ac", np.float32), ("lat_cost", np.float32),
+    ("lat_ac", np.float32), ("lat_lm", np.float32), ("lat_cost", np.float32),
     ("node_frame", np.int32), ("node_state", np.int32), ("node_cost", np.float32), ("node_extra", np.float32),
     ("htab", np.int64),
+    ("pair_state", np.int32), ("pair_u", np.int32), ("pair_slot", np.int32), ("pair_slot2", np.int32),
+    ("pair_tab", np.int64),
 )  # fmt: skip
 (
     W_CUR_STATE, W_CUR_COST, W_CUR_REC, W_CUR_U, W_CUR_POS,
     W_NXT_STATE, W_NXT_COST, W_NXT_REC, W_NXT_ARC, W_NXT_U, W_NXT_POS,
     W_QUEUE, W_SCRATCH, W_REC_PREV, W_REC_ARC, W_REC_FRAME,
-    W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC, W_LAT_COST,
+    W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC, W_LAT_LM, W_LAT_COST,
     W_NODE_FRAME, W_NODE_STATE, W_NODE_COST, W_NODE_EXTRA, W_HTAB,
+    W_PAIR_STATE, W_PAIR_U, W_PAIR_SLOT, W_PAIR_SLOT2, W_PAIR_TAB,
 ) = WORKSPACE.indices(
     "cur_state", "cur_cost", "cur_rec", "cur_u", "cur_pos",
     "nxt_state", "nxt_cost", "nxt_rec", "nxt_arc", "nxt_u", "nxt_pos",
     "queue", "scratch", "rec_prev", "rec_arc", "rec_frame",
-    "lat_frame", "lat_src", "lat_dst", "lat_arc", "lat_ac", "lat_cost",
+    "lat_frame", "lat_src", "lat_dst", "lat_arc", "lat_ac", "lat_lm", "lat_cost",
     "node_frame", "node_state", "node_cost", "node_extra", "htab",
+    "pair_state", "pair_u", "pair_slot", "pair_slot2", "pair_tab",
 )  # fmt: skip
 # counters of a workspace (int64 array)
-C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME, C_GC_AT, C_GC_MIN = range(7)
-NUM_COUNTERS = 7
+C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_PAIRS = range(8)
+NUM_COUNTERS = 8
 GC_MIN_RECORDS = 1 << 20  # back-pointer records before the first garbage collection
 
 # The pruning settings of one search, one record for the compiled code (`search_settings`).
@@ -331,6 +337,40 @@ def _find(slot, htab, lm, U, d, u):
 
 
 @numba.njit(nogil=True, cache=True)
+def _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U):
+    """The lattice state of the pair (graph state d, LM state u) in `wfst-otf`'s lattices: its id
+    in the utterance's pair table, a new one (`npair`) when first seen. Returns (id, pairs); the
+    caller made room (`_pairs_room`)."""
+    key = np.int64(d) * U + u
+    p = _hash_slot(pair_tab, key)
+    if pair_tab[p] == -1:
+        pair_tab[p] = key
+        pair_tab[p + 1] = npair
+        pair_state[npair] = d
+        pair_u[npair] = u
+        return np.int64(npair), npair + 1
+    return pair_tab[p + 1], npair
+
+
+@numba.njit(nogil=True, cache=True)
+def _pairs_room(ws, U, npair, need):
+    """The workspace with room for `need` more lattice pairs (arrays grown; the table rebuilt
+    larger from the pairs' states when it would pass load 1/2)."""
+    if ws[W_PAIR_STATE].shape[0] < npair + need:
+        ws = grow_fields(ws, W_PAIR_STATE, W_PAIR_U, npair + need)
+    if 2 * (npair + need) > ws[W_PAIR_TAB].shape[0] >> 1:
+        tab = _hash_table(ws[W_PAIR_TAB], npair + need)
+        pair_state, pair_u = ws[W_PAIR_STATE], ws[W_PAIR_U]
+        for i in range(npair):
+            key = np.int64(pair_state[i]) * U + pair_u[i]
+            p = _hash_slot(tab, key)
+            tab[p] = key
+            tab[p + 1] = i
+        ws = with_field(ws, W_PAIR_TAB, tab)
+    return ws
+
+
+@numba.njit(nogil=True, cache=True)
 def _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos) -> None:
     """Token j is (d, u): written and entered in the map (`_find`'s position p)."""
     tok_state[j] = d
@@ -406,16 +446,17 @@ def _unmap_tokens(slot, htab, lm, tok_state, tok_pos, n) -> None:
 def _closure(
     states, arcs, boost, lm, memo, U, V, cut, frame, slot, htab, eps_limit, lattice,
     cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
-    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, io, stats,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, pair_tab, pair_state, pair_u, io, stats,
 ) -> bool:  # fmt: skip
     """Epsilon closure (Kaldi ProcessNonemitting) of the queued tokens: a LIFO queue, tokens and
     candidates above ``cut`` are not expanded (``<=`` keeps), an improved token is queued again.
 
-    io: [tokens, records, lattice arcs, queue length, pops]. Returns False (with io updated) when
-    an array or the pair table is too small for the next token's epsilon arcs: the caller grows
-    it and calls again.
+    io: [tokens, records, lattice arcs, queue length, pops, lattice pairs]. Returns False (with io
+    updated) when an array or a hash table is too small for the next token's epsilon arcs: the
+    caller grows it and calls again. Lattice arcs connect graph states, or with an LM the
+    (graph state, LM state) pairs (`_pair_id`) and carry the LM's share of the arc (`lat_lm`).
     """
-    n, nrec, nlat, nq, pops = io[0], io[1], io[2], io[3], io[4]
+    n, nrec, nlat, nq, pops, npair = io[0], io[1], io[2], io[3], io[4], io[5]
     num_states = slot.shape[0]
     n_boost = boost.shape[0]
     while nq > 0:
@@ -434,8 +475,13 @@ def _closure(
             or nrec + k > rec_prev.shape[0]
             or nq - 1 + k > queue.shape[0]
             or (lattice and nlat + k > lat_frame.shape[0])
+            or (
+                lattice
+                and lm is not None
+                and (npair + 2 * k > pair_state.shape[0] or 2 * (npair + 2 * k) > pair_tab.shape[0] >> 1)
+            )
         ):
-            io[0], io[1], io[2], io[3], io[4] = n, nrec, nlat, nq, pops
+            io[0], io[1], io[2], io[3], io[4], io[5] = n, nrec, nlat, nq, pops, npair
             return False
         nq, pops, stop = queue_pop(nq, pops, eps_limit)
         if stop:
@@ -453,22 +499,28 @@ def _closure(
             c = c0 + arc.weight
             ol = arc.olabel
             u = u0
+            lmc = np.float32(0.0)
             if ol > 0:
                 if ol < n_boost:
                     c = c + boost[ol]
                 if lm is not None:
-                    dc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
+                    lmc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
                     stats[STAT_LM_LOOKUPS] += missed
-                    c = c + dc
+                    c = c + lmc
             if c > cut:
                 continue
             d = arc.nextstate
             if lattice:
                 lat_frame[nlat] = frame
-                lat_src[nlat] = s
-                lat_dst[nlat] = d
                 lat_arc[nlat] = a
                 lat_ac[nlat] = 0.0
+                if lm is None:
+                    lat_src[nlat] = s
+                    lat_dst[nlat] = d
+                else:
+                    lat_src[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
+                    lat_dst[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
+                    lat_lm[nlat] = lmc
                 nlat += 1
             # recombination: one token per graph state (wfst) or per (graph state, LM state)
             if lm is None:
@@ -503,7 +555,7 @@ def _closure(
             nrec += 1
             queue[nq] = j
             nq += 1
-    io[0], io[1], io[2], io[3], io[4] = n, nrec, nlat, nq, pops
+    io[0], io[1], io[2], io[3], io[4], io[5] = n, nrec, nlat, nq, pops, npair
     return True
 
 
@@ -511,10 +563,11 @@ def _closure(
 def _emit(
     states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
     cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
-    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, nlat,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, nlat, pair_tab, pair_state, pair_u, npair,
 ):  # fmt: skip
     """Emitting arcs (Kaldi ProcessEmitting) of the tokens below ``cut`` into the nxt arrays
-    (capacity checked by the caller); returns (new tokens, best new cost, lattice arcs).
+    (capacity checked by the caller); returns (new tokens, best new cost, lattice arcs, lattice
+    pairs).
 
     As Kaldi, the best token is expanded first for a tight running bound ``best_new + adaptive``
     that skips most arcs early. With lattices, every candidate below the running bound is kept
@@ -549,8 +602,11 @@ def _emit(
         s = cur_state[i]
         r0 = cur_rec[i]
         u0 = 0
+        ps = np.int64(s)
         if lm is not None:
             u0 = cur_u[i]
+            if lattice:
+                ps, npair = _pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
         for a in range(states[s].first, states[s].split):
             arc = arcs[a]
             ac = acrow[arc.column]
@@ -558,21 +614,26 @@ def _emit(
             c = c0 + arc.weight + ac
             ol = arc.olabel
             u = u0
+            lmc = np.float32(0.0)
             if ol > 0:
                 if ol < n_boost:
                     c = c + boost[ol]
                 if lm is not None:
-                    dc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
+                    lmc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
                     stats[STAT_LM_LOOKUPS] += missed
-                    c = c + dc
+                    c = c + lmc
             best_new, bound, below = running_bound(c, best_new, bound, adaptive)
             if not below:
                 continue
             d = arc.nextstate
             if lattice:
                 lat_frame[nlat] = frame
-                lat_src[nlat] = s
-                lat_dst[nlat] = d
+                lat_src[nlat] = ps
+                if lm is None:
+                    lat_dst[nlat] = d
+                else:
+                    lat_dst[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
+                    lat_lm[nlat] = lmc
                 lat_arc[nlat] = a
                 lat_ac[nlat] = ac
                 lat_cost[nlat] = c
@@ -605,14 +666,14 @@ def _emit(
             nxt_cost[j] = c
             nxt_rec[j] = r0
             nxt_arc[j] = a
-    return m, best_new, nlat
+    return m, best_new, nlat, npair
 
 
 @numba.njit(nogil=True, cache=True)
 def _keep(
     cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
     rec_prev, rec_arc, rec_frame, nrec,
-    lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, lat0, nlat,
+    lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
 ):  # fmt: skip
     """Keep the new tokens below the frame's final bound (a record each), mapped for the frame's
     epsilon closure (the pair table arrives empty); the same for the frame's lattice candidates.
@@ -651,18 +712,29 @@ def _keep(
                 lat_dst[q] = lat_dst[p]
                 lat_arc[q] = lat_arc[p]
                 lat_ac[q] = lat_ac[p]
+                if lm is not None:
+                    lat_lm[q] = lat_lm[p]
                 q += 1
     return k, nrec, q
 
 
 @numba.njit(nogil=True, cache=True)
-def _record_nodes(frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k) -> None:
-    """The lattice nodes of a frame's tokens (extra cost NaN: not pruned yet)."""
+def _record_nodes(
+    frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k,
+    lm, U, cur_u, pair_tab, pair_state, pair_u, npair,
+):  # fmt: skip
+    """The lattice nodes of a frame's tokens (extra cost NaN: not pruned yet); their states are
+    the graph states, or with an LM the pair ids. Returns the lattice pairs."""
     for i in range(n):
         node_frame[k + i] = frame
-        node_state[k + i] = cur_state[i]
+        if lm is None:
+            node_state[k + i] = cur_state[i]
+        else:
+            pid, npair = _pair_id(pair_tab, pair_state, pair_u, npair, cur_state[i], cur_u[i], U)
+            node_state[k + i] = pid
         node_cost[k + i] = cur_cost[i]
         node_extra[k + i] = np.nan
+    return npair
 
 
 @numba.njit(nogil=True, cache=True)
@@ -684,13 +756,14 @@ def _close_frame(states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limi
     queue = ws[W_QUEUE]
     for i in range(n):  # all tokens, popping in token order (LIFO)
         queue[i] = n - 1 - i
-    io = np.empty(5, np.int64)
-    io[0], io[1], io[2], io[3], io[4] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], n, 0
+    io = np.empty(6, np.int64)
+    io[0], io[1], io[2], io[3], io[4], io[5] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], n, 0, ctr[C_PAIRS]
     while not _closure(
         states, arcs, boost, lm, memo, U, V, cut, frame, slot, ws[W_HTAB], eps_limit, lattice,
         ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC], ws[W_CUR_POS], ws[W_QUEUE],
         ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME],
-        ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], io, stats,
+        ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_LM],
+        ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U], io, stats,
     ):  # fmt: skip
         top = ws[W_CUR_STATE][ws[W_QUEUE][io[3] - 1]]
         need = states[top].end - states[top].split + 1
@@ -702,6 +775,8 @@ def _close_frame(states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limi
         ws = grow_fields(ws, W_QUEUE, W_QUEUE, io[3] + need)
         if lattice:
             ws = grow_fields(ws, W_LAT_FRAME, W_LAT_COST, io[2] + need)
+            if lm is not None:
+                ws = _pairs_room(ws, U, io[5], 2 * need)
         if lm is not None and 2 * (io[0] + need) > ws[W_HTAB].shape[0] >> 1:
             _hash_clear(ws[W_HTAB], ws[W_CUR_POS], io[0])
             ws = with_field(ws, W_HTAB, _hash_table(ws[W_HTAB], io[0] + need))
@@ -713,13 +788,17 @@ def _close_frame(states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limi
         k = ctr[C_NODES]
         if ws[W_NODE_FRAME].shape[0] < k + n:
             ws = grow_fields(ws, W_NODE_FRAME, W_NODE_EXTRA, k + n)
-        _record_nodes(
+        npair = io[5]
+        if lm is not None:
+            ws = _pairs_room(ws, U, npair, n)
+        io[5] = _record_nodes(
             frame, ws[W_CUR_STATE], ws[W_CUR_COST], n,
             ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], k,
+            lm, U, ws[W_CUR_U], ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U], npair,
         )  # fmt: skip
         ctr[C_NODES] = k + n
     _unmap_tokens(slot, ws[W_HTAB], lm, ws[W_CUR_STATE], ws[W_CUR_POS], n)
-    ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = n, io[1], io[2]
+    ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS], ctr[C_PAIRS] = n, io[1], io[2], io[5]
     return ws
 
 
@@ -738,9 +817,12 @@ def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, latt
     ctr[C_NEXT_FRAME] = 0
     ctr[C_GC_AT] = settings.gc_records
     ctr[C_GC_MIN] = settings.gc_records
+    ctr[C_PAIRS] = 0
     if lm is not None:
         for i in range(memo.shape[0]):
             memo[i].key = -1
+        if lattice:
+            ws[W_PAIR_TAB][:] = -1
     if start >= 0:
         ws[W_CUR_COST][0] = np.float32(0.0)
         ws[W_CUR_REC][0] = 0
@@ -794,16 +876,19 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
         lat0 = ctr[C_LAT_ARCS]
         if lattice and ws[W_LAT_FRAME].shape[0] < lat0 + n_arcs:
             ws = grow_fields(ws, W_LAT_FRAME, W_LAT_COST, lat0 + n_arcs)
+        if lattice and lm is not None:
+            ws = _pairs_room(ws, U, ctr[C_PAIRS], n + n_arcs)
         htab = ws[W_HTAB]
         nxt_state, nxt_u, nxt_cost = ws[W_NXT_STATE], ws[W_NXT_U], ws[W_NXT_COST]
         nxt_rec, nxt_arc, nxt_pos = ws[W_NXT_REC], ws[W_NXT_ARC], ws[W_NXT_POS]
         lat_frame, lat_src, lat_dst = ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST]
-        lat_arc, lat_ac, lat_cost = ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_COST]
-        m, best_new, nlat = _emit(
+        lat_arc, lat_ac, lat_lm, lat_cost = ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_LM], ws[W_LAT_COST]
+        m, best_new, nlat, ctr[C_PAIRS] = _emit(
             states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
             ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC], n,
             nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
-            lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, lat0,
+            lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0,
+            ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U], ctr[C_PAIRS],
         )  # fmt: skip
         if lm is not None:
             _hash_clear(htab, nxt_pos, m)
@@ -812,7 +897,7 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
         k, nrec, nlat = _keep(
             cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
             ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], nrec,
-            lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_cost, lat0, nlat,
+            lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
         )  # fmt: skip
         ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
         # the kept new tokens become the current ones; then their epsilon closure
@@ -829,12 +914,24 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
             ctr[C_RECORDS] = kept
             ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * kept)
         if lattice and settings.prune_interval > 0 and (frame + 1) % settings.prune_interval == 0:
-            ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
-                arcs, boost, frame, settings.lattice_beam,
-                ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], ctr[C_NODES],
-                ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ctr[C_LAT_ARCS],
-                slot, slot2,
-            )  # fmt: skip
+            if lm is None:
+                ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
+                    arcs, boost, frame, settings.lattice_beam,
+                    ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], ctr[C_NODES],
+                    ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], None,
+                    ctr[C_LAT_ARCS], slot, slot2,
+                )  # fmt: skip
+            else:  # lattice states are pairs: maps indexed by pair id
+                if ws[W_PAIR_SLOT].shape[0] < ctr[C_PAIRS]:
+                    ws = grow_fields(ws, W_PAIR_SLOT, W_PAIR_SLOT2, ctr[C_PAIRS])
+                    ws[W_PAIR_SLOT][:] = -1
+                    ws[W_PAIR_SLOT2][:] = -1
+                ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
+                    arcs, boost, frame, settings.lattice_beam,
+                    ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], ctr[C_NODES],
+                    ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_LM],
+                    ctr[C_LAT_ARCS], ws[W_PAIR_SLOT], ws[W_PAIR_SLOT2],
+                )  # fmt: skip
             stats[STAT_PRUNE_FRAMES] += taken
     return ws
 
@@ -945,8 +1042,8 @@ class CompiledPath(BestPath):
 
     found: bool  # some token survived to the end
     stats: np.ndarray
-    lattice_arcs: np.recarray | None = None  # as lattice.LatticeStore: frame, src, dst, arc, ac
-    lattice_nodes: np.recarray | None = None  # frame, state, cost
+    # (arcs, nodes[, pairs]) as `Workspace.lattice_data`, if kept
+    lattice: tuple[np.recarray, ...] | None = None
     lm_state: int = -1  # the best token's LM state (searches with an LM)
 
 
@@ -1060,8 +1157,14 @@ class Workspace:
     chunks). Arrays grow by doubling and never shrink. With an LM, the LM lookup memo."""
 
     def __init__(self, lattice: bool = False, lm: bool = False) -> None:
-        self.arrays = WORKSPACE.allocate(htab=np.full(4 * INIT_CAPACITY, -1, np.int64))
+        self.arrays = WORKSPACE.allocate(
+            htab=np.full(4 * INIT_CAPACITY, -1, np.int64),
+            pair_tab=np.full(4 * INIT_CAPACITY, -1, np.int64),
+            pair_slot=np.full(INIT_CAPACITY, -1, np.int32),
+            pair_slot2=np.full(INIT_CAPACITY, -1, np.int32),
+        )
         self.memo = new_memo() if lm else None
+        self.has_lm = lm
         self.ctr = np.zeros(NUM_COUNTERS, dtype=np.int64)
         self.stats = np.zeros(NUM_STATS, dtype=np.int64)
         self.lattice = lattice
@@ -1071,20 +1174,30 @@ class Workspace:
         """Frames decoded since `begin`."""
         return int(self.ctr[C_NEXT_FRAME])
 
-    def lattice_data(self) -> tuple[np.recarray, np.recarray]:
+    def lattice_data(self) -> tuple[np.recarray, ...]:
         """Copies of the kept lattice arcs and nodes (the fields of the torch path's
-        `lattice.LatticeStore.data`)."""
+        `lattice.LatticeStore.data`). With an LM the arcs also carry the LM's share (``lm``), the
+        lattice states are the utterance's (graph state, LM state) pairs, and a third record
+        array gives each pair id's ``state`` and ``lm_state``."""
         na, nn = int(self.ctr[C_LAT_ARCS]), int(self.ctr[C_NODES])
         w = self.arrays
+        fields = [W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC]
+        fields += [W_LAT_LM] if self.has_lm else []
         arcs = np.rec.fromarrays(
-            [w[i][:na].copy() for i in (W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC)],
-            names=["frame", "src", "dst", "arc", "ac"],
+            [w[i][:na].copy() for i in fields],
+            names=["frame", "src", "dst", "arc", "ac"] + (["lm"] if self.has_lm else []),
         )
         nodes = np.rec.fromarrays(
             [w[i][:nn].copy() for i in (W_NODE_FRAME, W_NODE_STATE, W_NODE_COST)],
             names=["frame", "state", "cost"],
         )
-        return arcs, nodes
+        if not self.has_lm:
+            return arcs, nodes
+        npair = int(self.ctr[C_PAIRS])
+        pairs = np.rec.fromarrays(
+            [w[W_PAIR_STATE][:npair].copy(), w[W_PAIR_U][:npair].copy()], names=["state", "lm_state"]
+        )
+        return arcs, nodes, pairs
 
 
 class CompiledSearch(CompiledRunner):
@@ -1104,7 +1217,7 @@ class CompiledSearch(CompiledRunner):
         return (search_advance, search_init)
 
     def warm_up(self) -> None:
-        w = self.new_workspace(lattice=self.lm is None)
+        w = self.new_workspace(lattice=True)
         boost = np.zeros(0, np.float32)
         settings = search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1, prune_interval=1)
         self._begin(w, boost, settings)
@@ -1112,8 +1225,6 @@ class CompiledSearch(CompiledRunner):
         self.best(w)
 
     def new_workspace(self, lattice: bool = False) -> Workspace:
-        if lattice and self.lm is not None:
-            raise ValueError("wfst-otf: the compiled backend keeps no lattices")
         return Workspace(lattice, lm=self.lm is not None)
 
     # ---------------------------------------------------------------- search
@@ -1155,14 +1266,12 @@ class CompiledSearch(CompiledRunner):
         """1-best (and lattice data) of one utterance; ac: float32 [T, V] acoustic costs."""
         w = self.thread_workspace(lambda: self.new_workspace())
         w.lattice = lattice
-        if lattice and self.lm is not None:
-            raise ValueError("wfst-otf: the compiled backend keeps no lattices")
         boost = boost if boost is not None else np.zeros(0, np.float32)
         self.begin(w, boost, settings)
         self._advance(w, ac, boost, settings)
         path = self.best(w)
         if lattice:
-            path.lattice_arcs, path.lattice_nodes = w.lattice_data()
+            path.lattice = w.lattice_data()
         return path
 
     def decode_batch(

@@ -340,7 +340,7 @@ class WfstDecoder:
             stats["lattice_prune_frames"] = int(total[STAT_PRUNE_FRAMES])
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
-            data = [(p.lattice_arcs, p.lattice_nodes) for p in paths]
+            data = [p.lattice for p in paths]
             self._attach_lattices(data, results, [len(a) for a in acs], tables, shift)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
@@ -405,7 +405,7 @@ class WfstDecoder:
 
     def _attach_lattices(
         self,
-        data: list[tuple[np.recarray | None, np.recarray | None]],
+        data: list[tuple],
         results: list[DecodeResult],
         lengths: list[int],
         tables: list[dict],
@@ -416,7 +416,7 @@ class WfstDecoder:
         backend): exact lattice-beam pruning, then determinization (wfst/lattice.py)."""
         not_final = self._not_final if not_final is None else not_final
         # search arcs kept until the end (after window pruning): the lattice's memory
-        self.last_info["lattice_search_arcs"] = sum(len(a) for a, _ in data if a is not None)
+        self.last_info["lattice_search_arcs"] = sum(len(d[0]) for d in data if d[0] is not None)
         density = []
         for b, res in enumerate(results):
             lat = self.word_lattice(data[b], lengths[b], tables[b], b not in not_final)
@@ -433,22 +433,37 @@ class WfstDecoder:
 
     def word_lattice(
         self,
-        data: tuple[np.recarray | None, np.recarray | None],
+        data: tuple,
         num_frames: int,
         boost: dict[int, float],
         reached_final: bool,
     ) -> CompactLattice | None:
-        """The CompactLattice of one utterance from its search arcs and nodes."""
-        arcs, nodes = data
+        """The CompactLattice of one utterance from its search arcs and nodes (`data`: arcs,
+        nodes; lattice states are graph states)."""
+        arcs, nodes = data[:2]
+        start, finals = self.graph_cpu.start, self.paths.final
+        return self._word_lattice(arcs, nodes, num_frames, start, finals, boost, reached_final)
+
+    def _word_lattice(
+        self,
+        arcs: np.recarray | None,
+        nodes: np.recarray | None,
+        num_frames: int,
+        start: int,
+        finals: np.ndarray,
+        boost: dict[int, float],
+        reached_final: bool,
+    ) -> CompactLattice | None:
+        """`build_lattice` + `determinize` over lattice states with the given start and final costs."""
         lat = build_lattice(
             arcs,
             nodes,
             num_frames,
-            self.graph_cpu.start,
+            start,
             self.paths.ilabel,
             self.paths.olabel,
             self.paths.weight,
-            self.paths.final,
+            finals,
             boost,
             reached_final,
             self.config.lattice_beam,

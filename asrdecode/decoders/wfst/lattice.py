@@ -119,13 +119,15 @@ def backward_costs(frame, src, dst, cost, emit, beta) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, p, k) -> None:
+def _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k) -> None:
     """Kept arc p moves to position k (k <= p: compaction in place)."""
     lat_frame[k] = lat_frame[p]
     lat_src[k] = lat_src[p]
     lat_dst[k] = lat_dst[p]
     lat_arc[k] = lat_arc[p]
     lat_ac[k] = lat_ac[p]
+    if lat_lm is not None:
+        lat_lm[k] = lat_lm[p]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -141,10 +143,11 @@ def _arc_cost(arcs, boost, a, ac) -> float:
 @numba.njit(cache=True, nogil=True)
 def _map_frame_arcs(
     arcs, boost, g, a_lo, a_hi, node_frame, node_state, n_nodes, lo_slot, hi_slot,
-    lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+    lat_src, lat_dst, lat_arc, lat_ac, lat_lm, src, dst, cost, emit,
 ):  # fmt: skip
     """For the kept arcs [a_lo, a_hi) of frame `g`: source and destination node (-1: gone), total
-    cost and whether the arc is emitting (from frame g-1), each looked up once."""
+    cost (with the on-the-fly LM's share `lat_lm`, None without one) and whether the arc is
+    emitting (from frame g-1), each looked up once."""
     p_lo = _first_of_frame(node_frame, n_nodes, g - 1)
     p_hi = _fill_slots(lo_slot, node_frame, node_state, n_nodes, g - 1, p_lo, True)
     _fill_slots(hi_slot, node_frame, node_state, n_nodes, g, p_hi, True)
@@ -154,7 +157,10 @@ def _map_frame_arcs(
         emit[p] = e
         src[p] = lo_slot[lat_src[p]] if e else hi_slot[lat_src[p]]
         dst[p] = hi_slot[lat_dst[p]]
-        cost[p] = _arc_cost(arcs, boost, a, lat_ac[p])
+        c = _arc_cost(arcs, boost, a, lat_ac[p])
+        if lat_lm is not None:
+            c += np.float64(lat_lm[p])
+        cost[p] = c
     _fill_slots(lo_slot, node_frame, node_state, n_nodes, g - 1, p_lo, False)
     _fill_slots(hi_slot, node_frame, node_state, n_nodes, g, p_hi, False)
 
@@ -163,7 +169,7 @@ def _map_frame_arcs(
 def prune_window(
     arcs, boost, last_frame, beam,
     node_frame, node_state, node_cost, node_extra, n_nodes,
-    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, n_arcs,
     lo_slot, hi_slot,
 ):  # fmt: skip
     """Kaldi's PruneActiveTokens / PruneForwardLinks over the kept lattice of one utterance up to
@@ -177,8 +183,10 @@ def prune_window(
     uses any more are dropped; the arrays are compacted in place from the first frame taken
     (order kept). The work per call follows the frames taken, so a long input costs O(T).
     Nodes and arcs are in non-decreasing frame order; `arcs` is the graph's arc record array
-    (column, olabel, nextstate, weight), `boost` the word-id -> cost array; lo_slot / hi_slot:
-    state-indexed scratch arrays, all -1 (and left so). Returns (nodes kept, arcs kept, frames
+    (column, olabel, nextstate, weight), `boost` the word-id -> cost array, `lat_lm` the arcs'
+    on-the-fly LM costs (`wfst-otf`; None without an LM); lo_slot / hi_slot: state-indexed scratch
+    arrays, all -1 (and left so). Nodes' "states" are lattice states: graph states, or with an LM
+    the (graph state, LM state) pair ids of the search. Returns (nodes kept, arcs kept, frames
     taken)."""
     if n_nodes == 0:
         return 0, 0, 0
@@ -200,7 +208,7 @@ def prune_window(
     a_mid = _first_of_frame(lat_frame, n_arcs, last_frame)  # arcs of the newest frame taken
     _map_frame_arcs(
         arcs, boost, last_frame, a_mid, a_hi, node_frame, node_state, n_nodes, lo_slot, hi_slot,
-        lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+        lat_src, lat_dst, lat_arc, lat_ac, lat_lm, src, dst, cost, emit,
     )  # fmt: skip
     first_frame = np.int64(node_frame[0])
     stop = np.int64(last_frame)
@@ -214,7 +222,7 @@ def prune_window(
         a_lo = _first_of_frame(lat_frame, a_mid, f)
         _map_frame_arcs(
             arcs, boost, f, a_lo, a_mid, node_frame, node_state, n_nodes, lo_slot, hi_slot,
-            lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+            lat_src, lat_dst, lat_arc, lat_ac, lat_lm, src, dst, cost, emit,
         )  # fmt: skip
         if lo - f_lo > tmp.shape[0]:
             tmp = np.empty(2 * (lo - f_lo), np.float64)
@@ -273,7 +281,7 @@ def prune_window(
             if s >= n0:
                 used[s - n0] = True
             used[d - n0] = True
-            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, p, k)
+            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
             k += 1
     m = n0
     for i in range(n0, n_nodes):
@@ -290,7 +298,7 @@ def prune_window(
 def prune_final(
     arcs, boost, last_frame, beam,
     node_frame, node_state, node_cost, n_nodes,
-    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, n_arcs,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, n_arcs,
     prev_slot, cur_slot, final_costs, use_final,
 ):  # fmt: skip
     """The end-of-utterance pruning over the whole kept lattice of one utterance (Kaldi's
@@ -322,7 +330,7 @@ def prune_final(
             q += 1
         _map_frame_arcs(
             arcs, boost, np.int64(lat_frame[p]), p, q, node_frame, node_state, n_nodes, prev_slot, cur_slot,
-            lat_src, lat_dst, lat_arc, lat_ac, src, dst, cost, emit,
+            lat_src, lat_dst, lat_arc, lat_ac, lat_lm, src, dst, cost, emit,
         )  # fmt: skip
         p = q
     backward_costs(lat_frame[:n_arcs], src, dst, cost, emit, beta)
@@ -341,7 +349,7 @@ def prune_final(
         if np.float64(node_cost[s]) + cost[p] + beta[d] <= limit:
             used[s] = True
             used[d] = True
-            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, p, k)
+            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
             k += 1
     m = 0
     for i in range(n_nodes):
@@ -405,7 +413,7 @@ class LatticeStore:
         last = int(self.nodes[0][: self.n_nodes].max())
         self.n_nodes, self.n_arcs, _ = prune_window(
             arc_records, boost, last, float(beam),
-            *self.nodes, self.n_nodes, *self.arcs, self.n_arcs, slots[0], slots[1],
+            *self.nodes, self.n_nodes, *self.arcs, None, self.n_arcs, slots[0], slots[1],
         )  # fmt: skip
 
     def data(self) -> tuple[np.recarray, np.recarray]:
@@ -676,19 +684,27 @@ def _prefilter(
     n_cols = [
         np.ascontiguousarray(nodes[f], dtype=dt) for f, dt in zip(NODE_FIELDS, NODE_DTYPES, strict=True)
     ]
+    lm = np.ascontiguousarray(arcs["lm"], dtype=np.float32) if _has_lm(arcs) else None
     dense = np.zeros(max(boost, default=-1) + 1, np.float32)
     for w, c in boost.items():
         dense[w] = c
     slots = np.full((2, max(num_states, 1)), -1, np.int32)
     nn, na = prune_final(
         arc_records, dense, num_frames - 1, float(beam),
-        *n_cols, len(n_cols[0]), *a_cols, len(a_cols[0]), slots[0], slots[1],
+        *n_cols, len(n_cols[0]), *a_cols, lm, len(a_cols[0]), slots[0], slots[1],
         np.ascontiguousarray(g_final, dtype=np.float32), bool(reached_final),
     )  # fmt: skip
+    kept = [c[:na] for c in a_cols] + ([lm[:na]] if lm is not None else [])
+    names = list(ARC_FIELDS) + (["lm"] if lm is not None else [])
     return (
         np.rec.fromarrays([c[:nn] for c in n_cols], names=list(NODE_FIELDS)),
-        np.rec.fromarrays([c[:na] for c in a_cols], names=list(ARC_FIELDS)),
+        np.rec.fromarrays(kept, names=names),
     )
+
+
+def _has_lm(arcs: np.recarray) -> bool:
+    """Lattice arcs of a search with an on-the-fly LM carry its cost per arc (field ``lm``)."""
+    return "lm" in (arcs.dtype.names or ())
 
 
 def build_lattice(
@@ -708,7 +724,12 @@ def build_lattice(
 ) -> StateLattice | None:
     """One utterance's pruned StateLattice from its search arcs and nodes (module doc, step 2).
     With the graph's `arc_records` (compiled.graph_records) the arcs are first shrunk by the
-    compiled pruning kernel at the end of the utterance (a superset of what is kept here)."""
+    compiled pruning kernel at the end of the utterance (a superset of what is kept here).
+
+    With an on-the-fly LM (`wfst-otf`) the nodes' states are the search's (graph state, LM state)
+    pair ids, `g_final` holds each pair's final cost (graph final + the LM's end-of-sentence
+    share), `start_state` is the start pair, and the arcs' field ``lm`` (the LM's share of each
+    arc) is part of its graph cost."""
     if nodes is None or not len(nodes):
         return None
     S = int(len(g_final))
@@ -746,6 +767,8 @@ def build_lattice(
     emitting, frame = emitting[ok], arcs.frame[ok].astype(np.int64)
     ol = g_olabel[arc_id]
     graph = g_weight[arc_id].astype(np.float64)
+    if _has_lm(arcs):
+        graph = graph + arcs["lm"][ok].astype(np.float64)
     if boost:
         graph = graph + np.array([boost.get(int(o), 0.0) for o in ol])
     cost = graph + ac

@@ -18,7 +18,12 @@ LM state folded into the token key; any device, built for GPUs); ``auto`` = comp
 torch backend's LM tables stay in host memory with ``lm_on_host`` (default on CUDA; paper 000 sec.
 2.2-2.3: the device keeps labels, offsets and backoff states, lookups are deduplicated, cached and
 fetched from the host; `lm.host_lookup.HostLookupLM`), else both LMs' tables are on the device.
-Not supported (one-line config errors): lattices / n-best and streaming.
+Lattices and n-best (``decoder.lattice``, ``nbest > 1``; compiled backend): the `wfst` lattices
+(Kaldi's exact lattice generation, `wfst.lattice`) over the composed search space, as paper 002
+asks of on-the-fly decoders: a lattice state is a (graph state, LM state) pair of the utterance
+(numbered as the search meets them), each arc carries the LM difference of its word as part of
+its graph cost, and a final pair adds the ``</s>`` difference. Written and determinized as `wfst`'s.
+Not supported (one-line config errors): lattices with the torch backend, streaming.
 """
 
 from __future__ import annotations
@@ -28,19 +33,25 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.lms import load_difference_lm
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst.lattice import CompactLattice
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import DifferenceLM
+from asrdecode.lm.difference import DifferenceLM, lm_final_costs
 from asrdecode.lm.host_lookup import HostLookupLM
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst_otf")
+LATTICE_BACKEND = (
+    "decoder.lattice / decoder.nbest > 1: wfst-otf keeps lattices with the compiled backend "
+    "(decoder.backend=compiled, the default on CPU), not with the torch backend"
+)
 
 
 @dataclass
@@ -84,8 +95,8 @@ class WfstOtfDecoder(WfstDecoder):
         words: dict[int, str] | None = None,
         lm: DifferenceLM | None = None,
     ) -> None:
-        if config.lattice or config.nbest > 1:
-            raise ConfigError("decoder.lattice / decoder.nbest > 1: wfst-otf keeps no lattices (use wfst)")
+        if (config.lattice or config.nbest > 1) and config.backend == "torch":
+            raise ConfigError(LATTICE_BACKEND)
         super().__init__(config, context, graph, words)
         if lm is None:
             lm = load_difference_lm(config, self.words, self.paths.olabel)
@@ -145,12 +156,30 @@ class WfstOtfDecoder(WfstDecoder):
         return TokenPassing(graph, self._search_options(device), None, lm=self.lm_on(device))
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
+        want_lattice = self.config.lattice or self.config.nbest > 1
+        lp = output.log_probs
+        if want_lattice and lp is not None and self.backend_for(lp.device) == "torch":
+            raise ConfigError(LATTICE_BACKEND)
         results = super().decode(output)
         if self.last_info["stats"]["backend"] == "torch":
             lm = self.lm_on(output.log_probs.device)
             if isinstance(lm, HostLookupLM):
                 self.last_info["stats"]["lm_lookups"] = lm.take_stats()
         return results
+
+    def word_lattice(
+        self, data: tuple, num_frames: int, boost: dict[int, float], reached_final: bool
+    ) -> CompactLattice | None:
+        """The CompactLattice of one utterance: its lattice states are the search's (graph state,
+        LM state) pairs (`data`: arcs with the LM's share ``lm``, nodes, pairs); a pair's final
+        cost is the graph's plus the LM difference at </s>, the start pair is (start, <s>)."""
+        arcs, nodes, pairs = data
+        states = pairs["state"].astype(np.int64)
+        lm_states = pairs["lm_state"].astype(np.int64)
+        finals = self.paths.final[states] + lm_final_costs(self.path_lm, lm_states)
+        start = np.flatnonzero((states == self.graph_cpu.start) & (lm_states == DifferenceLM.START))
+        start_pair = int(start[0]) if len(start) else -1
+        return self._word_lattice(arcs, nodes, num_frames, start_pair, finals, boost, reached_final)
 
     # ------------------------------------------------------------------ streaming
     def init_streams(
