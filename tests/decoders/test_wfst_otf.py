@@ -19,23 +19,19 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers.otf_ref import WORDS, ArpaScorer, backend_options, brute_force, random_arpa, unigram_arpa
+from helpers.otf_ref import WORDS, ArpaScorer, backend_options, brute_force, random_arpa
 from helpers.wfst_graphs import device_graph, log_probs, run
 from helpers.wfst_ref import (  # noqa: F401
-    FIXTURES,
     all_word_sequences,
     nemo_log_probs,
-    nemo_sentences,
     random_wfst,
     single_thread,
-    write_arpa,
 )
 
 from asrdecode.decoders import DECODERS, decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
 from asrdecode.errors import ConfigError
-from asrdecode.graph import GraphBuildConfig, build_graph
 from asrdecode.models.base import ModelOutput
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -44,7 +40,6 @@ WIDE = {"beam": 1e9, "max_active": 10**9, "min_active": 0}
 # torch: both LMs' tables on the device; torch-host: decoder.lm_on_host (paper 000: weights and next
 # states in host memory, lookups deduplicated and cached), the path a GPU runs by default
 BACKENDS = ("compiled", "torch", "torch-host")
-NEMO = FIXTURES / "ctc_bpe.nemo"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -97,17 +92,10 @@ def test_same_lm_equals_plain_wfst_on_random_graphs(tmp_path, backend):
 
 
 # ---------------------------------------------------------------------- built graphs (b)
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The NeMo-fixture vocabulary: a unigram graph (small LM) and a bigram graph (large LM)."""
-    d = tmp_path_factory.mktemp("wfst_otf")
-    sents = nemo_sentences()
-    unigram_arpa(d / "small.arpa", sents)
-    write_arpa(d / "large.arpa", sents)
-    for name in ("small", "large"):
-        cfg = GraphBuildConfig(arpa=str(d / f"{name}.arpa"), model=str(NEMO), lexicon_type="bpe", format="pt")
-        build_graph(cfg, d / name)
-    return d
+@pytest.fixture
+def built(otf_graphs):
+    """The session's small (unigram) and large (bigram) graphs over the fixture words (conftest)."""
+    return otf_graphs
 
 
 def nemo_output() -> ModelOutput:

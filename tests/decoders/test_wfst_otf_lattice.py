@@ -17,23 +17,14 @@ import numpy as np
 import pytest
 import torch
 from helpers.lattice_paths import compact_paths
-from helpers.otf_ref import WORDS, ArpaScorer, random_arpa, unigram_arpa
+from helpers.otf_ref import WORDS, ArpaScorer, random_arpa
 from helpers.wfst_graphs import device_graph, log_probs
-from helpers.wfst_ref import (  # noqa: F401
-    FIXTURES,
-    all_word_sequences,
-    nemo_log_probs,
-    nemo_sentences,
-    random_wfst,
-    single_thread,
-    write_arpa,
-)
+from helpers.wfst_ref import all_word_sequences, nemo_log_probs, random_wfst, single_thread  # noqa: F401
 
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.lattice import read_kaldi_text, write_kaldi_text
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
 from asrdecode.errors import ConfigError
-from asrdecode.graph import GraphBuildConfig, build_graph
 from asrdecode.models.base import ModelOutput
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -81,18 +72,10 @@ def test_lattice_holds_every_sequence_within_the_beam_with_its_best_cost(tmp_pat
     assert got[0][1] == pytest.approx(-res.score, abs=1e-3)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The NeMo-fixture vocabulary: a unigram graph (small LM) and a bigram graph (large LM)."""
-    d = tmp_path_factory.mktemp("wfst_otf_lattice")
-    sents = nemo_sentences()
-    unigram_arpa(d / "small.arpa", sents)
-    write_arpa(d / "large.arpa", sents)
-    for name in ("small", "large"):
-        model = str(FIXTURES / "ctc_bpe.nemo")
-        cfg = GraphBuildConfig(arpa=str(d / f"{name}.arpa"), model=model, lexicon_type="bpe", format="pt")
-        build_graph(cfg, d / name)
-    return d
+@pytest.fixture
+def built(otf_graphs):
+    """The session's small (unigram) and large (bigram) graphs over the fixture words (conftest)."""
+    return otf_graphs
 
 
 def test_small_graph_with_large_lm_gives_the_large_graphs_lattice(built, tmp_path):
