@@ -26,6 +26,10 @@ and, from X.json, its steps, minutes, dev-WER history and segments, so the new s
 whole history; the optimiser starts afresh (a .nemo holds no Adam moments), hence a new warm-up, and
 --minutes / --max-steps / the cosine schedule count from the start of this segment.
 
+`--arch ctc --init-from X.nemo` with a transducer X puts a new CTC head (a 1x1 convolution over
+X's vocabulary) on X's front end, encoder and tokenizer, the encoder trained at --encoder-lr-scale
+(the way back: a CTC model from an RNN-T encoder).
+
 End to end: synthesises the corpus if data/cache/synth holds less than --hours of audio
 (scripts/make_synthetic_speech.py), trains a sentencepiece BPE tokenizer on the training
 sentences, trains with torch's ctc_loss (noise/gain/reverb + SpecAugment-lite), checkpoints
