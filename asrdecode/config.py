@@ -144,10 +144,15 @@ def _valid_keys(cls: type, prefix: str = "") -> list[str]:
     return keys
 
 
+def _shown(text: str) -> str:
+    """User text in a one-line error: control characters (a newline in a YAML key) escaped."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def _unknown_key(key: str, valid: list[str]) -> ConfigError:
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return ConfigError(f"unknown config key '{key}'{hint}; valid keys: {', '.join(valid)}")
+    return ConfigError(f"unknown config key '{_shown(key)}'{hint}; valid keys: {', '.join(valid)}")
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -234,11 +239,11 @@ def dataclass_from_dict(
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`decoder.beam=12` → (['decoder', 'beam'], 12); the value is parsed as YAML."""
     if "=" not in text:
-        raise ConfigError(f"override '{text}' must look like key.path=value")
+        raise ConfigError(f"override '{_shown(text)}' must look like key.path=value")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override '{text}' has an empty key")
+        raise ConfigError(f"override '{_shown(text)}' has an empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -306,7 +311,7 @@ def build_config(
 def validate_engine(engine: EngineConfig) -> None:
     """One-line ConfigError for an engine section that cannot run."""
     if engine.type not in ("local", "ray"):
-        raise ConfigError(f"engine.type '{engine.type}' is not one of: local, ray")
+        raise ConfigError(f"engine.type '{_shown(engine.type)}' is not one of: local, ray")
     if engine.workers < 1:
         raise ConfigError(f"engine.workers must be at least 1, got {engine.workers}")
     if engine.cpus_per_worker < 0 or engine.gpus_per_worker < 0:

@@ -90,3 +90,17 @@ def test_parse_override_forms():
 def test_digest_changes_with_config():
     assert build_config(None, []).digest() != build_config(None, ["batch.max_seconds=1"]).digest()
     assert build_config(None, []).digest() == build_config(None, []).digest()
+
+
+def test_unknown_key_with_control_characters_is_one_line(tmp_path):
+    """A fuzzed YAML key holding a newline: the error names it escaped, on one line."""
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"features": {"ty\npe": 1}}))
+    with pytest.raises(ConfigError) as err:
+        build_config(path, [])
+    assert "\n" not in str(err.value) and "features.ty\\npe" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        build_config(None, ["engine.type=a\tb"])
+    assert "\t" not in str(err.value)

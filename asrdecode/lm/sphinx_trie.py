@@ -86,7 +86,8 @@ def read_trie_lm(path: str | Path) -> TrieLM:
             raise InputError(f"{path}: n-gram order {order} out of range 2..5")
         n_quant = (order - 2) * (2 << QUANT_BITS) + (1 << QUANT_BITS)
         pos += 4  # former quantisation type
-        quant = data[pos : pos + 4 * n_quant].view("<f4").astype(np.float64)
+        with np.errstate(invalid="ignore"):  # a NaN in a damaged file: refused below
+            quant = data[pos : pos + 4 * n_quant].view("<f4").astype(np.float64)
         pos += 4 * n_quant
         uni = data[pos : pos + 12 * (counts[0] + 1)].view(
             np.dtype([("p", "<f4"), ("b", "<f4"), ("n", "<u4")])
@@ -106,6 +107,8 @@ def read_trie_lm(path: str | Path) -> TrieLM:
         raise InputError(f"{path}: truncated or malformed trie LM ({exc})") from None
     if len(mem) != sum(sizes) or len(vocab) != counts[0]:
         raise InputError(f"{path}: truncated trie LM (expected {sum(sizes)} bytes of n-grams)")
+    if not (np.isfinite(quant).all() and np.isfinite(uni["p"]).all() and np.isfinite(uni["b"]).all()):
+        raise InputError(f"{path}: damaged trie LM (a probability or backoff weight is not a finite number)")
     mem = np.concatenate([mem, np.zeros(8, np.uint8)])
 
     s_id = vocab.index("<s>") if "<s>" in vocab else None
