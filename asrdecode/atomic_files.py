@@ -1,7 +1,8 @@
 """Files that appear whole or not at all: written to a temporary file in the same folder, then
 renamed over the target (a rename within a folder is atomic on POSIX), so a killed run leaves the
 old file or none, never half a file. The temporary name starts with a dot and ends in ``.tmp``;
-readers of our folders pass such names over."""
+readers of our folders pass such names over. The file gets the permissions of a file created
+normally (0666 less the umask), not mkstemp's private 0600."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ def atomic_target(path: str | os.PathLike, *, sync: bool = False) -> Iterator[Pa
     disk first (run outputs that must survive a power cut)."""
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it private; a file we write is not
+    finally:
+        os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
@@ -41,6 +45,17 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, sync: bool = True) 
     """Write `text` (UTF-8, ``\\n`` line ends) to `path` through `atomic_target`."""
     with atomic_target(path, sync=sync) as tmp:
         tmp.write_text(text, encoding="utf-8", newline="\n")
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def _fsync_folder(path: Path) -> None:

@@ -734,6 +734,8 @@ def train(args: argparse.Namespace) -> None:
                     "joint_hidden": args.joint_hidden,
                 }
                 if transducer
+                else {**init_info, "encoder_lr_scale": args.encoder_lr_scale}
+                if args.init_from_given
                 else {}
             ),
             "parameters": n_params,

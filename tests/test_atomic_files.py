@@ -24,3 +24,15 @@ def test_a_failing_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
         raise RuntimeError("killed while writing")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["graph.pt"]
+
+
+def test_the_file_has_the_usual_permissions(tmp_path):
+    """0666 less the umask, as open() would create it (not mkstemp's private 0600)."""
+    import os
+
+    old = os.umask(0o027)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o640
