@@ -38,6 +38,16 @@ def timing_setup(args: argparse.Namespace) -> dict:
     }
 
 
+def model_digest(model: str) -> str:
+    """The first 12 hex digits of a model file's sha256 (`embedded:NAME` or a path): the key of
+    outputs a benchmark caches from that model, so a new model never meets stale ones."""
+    import hashlib
+
+    from asrdecode.models.loading import resolve_model_path
+
+    return hashlib.sha256(resolve_model_path(model).read_bytes()).hexdigest()[:12]
+
+
 def write_report(path: str | Path, report: dict) -> Path:
     """Write the report as indented JSON (folders made) and say where, with the load averages."""
     out = Path(path)

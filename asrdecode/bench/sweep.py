@@ -212,11 +212,13 @@ class PeerInput:
 
     @classmethod
     def of(cls, manifest: Path, out: Path) -> PeerInput:
+        from asrdecode.bench.harness import model_digest
         from asrdecode.config import build_config
         from asrdecode.io.manifests import read_inputs
         from asrdecode.pipeline import Transcriber
 
-        front = out / "runs" / "peer-logprobs"
+        # keyed by the model file: log-probs of another (an earlier demo model) are never reused
+        front = out / "runs" / f"peer-logprobs-{model_digest('embedded:demo_ctc_bpe')}"
         if not (front / "report.json").is_file():
             items = [
                 "model.path=embedded:demo_ctc_bpe",

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrdecode.bench.harness import machine_info, write_report
+from asrdecode.bench.harness import machine_info, model_digest, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "out" / "bench"
@@ -72,12 +72,7 @@ def build(cfg, out: Path) -> Path:
 def demo_inputs(cache: Path) -> tuple[np.ndarray, np.ndarray, list[list[str]]]:
     """Log-probs of the embedded demo model on data/demo/{synthetic,real} (cached under a name
     with the model file's checksum, so a new model gets new log-probs) and references."""
-    import hashlib
-
-    from asrdecode.models.loading import resolve_model_path
-
-    model_file = resolve_model_path("embedded:demo_ctc_bpe")
-    digest = hashlib.sha256(model_file.read_bytes()).hexdigest()[:12]
+    digest = model_digest("embedded:demo_ctc_bpe")
     cache = cache.with_name(f"{cache.stem}-{digest}{cache.suffix}")
     if not cache.is_file():
         import soundfile
