@@ -602,7 +602,7 @@ def _emit(
         s = cur_state[i]
         r0 = cur_rec[i]
         u0 = 0
-        ps = np.int64(s)
+        ps = np.int64(-1)  # the lattice state of (s, u0), with an LM
         if lm is not None:
             u0 = cur_u[i]
             if lattice:
@@ -628,10 +628,11 @@ def _emit(
             d = arc.nextstate
             if lattice:
                 lat_frame[nlat] = frame
-                lat_src[nlat] = ps
                 if lm is None:
+                    lat_src[nlat] = s
                     lat_dst[nlat] = d
                 else:
+                    lat_src[nlat] = ps
                     lat_dst[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
                     lat_lm[nlat] = lmc
                 lat_arc[nlat] = a
