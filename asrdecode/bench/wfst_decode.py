@@ -412,6 +412,7 @@ def wer(refs: list[list[str]], hyps: list[list[str]]) -> float:
 
 
 def kaldi_row(base: dict, lengths: np.ndarray, beam: float, processes: int) -> dict:
+    processes = max(1, min(processes, len(lengths)))  # no process without an utterance
     order = np.argsort(-lengths, kind="stable")
     parts = [sorted(int(i) for i in order[p::processes]) for p in range(processes)]
     row = run_row("kaldi", [{**base, "beam": beam, "items": part} for part in parts])
@@ -462,7 +463,7 @@ def run_case(
     beam = args.beam
     print(f"\n{name}: {len(lp)} utterances, {int(frames)} frames", flush=True)
     rows = [kaldi_row(base, lengths, beam, 1)]
-    if args.kaldi_processes > 1:
+    if min(args.kaldi_processes, len(lengths)) > 1:
         rows.append(kaldi_row(base, lengths, beam, args.kaldi_processes))
     for n in args.compiled_threads:
         rows.append(wfst_row(base, beam, "compiled", args.compiled_batch, n, args))
