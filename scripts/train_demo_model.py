@@ -697,21 +697,16 @@ def train(args: argparse.Namespace) -> None:
         warm = min(1.0, (step - origin_step + 1) / args.warmup)
         return args.lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
-    init_info: dict[str, Any] = (
-        {
+    init_info: dict[str, Any] = {}
+    if transducer or args.init_from_given:
+        source, new = ("the CTC demo", "prediction and joint networks")
+        if not transducer:
+            source, new = "a transducer demo", "CTC head"
+        init_info = {
             "init_from": str(Path(args.init_from).resolve().relative_to(REPO)),
-            "init": "preprocessor, encoder and tokenizer copied from init_from (the CTC demo "
-            "model); prediction and joint networks random",
+            "init": f"preprocessor, encoder and tokenizer copied from init_from ({source} model); "
+            f"{new} random",
         }
-        if transducer
-        else {
-            "init_from": str(Path(args.init_from).resolve().relative_to(REPO)),
-            "init": "preprocessor, encoder and tokenizer copied from init_from (a transducer demo "
-            "model); CTC head random",
-        }
-        if args.init_from_given
-        else {}
-    )
     if args.init_transducer is not None:  # keep how the continued model began
         init_info = {k: prior[k] for k in ("init_from", "init") if k in prior}
 

@@ -491,8 +491,11 @@ def _closure(
         if c0 > cut:
             continue
         u0 = 0
+        ps = np.int64(-1)  # the lattice state of (s, u0), with an LM
         if lm is not None:
             u0 = cur_u[i]
+            if lattice:
+                ps, npair = _pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
         for a in range(a0, a1):
             arc = arcs[a]
             # the arc's word: its boost and (wfst-otf) LM difference (paper 000 Alg. 2, Kaldi biglm)
@@ -518,7 +521,7 @@ def _closure(
                     lat_src[nlat] = s
                     lat_dst[nlat] = d
                 else:
-                    lat_src[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
+                    lat_src[nlat] = ps
                     lat_dst[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
                     lat_lm[nlat] = lmc
                 nlat += 1
@@ -818,12 +821,15 @@ def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, latt
     ctr[C_NEXT_FRAME] = 0
     ctr[C_GC_AT] = settings.gc_records
     ctr[C_GC_MIN] = settings.gc_records
-    ctr[C_PAIRS] = 0
     if lm is not None:
         for i in range(memo.shape[0]):
             memo[i].key = -1
-        if lattice:
-            ws[W_PAIR_TAB][:] = -1
+        # empty the pair table at the previous search's entries only (it may have grown large),
+        # newest first: an entry's probe chain runs only through older entries, kept till then
+        pair_tab, pair_state, pair_u = ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U]
+        for i in range(ctr[C_PAIRS] - 1, -1, -1):
+            pair_tab[_hash_slot(pair_tab, np.int64(pair_state[i]) * U + pair_u[i])] = -1
+    ctr[C_PAIRS] = 0
     if start >= 0:
         ws[W_CUR_COST][0] = np.float32(0.0)
         ws[W_CUR_REC][0] = 0
