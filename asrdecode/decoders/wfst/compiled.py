@@ -81,9 +81,8 @@ from asrdecode.decoders.wfst.paths import BestPath
 from asrdecode.decoders.workspace import (
     INIT_CAPACITY,
     WorkspaceLayout,
+    grow,
     grow_fields,
-    swap_spans,
-    with_field,
 )
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step_memo, new_memo
@@ -215,9 +214,16 @@ WORKSPACE = WorkspaceLayout(
     "node_frame", "node_state", "node_cost", "node_extra", "htab",
     "pair_state", "pair_u", "pair_slot", "pair_slot2", "pair_tab",
 )  # fmt: skip
-# counters of a workspace (int64 array)
-C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_PAIRS = range(8)
-NUM_COUNTERS = 8
+# the groups of fields the frame driver unpacks at once (layout order)
+CURRENT = WORKSPACE.span("cur_state", "cur_pos")
+NEXT = WORKSPACE.span("nxt_state", "nxt_pos")
+RECORDS = WORKSPACE.span("rec_prev", "rec_frame")
+LATTICE_ARCS = WORKSPACE.span("lat_frame", "lat_cost")
+LATTICE_NODES = WORKSPACE.span("node_frame", "node_extra")
+LATTICE_PAIRS = WORKSPACE.span("pair_state", "pair_tab")
+# counters of a workspace (int64 array); C_CLOSE: the current tokens still need their closure
+C_TOKENS, C_RECORDS, C_LAT_ARCS, C_NODES, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_PAIRS, C_CLOSE = range(9)
+NUM_COUNTERS = 9
 GC_MIN_RECORDS = 1 << 20  # back-pointer records before the first garbage collection
 
 # The pruning settings of one search, one record for the compiled code (`search_settings`).
@@ -353,21 +359,19 @@ def _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U):
 
 
 @numba.njit(nogil=True, cache=True)
-def _pairs_room(ws, U, npair, need):
-    """The workspace with room for `need` more lattice pairs (arrays grown; the table rebuilt
-    larger from the pairs' states when it would pass load 1/2)."""
-    if ws[W_PAIR_STATE].shape[0] < npair + need:
-        ws = grow_fields(ws, W_PAIR_STATE, W_PAIR_U, npair + need)
-    if 2 * (npair + need) > ws[W_PAIR_TAB].shape[0] >> 1:
-        tab = _hash_table(ws[W_PAIR_TAB], npair + need)
-        pair_state, pair_u = ws[W_PAIR_STATE], ws[W_PAIR_U]
+def _pairs_room(pair_state, pair_u, pair_tab, U, npair, need):
+    """(pair states, pair LM states, pair table) with room for `need` more lattice pairs (arrays
+    grown; the table rebuilt larger from the pairs' states when it would pass load 1/2)."""
+    if pair_state.shape[0] < npair + need:
+        pair_state, pair_u = grow_fields((pair_state, pair_u), 0, 1, npair + need)
+    if 2 * (npair + need) > pair_tab.shape[0] >> 1:
+        pair_tab = _hash_table(pair_tab, npair + need)
         for i in range(npair):
             key = np.int64(pair_state[i]) * U + pair_u[i]
-            p = _hash_slot(tab, key)
-            tab[p] = key
-            tab[p + 1] = i
-        ws = with_field(ws, W_PAIR_TAB, tab)
-    return ws
+            p = _hash_slot(pair_tab, key)
+            pair_tab[p] = key
+            pair_tab[p + 1] = i
+    return pair_state, pair_u, pair_tab
 
 
 @numba.njit(nogil=True, cache=True)
@@ -742,75 +746,10 @@ def _record_nodes(
 
 
 @numba.njit(nogil=True, cache=True)
-def _grow_tokens(ws, lm, need):
-    """The workspace with the current-token arrays holding `need` tokens (LM fields with an LM)."""
-    ws = grow_fields(ws, W_CUR_STATE, W_CUR_REC, need)
-    if lm is not None:
-        ws = grow_fields(ws, W_CUR_U, W_CUR_POS, need)
-    return ws
-
-
-@numba.njit(nogil=True, cache=True)
-def _close_frame(states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limit, lattice, ws, ctr, stats):
-    """Epsilon closure of the current tokens (mapped by `_keep`; growing arrays as needed), their
-    lattice nodes, and the reset of the map (only valid within a frame). Returns the workspace."""
-    n = ctr[C_TOKENS]
-    if ws[W_QUEUE].shape[0] < n:
-        ws = grow_fields(ws, W_QUEUE, W_QUEUE, n)
-    queue = ws[W_QUEUE]
-    for i in range(n):  # all tokens, popping in token order (LIFO)
-        queue[i] = n - 1 - i
-    io = np.empty(6, np.int64)
-    io[0], io[1], io[2], io[3], io[4], io[5] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], n, 0, ctr[C_PAIRS]
-    while not _closure(
-        states, arcs, boost, lm, memo, U, V, cut, frame, slot, ws[W_HTAB], eps_limit, lattice,
-        ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC], ws[W_CUR_POS], ws[W_QUEUE],
-        ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME],
-        ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_LM],
-        ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U], io, stats,
-    ):  # fmt: skip
-        top = ws[W_CUR_STATE][ws[W_QUEUE][io[3] - 1]]
-        need = states[top].end - states[top].split + 1
-        tokens = io[0] + need
-        if lm is None:
-            tokens = min(tokens, slot.shape[0])
-        ws = _grow_tokens(ws, lm, tokens)
-        ws = grow_fields(ws, W_REC_PREV, W_REC_FRAME, io[1] + need)
-        ws = grow_fields(ws, W_QUEUE, W_QUEUE, io[3] + need)
-        if lattice:
-            ws = grow_fields(ws, W_LAT_FRAME, W_LAT_COST, io[2] + need)
-            if lm is not None:
-                ws = _pairs_room(ws, U, io[5], 2 * need)
-        if lm is not None and 2 * (io[0] + need) > ws[W_HTAB].shape[0] >> 1:
-            _hash_clear(ws[W_HTAB], ws[W_CUR_POS], io[0])
-            ws = with_field(ws, W_HTAB, _hash_table(ws[W_HTAB], io[0] + need))
-            _map_tokens(slot, ws[W_HTAB], lm, U, ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_POS], io[0])
-    n = io[0]
-    stats[STAT_EPS_POPS] += io[4]
-    stats[STAT_TOKENS] += n
-    if lattice:
-        k = ctr[C_NODES]
-        if ws[W_NODE_FRAME].shape[0] < k + n:
-            ws = grow_fields(ws, W_NODE_FRAME, W_NODE_EXTRA, k + n)
-        npair = io[5]
-        if lm is not None:
-            ws = _pairs_room(ws, U, npair, n)
-        io[5] = _record_nodes(
-            frame, ws[W_CUR_STATE], ws[W_CUR_COST], n,
-            ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], k,
-            lm, U, ws[W_CUR_U], ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U], npair,
-        )  # fmt: skip
-        ctr[C_NODES] = k + n
-    _unmap_tokens(slot, ws[W_HTAB], lm, ws[W_CUR_STATE], ws[W_CUR_POS], n)
-    ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS], ctr[C_PAIRS] = n, io[1], io[2], io[5]
-    return ws
-
-
-@numba.njit(nogil=True, cache=True)
 def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, lattice, ws, ctr, stats):
     """Start a search: one start token (graph start, LM state <s>; a record with no predecessor,
-    frame -1) and its epsilon closure. Returns the workspace."""
-    rec_prev, rec_arc, rec_frame = ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME]
+    frame -1) and its epsilon closure (`search_advance` over no frames). Returns the workspace."""
+    rec_prev, rec_arc, rec_frame = ws[RECORDS]
     rec_prev[0] = -1
     rec_arc[0] = -1
     rec_frame[0] = -1
@@ -838,109 +777,186 @@ def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, latt
             slot, ws[W_HTAB], lm, U, start, LM_START_STATE, p, 0, ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_POS]
         )
         ctr[C_TOKENS] = 1
-    return _close_frame(
-        states, arcs, boost, lm, memo, U, V, _F32_INF, -1, slot, settings.eps_limit, lattice, ws, ctr, stats
+    ctr[C_CLOSE] = 1
+    no_frames = np.empty((0, 1), np.float32)
+    return search_advance(
+        states, arcs, no_frames, boost, lm, memo, U, V, slot, slot, settings, lattice, ws, ctr, stats
     )
 
 
 @numba.njit(nogil=True, cache=True)
 def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, settings, lattice, ws, ctr, stats):
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs; frame numbers
-    continue from the previous call). With lattices, the kept arcs and nodes are pruned with
-    `lattice.prune_window` at the settings' lattice beam after every `prune_interval`-th frame
-    (0 = never); it maps states to nodes with `slot` (all -1 between frames) and `slot2` (all -1).
-    Returns the workspace (arrays may have been grown)."""
+    continue from the previous call), first closing the start token if `search_init` left it
+    open. Per frame: cutoff, emitting arcs, the kept tokens, their epsilon closure (growing arrays
+    as needed) and lattice nodes, garbage collection of the records. With lattices, the kept arcs
+    and nodes are pruned with `lattice.prune_window` at the settings' lattice beam after every
+    `prune_interval`-th frame (0 = never); it maps states to nodes with `slot` (all -1 between
+    frames) and `slot2` (all -1). Returns the workspace (arrays may have been grown).
+
+    The workspace tuple is unpacked once per call and rebuilt once at the end: the frame loop
+    works on the arrays (a tuple passed or rebuilt per frame costs reference counts and copies of
+    every field)."""
     num_states = slot.shape[0]
     beam, max_active, min_active = settings.beam, settings.max_active, settings.min_active
     beam_delta, eps_limit = settings.beam_delta, settings.eps_limit
-    for t in range(ac.shape[0]):
-        frame = ctr[C_NEXT_FRAME]
-        ctr[C_NEXT_FRAME] = frame + 1
+    cur_state, cur_cost, cur_rec, cur_u, cur_pos = ws[CURRENT]
+    nxt_state, nxt_cost, nxt_rec, nxt_arc, nxt_u, nxt_pos = ws[NEXT]
+    queue, scratch = ws[W_QUEUE], ws[W_SCRATCH]
+    rec_prev, rec_arc, rec_frame = ws[RECORDS]
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost = ws[LATTICE_ARCS]
+    node_frame, node_state, node_cost, node_extra = ws[LATTICE_NODES]
+    htab = ws[W_HTAB]
+    pair_state, pair_u, pair_slot, pair_slot2, pair_tab = ws[LATTICE_PAIRS]
+    io = np.empty(6, np.int64)
+    for t in range(-ctr[C_CLOSE], ac.shape[0]):
+        if t < 0:  # search_init's start token: only its closure
+            frame = np.int64(-1)
+            cut = _F32_INF
+            ctr[C_CLOSE] = 0
+        else:
+            frame = ctr[C_NEXT_FRAME]
+            ctr[C_NEXT_FRAME] = frame + 1
+            n = ctr[C_TOKENS]
+            if n == 0:
+                continue
+            stats[STAT_FRAMES] += 1
+            # -------------------------------------- cutoff (GetCutoff) of the current tokens
+            if scratch.shape[0] < n:
+                scratch = grow(scratch, n)
+            cut, adaptive = get_cutoff(cur_cost, n, scratch, beam, max_active, min_active, beam_delta)
+            # -------------------------------------- capacities, then emitting arcs
+            n_arcs = emitting_arcs(states, cur_cost, cur_state, n, cut)
+            stats[STAT_ARCS] += n_arcs
+            bound = n_arcs
+            if lm is None:
+                bound = min(n_arcs, num_states)
+            if nxt_state.shape[0] < bound or nxt_arc.shape[0] < bound:
+                nxt_state, nxt_cost, nxt_rec, nxt_arc = grow_fields(
+                    (nxt_state, nxt_cost, nxt_rec, nxt_arc), 0, 3, bound
+                )
+            if lm is not None:
+                if nxt_u.shape[0] < bound:
+                    nxt_u, nxt_pos = grow_fields((nxt_u, nxt_pos), 0, 1, bound)
+                if 2 * bound > htab.shape[0] >> 1:
+                    htab = _hash_table(htab, bound)
+            nrec = ctr[C_RECORDS]
+            if rec_prev.shape[0] < nrec + bound:
+                rec_prev, rec_arc, rec_frame = grow_fields((rec_prev, rec_arc, rec_frame), 0, 2, nrec + bound)
+            lat0 = ctr[C_LAT_ARCS]
+            if lattice and lat_frame.shape[0] < lat0 + n_arcs:
+                lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost = grow_fields(
+                    (lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost), 0, 6, lat0 + n_arcs
+                )
+            if lattice and lm is not None:
+                npair, room = ctr[C_PAIRS], n + n_arcs
+                pair_state, pair_u, pair_tab = _pairs_room(pair_state, pair_u, pair_tab, U, npair, room)
+            m, best_new, nlat, ctr[C_PAIRS] = _emit(
+                states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
+                cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+                lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0,
+                pair_tab, pair_state, pair_u, ctr[C_PAIRS],
+            )  # fmt: skip
+            if lm is not None:
+                _hash_clear(htab, nxt_pos, m)
+            # final bound of this frame (as the torch path: best new cost + adaptive beam); keep below it
+            cut = best_new + adaptive
+            k, nrec, nlat = _keep(
+                cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+                rec_prev, rec_arc, rec_frame, nrec,
+                lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
+            )  # fmt: skip
+            ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
+            # the kept new tokens become the current ones
+            cur_state, nxt_state = nxt_state, cur_state
+            cur_cost, nxt_cost = nxt_cost, cur_cost
+            cur_rec, nxt_rec = nxt_rec, cur_rec
+            if lm is not None:
+                cur_u, nxt_u = nxt_u, cur_u
+                cur_pos, nxt_pos = nxt_pos, cur_pos
+        # ------------------------------------------ epsilon closure of the current tokens (mapped)
         n = ctr[C_TOKENS]
-        if n == 0:
-            continue
-        stats[STAT_FRAMES] += 1
-        # ------------------------------------------ cutoff (GetCutoff) of the current tokens
-        if ws[W_SCRATCH].shape[0] < n:
-            ws = grow_fields(ws, W_SCRATCH, W_SCRATCH, n)
-        cut, adaptive = get_cutoff(ws[W_CUR_COST], n, ws[W_SCRATCH], beam, max_active, min_active, beam_delta)
-        # ------------------------------------------ capacities, then emitting arcs
-        n_arcs = emitting_arcs(states, ws[W_CUR_COST], ws[W_CUR_STATE], n, cut)
-        stats[STAT_ARCS] += n_arcs
-        bound = n_arcs
-        if lm is None:
-            bound = min(n_arcs, num_states)
-        if ws[W_NXT_STATE].shape[0] < bound or ws[W_NXT_ARC].shape[0] < bound:
-            ws = grow_fields(ws, W_NXT_STATE, W_NXT_ARC, bound)
-        if lm is not None:
-            if ws[W_NXT_U].shape[0] < bound:
-                ws = grow_fields(ws, W_NXT_U, W_NXT_POS, bound)
-            if 2 * bound > ws[W_HTAB].shape[0] >> 1:
-                ws = with_field(ws, W_HTAB, _hash_table(ws[W_HTAB], bound))
-        nrec = ctr[C_RECORDS]
-        if ws[W_REC_PREV].shape[0] < nrec + bound:
-            ws = grow_fields(ws, W_REC_PREV, W_REC_FRAME, nrec + bound)
-        lat0 = ctr[C_LAT_ARCS]
-        if lattice and ws[W_LAT_FRAME].shape[0] < lat0 + n_arcs:
-            ws = grow_fields(ws, W_LAT_FRAME, W_LAT_COST, lat0 + n_arcs)
-        if lattice and lm is not None:
-            ws = _pairs_room(ws, U, ctr[C_PAIRS], n + n_arcs)
-        htab = ws[W_HTAB]
-        nxt_state, nxt_u, nxt_cost = ws[W_NXT_STATE], ws[W_NXT_U], ws[W_NXT_COST]
-        nxt_rec, nxt_arc, nxt_pos = ws[W_NXT_REC], ws[W_NXT_ARC], ws[W_NXT_POS]
-        lat_frame, lat_src, lat_dst = ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST]
-        lat_arc, lat_ac, lat_lm, lat_cost = ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_LM], ws[W_LAT_COST]
-        m, best_new, nlat, ctr[C_PAIRS] = _emit(
-            states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
-            ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC], n,
-            nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
-            lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0,
-            ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U], ctr[C_PAIRS],
-        )  # fmt: skip
-        if lm is not None:
-            _hash_clear(htab, nxt_pos, m)
-        # final bound of this frame (as the torch path: best new cost + adaptive beam); keep below it
-        cut = best_new + adaptive
-        k, nrec, nlat = _keep(
-            cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
-            ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], nrec,
-            lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
-        )  # fmt: skip
-        ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
-        # the kept new tokens become the current ones; then their epsilon closure
-        ws = swap_spans(ws, W_CUR_STATE, W_CUR_REC, W_NXT_STATE)  # state, cost, record
-        if lm is not None:
-            ws = swap_spans(ws, W_CUR_U, W_CUR_POS, W_NXT_U)  # LM state, hash position
-        ws = _close_frame(
-            states, arcs, boost, lm, memo, U, V, cut, frame, slot, eps_limit, lattice, ws, ctr, stats
-        )
+        if queue.shape[0] < n:
+            queue = grow(queue, n)
+        for i in range(n):  # all tokens, popping in token order (LIFO)
+            queue[i] = n - 1 - i
+        io[0], io[1], io[2], io[3], io[4], io[5] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], n, 0, ctr[C_PAIRS]
+        while not _closure(
+            states, arcs, boost, lm, memo, U, V, cut, frame, slot, htab, eps_limit, lattice,
+            cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
+            lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, pair_tab, pair_state, pair_u, io, stats,
+        ):  # fmt: skip
+            top = cur_state[queue[io[3] - 1]]
+            need = states[top].end - states[top].split + 1
+            tokens = io[0] + need
+            if lm is None:
+                tokens = min(tokens, num_states)
+            cur_state, cur_cost, cur_rec = grow_fields((cur_state, cur_cost, cur_rec), 0, 2, tokens)
+            rec_prev, rec_arc, rec_frame = grow_fields((rec_prev, rec_arc, rec_frame), 0, 2, io[1] + need)
+            queue = grow(queue, io[3] + need)
+            if lattice:
+                lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost = grow_fields(
+                    (lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost), 0, 6, io[2] + need
+                )
+            if lm is not None:
+                cur_u, cur_pos = grow_fields((cur_u, cur_pos), 0, 1, tokens)
+                if lattice:
+                    room = 2 * need
+                    pair_state, pair_u, pair_tab = _pairs_room(pair_state, pair_u, pair_tab, U, io[5], room)
+                if 2 * (io[0] + need) > htab.shape[0] >> 1:
+                    _hash_clear(htab, cur_pos, io[0])
+                    htab = _hash_table(htab, io[0] + need)
+                    _map_tokens(slot, htab, lm, U, cur_state, cur_u, cur_pos, io[0])
+        n = io[0]
+        stats[STAT_EPS_POPS] += io[4]
+        stats[STAT_TOKENS] += n
+        if lattice:
+            k = ctr[C_NODES]
+            if node_frame.shape[0] < k + n:
+                node_frame, node_state, node_cost, node_extra = grow_fields(
+                    (node_frame, node_state, node_cost, node_extra), 0, 3, k + n
+                )
+            if lm is not None:
+                pair_state, pair_u, pair_tab = _pairs_room(pair_state, pair_u, pair_tab, U, io[5], n)
+            io[5] = _record_nodes(
+                frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k,
+                lm, U, cur_u, pair_tab, pair_state, pair_u, io[5],
+            )  # fmt: skip
+            ctr[C_NODES] = k + n
+        _unmap_tokens(slot, htab, lm, cur_state, cur_pos, n)
+        ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS], ctr[C_PAIRS] = n, io[1], io[2], io[5]
         if ctr[C_RECORDS] > ctr[C_GC_AT]:  # memory: keep only the records live tokens lead back to
-            kept = collect_records(
-                ws[W_CUR_REC], ctr[C_TOKENS], ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], ctr[C_RECORDS]
-            )
+            kept = collect_records(cur_rec, n, rec_prev, rec_arc, rec_frame, ctr[C_RECORDS])
             ctr[C_RECORDS] = kept
             ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * kept)
-        if lattice and settings.prune_interval > 0 and (frame + 1) % settings.prune_interval == 0:
+        interval = settings.prune_interval
+        if lattice and frame >= 0 and interval > 0 and (frame + 1) % interval == 0:
             if lm is None:
                 ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
                     arcs, boost, frame, settings.lattice_beam,
-                    ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], ctr[C_NODES],
-                    ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], None,
-                    ctr[C_LAT_ARCS], slot, slot2,
+                    node_frame, node_state, node_cost, node_extra, ctr[C_NODES],
+                    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, None, ctr[C_LAT_ARCS], slot, slot2,
                 )  # fmt: skip
             else:  # lattice states are pairs: maps indexed by pair id
-                if ws[W_PAIR_SLOT].shape[0] < ctr[C_PAIRS]:
-                    ws = grow_fields(ws, W_PAIR_SLOT, W_PAIR_SLOT2, ctr[C_PAIRS])
-                    ws[W_PAIR_SLOT][:] = -1
-                    ws[W_PAIR_SLOT2][:] = -1
+                if pair_slot.shape[0] < ctr[C_PAIRS]:
+                    pair_slot, pair_slot2 = grow_fields((pair_slot, pair_slot2), 0, 1, ctr[C_PAIRS])
+                    pair_slot[:] = -1
+                    pair_slot2[:] = -1
                 ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
                     arcs, boost, frame, settings.lattice_beam,
-                    ws[W_NODE_FRAME], ws[W_NODE_STATE], ws[W_NODE_COST], ws[W_NODE_EXTRA], ctr[C_NODES],
-                    ws[W_LAT_FRAME], ws[W_LAT_SRC], ws[W_LAT_DST], ws[W_LAT_ARC], ws[W_LAT_AC], ws[W_LAT_LM],
-                    ctr[C_LAT_ARCS], ws[W_PAIR_SLOT], ws[W_PAIR_SLOT2],
+                    node_frame, node_state, node_cost, node_extra, ctr[C_NODES],
+                    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, ctr[C_LAT_ARCS],
+                    pair_slot, pair_slot2,
                 )  # fmt: skip
             stats[STAT_PRUNE_FRAMES] += taken
-    return ws
+    return (
+        cur_state, cur_cost, cur_rec, cur_u, cur_pos,
+        nxt_state, nxt_cost, nxt_rec, nxt_arc, nxt_u, nxt_pos,
+        queue, scratch, rec_prev, rec_arc, rec_frame,
+        lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost,
+        node_frame, node_state, node_cost, node_extra, htab,
+        pair_state, pair_u, pair_slot, pair_slot2, pair_tab,
+    )  # fmt: skip
 
 
 @numba.njit(nogil=True, cache=True)
