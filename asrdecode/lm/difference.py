@@ -340,27 +340,35 @@ MEMO_DTYPE = np.dtype([("key", np.int64), ("cost", np.float32), ("next", np.int3
 
 
 def new_memo(bits: int = MEMO_BITS) -> np.ndarray:
-    """An empty `lm_step_memo` table of 2**bits entries."""
+    """An empty `memo_get` table of 2**bits entries."""
     memo = np.zeros(1 << bits, MEMO_DTYPE)
     memo["key"] = -1
     return memo
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def lm_step_memo(lm, memo, u: int, w: int, vocab: int) -> tuple[np.float32, int, bool]:
-    """`lm_step` through the memo (paper 000 Alg. 1-2: a (history, word) pair met again, in other
-    graph states or later frames, costs one probe instead of two backoff walks). Returns (added
-    cost, next union state, whether the memo missed)."""
+def memo_get(memo, u: int, w: int, vocab: int) -> tuple[np.float32, int, bool]:
+    """The memo's entry for the (history, word) pair (paper 000 Alg. 1-2: a pair met again, in
+    other graph states or later frames, costs one probe instead of two backoff walks): (added
+    cost, next union state, found). On a miss the caller runs `memo_fill`: the LM tuple is then
+    touched only on misses (passing it costs a reference count per array, here per arc)."""
     key = np.int64(u) * vocab + w
     h = key * np.int64(-7046029254386353131)
     e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
-    if e.key == key:
-        return e.cost, np.int64(e.next), False
+    return e.cost, np.int64(e.next), e.key == key
+
+
+@numba.njit(nogil=True, cache=True)
+def memo_fill(lm, memo, u: int, w: int, vocab: int) -> tuple[np.float32, int]:
+    """`lm_step` of the pair, entered in the memo (after `memo_get` missed)."""
+    key = np.int64(u) * vocab + w
+    h = key * np.int64(-7046029254386353131)
+    e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
     c, nxt = lm_step(lm, u, w)
     e.key = key
     e.cost = c
     e.next = nxt
-    return c, np.int64(nxt), True
+    return c, np.int64(nxt)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

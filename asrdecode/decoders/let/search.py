@@ -50,7 +50,7 @@ from asrdecode.decoders.wfst.compiled import (
     running_bound,
 )
 from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, swap_spans
-from asrdecode.lm.difference import MEMO_DTYPE, lm_final, lm_step
+from asrdecode.lm.difference import MEMO_DTYPE, lm_final, memo_fill, memo_get
 from asrdecode.numba_status import configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)
@@ -243,26 +243,16 @@ def _make_word_block(
     group's record chain runs on through the word arc). It depends only on (blk, word), so it is
     cached (direct-mapped, cleared when blocks are renumbered): called on a miss of `_word_probe`,
     makes the block, caches it and returns (block, cost shift). Takes arrays, not the workspace tuple."""
-    mmask = memo.shape[0] - 1
     vocab = ctr[C_VOCAB]
     st = blk_start[blk]
     n = 0
     best = _INF32
     for q in range(st, st + blk_len[blk]):
-        # D's weight through the memo of (D state, word) lookups: `lm_step_memo` written out so that
-        # the LM tuple is touched only on a miss (passing it costs a reference count per array)
+        # D's weight through the memo of (D state, word) lookups; the LM tuple only on a miss
         u = m_lm[q]
-        mkey = np.int64(u) * vocab + word
-        mh = mkey * np.int64(-7046029254386353131)
-        e = memo[(mh ^ (mh >> 31)) & mmask]
-        if e.key == mkey:
-            d = e.cost
-            nu = np.int64(e.next)
-        else:
-            d, nu = lm_step(lm, u, word)
-            e.key = mkey
-            e.cost = d
-            e.next = nu
+        d, nu, hit = memo_get(memo, u, word, vocab)
+        if not hit:
+            d, nu = memo_fill(lm, memo, u, word, vocab)
         cost = m_off[q] + d
         c_lm[n] = nu
         c_cost[n] = cost

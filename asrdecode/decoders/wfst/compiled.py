@@ -4,7 +4,7 @@ One kernel family serves both decoders: the functions below take an `lm` argumen
 for `wfst` and `DifferenceLM.arrays()` for `wfst-otf` (paper 000), and numba compiles one version
 for each, pruning the `lm is None` branches. With an LM a token is (graph state, LM state u, cost,
 record): crossing an arc with a word olabel adds ``lm_step(u, w)`` through a memo of (u, w) lookups
-(`lm.difference.lm_step_memo`; paper 000 Alg. 1-2) and moves u; recombination keys on the pair
+(`lm.difference.memo_get`; paper 000 Alg. 1-2) and moves u; recombination keys on the pair
 through an open-addressing table (paper 000 Alg. 4); the final cost adds the ``</s>`` difference.
 `let` (paper 002) keeps its group kernel in `let/search.py` on the same pieces.
 
@@ -85,7 +85,7 @@ from asrdecode.decoders.workspace import (
     grow_fields,
 )
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import DifferenceLM, lm_final, lm_step_memo, new_memo
+from asrdecode.lm.difference import DifferenceLM, lm_final, memo_fill, memo_get, new_memo
 from asrdecode.numba_status import announce_first_compile, configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)
@@ -511,8 +511,10 @@ def _closure(
                 if ol < n_boost:
                     c = c + boost[ol]
                 if lm is not None:
-                    lmc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
-                    stats[STAT_LM_LOOKUPS] += missed
+                    lmc, u, hit = memo_get(memo, u0, ol, V)
+                    if not hit:
+                        lmc, u = memo_fill(lm, memo, u0, ol, V)
+                        stats[STAT_LM_LOOKUPS] += 1
                     c = c + lmc
             if c > cut:
                 continue
@@ -596,8 +598,10 @@ def _emit(
                 if ol < n_boost:
                     c = c + boost[ol]
                 if lm is not None:
-                    dc, _, missed = lm_step_memo(lm, memo, u0, ol, V)
-                    stats[STAT_LM_LOOKUPS] += missed
+                    dc, _, hit = memo_get(memo, u0, ol, V)
+                    if not hit:
+                        dc, _ = memo_fill(lm, memo, u0, ol, V)
+                        stats[STAT_LM_LOOKUPS] += 1
                     c = c + dc
             if c + adaptive < bound:
                 bound = c + adaptive
@@ -626,8 +630,10 @@ def _emit(
                 if ol < n_boost:
                     c = c + boost[ol]
                 if lm is not None:
-                    lmc, u, missed = lm_step_memo(lm, memo, u0, ol, V)
-                    stats[STAT_LM_LOOKUPS] += missed
+                    lmc, u, hit = memo_get(memo, u0, ol, V)
+                    if not hit:
+                        lmc, u = memo_fill(lm, memo, u0, ol, V)
+                        stats[STAT_LM_LOOKUPS] += 1
                     c = c + lmc
             best_new, bound, below = running_bound(c, best_new, bound, adaptive)
             if not below:
