@@ -77,15 +77,7 @@ def _fill_slots(slot, node_frame, node_state, n_nodes, frame, start, value) -> i
 def _first_of_frame(frames, n, frame) -> int:
     """The index of the first node (or arc) of `frame` or later among the first `n`, from their
     `frames` in non-decreasing order (binary search)."""
-    lo = 0
-    hi = n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if frames[mid] < frame:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return np.searchsorted(frames[:n], frame)
 
 
 @numba.njit(cache=True, nogil=True)
