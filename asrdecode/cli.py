@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -27,10 +28,17 @@ console = Console(stderr=True)
 out_console = Console()
 
 
+def say(con: Console, label: str, text: object) -> None:
+    """One line on `con`: a markup `label` and `text` as it is (escaped: a file name with
+    brackets is not markup) and never wrapped or shortened at the console width (a long path in a
+    one-line error stays whole and on one line)."""
+    con.print(f"{label}{escape(str(text))}", highlight=False, soft_wrap=True)
+
+
 def _fail(err: BaseException, debug: bool) -> None:
     if debug:
         traceback.print_exception(err)
-    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    say(console, "[bold red]error:[/] ", err)
     sys.exit(2)
 
 
@@ -277,11 +285,11 @@ def transcribe(
 
     def on_error(utt_id: str, message: str) -> None:
         log.write("skipped", utt_id=utt_id, message=message)
-        progress.console.print(f"[yellow]skipped[/] {utt_id}: {message}", highlight=False)
+        say(progress.console, "[yellow]skipped[/] ", f"{utt_id}: {message}")
 
     def on_status(message: str) -> None:
         log.write("status", message=message)
-        progress.console.print(f"[dim]{message}[/]")
+        say(progress.console, "[dim]", message)
 
     runner = Transcriber(
         cfg,

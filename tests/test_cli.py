@@ -131,6 +131,24 @@ def test_bad_files_are_reported_skipped_and_counted(tmp_path, manifest):
     assert len(strict.stderr.strip().splitlines()[-1]) > 0
 
 
+def test_a_long_or_bracketed_file_name_stays_whole_on_its_line(tmp_path, manifest):
+    """A skipped file's message and a fatal error name the file in full on one line, whatever the
+    console width (rich would wrap and shorten a long path) and with brackets (not markup)."""
+    deep = tmp_path / ("long-folder-name-" * 6) / "[take 2] recordings"
+    deep.mkdir(parents=True)
+    missing = deep / "[bad] missing.wav"
+    lines = manifest.read_text().splitlines()[:1]
+    lines.append(json.dumps({"audio_filepath": str(missing), "duration": 1.0, "text": "x"}))
+    manifest.write_text("\n".join(lines) + "\n")
+    proc = run("transcribe", str(manifest), "--model", str(MODEL), "--out", str(tmp_path / "o"))
+    assert any(str(missing) in line and "skipped" in line for line in proc.stderr.splitlines())
+    bad = deep / "[x] bad.yaml"
+    bad.write_text("decoder: [unclosed\n")
+    proc = run("transcribe", str(manifest), "--config", str(bad), "--out", str(tmp_path / "p"), check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert any(str(bad) in line and "error:" in line for line in proc.stderr.splitlines())
+
+
 def test_one_line_errors(tmp_path, manifest):
     bad_manifest = tmp_path / "m.jsonl"
     bad_manifest.write_text(manifest.read_text().splitlines()[0] + "\n{not json\n")
