@@ -51,9 +51,9 @@ demo: install
 		"synthetic TTS, demo TDT, transducer-greedy=$(OUT)/demo-synthetic-tdt" \
 		"real speech, demo TDT, transducer-greedy=$(OUT)/demo-real-tdt"
 
-## test: install and run the whole suite
+## test: install and run the whole suite, on up to 4 worker processes (one per core; pytest-xdist)
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
 ## fuzz: the long profile of the input fuzzing (tests/fuzz; the suite runs 150 cases per format)
 fuzz: install
