@@ -347,23 +347,29 @@ def new_memo(bits: int = MEMO_BITS) -> np.ndarray:
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def memo_slot(u: int, w: int, vocab: int, size: int) -> tuple[int, int]:
+    """(key, entry index) of the pair (u, w) in a memo of `size` entries (a power of two)."""
+    key = np.int64(u) * vocab + w
+    h = key * np.int64(-7046029254386353131)
+    return key, (h ^ (h >> 31)) & (size - 1)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def memo_get(memo, u: int, w: int, vocab: int) -> tuple[np.float32, int, bool]:
     """The memo's entry for the (history, word) pair (paper 000 Alg. 1-2: a pair met again, in
     other graph states or later frames, costs one probe instead of two backoff walks): (added
     cost, next union state, found). On a miss the caller runs `memo_fill`: the LM tuple is then
     touched only on misses (passing it costs a reference count per array, here per arc)."""
-    key = np.int64(u) * vocab + w
-    h = key * np.int64(-7046029254386353131)
-    e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
+    key, i = memo_slot(u, w, vocab, memo.shape[0])
+    e = memo[i]
     return e.cost, np.int64(e.next), e.key == key
 
 
 @numba.njit(nogil=True, cache=True)
 def memo_fill(lm, memo, u: int, w: int, vocab: int) -> tuple[np.float32, int]:
     """`lm_step` of the pair, entered in the memo (after `memo_get` missed)."""
-    key = np.int64(u) * vocab + w
-    h = key * np.int64(-7046029254386353131)
-    e = memo[(h ^ (h >> 31)) & (memo.shape[0] - 1)]
+    key, i = memo_slot(u, w, vocab, memo.shape[0])
+    e = memo[i]
     c, nxt = lm_step(lm, u, w)
     e.key = key
     e.cost = c
