@@ -58,6 +58,14 @@ configure_cache()  # before any cached kernel is defined (numba_status)
 _INF32 = np.float32(np.inf)
 WORD_CACHE_BITS = 16  # word-block cache: 65536 (block, word) entries, direct-mapped
 
+# a candidate member of a block being made: its D state, cost, member record, record tail (-1:
+# none), whether kept, whether new (one record, so that helpers take one array, not six: numba
+# counts a reference per array argument and call)
+CANDIDATE_DTYPE = np.dtype(
+    [("lm", np.int32), ("cost", np.float32), ("mrec", np.int64), ("tail", np.int64), ("keep", np.int32),
+     ("new", np.int32)],
+    align=True,
+)  # fmt: skip
 # workspace: one field table (fields grown together are adjacent)
 WORKSPACE = WorkspaceLayout(
     ("cur_state", np.int32), ("cur_cost", np.float32), ("cur_blk", np.int64), ("cur_rec", np.int64),
@@ -69,8 +77,7 @@ WORKSPACE = WorkspaceLayout(
     ("m_lm", np.int32), ("m_off", np.float32), ("m_mrec", np.int64),  # members
     ("mr_prev", np.int64), ("mr_tail", np.int64),  # member records
     ("r_prev", np.int64), ("r_arc", np.int32), ("r_frame", np.int32),  # records
-    ("c_lm", np.int32), ("c_cost", np.float32), ("c_mrec", np.int64), ("c_tail", np.int64),
-    ("c_keep", np.int32), ("c_new", np.int32),  # candidates of a block being made
+    ("cand", CANDIDATE_DTYPE),  # candidates of a block being made
     ("scratch", np.float32),
     ("wc_key", np.int64), ("wc_blk", np.int64), ("wc_delta", np.float32),  # the word-block cache
     ("memo", MEMO_DTYPE),
@@ -83,7 +90,7 @@ WORKSPACE = WorkspaceLayout(
     W_M_LM, W_M_OFF, W_M_MREC,
     W_MR_PREV, W_MR_TAIL,
     W_R_PREV, W_R_ARC, W_R_FRAME,
-    W_C_LM, W_C_COST, W_C_MREC, W_C_TAIL, W_C_KEEP, W_C_NEW,
+    W_CAND,
     W_SCRATCH, W_WC_KEY, W_WC_BLK, W_WC_DELTA, W_MEMO,
 ) = WORKSPACE.indices(
     "cur_state", "cur_cost", "cur_blk", "cur_rec",
@@ -93,14 +100,13 @@ WORKSPACE = WorkspaceLayout(
     "m_lm", "m_off", "m_mrec",
     "mr_prev", "mr_tail",
     "r_prev", "r_arc", "r_frame",
-    "c_lm", "c_cost", "c_mrec", "c_tail", "c_keep", "c_new",
+    "cand",
     "scratch", "wc_key", "wc_blk", "wc_delta", "memo",
 )  # fmt: skip
 GROUPS = WORKSPACE.span("cur_state", "cur_rec")
 ITEMS = WORKSPACE.span("it_blk", "it_next")
 BLOCKS = WORKSPACE.span("blk_start", "mr_tail")  # blocks, their members, the member records
 RECORDS = WORKSPACE.span("r_prev", "r_frame")
-CANDIDATES = WORKSPACE.span("c_lm", "c_new")
 WORD_CACHE = WORKSPACE.span("wc_key", "wc_delta")
 # counters
 C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_VOCAB = range(9)
@@ -116,64 +122,65 @@ GC_MIN = 1 << 20
 
 # ------------------------------------------------------------------------------ blocks
 @numba.njit(nogil=True, cache=True)
-def _select(n, cap, cut, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch):
+def _select(n, cap, cut, cand, slot_lm, scratch):
     """Recombine candidates [0, n) by D state (the cheaper wins, the first on ties), drop those
-    at or above `cut`, keep the `cap` cheapest. The kept ones end in [0, k) with
-    c_keep = 1. Returns (k, best cost, kept candidates with c_new = 1)."""
+    at or above `cut`, keep the `cap` cheapest. The kept ones end in [0, k) with `keep` 1.
+    Returns (k, best cost, kept candidates with `new` 1)."""
     k = 0
     for i in range(n):
-        c = c_cost[i]
+        c = cand[i].cost
         if not (c < cut):
             continue
-        u = c_lm[i]
+        u = cand[i].lm
         j = slot_lm[u]
         if j >= 0:
-            if c < c_cost[j]:
-                c_cost[j] = c
-                c_mrec[j] = c_mrec[i]
-                c_tail[j] = c_tail[i]
-                c_new[j] = c_new[i]
+            if c < cand[j].cost:
+                cand[j].cost = c
+                cand[j].mrec = cand[i].mrec
+                cand[j].tail = cand[i].tail
+                cand[j].new = cand[i].new
             continue
-        c_lm[k] = u
-        c_cost[k] = c
-        c_mrec[k] = c_mrec[i]
-        c_tail[k] = c_tail[i]
-        c_new[k] = c_new[i]
+        cand[k].lm = u
+        cand[k].cost = c
+        cand[k].mrec = cand[i].mrec
+        cand[k].tail = cand[i].tail
+        cand[k].new = cand[i].new
         slot_lm[u] = k
         k += 1
     for i in range(k):
-        slot_lm[c_lm[i]] = -1
+        slot_lm[cand[i].lm] = -1
     best = _INF32
     new_kept = 0
     if k > cap:
-        scratch[:k] = c_cost[:k]
+        for i in range(k):
+            scratch[i] = cand[i].cost
         thr = kth_smallest(scratch, k, cap - 1)
         below = 0
         for i in range(k):
-            if c_cost[i] < thr:
+            if cand[i].cost < thr:
                 below += 1
         ties = cap - below
         for i in range(k):
-            c = c_cost[i]
+            c = cand[i].cost
             keep = c < thr
             if not keep and c == thr and ties > 0:
                 keep = True
                 ties -= 1
-            c_keep[i] = 1 if keep else 0
+            cand[i].keep = 1 if keep else 0
     else:
         for i in range(k):
-            c_keep[i] = 1
+            cand[i].keep = 1
     for i in range(k):
-        if c_keep[i] == 1:
-            if c_cost[i] < best:
-                best = c_cost[i]
-            new_kept += c_new[i]
+        if cand[i].keep == 1:
+            if cand[i].cost < best:
+                best = cand[i].cost
+            new_kept += cand[i].new
     return k, best, new_kept
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _write_block(
-    k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail,
+    k, best, cand, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail,
     ctr,
 ):  # fmt: skip
     """Write the kept candidates [0, k) as a new block (offsets from `best`); a member whose route
@@ -185,17 +192,17 @@ def _write_block(
     nm = ctr[C_MREC]
     start = top
     for i in range(k):
-        if c_keep[i] != 1:
+        if cand[i].keep != 1:
             continue
-        m_lm[top] = c_lm[i]
-        m_off[top] = c_cost[i] - best
-        if c_tail[i] >= 0:
-            mr_prev[nm] = c_mrec[i]
-            mr_tail[nm] = c_tail[i]
+        m_lm[top] = cand[i].lm
+        m_off[top] = cand[i].cost - best
+        if cand[i].tail >= 0:
+            mr_prev[nm] = cand[i].mrec
+            mr_tail[nm] = cand[i].tail
             m_mrec[top] = nm
             nm += 1
         else:
-            m_mrec[top] = c_mrec[i]
+            m_mrec[top] = cand[i].mrec
         top += 1
     blk_start[b] = start
     blk_len[b] = top - start
@@ -206,17 +213,15 @@ def _write_block(
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _add_members(
-    blk, c, tail, new, n, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm, c_cost, c_mrec, c_tail, c_new
-):
+def _add_members(blk, c, tail, new, n, blk_start, blk_len, m_lm, m_off, m_mrec, cand):
     """Append the members of block `blk` as candidates at cost c + offset; returns the new count."""
     st = blk_start[blk]
     for q in range(st, st + blk_len[blk]):
-        c_lm[n] = m_lm[q]
-        c_cost[n] = c + m_off[q]
-        c_mrec[n] = m_mrec[q]
-        c_tail[n] = tail
-        c_new[n] = new
+        cand[n].lm = m_lm[q]
+        cand[n].cost = c + m_off[q]
+        cand[n].mrec = m_mrec[q]
+        cand[n].tail = tail
+        cand[n].new = new
         n += 1
     return n
 
@@ -235,7 +240,7 @@ def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
 @numba.njit(nogil=True, cache=True, inline="always")
 def _make_word_block(
     blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len, m_lm, m_off,
-    m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, scratch, memo, ctr, stats,
+    m_mrec, mr_prev, mr_tail, cand, scratch, memo, ctr, stats,
 ):  # fmt: skip
     """The block of the members of `blk` after crossing `word` and its cost shift: each member
     advances its D state and adds D's weight, recombined by D state, members more than `beam`
@@ -254,18 +259,18 @@ def _make_word_block(
         if not hit:
             d, nu = memo_fill(lm, memo, u, word, vocab)
         cost = m_off[q] + d
-        c_lm[n] = nu
-        c_cost[n] = cost
-        c_mrec[n] = m_mrec[q]
-        c_tail[n] = -1
-        c_new[n] = 1
+        cand[n].lm = nu
+        cand[n].cost = cost
+        cand[n].mrec = m_mrec[q]
+        cand[n].tail = -1
+        cand[n].new = 1
         if cost < best:
             best = cost
         n += 1
     stats[S_WORD_MEMBERS] += n
-    k, best, _ = _select(n, cap, best + beam, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch)
+    k, best, _ = _select(n, cap, best + beam, cand, slot_lm, scratch)
     nb = _write_block(
-        k, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev,
+        k, best, cand, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev,
         mr_tail, ctr,
     )  # fmt: skip
     wc_key[h] = key
@@ -286,7 +291,7 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
     it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
     wc_key, wc_blk, wc_delta = ws[WORD_CACHE]
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
-    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = ws[CANDIDATES]
+    cand = ws[W_CAND]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
     best_i, best_c = best_token(cur_cost, n)
     bound = _INF32
@@ -300,8 +305,8 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
                 if nb < 0:
                     _, delta = _make_word_block(
                         cur_blk[best_i], arc.olabel, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta,
-                        blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec,
-                        c_tail, c_keep, c_new, scratch, memo, ctr, stats,
+                        blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, cand, scratch, memo, ctr,
+                        stats,
                     )  # fmt: skip
                 c = c + delta
             if c + adaptive < bound:
@@ -333,7 +338,7 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
                 else:  # a miss: the block is built (arrays taken out of the workspace once, above)
                     nb, delta = _make_word_block(
                         blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len,
-                        m_lm, m_off, m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new,
+                        m_lm, m_off, m_mrec, mr_prev, mr_tail, cand,
                         scratch, memo, ctr, stats,
                     )  # fmt: skip
                     c = c + delta
@@ -399,7 +404,7 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
     it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
     r_prev, r_arc, r_frame = ws[RECORDS]
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
-    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = ws[CANDIDATES]
+    cand = ws[W_CAND]
     scratch = ws[W_SCRATCH]
     k = 0
     for j in range(m):
@@ -436,13 +441,12 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
                     r_frame[tail] = frame
                     ctr[C_REC] = tail + 1
                     n = _add_members(
-                        it_blk[q], it_cost[q], tail, 0, n, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm,
-                        c_cost, c_mrec, c_tail, c_new,
+                        it_blk[q], it_cost[q], tail, 0, n, blk_start, blk_len, m_lm, m_off, m_mrec, cand,
                     )  # fmt: skip
                 q = it_next[q]
-            kk, best, _ = _select(n, cap, cut, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm, scratch)
+            kk, best, _ = _select(n, cap, cut, cand, slot_lm, scratch)
             blk = _write_block(
-                kk, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec,
+                kk, best, cand, blk_start, blk_len, m_lm, m_off, m_mrec,
                 mr_prev, mr_tail, ctr,
             )  # fmt: skip
             rec = -1
@@ -469,14 +473,14 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
     r_prev, r_arc, r_frame = ws[RECORDS]
     wc_key, wc_blk, wc_delta = ws[WORD_CACHE]
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
-    c_lm, c_cost, c_mrec, c_tail, c_keep, c_new = ws[CANDIDATES]
+    cand = ws[W_CAND]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
     wc_mask = wc_key.shape[0] - 1
     # capacities (arrays are not replaced inside this call)
     cap_rec, cap_blk = ws[W_R_PREV].shape[0], ws[W_BLK_START].shape[0]
-    cap_mem, cap_mrec, cap_cand = ws[W_M_LM].shape[0], ws[W_MR_PREV].shape[0], ws[W_C_LM].shape[0]
+    cap_mem, cap_mrec, cap_cand = ws[W_M_LM].shape[0], ws[W_MR_PREV].shape[0], ws[W_CAND].shape[0]
     while nq > 0:
         i = queue[nq - 1]
         s = cur_state[i]
@@ -518,7 +522,7 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                 else:
                     blk, delta = _make_word_block(
                         blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len,
-                        m_lm, m_off, m_mrec, mr_prev, mr_tail, c_lm, c_cost, c_mrec, c_tail, c_keep, c_new,
+                        m_lm, m_off, m_mrec, mr_prev, mr_tail, cand,
                         scratch, memo, ctr, stats,
                     )  # fmt: skip
                     c = c + delta
@@ -547,15 +551,13 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
             else:
                 tail = rec
                 nc = _add_members(
-                    cur_blk[j], cur_cost[j], cur_rec[j], 0, 0, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm,
-                    c_cost, c_mrec, c_tail, c_new,
+                    cur_blk[j], cur_cost[j], cur_rec[j], 0, 0, blk_start, blk_len, m_lm, m_off, m_mrec, cand,
                 )  # fmt: skip
                 nc = _add_members(
-                    blk, c, tail, 1, nc, blk_start, blk_len, m_lm, m_off, m_mrec, c_lm, c_cost, c_mrec,
-                    c_tail, c_new,
+                    blk, c, tail, 1, nc, blk_start, blk_len, m_lm, m_off, m_mrec, cand,
                 )  # fmt: skip
                 kk, best, new_kept = _select(
-                    nc, cap, np.nextafter(cut, _INF32), c_lm, c_cost, c_mrec, c_tail, c_keep, c_new, slot_lm,
+                    nc, cap, np.nextafter(cut, _INF32), cand, slot_lm,
                     scratch,
                 )  # fmt: skip
                 if new_kept == 0:
@@ -564,7 +566,7 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                 stats[S_UNIONS] += 1
                 stats[S_UNION_MEMBERS] += nc
                 cur_blk[j] = _write_block(
-                    kk, best, c_lm, c_cost, c_mrec, c_tail, c_keep, blk_start, blk_len, m_lm, m_off, m_mrec,
+                    kk, best, cand, blk_start, blk_len, m_lm, m_off, m_mrec,
                     mr_prev, mr_tail, ctr,
                 )  # fmt: skip
                 if c < cur_cost[j]:
@@ -603,8 +605,8 @@ def _grow_all(ws, ctr, need):
         ws = grow_fields(ws, W_MR_PREV, W_MR_TAIL, ctr[C_MREC] + mrecs)
     if ws[W_R_PREV].shape[0] < ctr[C_REC] + records:
         ws = grow_fields(ws, W_R_PREV, W_R_FRAME, ctr[C_REC] + records)
-    if ws[W_C_LM].shape[0] < cands:
-        ws = grow_fields(ws, W_C_LM, W_C_NEW, cands)
+    if ws[W_CAND].shape[0] < cands:
+        ws = grow_fields(ws, W_CAND, W_CAND, cands)
     if ws[W_SCRATCH].shape[0] < max(tokens, cands):
         ws = grow_fields(ws, W_SCRATCH, W_SCRATCH, max(tokens, cands))
     return ws
