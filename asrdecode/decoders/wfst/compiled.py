@@ -199,21 +199,7 @@ WORKSPACE = WorkspaceLayout(
     ("pair_state", np.int32), ("pair_u", np.int32), ("pair_slot", np.int32), ("pair_slot2", np.int32),
     ("pair_tab", np.int64),
 )  # fmt: skip
-(
-    W_CUR_STATE, W_CUR_COST, W_CUR_REC, W_CUR_U, W_CUR_POS,
-    W_NXT_STATE, W_NXT_COST, W_NXT_REC, W_NXT_ARC, W_NXT_U, W_NXT_POS,
-    W_QUEUE, W_SCRATCH, W_REC_PREV, W_REC_ARC, W_REC_FRAME,
-    W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC, W_LAT_LM, W_LAT_COST,
-    W_NODE_FRAME, W_NODE_STATE, W_NODE_COST, W_NODE_EXTRA, W_HTAB,
-    W_PAIR_STATE, W_PAIR_U, W_PAIR_SLOT, W_PAIR_SLOT2, W_PAIR_TAB,
-) = WORKSPACE.indices(
-    "cur_state", "cur_cost", "cur_rec", "cur_u", "cur_pos",
-    "nxt_state", "nxt_cost", "nxt_rec", "nxt_arc", "nxt_u", "nxt_pos",
-    "queue", "scratch", "rec_prev", "rec_arc", "rec_frame",
-    "lat_frame", "lat_src", "lat_dst", "lat_arc", "lat_ac", "lat_lm", "lat_cost",
-    "node_frame", "node_state", "node_cost", "node_extra", "htab",
-    "pair_state", "pair_u", "pair_slot", "pair_slot2", "pair_tab",
-)  # fmt: skip
+W_QUEUE, W_SCRATCH, W_HTAB = WORKSPACE.indices("queue", "scratch", "htab")
 # the groups of fields the frame driver unpacks at once (layout order)
 CURRENT = WORKSPACE.span("cur_state", "cur_pos")
 NEXT = WORKSPACE.span("nxt_state", "nxt_pos")
@@ -771,17 +757,16 @@ def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, latt
             memo[i].key = -1
         # empty the pair table at the previous search's entries only (it may have grown large),
         # newest first: an entry's probe chain runs only through older entries, kept till then
-        pair_tab, pair_state, pair_u = ws[W_PAIR_TAB], ws[W_PAIR_STATE], ws[W_PAIR_U]
+        pair_state, pair_u, _, _, pair_tab = ws[LATTICE_PAIRS]
         for i in range(ctr[C_PAIRS] - 1, -1, -1):
             pair_tab[_hash_slot(pair_tab, np.int64(pair_state[i]) * U + pair_u[i])] = -1
     ctr[C_PAIRS] = 0
     if start >= 0:
-        ws[W_CUR_COST][0] = np.float32(0.0)
-        ws[W_CUR_REC][0] = 0
+        cur_state, cur_cost, cur_rec, cur_u, cur_pos = ws[CURRENT]
+        cur_cost[0] = np.float32(0.0)
+        cur_rec[0] = 0
         _, p = _find(slot, ws[W_HTAB], lm, U, start, LM_START_STATE)
-        _add(
-            slot, ws[W_HTAB], lm, U, start, LM_START_STATE, p, 0, ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_POS]
-        )
+        _add(slot, ws[W_HTAB], lm, U, start, LM_START_STATE, p, 0, cur_state, cur_u, cur_pos)
         ctr[C_TOKENS] = 1
     ctr[C_CLOSE] = 1
     no_frames = np.empty((0, 1), np.float32)
@@ -971,7 +956,7 @@ def search_best(states, lm, ws, ctr, use_final):
     difference with an LM) if some token can end (and use_final), else without, flagged.
     Returns (arcs, frames, total, reached, found, LM state): the arc index and frame of every arc
     of the best path (epsilon arcs included) and the best token's LM state (-1 without an LM)."""
-    cur_state, cur_u, cur_cost, cur_rec = ws[W_CUR_STATE], ws[W_CUR_U], ws[W_CUR_COST], ws[W_CUR_REC]
+    cur_state, cur_cost, cur_rec, cur_u, _ = ws[CURRENT]
     n = ctr[C_TOKENS]
     reached = False
     if use_final:
@@ -1003,7 +988,8 @@ def search_best(states, lm, ws, ctr, use_final):
             total = sc
     if best_i < 0:
         return np.empty(0, np.int64), np.empty(0, np.int64), _F32_INF, False, False, -1
-    path_arcs, path_frames = trace_records(ws[W_REC_PREV], ws[W_REC_ARC], ws[W_REC_FRAME], cur_rec[best_i])
+    rec_prev, rec_arc, rec_frame = ws[RECORDS]
+    path_arcs, path_frames = trace_records(rec_prev, rec_arc, rec_frame, cur_rec[best_i])
     best_u = -1
     if lm is not None:
         best_u = cur_u[best_i]
@@ -1210,21 +1196,22 @@ class Workspace:
         array gives each pair id's ``state`` and ``lm_state``."""
         na, nn = int(self.ctr[C_LAT_ARCS]), int(self.ctr[C_NODES])
         w = self.arrays
-        fields = [W_LAT_FRAME, W_LAT_SRC, W_LAT_DST, W_LAT_ARC, W_LAT_AC]
-        fields += [W_LAT_LM] if self.has_lm else []
+        names = ["frame", "src", "dst", "arc", "ac"] + (["lm"] if self.has_lm else [])
+        fields = WORKSPACE.indices(*(f"lat_{n}" for n in names))
         arcs = np.rec.fromarrays(
             [w[i][:na].copy() for i in fields],
             names=["frame", "src", "dst", "arc", "ac"] + (["lm"] if self.has_lm else []),
         )
         nodes = np.rec.fromarrays(
-            [w[i][:nn].copy() for i in (W_NODE_FRAME, W_NODE_STATE, W_NODE_COST)],
+            [w[i][:nn].copy() for i in WORKSPACE.indices("node_frame", "node_state", "node_cost")],
             names=["frame", "state", "cost"],
         )
         if not self.has_lm:
             return arcs, nodes
         npair = int(self.ctr[C_PAIRS])
         pairs = np.rec.fromarrays(
-            [w[W_PAIR_STATE][:npair].copy(), w[W_PAIR_U][:npair].copy()], names=["state", "lm_state"]
+            [w[i][:npair].copy() for i in WORKSPACE.indices("pair_state", "pair_u")],
+            names=["state", "lm_state"],
         )
         return arcs, nodes, pairs
 
