@@ -5,8 +5,9 @@ doubling and are reused from utterance to utterance (one workspace per worker th
 numba passes them as one heterogeneous tuple; a frame driver that grows an array returns the tuple
 with that array replaced. The layout of each search is one field table (`WorkspaceLayout`: name
 and dtype per array), from which the tuple is allocated and the field indices are taken; inside
-compiled code `with_field`, `grow_fields` and `swap_spans` rebuild the tuple for named fields, so no function
-lists the whole tuple by hand.
+compiled code `grow_fields` and `swap_spans` rebuild the tuple for named fields (`let`), or a frame
+driver unpacks it in spans (`WorkspaceLayout.span`) once per call and rebuilds it once at the end
+(`wfst`).
 
 Hot loops take the arrays they use, never the tuple: numba adds an atomic reference count per
 array of a tuple passed to a helper, and around an array reassigned inside a loop.
@@ -98,19 +99,6 @@ def _tuple_function(args: str, n: int, item: Callable[[int], str]) -> Callable:
     namespace: dict = {}
     exec(f"def impl({args}):\n    return ({body},)\n", namespace)  # noqa: S102 (our own text)
     return namespace["impl"]
-
-
-def with_field(ws: tuple, i: int, array: np.ndarray) -> tuple:
-    """The workspace tuple with field `i` replaced by `array` (compiled code; `i` a constant)."""
-    return (*ws[:i], array, *ws[i + 1 :])
-
-
-@overload(with_field, prefer_literal=True, jit_options={"nogil": True})
-def _with_field(ws, i, array):
-    if not isinstance(ws, types.BaseTuple) or not isinstance(i, types.IntegerLiteral):
-        return None
-    k = i.literal_value
-    return _tuple_function("ws, i, array", len(ws), lambda p: "array" if p == k else f"ws[{p}]")
 
 
 def grow_fields(ws: tuple, first: int, last: int, need: int) -> tuple:
