@@ -305,7 +305,8 @@ def transcribe(
         report = runner.run()
         log.write("report", **report)
     out_console.print(_report_table(report))
-    out_console.print(f"results in {out_dir}/ (transcripts.jsonl, text, hyp.ctm, errors.jsonl, report.json)")
+    files = "transcripts.jsonl, text, hyp.ctm, errors.jsonl, report.json"
+    say(out_console, "", f"results in {out_dir}/ ({files})")
 
 
 @main.command()
@@ -400,7 +401,7 @@ def score(
             Path(plot_path),
             caption=f"references: {ref_path}",
         )
-        out_console.print(f"plot in {plot_path}")
+        say(out_console, "", f"plot in {plot_path}")
     if per_utt:
         for line in d["per_utterance"]:
             out_console.print(
@@ -599,7 +600,7 @@ def bench_sweep(
             progress.advance(task)
 
         sweep(setup, out_dir, manifest, names, on_point, nemo_python)
-    out_console.print(f"results in {out_dir}/ (sweep.json, sweep.md, sweep.png, sweep.svg)")
+    say(out_console, "", f"results in {out_dir}/ (sweep.json, sweep.md, sweep.png, sweep.svg)")
 
 
 @main.command("convert-graph")
@@ -635,7 +636,7 @@ def convert_graph_cmd(fst, words, out_dir, tid2pdf, units, save_format, debug) -
     from asrdecode.graph import describe_graph
 
     for key, value in describe_graph(out_dir).items():
-        out_console.print(f"{key}: {value}", highlight=False)
+        say(out_console, "", f"{key}: {value}")
 
 
 if __name__ == "__main__":
