@@ -15,9 +15,17 @@ Results go through the `wfst` decoder's path-to-words code (words, word times, t
 ``score = -total``, ``lm_score = -(graph cost + D cost)``, ``acoustic_score`` the rest.
 ``last_info["stats"]``: groups, arcs expanded, members evaluated at word arcs, unions.
 
+Lattices and n-best (``decoder.lattice``, ``nbest > 1``): paper 002's exact lattices, in the
+`wfst` lattice format. A lattice state is an utterance's (graph state, D state) pair, as in
+`wfst-otf`'s lattices: every group member is a node, and every arc the search crossed between
+groups (a *block arc*) stands for one arc per member of its source block, to the destination
+group's member with the D state that member reaches (`search._lattice_frame`). So the raw lattice
+holds the arcs a token-per-pair decoder would keep between the same tokens, and the same
+lattice-beam pruning and determinization (`wfst.lattice`) make the word lattice.
+
 Backends: only ``compiled`` (numba, CPU: one utterance per worker thread, the GIL released) is
 implemented; ``auto`` uses it on every device (log-probs are copied to the host);
-``backend: torch`` (the batched GPU design) is a configuration error. No lattices or n-best yet.
+``backend: torch`` (the batched GPU design) is a configuration error. No streaming.
 """
 
 from __future__ import annotations
@@ -34,11 +42,14 @@ from asrdecode.decoders.lms import load_difference_lm
 from asrdecode.decoders.wfst.compiled import CompiledRunner, as_costs, search_settings
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.decoder import GraphSearchConfig
-from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, blank_column
+from asrdecode.decoders.wfst.lattice import backward_costs, collapse_kernel
+from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, attach_lattices, blank_column
+from asrdecode.decoders.workspace import INIT_CAPACITY
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, new_memo
 from asrdecode.models.base import ModelOutput
+from asrdecode.numba_status import announce_first_compile
 
 log = logging.getLogger("asrdecode.decoders.let")
 
@@ -68,11 +79,13 @@ class LetConfig(GraphSearchConfig):
 
 @dataclass
 class LetPath(BestPath):
-    """The best path of one utterance (`BestPath`, as `wfst`'s compiled backend) and its stats."""
+    """The best path of one utterance (`BestPath`, as `wfst`'s compiled backend), its stats and,
+    with lattices, its lattice data (arcs, nodes, pairs: `GraphPaths.pair_lattice`)."""
 
     found: bool
     stats: np.ndarray
     lm_state: int = -1  # D state (DifferenceLM union state) of the best member at the end
+    lattice: tuple | None = None
 
 
 class LetWorkspace:
@@ -88,8 +101,34 @@ class LetWorkspace:
             wc_delta=np.empty(cache, np.float32),
             memo=new_memo(),  # LM lookups (one search's LM is fixed)
         )
+        self.lattice = search.LATTICE.allocate(
+            pair_tab=np.full(4 * INIT_CAPACITY, -1, np.int64),
+            pair_slot=np.full(INIT_CAPACITY, -1, np.int32),
+            pair_slot2=np.full(INIT_CAPACITY, -1, np.int32),
+        )
         self.ctr = np.zeros(search.NUM_COUNTERS, np.int64)
         self.stats = np.zeros(search.NUM_STATS, np.int64)
+
+    def lattice_data(self) -> tuple[np.recarray, np.recarray, np.recarray]:
+        """Copies of the kept lattice arcs (with the LM's share ``lm``), nodes and pairs (each
+        lattice state's graph ``state`` and ``lm_state``), as `wfst-otf`'s."""
+        from asrdecode.decoders.let import search
+
+        na, nn, npair = (int(self.ctr[i]) for i in (search.C_LAT_ARCS, search.C_NODES, search.C_PAIRS))
+        w = self.lattice
+        names = ["frame", "src", "dst", "arc", "ac", "lm"]
+        arcs = np.rec.fromarrays(
+            [w[i][:na].copy() for i in search.LATTICE.indices(*(f"lat_{n}" for n in names))], names=names
+        )
+        nodes = np.rec.fromarrays(
+            [w[i][:nn].copy() for i in search.LATTICE.indices("node_frame", "node_state", "node_cost")],
+            names=["frame", "state", "cost"],
+        )
+        pairs = np.rec.fromarrays(
+            [w[i][:npair].copy() for i in search.LATTICE.indices("pair_state", "pair_u")],
+            names=["state", "lm_state"],
+        )
+        return arcs, nodes, pairs
 
 
 class LetSearch(CompiledRunner):
@@ -119,12 +158,13 @@ class LetSearch(CompiledRunner):
     def warm_up(self) -> None:
         self._decode(np.zeros((1, 1), np.float32), search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1))
 
-    def decode_one(self, ac: np.ndarray, settings: np.record) -> LetPath:
-        """1-best of one utterance; ac: float32 [T, V] acoustic costs (-acoustic_scale * log-probs)."""
+    def decode_one(self, ac: np.ndarray, settings: np.record, lattice: bool = False) -> LetPath:
+        """1-best of one utterance; ac: float32 [T, V] acoustic costs (-acoustic_scale * log-probs).
+        With `lattice` the path carries the utterance's lattice data (settings' lattice beam)."""
         self.ensure_compiled()
-        return self._decode(ac, settings)
+        return self._decode(ac, settings, lattice)
 
-    def _decode(self, ac: np.ndarray, settings: np.record) -> LetPath:
+    def _decode(self, ac: np.ndarray, settings: np.record, lattice: bool = False) -> LetPath:
         from asrdecode.decoders.let import search
 
         w = self.thread_workspace(LetWorkspace)
@@ -135,25 +175,34 @@ class LetSearch(CompiledRunner):
         beam, cap, eps_limit, lm = f32(settings.beam), self.capacity, int(settings.eps_limit), self.lm
         w.ctr[search.C_VOCAB] = self.diff.large.vocab_size
         w.stats[:] = 0
-        w.arrays = search.search_init(
+        U, lattice_beam, interval = (
+            int(self.diff.num_states),
+            float(settings.lattice_beam),
+            int(settings.prune_interval),
+        )
+        w.arrays, w.lattice = search.search_init(
             self.states, self.arcs, self.start, DifferenceLM.START, cap, beam, slot, slot_lm,
-            eps_limit, lm, w.arrays, w.ctr, w.stats, int(settings.gc_records),
+            eps_limit, lm, U, w.arrays, w.ctr, w.stats, int(settings.gc_records), lattice, lattice_beam,
+            interval, w.lattice,
         )  # fmt: skip
-        w.arrays = search.search_advance(
+        w.arrays, w.lattice = search.search_advance(
             self.states, self.arcs, ac, beam, int(settings.max_active), int(settings.min_active),
-            f32(settings.beam_delta), f32(settings.bucket_width), cap, slot, slot_lm, eps_limit, lm,
-            w.arrays, w.ctr, w.stats,
+            f32(settings.beam_delta), f32(settings.bucket_width), cap, slot, slot_lm, eps_limit, lm, U,
+            w.arrays, w.ctr, w.stats, lattice, lattice_beam, interval, w.lattice,
         )  # fmt: skip
         arcs, frames, total, reached, found, state = search.search_best(
             self.states, lm, w.arrays, w.ctr, True
         )
         stats = w.stats.copy()
         stats[search.S_RECORDS] = w.ctr[search.C_REC] + w.ctr[search.C_MREC]
-        return LetPath(arcs, frames, float(total), bool(reached), bool(found), stats, int(state))
+        data = w.lattice_data() if lattice else None
+        return LetPath(arcs, frames, float(total), bool(reached), bool(found), stats, int(state), data)
 
-    def decode_batch(self, acs: list[np.ndarray], settings: np.record, threads: int = 0) -> list[LetPath]:
+    def decode_batch(
+        self, acs: list[np.ndarray], settings: np.record, threads: int = 0, lattice: bool = False
+    ) -> list[LetPath]:
         """Decode utterances on `threads` workers (default: the search's), longest first."""
-        return self.run_batch(lambda ac: self.decode_one(ac, settings), acs, threads=threads)
+        return self.run_batch(lambda ac: self.decode_one(ac, settings, lattice), acs, threads=threads)
 
 
 class LetDecoder:
@@ -188,10 +237,16 @@ class LetDecoder:
         if lm is None:
             lm = load_difference_lm(c, self.paths.words, self.paths.olabel)
         self.search = LetSearch(self.paths.graph, lm, c.group_capacity, c.threads)
+        if c.prune_interval < 0 or c.lattice_beam < 0:
+            raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
         self.settings = c.search_settings(
-            self.paths.graph.num_states, bucket_width=c.bucket_width, capacity=c.group_capacity
-        )
+            self.paths.graph.num_states, bucket_width=c.bucket_width, capacity=c.group_capacity,
+            lattice_beam=c.lattice_beam, prune_interval=c.prune_interval,
+        )  # fmt: skip
+
         self.last_info: dict[str, Any] = {}
+        if c.want_lattice:  # the lattice kernels compile at their first use
+            announce_first_compile("let: lattices", backward_costs, collapse_kernel)
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         from asrdecode.decoders.let import search as S
@@ -204,7 +259,10 @@ class LetDecoder:
         ac = ac.detach().to("cpu", torch.float32).contiguous().numpy()
         T = ac.shape[1]
         lengths = [min(int(x), T) for x in output.lengths.tolist()]
-        paths = self.search.decode_batch([ac[b, :n] for b, n in enumerate(lengths)], self.settings)
+        want_lattice = c.want_lattice
+        paths = self.search.decode_batch(
+            [ac[b, :n] for b, n in enumerate(lengths)], self.settings, lattice=want_lattice
+        )
         results = []
         not_final = []
         for b, p in enumerate(paths):
@@ -231,6 +289,20 @@ class LetDecoder:
             "not_final": not_final,
             "paths": paths,
         }
+        if want_lattice:
+            self.last_info["stats"]["lattice_prune_frames"] = int(total[S.S_PRUNE_FRAMES])
+            self.last_info["lattice_search_arcs"] = sum(len(p.lattice[0]) for p in paths)
+            lats = [
+                self.paths.pair_lattice(
+                    p.lattice, n, self.search.lm, {}, p.reached_final, c.lattice_beam, self.search.arcs
+                )
+                if p.found
+                else None
+                for p, n in zip(paths, lengths, strict=True)
+            ]
+            density = attach_lattices(results, lats, c.lattice, c.nbest, output.frame_shift)
+            if density is not None:
+                self.last_info["lattice_density"] = density
         if total[S.S_EPS_LIMIT]:
             log.warning("let: epsilon closure hit its limit (negative-cost epsilon cycle in the graph?)")
         return results

@@ -42,14 +42,19 @@ import numpy as np
 
 from asrdecode.decoders.wfst.compiled import (
     best_token,
+    clear_pairs,
     collect_records,
     emitting_arcs,
+    find_pair,
     get_cutoff,
     kth_smallest,
+    pair_id,
+    pairs_room,
     queue_pop,
     running_bound,
 )
-from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, swap_spans
+from asrdecode.decoders.wfst.lattice import prune_window
+from asrdecode.decoders.workspace import WorkspaceLayout, grow, grow_fields, swap_spans
 from asrdecode.lm.difference import MEMO_DTYPE, lm_final, memo_fill, memo_get
 from asrdecode.numba_status import configure_cache
 
@@ -77,6 +82,7 @@ WORKSPACE = WorkspaceLayout(
     ("m_lm", np.int32), ("m_off", np.float32), ("m_mrec", np.int64),  # members
     ("mr_prev", np.int64), ("mr_tail", np.int64),  # member records
     ("r_prev", np.int64), ("r_arc", np.int32), ("r_frame", np.int32),  # records
+    ("ba_src", np.int32), ("ba_dst", np.int32), ("ba_arc", np.int32), ("ba_ac", np.float32),  # block arcs
     ("cand", CANDIDATE_DTYPE),  # candidates of a block being made
     ("scratch", np.float32),
     ("wc_key", np.int64), ("wc_blk", np.int64), ("wc_delta", np.float32),  # the word-block cache
@@ -90,6 +96,7 @@ WORKSPACE = WorkspaceLayout(
     W_M_LM, W_M_OFF, W_M_MREC,
     W_MR_PREV, W_MR_TAIL,
     W_R_PREV, W_R_ARC, W_R_FRAME,
+    W_BA_SRC, W_BA_AC,
     W_CAND,
     W_SCRATCH, W_WC_KEY, W_WC_BLK, W_WC_DELTA, W_MEMO,
 ) = WORKSPACE.indices(
@@ -100,6 +107,7 @@ WORKSPACE = WorkspaceLayout(
     "m_lm", "m_off", "m_mrec",
     "mr_prev", "mr_tail",
     "r_prev", "r_arc", "r_frame",
+    "ba_src", "ba_ac",
     "cand",
     "scratch", "wc_key", "wc_blk", "wc_delta", "memo",
 )  # fmt: skip
@@ -107,16 +115,32 @@ GROUPS = WORKSPACE.span("cur_state", "cur_rec")
 ITEMS = WORKSPACE.span("it_blk", "it_next")
 BLOCKS = WORKSPACE.span("blk_start", "mr_tail")  # blocks, their members, the member records
 RECORDS = WORKSPACE.span("r_prev", "r_frame")
+BLOCK_ARCS = WORKSPACE.span("ba_src", "ba_ac")
+PREVIOUS = WORKSPACE.span("nxt_state", "nxt_blk")  # after the swap: the previous frame's groups
 WORD_CACHE = WORKSPACE.span("wc_key", "wc_delta")
-# counters
-C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_VOCAB = range(9)
-NUM_COUNTERS = 9
+# lattices (a second tuple, used only with lattices): the member-level lattice arcs and nodes of
+# `wfst`'s lattices, a lattice state being a (graph state, D state) pair of the utterance (as in
+# `wfst-otf`'s: the pair table, each pair's states, the last frame it was a node, the pruning's maps)
+LATTICE = WorkspaceLayout(
+    ("lat_frame", np.int32), ("lat_src", np.int32), ("lat_dst", np.int32), ("lat_arc", np.int32),
+    ("lat_ac", np.float32), ("lat_lm", np.float32),
+    ("node_frame", np.int32), ("node_state", np.int32), ("node_cost", np.float32), ("node_extra", np.float32),
+    ("pair_state", np.int32), ("pair_u", np.int32), ("pair_frame", np.int32), ("pair_slot", np.int32),
+    ("pair_slot2", np.int32), ("pair_tab", np.int64),
+)  # fmt: skip
+LAT_PAIR_STATE, LAT_PAIR_U, LAT_PAIR_TAB = LATTICE.indices("pair_state", "pair_u", "pair_tab")
+# counters; C_BA: block arcs of the frame (lattices)
+(
+    C_TOK, C_REC, C_MREC, C_BLK, C_MEM, C_NEXT_FRAME, C_GC_AT, C_GC_MIN, C_VOCAB, C_BA, C_LAT_ARCS,
+    C_NODES, C_PAIRS,
+) = range(13)  # fmt: skip
+NUM_COUNTERS = 13
 # stats
 (
     S_FRAMES, S_ARCS, S_GROUPS, S_EPS_POPS, S_EPS_LIMIT, S_WORD_MEMBERS, S_UNIONS, S_SHARED,
-    S_UNION_MEMBERS, S_RECORDS, S_WORD_HITS,
-) = range(11)  # fmt: skip
-NUM_STATS = 11
+    S_UNION_MEMBERS, S_RECORDS, S_WORD_HITS, S_PRUNE_FRAMES,
+) = range(12)  # fmt: skip
+NUM_STATS = 12
 GC_MIN = 1 << 20
 
 
@@ -281,10 +305,13 @@ def _make_word_block(
 
 # ------------------------------------------------------------------------------ emitting arcs
 @numba.njit(nogil=True, cache=True)
-def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats):
+def _emit(
+    states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, lattice, ws, ctr, stats
+):
     """Emitting arcs of the groups below `cut` (Kaldi ProcessEmitting on groups; capacities are the
     caller's). Arcs without a word carry the source block along (lazy); word arcs carry the
     source block's (cached) word block. As Kaldi, the best group goes first for a tight bound.
+    With lattices every arc below the running bound is kept as a block arc (`_lattice_frame`).
     Returns (next groups, items, best new cost)."""
     cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
     nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
@@ -293,6 +320,8 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
     cand = ws[W_CAND]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
+    ba_src, ba_dst, ba_arc, ba_ac = ws[BLOCK_ARCS]
+    nba = ctr[C_BA]
     best_i, best_c = best_token(cur_cost, n)
     bound = _INF32
     if best_i >= 0 and best_c < cut:
@@ -345,6 +374,12 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
             best_new, bound, below = running_bound(c, best_new, bound, adaptive)
             if not below:
                 continue
+            if lattice:
+                ba_src[nba] = i
+                ba_dst[nba] = arc.nextstate
+                ba_arc[nba] = a
+                ba_ac[nba] = acrow[arc.column]
+                nba += 1
             # the arrival: same block as an earlier arrival -> the cheaper route; else one more item
             d = arc.nextstate
             j = slot[d]
@@ -375,6 +410,7 @@ def _emit(states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, l
                 nxt_head[j] = nit
                 nit += 1
     stats[S_WORD_HITS] += hits
+    ctr[C_BA] = nba
     return m, nit, best_new
 
 
@@ -463,11 +499,12 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
 
 # ------------------------------------------------------------------------------ epsilon closure
 @numba.njit(nogil=True, cache=True)
-def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
+def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats, io):
     """Epsilon closure of the queued groups (Kaldi ProcessNonemitting on groups): LIFO queue,
     groups and candidates above `cut` are not expanded; a group whose cost or block changed is
-    queued again. io: [queue length, pops]. Returns False when an array may be too small for the
-    next group's arcs (the caller grows them and calls again)."""
+    queued again. With lattices every arc at or below `cut` is kept as a block arc. io: [queue
+    length, pops]. Returns False when an array may be too small for the next group's arcs (the
+    caller grows them and calls again)."""
     cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
     queue = ws[W_QUEUE]
     r_prev, r_arc, r_frame = ws[RECORDS]
@@ -475,6 +512,7 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
     cand = ws[W_CAND]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
+    ba_src, ba_dst, ba_arc, ba_ac = ws[BLOCK_ARCS]
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
     wc_mask = wc_key.shape[0] - 1
@@ -496,6 +534,7 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
             or ctr[C_MEM] + 2 * k * cap > cap_mem
             or ctr[C_MREC] + 4 * k * cap > cap_mrec
             or 2 * cap > cap_cand
+            or (lattice and ctr[C_BA] + k > ba_src.shape[0])
         ):
             io[0], io[1] = nq, pops
             return False
@@ -528,6 +567,13 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                     c = c + delta
             if c > cut:
                 continue
+            if lattice:
+                p = ctr[C_BA]
+                ba_src[p] = i
+                ba_dst[p] = d
+                ba_arc[p] = a
+                ba_ac[p] = 0.0
+                ctr[C_BA] = p + 1
             j = slot[d]
             if j >= 0 and blk == cur_blk[j] and not (c < cur_cost[j]):
                 continue
@@ -581,17 +627,12 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
 @numba.njit(nogil=True, cache=True)
 def _grow_all(ws, ctr, need):
     """The workspace with every array at least as large as asked (others unchanged). need: int64
-    [tokens, items, records, blocks, members, member records, candidates] (records, blocks, members
-    and member records beyond the ones made; an array, so one compiled version serves all calls)."""
-    tokens, items, records, blocks, members, mrecs, cands = (
-        need[0],
-        need[1],
-        need[2],
-        need[3],
-        need[4],
-        need[5],
-        need[6],
-    )
+    [tokens, items, records, blocks, members, member records, candidates, block arcs] (records,
+    blocks, members, member records and block arcs beyond the ones made; an array, so one compiled
+    version serves all calls)."""
+    tokens, items, records, blocks, members, mrecs, cands, block_arcs = (
+        need[0], need[1], need[2], need[3], need[4], need[5], need[6], need[7]
+    )  # fmt: skip
     # a tuple is rebuilt only for a short span (one field checked: a span grows as one)
     if ws[W_CUR_STATE].shape[0] < tokens:
         ws = grow_fields(ws, W_CUR_STATE, W_QUEUE, tokens)
@@ -605,6 +646,8 @@ def _grow_all(ws, ctr, need):
         ws = grow_fields(ws, W_MR_PREV, W_MR_TAIL, ctr[C_MREC] + mrecs)
     if ws[W_R_PREV].shape[0] < ctr[C_REC] + records:
         ws = grow_fields(ws, W_R_PREV, W_R_FRAME, ctr[C_REC] + records)
+    if ws[W_BA_SRC].shape[0] < ctr[C_BA] + block_arcs:
+        ws = grow_fields(ws, W_BA_SRC, W_BA_AC, ctr[C_BA] + block_arcs)
     if ws[W_CAND].shape[0] < cands:
         ws = grow_fields(ws, W_CAND, W_CAND, cands)
     if ws[W_SCRATCH].shape[0] < max(tokens, cands):
@@ -613,23 +656,25 @@ def _grow_all(ws, ctr, need):
 
 
 @numba.njit(nogil=True, cache=True)
-def _close_frame(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats):
+def _close_frame(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats):
     """Epsilon closure of the current groups (growing arrays as needed), then the reset of the
     state map. Returns the workspace."""
     n = ctr[C_TOK]
-    ws = _grow_all(ws, ctr, np.array([n, 0, 0, 0, 0, 0, 2 * cap], np.int64))
+    ws = _grow_all(ws, ctr, np.array([n, 0, 0, 0, 0, 0, 2 * cap, 0], np.int64))
     queue = ws[W_QUEUE]
     for i in range(n):
         queue[i] = n - 1 - i
     io = np.empty(2, np.int64)
     io[0], io[1] = n, 0
-    while not _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats, io):
+    while not _closure(
+        states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats, io
+    ):
         i = ws[W_QUEUE][io[0] - 1]
         s = ws[W_CUR_STATE][i]
         k = states[s].end - states[s].split + 1
         tokens = max(min(ctr[C_TOK] + k, slot.shape[0]), io[0] + k)
         ws = _grow_all(
-            ws, ctr, np.array([tokens, 0, 2 * k, 2 * k, 2 * k * cap, 4 * k * cap, 2 * cap], np.int64)
+            ws, ctr, np.array([tokens, 0, 2 * k, 2 * k, 2 * k * cap, 4 * k * cap, 2 * cap, k], np.int64)
         )
     stats[S_EPS_POPS] += io[1]
     n = ctr[C_TOK]
@@ -739,7 +784,6 @@ def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
     return beam_cut, beam
 
 
-# ------------------------------------------------------------------------------ drivers
 @numba.njit(nogil=True, cache=True)
 def _swap(ws):
     """The workspace with the current and next group arrays exchanged (the kept next groups
@@ -747,17 +791,121 @@ def _swap(ws):
     return swap_spans(ws, W_CUR_STATE, W_CUR_REC, W_NXT_STATE)
 
 
+# ------------------------------------------------------------------------------ lattices
+@numba.njit(nogil=True, cache=True)
+def _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ctr, stats):
+    """The frame's lattice nodes and arcs in the composed search space (paper 002's exact lattices:
+    the arcs a token-per-(B state, D state) decoder would keep between the same tokens), from its
+    groups and block arcs, once the frame's closure is done: every member of every group is a node
+    (its pair (B state, D state), cost group + offset); a block arc stands for one arc per member of
+    its source group's block (the previous frame's groups for emitting arcs, this frame's for
+    epsilon arcs), to the member with that D state (or, over a word, the D state after the word,
+    with D's weight) of the destination group, kept if that member exists (whatever its cost: a
+    member of a shared block may lie above the frame's cut, and its arc in must stay). Every
+    `prune_interval`-th frame the kept lattice is pruned (`lattice.prune_window`, Kaldi's
+    PruneForwardLinks at `lattice_beam`). Returns the lattice tuple (arrays grown as needed)."""
+    cur_state, cur_cost, cur_blk, _ = ws[GROUPS]
+    prv_state, _, prv_blk = ws[PREVIOUS]
+    ba_src, ba_dst, ba_arc, ba_ac = ws[BLOCK_ARCS]
+    blk_start, blk_len, m_lm, m_off = ws[W_BLK_START], ws[W_BLK_LEN], ws[W_M_LM], ws[W_M_OFF]
+    memo = ws[W_MEMO]
+    (
+        lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, node_frame, node_state, node_cost, node_extra,
+        pair_state, pair_u, pair_frame, pair_slot, pair_slot2, pair_tab,
+    ) = lat  # fmt: skip
+    vocab = ctr[C_VOCAB]
+    n, nba = ctr[C_TOK], ctr[C_BA]
+    nn, na, npair = ctr[C_NODES], ctr[C_LAT_ARCS], ctr[C_PAIRS]
+    # room: a node per member, an arc per member of each block arc's source block
+    members = 0
+    for i in range(n):
+        members += blk_len[cur_blk[i]]
+    most = 0
+    for p in range(nba):
+        i = ba_src[p]
+        most += blk_len[prv_blk[i]] if arcs[ba_arc[p]].column >= 0 else blk_len[cur_blk[i]]
+    if node_frame.shape[0] < nn + members:
+        node_frame, node_state, node_cost, node_extra = grow_fields(
+            (node_frame, node_state, node_cost, node_extra), 0, 3, nn + members
+        )
+    if lat_frame.shape[0] < na + most:
+        lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm = grow_fields(
+            (lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm), 0, 5, na + most
+        )
+    pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, npair, members)
+    pair_frame = grow(pair_frame, pair_state.shape[0])
+    # nodes
+    for i in range(n):
+        st = blk_start[cur_blk[i]]
+        for q in range(st, st + blk_len[cur_blk[i]]):
+            pid, npair = pair_id(pair_tab, pair_state, pair_u, npair, cur_state[i], m_lm[q], U)
+            pair_frame[pid] = frame
+            node_frame[nn] = frame
+            node_state[nn] = pid
+            node_cost[nn] = cur_cost[i] + m_off[q]
+            node_extra[nn] = np.nan
+            nn += 1
+    # arcs
+    for p in range(nba):
+        a = ba_arc[p]
+        arc = arcs[a]
+        i = ba_src[p]
+        emitting = arc.column >= 0
+        if emitting:
+            s, b = prv_state[i], prv_blk[i]
+        else:
+            s, b = cur_state[i], cur_blk[i]
+        st = blk_start[b]
+        for q in range(st, st + blk_len[b]):
+            u = m_lm[q]
+            lmc, nu = np.float32(0.0), u
+            if arc.olabel > 0:
+                lmc, nu, hit = memo_get(memo, u, arc.olabel, vocab)
+                if not hit:
+                    lmc, nu = memo_fill(lm, memo, u, arc.olabel, vocab)
+            dp = find_pair(pair_tab, ba_dst[p], nu, U)
+            if dp < 0 or pair_frame[dp] != frame:
+                continue
+            lat_frame[na] = frame
+            lat_src[na] = find_pair(pair_tab, s, u, U)
+            lat_dst[na] = dp
+            lat_arc[na] = a
+            lat_ac[na] = ba_ac[p]
+            lat_lm[na] = lmc
+            na += 1
+    if frame >= 0 and prune_interval > 0 and (frame + 1) % prune_interval == 0:
+        if pair_slot.shape[0] < npair:
+            pair_slot, pair_slot2 = grow_fields((pair_slot, pair_slot2), 0, 1, npair)
+            pair_slot[:] = -1
+            pair_slot2[:] = -1
+        nn, na, taken = prune_window(
+            arcs, np.zeros(0, np.float32), frame, lattice_beam, node_frame, node_state, node_cost,
+            node_extra, nn, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, na, pair_slot, pair_slot2,
+        )  # fmt: skip
+        stats[S_PRUNE_FRAMES] += taken
+    ctr[C_NODES], ctr[C_LAT_ARCS], ctr[C_PAIRS] = nn, na, npair
+    return (
+        lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, node_frame, node_state, node_cost, node_extra,
+        pair_state, pair_u, pair_frame, pair_slot, pair_slot2, pair_tab,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ drivers
 @numba.njit(nogil=True, cache=True)
 def search_init(
-    states, arcs, start, lm_start, cap, beam, slot, slot_lm, eps_limit, lm, ws, ctr, stats, gc_at
-):
-    """Start a search: the start group with one member (the LMs' <s> states) and its epsilon closure."""
+    states, arcs, start, lm_start, cap, beam, slot, slot_lm, eps_limit, lm, U, ws, ctr, stats, gc_at,
+    lattice, lattice_beam, prune_interval, lat,
+):  # fmt: skip
+    """Start a search: the start group with one member (the LMs' <s> states) and its epsilon
+    closure (with lattices, its nodes and arcs at frame -1). Returns (workspace, lattice tuple)."""
+    if lattice:  # the previous search's lattice pairs leave the table
+        clear_pairs(lat[LAT_PAIR_TAB], lat[LAT_PAIR_STATE], lat[LAT_PAIR_U], ctr[C_PAIRS], U)
     vocab = ctr[C_VOCAB]  # set by the caller (the memo's key stride)
     ctr[:] = 0
     ctr[C_VOCAB] = vocab
     ctr[C_GC_AT] = gc_at
     ctr[C_GC_MIN] = gc_at
-    ws = _grow_all(ws, ctr, np.array([1, 0, 0, 1, 1, 0, 2 * cap], np.int64))
+    ws = _grow_all(ws, ctr, np.array([1, 0, 0, 1, 1, 0, 2 * cap, 0], np.int64))
     ws[W_WC_KEY][:] = -1
     ws[W_BLK_START][0] = 0
     ws[W_BLK_LEN][0] = 1
@@ -774,15 +922,21 @@ def search_init(
         slot[start] = 0
         ctr[C_TOK] = 1
     frame = ctr[C_NEXT_FRAME] - 1  # -1, not a literal: one compiled version of the closure
-    return _close_frame(states, arcs, _INF32, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats)
+    ws = _close_frame(
+        states, arcs, _INF32, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats
+    )
+    if lattice:
+        lat = _lattice_frame(arcs, frame, lm, U, lattice_beam, 0, ws, lat, ctr, stats)
+    return ws, lat
 
 
 @numba.njit(nogil=True, cache=True)
 def search_advance(
     states, arcs, ac, beam, max_active, min_active, beam_delta, bucket_width, cap, slot, slot_lm, eps_limit,
-    lm, ws, ctr, stats,
+    lm, U, ws, ctr, stats, lattice, lattice_beam, prune_interval, lat,
 ):  # fmt: skip
-    """Advance a started search by the frames of ac (float32 [T, V] acoustic costs)."""
+    """Advance a started search by the frames of ac (float32 [T, V] acoustic costs); with lattices
+    each frame's nodes and arcs are kept (`_lattice_frame`). Returns (workspace, lattice tuple)."""
     num_states = slot.shape[0]
     for t in range(ac.shape[0]):
         frame = ctr[C_NEXT_FRAME]
@@ -791,11 +945,12 @@ def search_advance(
         if n == 0:
             continue
         stats[S_FRAMES] += 1
+        ctr[C_BA] = 0
         cur_cost = ws[W_CUR_COST]
         if bucket_width > 0:
             cut, adaptive = bucket_cutoff(cur_cost, n, beam, max_active, min_active, beam_delta, bucket_width)
         else:
-            ws = _grow_all(ws, ctr, np.array([n, 0, 0, 0, 0, 0, 0], np.int64))
+            ws = _grow_all(ws, ctr, np.array([n, 0, 0, 0, 0, 0, 0, 0], np.int64))
             cut, adaptive = get_cutoff(
                 ws[W_CUR_COST], n, ws[W_SCRATCH], beam, max_active, min_active, beam_delta
             )
@@ -803,26 +958,33 @@ def search_advance(
         n_words = n_arcs  # an upper bound of the word arcs
         stats[S_ARCS] += n_arcs
         tokens = max(min(n_arcs, num_states), n)
+        block_arcs = n_arcs if lattice else 0
         ws = _grow_all(
-            ws, ctr, np.array([tokens, n_arcs, 0, 2 * n_words, 2 * n_words * cap, 0, cap], np.int64)
+            ws,
+            ctr,
+            np.array([tokens, n_arcs, 0, 2 * n_words, 2 * n_words * cap, 0, cap, block_arcs], np.int64),
         )
         m, nit, best_new = _emit(
-            states, arcs, ac[t], cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, ws, ctr, stats,
+            states, arcs, ac[t], cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, lattice, ws, ctr,
+            stats,
         )  # fmt: skip
         most = _max_items(m, ws)
         ws = _grow_all(
-            ws, ctr, np.array([tokens, n_arcs, nit, m, m * cap, m * cap, max(most * cap, cap)], np.int64)
+            ws, ctr, np.array([tokens, n_arcs, nit, m, m * cap, m * cap, max(most * cap, cap), 0], np.int64)
         )
-        k = _keep(best_new + adaptive, frame, cap, m, slot, slot_lm, ws, ctr, stats)
+        cut = best_new + adaptive
+        k = _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats)
         ctr[C_TOK] = k
         ws = _swap(ws)
         ws = _close_frame(
-            states, arcs, best_new + adaptive, beam, frame, cap, slot, slot_lm, eps_limit, lm, ws, ctr, stats,
+            states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats,
         )  # fmt: skip
+        if lattice:
+            lat = _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ctr, stats)
         if ctr[C_REC] + ctr[C_MREC] + ctr[C_MEM] > ctr[C_GC_AT]:
             _collect(ws, ctr)
             ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * (ctr[C_REC] + ctr[C_MREC] + ctr[C_MEM]))
-    return ws
+    return ws, lat
 
 
 @numba.njit(nogil=True, cache=True)

@@ -329,10 +329,10 @@ def _find(slot, htab, lm, U, d, u):
 
 
 @numba.njit(nogil=True, cache=True)
-def _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U):
+def pair_id(pair_tab, pair_state, pair_u, npair, d, u, U):
     """The lattice state of the pair (graph state d, LM state u) in `wfst-otf`'s lattices: its id
     in the utterance's pair table, a new one (`npair`) when first seen. Returns (id, pairs); the
-    caller made room (`_pairs_room`)."""
+    caller made room (`pairs_room`)."""
     key = np.int64(d) * U + u
     p = _hash_slot(pair_tab, key)
     if pair_tab[p] == -1:
@@ -344,8 +344,26 @@ def _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U):
     return pair_tab[p + 1], npair
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def find_pair(pair_tab, d, u, U):
+    """The lattice state of the pair (graph state d, LM state u), or -1 if not seen yet."""
+    key = np.int64(d) * U + u
+    p = _hash_slot(pair_tab, key)
+    if pair_tab[p] == -1:
+        return np.int64(-1)
+    return pair_tab[p + 1]
+
+
 @numba.njit(nogil=True, cache=True)
-def _pairs_room(pair_state, pair_u, pair_tab, U, npair, need):
+def clear_pairs(pair_tab, pair_state, pair_u, npair, U) -> None:
+    """Empty the pair table at the `npair` pairs of the previous search only (it may have grown
+    large), newest first: an entry's probe chain runs only through older entries, kept till then."""
+    for i in range(npair - 1, -1, -1):
+        pair_tab[_hash_slot(pair_tab, np.int64(pair_state[i]) * U + pair_u[i])] = -1
+
+
+@numba.njit(nogil=True, cache=True)
+def pairs_room(pair_state, pair_u, pair_tab, U, npair, need):
     """(pair states, pair LM states, pair table) with room for `need` more lattice pairs (arrays
     grown; the table rebuilt larger from the pairs' states when it would pass load 1/2)."""
     if pair_state.shape[0] < npair + need:
@@ -444,7 +462,7 @@ def _closure(
     io: [tokens, records, lattice arcs, queue length, pops, lattice pairs]. Returns False (with io
     updated) when an array or a hash table is too small for the next token's epsilon arcs: the
     caller grows it and calls again. Lattice arcs connect graph states, or with an LM the
-    (graph state, LM state) pairs (`_pair_id`) and carry the LM's share of the arc (`lat_lm`).
+    (graph state, LM state) pairs (`pair_id`) and carry the LM's share of the arc (`lat_lm`).
     """
     n, nrec, nlat, nq, pops, npair = io[0], io[1], io[2], io[3], io[4], io[5]
     num_states = slot.shape[0]
@@ -485,7 +503,7 @@ def _closure(
         if lm is not None:
             u0 = cur_u[i]
             if lattice:
-                ps, npair = _pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
+                ps, npair = pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
         for a in range(a0, a1):
             arc = arcs[a]
             # the arc's word: its boost and (wfst-otf) LM difference (paper 000 Alg. 2, Kaldi biglm)
@@ -514,7 +532,7 @@ def _closure(
                     lat_dst[nlat] = d
                 else:
                     lat_src[nlat] = ps
-                    lat_dst[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
+                    lat_dst[nlat], npair = pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
                     lat_lm[nlat] = lmc
                 nlat += 1
             # recombination: one token per graph state (wfst) or per (graph state, LM state)
@@ -603,7 +621,7 @@ def _emit(
         if lm is not None:
             u0 = cur_u[i]
             if lattice:
-                ps, npair = _pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
+                ps, npair = pair_id(pair_tab, pair_state, pair_u, npair, s, u0, U)
         for a in range(states[s].first, states[s].split):
             arc = arcs[a]
             ac = acrow[arc.column]
@@ -632,7 +650,7 @@ def _emit(
                     lat_dst[nlat] = d
                 else:
                     lat_src[nlat] = ps
-                    lat_dst[nlat], npair = _pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
+                    lat_dst[nlat], npair = pair_id(pair_tab, pair_state, pair_u, npair, d, u, U)
                     lat_lm[nlat] = lmc
                 lat_arc[nlat] = a
                 lat_ac[nlat] = ac
@@ -730,7 +748,7 @@ def _record_nodes(
         if lm is None:
             node_state[k + i] = cur_state[i]
         else:
-            pid, npair = _pair_id(pair_tab, pair_state, pair_u, npair, cur_state[i], cur_u[i], U)
+            pid, npair = pair_id(pair_tab, pair_state, pair_u, npair, cur_state[i], cur_u[i], U)
             node_state[k + i] = pid
         node_cost[k + i] = cur_cost[i]
         node_extra[k + i] = np.nan
@@ -755,11 +773,8 @@ def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, latt
     if lm is not None:
         for i in range(memo.shape[0]):
             memo[i].key = -1
-        # empty the pair table at the previous search's entries only (it may have grown large),
-        # newest first: an entry's probe chain runs only through older entries, kept till then
         pair_state, pair_u, _, _, pair_tab = ws[LATTICE_PAIRS]
-        for i in range(ctr[C_PAIRS] - 1, -1, -1):
-            pair_tab[_hash_slot(pair_tab, np.int64(pair_state[i]) * U + pair_u[i])] = -1
+        clear_pairs(pair_tab, pair_state, pair_u, ctr[C_PAIRS], U)
     ctr[C_PAIRS] = 0
     if start >= 0:
         cur_state, cur_cost, cur_rec, cur_u, cur_pos = ws[CURRENT]
@@ -841,7 +856,7 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
                 )
             if lattice and lm is not None:
                 npair, room = ctr[C_PAIRS], n + n_arcs
-                pair_state, pair_u, pair_tab = _pairs_room(pair_state, pair_u, pair_tab, U, npair, room)
+                pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, npair, room)
             m, best_new, nlat, ctr[C_PAIRS] = _emit(
                 states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
                 cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
@@ -893,7 +908,7 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
                 cur_u, cur_pos = grow_fields((cur_u, cur_pos), 0, 1, tokens)
                 if lattice:
                     room = 2 * need
-                    pair_state, pair_u, pair_tab = _pairs_room(pair_state, pair_u, pair_tab, U, io[5], room)
+                    pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, io[5], room)
                 if 2 * (io[0] + need) > htab.shape[0] >> 1:
                     _hash_clear(htab, cur_pos, io[0])
                     htab = _hash_table(htab, io[0] + need)
@@ -908,7 +923,7 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
                     (node_frame, node_state, node_cost, node_extra), 0, 3, k + n
                 )
             if lm is not None:
-                pair_state, pair_u, pair_tab = _pairs_room(pair_state, pair_u, pair_tab, U, io[5], n)
+                pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, io[5], n)
             io[5] = _record_nodes(
                 frame, cur_state, cur_cost, n, node_frame, node_state, node_cost, node_extra, k,
                 lm, U, cur_u, pair_tab, pair_state, pair_u, io[5],

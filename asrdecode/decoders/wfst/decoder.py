@@ -62,12 +62,10 @@ from asrdecode.decoders.wfst.kernels import KERNELS, triton_available
 from asrdecode.decoders.wfst.lattice import (
     CompactLattice,
     backward_costs,
-    build_lattice,
     collapse_kernel,
-    determinize,
     prune_window,
 )
-from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, blank_column
+from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, attach_lattices, blank_column
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
@@ -95,6 +93,11 @@ class GraphSearchConfig(PruningOptions):
     max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
     backend: auto | torch | compiled (see each decoder's docstring).
     threads: worker threads of the compiled backend (0 = the cores this process may use).
+    lattice_beam: lattices keep every arc on a path within this cost of the best path (Kaldi's
+      --lattice-beam); prune_interval: the search's lattice arcs are pruned every this many
+      frames (Kaldi's --prune-interval; the result does not depend on it, memory does).
+    nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
+    lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
     """
 
     graph: str = ""
@@ -104,6 +107,15 @@ class GraphSearchConfig(PruningOptions):
     word_insertion_penalty: float = 0.0
     backend: str = "auto"
     threads: int = 0
+    lattice_beam: float = 8.0
+    prune_interval: int = 25
+    nbest: int = 1
+    lattice: bool = False
+
+    @property
+    def want_lattice(self) -> bool:
+        """Whether the search keeps lattices (for `lattice` or an n-best)."""
+        return self.lattice or self.nbest > 1
 
     def search_settings(self, num_states: int, **extra: Any) -> np.record:
         """The compiled searches' settings record (`compiled.search_settings`) for a graph of
@@ -115,13 +127,8 @@ class GraphSearchConfig(PruningOptions):
 
 @dataclass
 class WfstConfig(GraphSearchConfig):
-    """Options of the `wfst` decoder: the shared ones (`GraphSearchConfig`) and
+    """Options of the `wfst` decoder: the shared ones (`GraphSearchConfig`, lattices included) and
 
-    lattice_beam: lattices keep every arc on a path within this cost of the best path (Kaldi's
-      --lattice-beam); prune_interval: the search's lattice arcs are pruned every this many
-      frames (Kaldi's --prune-interval; the result does not depend on it, memory does).
-    nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
-    lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
     boost: global word boosts, word -> log-score bonus (positive favours the word; paper 001
       sec. 3.2 recommends at most half the beam). Per-utterance boosts come in
       ``ModelOutput.extra["boost"]`` (a list with one dict or None per utterance).
@@ -136,10 +143,6 @@ class WfstConfig(GraphSearchConfig):
       one fused Triton kernel (wfst/kernels.py); auto = triton on CUDA, torch elsewhere.
     """
 
-    lattice_beam: float = 8.0
-    prune_interval: int = 25
-    nbest: int = 1
-    lattice: bool = False
     boost: dict = field(default_factory=dict)
     host_copy_frames: int = 32
     cuda_graphs: bool = False
@@ -218,7 +221,7 @@ class WfstDecoder:
         self._records: np.ndarray | None = None
         self._device_note_logged = False
         self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
-        if config.lattice or config.nbest > 1:  # the lattice kernels compile at their first use
+        if config.want_lattice:  # the lattice kernels compile at their first use
             announce_first_compile("wfst: lattices", prune_window, backward_costs, collapse_kernel)
 
     # ------------------------------------------------------------------ helpers
@@ -318,7 +321,7 @@ class WfstDecoder:
         ac_h = ac.detach().to("cpu", torch.float32).contiguous().numpy()
         acs = [ac_h[b, : min(n, T)] for b, n in enumerate(lengths)]
         boosts = [dense_boost(t) for t in tables]
-        want_lattice = self.config.lattice or self.config.nbest > 1
+        want_lattice = self.config.want_lattice
         paths = search.decode_batch(acs, boosts, self.search_settings(), lattice=want_lattice)
         self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
         results = [
@@ -369,7 +372,7 @@ class WfstDecoder:
             return self._decode_compiled(ac, lengths, tables, oov, blank, output.frame_shift)
         graph = self.graph_on(device)
         boost = self._boost_table(tables, device)
-        want_lattice = self.config.lattice or self.config.nbest > 1
+        want_lattice = self.config.want_lattice
         search = self._new_search(graph, device, want_lattice).inherit(self._tuning.get(str(device)))
         if search.lattice is not None:
             search.lattice.boosts = {b: dense_boost(t) for b, t in enumerate(tables) if t}
@@ -417,19 +420,12 @@ class WfstDecoder:
         not_final = self._not_final if not_final is None else not_final
         # search arcs kept until the end (after window pruning): the lattice's memory
         self.last_info["lattice_search_arcs"] = sum(len(d[0]) for d in data if d[0] is not None)
-        density = []
-        for b, res in enumerate(results):
-            lat = self.word_lattice(data[b], lengths[b], tables[b], b not in not_final)
-            if lat is not None:
-                lat.frame_shift = frame_shift
-            if self.config.lattice:
-                res.lattice = lat
-            if self.config.nbest > 1:
-                res.nbest = [(w, -c) for w, c in lat.nbest(self.config.nbest)] if lat is not None else []
-            if lat is not None and self.config.lattice:
-                density.append(lat.density())
-        if density:
-            self.last_info["lattice_density"] = sum(density) / len(density)
+        lats = [
+            self.word_lattice(data[b], lengths[b], tables[b], b not in not_final) for b in range(len(results))
+        ]
+        density = attach_lattices(results, lats, self.config.lattice, self.config.nbest, frame_shift)
+        if density is not None:
+            self.last_info["lattice_density"] = density
 
     def word_lattice(
         self,
@@ -442,35 +438,10 @@ class WfstDecoder:
         nodes; lattice states are graph states)."""
         arcs, nodes = data[:2]
         start, finals = self.graph_cpu.start, self.paths.final
-        return self._word_lattice(arcs, nodes, num_frames, start, finals, boost, reached_final)
-
-    def _word_lattice(
-        self,
-        arcs: np.recarray | None,
-        nodes: np.recarray | None,
-        num_frames: int,
-        start: int,
-        finals: np.ndarray,
-        boost: dict[int, float],
-        reached_final: bool,
-    ) -> CompactLattice | None:
-        """`build_lattice` + `determinize` over lattice states with the given start and final costs."""
-        lat = build_lattice(
-            arcs,
-            nodes,
-            num_frames,
-            start,
-            self.paths.ilabel,
-            self.paths.olabel,
-            self.paths.weight,
-            finals,
-            boost,
-            reached_final,
-            self.config.lattice_beam,
-            self.words,
+        return self.paths.word_lattice(
+            arcs, nodes, num_frames, start, finals, boost, reached_final, self.config.lattice_beam,
             self._arc_records(),
-        )
-        return determinize(lat) if lat is not None else None
+        )  # fmt: skip
 
     def _arc_records(self) -> np.ndarray:
         """The graph's arcs as the compiled kernels read them (built once)."""
@@ -540,7 +511,7 @@ class WfstDecoder:
             self._stream_search = TokenPassing(
                 self.graph_on(torch.device(device or "cpu")),
                 self._search_options(torch.device(device or "cpu")),
-                c.lattice_beam if c.lattice or c.nbest > 1 else None,
+                c.lattice_beam if c.want_lattice else None,
             )
             self._stream_tokens = Tokens.empty(self._stream_search.device)
         ids = list(range(self._next_stream, self._next_stream + count))
@@ -672,7 +643,7 @@ class WfstDecoder:
 
     @property
     def _want_lattice(self) -> bool:
-        return self.config.lattice or self.config.nbest > 1
+        return self.config.want_lattice
 
     # ------------------------------------------------------------------ streaming, compiled backend
     def search_settings(self) -> np.record:

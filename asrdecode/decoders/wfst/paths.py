@@ -1,6 +1,7 @@
 """What the WFST decoders (`wfst`, `wfst-otf`, `let`) share around their searches: loading a
-graph and its words, the acoustic costs they search with, and a best path (graph arc indices and
-their frames) read back into a `DecodeResult` with words, word times and costs."""
+graph and its words, the acoustic costs they search with, a best path (graph arc indices and
+their frames) read back into a `DecodeResult` with words, word times and costs, and a search's
+lattice arcs and nodes made into a word lattice and n-best."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.wfst.lattice import CompactLattice, build_lattice, determinize
 from asrdecode.errors import ConfigError, GraphError
 from asrdecode.graph.format import DeviceGraph, find_graph_file
 from asrdecode.graph.symbols import read_symbols
 from asrdecode.io.lines import read_lines
-from asrdecode.lm.difference import path_lm_cost
+from asrdecode.lm.difference import DifferenceLM, lm_final_costs, path_lm_cost
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst")
@@ -220,6 +222,50 @@ class GraphPaths:
             lm_score=-(graph_cost + boost_cost),
         )
 
+    def word_lattice(
+        self,
+        arcs: np.recarray | None,
+        nodes: np.recarray | None,
+        num_frames: int,
+        start: int,
+        finals: np.ndarray,
+        boost: dict[int, float],
+        reached_final: bool,
+        lattice_beam: float,
+        arc_records: np.ndarray,
+    ) -> CompactLattice | None:
+        """`build_lattice` + `determinize` of one utterance's search arcs and nodes over lattice
+        states with the given start and final costs (`arc_records`: `compiled.graph_records`)."""
+        lat = build_lattice(
+            arcs, nodes, num_frames, start, self.ilabel, self.olabel, self.weight, finals, boost,
+            reached_final, lattice_beam, self.words, arc_records,
+        )  # fmt: skip
+        return determinize(lat) if lat is not None else None
+
+    def pair_lattice(
+        self,
+        data: tuple,
+        num_frames: int,
+        lm: tuple,
+        boost: dict[int, float],
+        reached_final: bool,
+        lattice_beam: float,
+        arc_records: np.ndarray,
+    ) -> CompactLattice | None:
+        """`word_lattice` of an on-the-fly search (`wfst-otf`, `let`), whose lattice states are the
+        utterance's (graph state, LM state) pairs (`data`: arcs with the LM's share ``lm``, nodes,
+        pairs with ``state`` and ``lm_state``): a pair's final cost is the graph's plus the LM
+        difference at </s> (`lm`: `DifferenceLM.arrays()`), the start pair is (start, <s>)."""
+        arcs, nodes, pairs = data
+        states = pairs["state"].astype(np.int64)
+        lm_states = pairs["lm_state"].astype(np.int64)
+        finals = self.final[states] + lm_final_costs(lm, lm_states)
+        start = np.flatnonzero((states == self.graph.start) & (lm_states == DifferenceLM.START))
+        start_pair = int(start[0]) if len(start) else -1
+        return self.word_lattice(
+            arcs, nodes, num_frames, start_pair, finals, boost, reached_final, lattice_beam, arc_records
+        )
+
     def word_spans(self, names: list[str], tokens: list[int]) -> list[tuple[int, int]] | None:
         """(first, last) token index of each decoded word, or None if no rule explains the units."""
         if not names:
@@ -242,3 +288,26 @@ class GraphPaths:
             if [w for w, _, _ in ww] == names:
                 return [(a, b) for _, a, b in ww]
         return None
+
+
+def attach_lattices(
+    results: list[DecodeResult],
+    lattices: list[CompactLattice | None],
+    keep_lattice: bool,
+    nbest: int,
+    frame_shift: float,
+) -> float | None:
+    """Give each result its word lattice (if `keep_lattice`) and its `nbest` best word sequences
+    (if more than one) from the lattice; returns the lattices' mean density (arcs per frame; None
+    without lattices)."""
+    density = []
+    for res, lat in zip(results, lattices, strict=True):
+        if lat is not None:
+            lat.frame_shift = frame_shift
+        if keep_lattice:
+            res.lattice = lat
+            if lat is not None:
+                density.append(lat.density())
+        if nbest > 1:
+            res.nbest = [(w, -c) for w, c in lat.nbest(nbest)] if lat is not None else []
+    return sum(density) / len(density) if density else None

@@ -33,7 +33,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
@@ -43,7 +42,7 @@ from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.lattice import CompactLattice
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import DifferenceLM, lm_final_costs
+from asrdecode.lm.difference import DifferenceLM
 from asrdecode.lm.host_lookup import HostLookupLM
 from asrdecode.models.base import ModelOutput
 
@@ -95,7 +94,7 @@ class WfstOtfDecoder(WfstDecoder):
         words: dict[int, str] | None = None,
         lm: DifferenceLM | None = None,
     ) -> None:
-        if (config.lattice or config.nbest > 1) and config.backend == "torch":
+        if config.want_lattice and config.backend == "torch":
             raise ConfigError(LATTICE_BACKEND)
         super().__init__(config, context, graph, words)
         if lm is None:
@@ -156,7 +155,7 @@ class WfstOtfDecoder(WfstDecoder):
         return TokenPassing(graph, self._search_options(device), None, lm=self.lm_on(device))
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
-        want_lattice = self.config.lattice or self.config.nbest > 1
+        want_lattice = self.config.want_lattice
         lp = output.log_probs
         if want_lattice and lp is not None and self.backend_for(lp.device) == "torch":
             raise ConfigError(LATTICE_BACKEND)
@@ -173,13 +172,15 @@ class WfstOtfDecoder(WfstDecoder):
         """The CompactLattice of one utterance: its lattice states are the search's (graph state,
         LM state) pairs (`data`: arcs with the LM's share ``lm``, nodes, pairs); a pair's final
         cost is the graph's plus the LM difference at </s>, the start pair is (start, <s>)."""
-        arcs, nodes, pairs = data
-        states = pairs["state"].astype(np.int64)
-        lm_states = pairs["lm_state"].astype(np.int64)
-        finals = self.paths.final[states] + lm_final_costs(self.path_lm, lm_states)
-        start = np.flatnonzero((states == self.graph_cpu.start) & (lm_states == DifferenceLM.START))
-        start_pair = int(start[0]) if len(start) else -1
-        return self._word_lattice(arcs, nodes, num_frames, start_pair, finals, boost, reached_final)
+        return self.paths.pair_lattice(
+            data,
+            num_frames,
+            self.path_lm,
+            boost,
+            reached_final,
+            self.config.lattice_beam,
+            self._arc_records(),
+        )
 
     # ------------------------------------------------------------------ streaming
     def init_streams(
