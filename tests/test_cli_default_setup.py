@@ -120,9 +120,23 @@ def test_first_use_builds_then_reuses_and_let_agrees(three_clips, tmp_path):
     let = run("transcribe", str(three_clips), "--decoder", "let", "--out", str(tmp_path / "c"))
     texts = {
         name: {
-            r["utt_id"]: r["text"] for r in map(json.loads, (tmp_path / name / "transcripts.jsonl").open())
+            r["utt_id"]: r["pred_text"]
+            for r in map(json.loads, (tmp_path / name / "transcripts.jsonl").open())
         }
         for name in ("a", "b", "c")
     }
     assert texts["a"] == texts["b"] == texts["c"]
     assert all(texts["a"].values()) and let.returncode == 0
+    # the diagnosis against pocketsphinx runs on the default setup too: forced alignment through the
+    # small graph plus the LM difference of the words gives our own 1-best its decoded cost
+    run(
+        "bench", "diagnose-pocketsphinx", str(three_clips), "--config", "default", "--json",
+        str(tmp_path / "diagnosis.json"),
+    )  # fmt: skip
+    diagnosis = json.loads((tmp_path / "diagnosis.json").read_text())
+    assert diagnosis["decoder"] == "wfst-otf" and diagnosis["lm"] == "pocketsphinx's own"
+    rows = diagnosis["utterances"]
+    assert {r["id"]: r["asrdecode"] for r in rows} == texts["a"]
+    for r in rows:
+        assert r["asrdecode_forced_cost"] == pytest.approx(r["asrdecode_cost"], rel=1e-6, abs=1e-3)
+        assert r["verdict"] in ("same", "model differs", "search error", "unreachable")

@@ -3,14 +3,18 @@
 
     .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/dev/manifest.jsonl
     .venv/bin/asrdecode bench diagnose-pocketsphinx my_wavs/ --graph GRAPH_DIR decoder.beam=18
+    .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/test/manifest.jsonl --config default
 
 No transcripts needed. Each recording is read and resampled to 16 kHz once; the same samples go to
 pocketsphinx 5.1.1's own decoder (`asrdecode/bench/peers.py`: a fresh front end per
 utterance; given the LM file the graph was built from, `--lm`; default: the graph's `arpa`) and
-to asrdecode (`--config`, the pocketsphinx en-us HMM + HCLG + `wfst`).
+to asrdecode (`--config`, the pocketsphinx en-us HMM + HCLG + `wfst`; `--config default` is the
+default setup: the small-LM HCLG + `wfst-otf` with pocketsphinx's full trigram, and pocketsphinx
+then runs with its own LM, the same trigram; `decoder.type=let` works the same way).
 Then both word sequences, and the reference if the input has one, are force-aligned through the
 same HCLG with the same scales (`asrdecode.decoders.wfst.align`: the exhaustive best path that
-outputs exactly those words), and their costs in asrdecode's model are compared with the 1-best
+outputs exactly those words; with an on-the-fly decoder plus the LM difference of the words), and
+their costs in asrdecode's model are compared with the 1-best
 cost asrdecode's search returned:
 
 * ``search error``: pocketsphinx's words cost less in our model than our own 1-best: our search
@@ -39,17 +43,24 @@ import torch
 from asrdecode.audio.loading import load_audio, resample_batch
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.config import build_config
-from asrdecode.decoders import DecoderContext, make_decoder
-from asrdecode.decoders.wfst import WfstDecoder
+from asrdecode.decoders import DecoderContext, decoder_name, make_decoder
 from asrdecode.decoders.wfst.align import force_align
 from asrdecode.errors import AsrDecodeError
+from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.io.manifests import read_inputs
 from asrdecode.models.loading import load_model
 from asrdecode.scoring import score
 
 ROOT = Path(__file__).resolve().parents[2]
-TOLERANCE = 1e-3  # cost units: float32 sums over thousands of frames
+DECODERS_WITH_GRAPH = ("wfst", "wfst-otf", "let")  # forced alignment runs through their graph
+TOLERANCE = 1e-3  # cost units: float32 sums over thousands of frames ...
+RELATIVE_TOLERANCE = 1e-6  # ... whose rounding grows with the cost (float32: 2^-24 relative per step)
+
+
+def cheaper(cost: float, than: float) -> bool:
+    """Whether `cost` is below `than` by more than float32 rounding of either."""
+    return cost < than - max(TOLERANCE, RELATIVE_TOLERANCE * abs(than))
 
 
 def verdict(ours: list[str], theirs: list[str], our_cost: float, their_cost: float | None) -> str:
@@ -57,24 +68,37 @@ def verdict(ours: list[str], theirs: list[str], our_cost: float, their_cost: flo
         return "same"
     if their_cost is None:
         return "unreachable"
-    return "search error" if their_cost < our_cost - TOLERANCE else "model differs"
+    return "search error" if cheaper(their_cost, our_cost) else "model differs"
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", type=Path, help="manifest.jsonl, audio folder or Kaldi data dir")
-    ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
-    ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
-    ap.add_argument("--lm", type=Path, help="LM file for pocketsphinx (default: the graph's ARPA)")
+    ap.add_argument(
+        "--config", default=str(ROOT / "configs/sphinx-en-us.yaml"), help="a config file, or `default`"
+    )
+    ap.add_argument("--graph", help="graph folder (default: the config's decoder.graph)")
+    ap.add_argument(
+        "--lm",
+        type=Path,
+        help="LM file for pocketsphinx (default: the graph's ARPA; with an on-the-fly decoder its own LM)",
+    )
     ap.add_argument("--default-lm", action="store_true", help="also run pocketsphinx with its own LM")
     ap.add_argument("--json", type=Path, default=ROOT / "out/diagnose_vs_pocketsphinx.json")
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
     args = ap.parse_intermixed_args(argv)
 
     try:
-        cfg = build_config(args.config, [f"decoder.graph={args.graph}", *args.overrides])
-        meta = json.loads((args.graph / "meta.json").read_text())
-        lm = args.lm or Path(meta["inputs"]["arpa"]["path"])
+        graph = [f"decoder.graph={args.graph}"] if args.graph else []
+        default = args.config == "default"
+        cfg = build_config(None if default else args.config, [*graph, *args.overrides], default_setup=default)
+        kind = decoder_name(cfg.decoder)
+        if kind not in DECODERS_WITH_GRAPH:
+            sys.exit(f"diagnose: the config's decoder must be one of {', '.join(DECODERS_WITH_GRAPH)}")
+        cfg.decoder.graph = resolve_graph_spec(cfg.decoder.graph)
+        on_the_fly = kind != "wfst"
+        meta = json.loads((Path(cfg.decoder.graph) / "meta.json").read_text())
+        lm = args.lm or (None if on_the_fly else Path(meta["inputs"]["arpa"]["path"]))
         inputs = read_inputs(args.input)
         model = load_model(
             cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor
@@ -83,9 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         decoder = make_decoder(cfg.decoder, context)
     except (AsrDecodeError, OSError, KeyError) as err:
         sys.exit(f"diagnose: {err}")
-    if type(decoder) is not WfstDecoder:
-        sys.exit("diagnose: the config's decoder must be `wfst` (forced alignment runs through its graph)")
-    graphs = WordSequenceGraphs(decoder.graph_cpu)
+    graphs = WordSequenceGraphs(decoder.paths.graph)
     torch.set_num_threads(1)
 
     ps_same_lm = Pocketsphinx(lm)
@@ -131,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
             "verdict": verdict(our_words, theirs, -ours.score, cost[1]),
             "pocketsphinx_seconds": ps_seconds,
         }
-        if ref and cost[2] is not None and cost[2] < -ours.score - TOLERANCE:
+        if ref and ref != our_words and cost[2] is not None and cheaper(cost[2], -ours.score):
             row["ref_verdict"] = "search error"
         if ps_default is not None:
             row["pocketsphinx_default_lm"] = " ".join(ps_default.words(pcm)[0])
@@ -160,8 +182,9 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "input": str(args.input),
                 "config": str(args.config),
-                "graph": str(args.graph),
-                "lm": str(lm),
+                "decoder": kind,
+                "graph": str(cfg.decoder.graph),
+                "lm": str(lm or "pocketsphinx's own"),
                 "overrides": args.overrides,
                 "summary": summary,
                 "utterances": rows,

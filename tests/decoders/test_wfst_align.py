@@ -89,3 +89,45 @@ def test_unknown_word_and_empty_sequence():
     ref = word_sequence_cost(fst, lp, [])
     got = force_align(dec, model_output(lp), [[]])[0]
     assert (got is None) == math.isinf(ref)
+
+
+@pytest.mark.parametrize("decoder", ["wfst-otf", "let"])
+@pytest.mark.parametrize("seed", range(8))
+def test_forced_cost_of_the_on_the_fly_decoders_is_the_composed_cost(tmp_path, seed, decoder):
+    """`wfst-otf` and `let`: the forced cost of every word sequence is its best path in the graph plus
+    lm_scale * (large - small) of its words (plain-Python ARPA scorers), and the forced cost of the
+    decoder's 1-best is the decoder's own score."""
+    from helpers.otf_ref import WORDS as OTF_WORDS
+    from helpers.otf_ref import ArpaScorer, random_arpa
+
+    from asrdecode.decoders.let import LetConfig, LetDecoder
+    from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
+
+    rng = np.random.default_rng(4400 + seed)
+    sequences: list = []
+    while not sequences:  # a graph that outputs words in these frames
+        fst = random_wfst(rng, int(rng.integers(3, 8)), 4, 6, eps_forward=True)
+        lp = log_probs(rng, int(rng.integers(2, 7)))
+        sequences = list(all_word_sequences(fst, lp).items())[:8]
+    names = list(OTF_WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, int(rng.integers(1, 3)))
+    scale = 1.0 if seed % 2 else 0.7
+    opts = {"lm": str(large), "small_lm": str(small), "lm_scale": scale, "threads": 1, "beam": 1e9}
+    opts.update(max_active=10**9, min_active=0)
+    if decoder == "let":
+        dec = LetDecoder(LetConfig(**opts, group_capacity=64), graph=device_graph(fst), words=OTF_WORDS)
+    else:
+        dec = WfstOtfDecoder(
+            WfstOtfConfig(**opts, backend="compiled"), graph=device_graph(fst), words=OTF_WORDS
+        )
+    lm_large, lm_small = ArpaScorer(large), ArpaScorer(small)
+    for seq, graph_cost in sequences:
+        ws = [OTF_WORDS[w] for w in seq]
+        ref = graph_cost + scale * (lm_large.cost(ws) - lm_small.cost(ws))
+        got = force_align(dec, model_output(lp), [ws])[0]
+        assert got is not None and -got.score == pytest.approx(ref, abs=1e-3), seq
+    (best,) = dec.decode(model_output(lp))
+    forced = force_align(dec, model_output(lp), [[w.word for w in best.words]])[0]
+    assert forced.score == pytest.approx(best.score, abs=1e-3)
+    assert forced.lm_score == pytest.approx(best.lm_score, abs=1e-3)

@@ -237,6 +237,7 @@ class LetDecoder:
         if lm is None:
             lm = load_difference_lm(c, self.paths.words, self.paths.olabel)
         self.search = LetSearch(self.paths.graph, lm, c.group_capacity, c.threads)
+        self.path_lm = self.search.lm  # `DifferenceLM.arrays()`, as `wfst-otf`'s
         if c.prune_interval < 0 or c.lattice_beam < 0:
             raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
         self.settings = c.search_settings(

@@ -1,4 +1,4 @@
-"""Forced alignment in a `wfst` decoder's own model: the best path of a given word sequence.
+"""Forced alignment in a WFST decoder's own model: the best path of a given word sequence.
 
 ``force_align(decoder, output, transcripts)`` restricts the decoder's graph (with its word
 insertion penalty) to each transcript (`asrdecode.graph.restrict`) and decodes the restriction
@@ -8,43 +8,54 @@ with no pruning (beam and max_active unbounded): the result's ``score`` is minus
 than the 1-best the search returned) from a model difference (it costs more): the comparison Kaldi
 users make with ``compile-train-graphs`` + ``gmm-align`` against ``gmm-latgen-faster``, here with
 the decoding graph's LM costs kept.
+
+For the on-the-fly decoders (`wfst-otf`, `let`) the model is the small-LM graph composed with the
+LM difference D; D's cost depends on the word sequence only, so the composed best path of a
+transcript is the graph's best path for it plus ``lm_scale * (large - small)`` of its words and
+``</s>`` (`difference.path_lm_cost`, the searches' own float32 steps).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields
+from typing import Any
 
 from asrdecode.decoders.base import DecodeResult
-from asrdecode.decoders.wfst.decoder import WfstDecoder
+from asrdecode.decoders.wfst.decoder import GraphSearchConfig, WfstConfig, WfstDecoder
 from asrdecode.graph.restrict import WordSequenceGraphs
+from asrdecode.lm.difference import path_lm_cost
 from asrdecode.models.base import ModelOutput
 
 
 def force_align(
-    decoder: WfstDecoder,
+    decoder: Any,
     output: ModelOutput,
     transcripts: list[list[str]],
     graphs: WordSequenceGraphs | None = None,
 ) -> list[DecodeResult | None]:
     """Per utterance of `output`, the exhaustive best path of its transcript's words through the
-    decoder's graph; None where a word is not in the graph's vocabulary or no path outputs the
+    decoder's model (`wfst`, `wfst-otf` or `let`: its graph, and the LM difference of the
+    on-the-fly ones); None where a word is not in the graph's vocabulary or no path outputs the
     words. `graphs` reuses the per-word closures across calls (made from the decoder's graph)."""
-    graphs = graphs or WordSequenceGraphs(decoder.graph_cpu)
-    exhaustive = replace(
-        decoder.config,
+    paths = decoder.paths  # the graph the search runs on (word insertion penalty included) and its words
+    lm = getattr(decoder, "path_lm", None)  # the on-the-fly decoders' `DifferenceLM.arrays()`
+    graphs = graphs or WordSequenceGraphs(paths.graph)
+    shared = {f.name: getattr(decoder.config, f.name) for f in fields(GraphSearchConfig)}
+    shared.update(
         beam=math.inf,
         max_active=2**31 - 1,
         min_active=0,
-        word_insertion_penalty=0.0,  # already in decoder.graph_cpu's weights
+        word_insertion_penalty=0.0,  # already in the graph's weights
         nbest=1,
         lattice=False,
-        boost={},
         threads=1,
     )
+    exhaustive = WfstConfig(**shared)
+    word_ids = {w: i for i, w in paths.words.items()}
     results: list[DecodeResult | None] = []
     for b, words in enumerate(transcripts):
-        ids = [decoder.word_ids.get(w) for w in words]
+        ids = [word_ids.get(w) for w in words]
         if any(i is None for i in ids):
             results.append(None)
             continue
@@ -59,12 +70,16 @@ def force_align(
             blank_id=output.blank_id,
             units=output.units,
         )
-        aligner = WfstDecoder(exhaustive, decoder.context, graph=restricted, words=decoder.words)
+        aligner = WfstDecoder(exhaustive, decoder.context, graph=restricted, words=paths.words)
         result = aligner.decode(one)[0]
         complete = (
             math.isfinite(result.score)
             and not aligner.last_info.get("not_final")
             and [w.word for w in result.words] == list(words)
         )
+        if complete and lm is not None:
+            d = path_lm_cost(lm, [int(i) for i in ids if i is not None], True)
+            result.score -= d
+            result.lm_score -= d
         results.append(result if complete else None)
     return results
