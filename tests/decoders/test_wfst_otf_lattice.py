@@ -1,4 +1,5 @@
-"""Lattices of `wfst-otf` (compiled backend) against independent references:
+"""Lattices of `wfst-otf` (compiled backend) and `let` (paper 002's exact lattices) against
+independent references:
 
 - brute force: on tiny random WFSTs with random large/small ARPAs, the word lattice holds exactly
   the word sequences within the lattice beam of the composed search space (and, as Kaldi's,
@@ -21,6 +22,7 @@ from helpers.otf_ref import WORDS, ArpaScorer, random_arpa
 from helpers.wfst_graphs import device_graph, log_probs
 from helpers.wfst_ref import all_word_sequences, nemo_log_probs, random_wfst, single_thread  # noqa: F401
 
+from asrdecode.decoders.let import LetConfig, LetDecoder
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.lattice import read_kaldi_text, write_kaldi_text
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
@@ -35,9 +37,19 @@ def one(lp: np.ndarray) -> ModelOutput:
     return ModelOutput(torch.from_numpy(lp[None]), torch.tensor([len(lp)]), 0.04, -1, [])
 
 
+def on_the_fly(kind: str, in_memory=None, words=None, **options):
+    """A `wfst-otf` (compiled backend) or `let` (capacity above the test LMs' state count, so that
+    it keeps every member) decoder with these options (`in_memory`: a DeviceGraph instead of
+    decoder.graph)."""
+    if kind == "let":
+        return LetDecoder(LetConfig(**options, group_capacity=64), graph=in_memory, words=words)
+    return WfstOtfDecoder(WfstOtfConfig(**options, backend="compiled"), graph=in_memory, words=words)
+
+
+@pytest.mark.parametrize("kind", ["wfst-otf", "let"])
 @pytest.mark.parametrize("prune_interval", [1, 25])
 @pytest.mark.parametrize("seed", range(16))
-def test_lattice_holds_every_sequence_within_the_beam_with_its_best_cost(tmp_path, seed, prune_interval):
+def test_lattice_holds_every_sequence_within_the_beam_with_its_cost(tmp_path, seed, prune_interval, kind):
     rng = np.random.default_rng(2200 + seed)
     fst = random_wfst(rng, int(rng.integers(3, 8)), 4, 6, eps_forward=True)
     names = list(WORDS.values())
@@ -51,11 +63,10 @@ def test_lattice_holds_every_sequence_within_the_beam_with_its_best_cost(tmp_pat
         ws = tuple(WORDS[o] for o in seq)
         ref[ws] = cost + scale * (lm_large.cost(list(ws)) - lm_small.cost(list(ws)))
     beam = 5.0
-    cfg = WfstOtfConfig(
-        **WIDE, backend="compiled", lm=str(large), small_lm=str(small), lm_scale=scale,
+    dec = on_the_fly(
+        kind, device_graph(fst), WORDS, **WIDE, lm=str(large), small_lm=str(small), lm_scale=scale,
         lattice=True, nbest=50, lattice_beam=beam, prune_interval=prune_interval,
     )  # fmt: skip
-    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
     (res,) = dec.decode(one(lp))
     if not ref or dec.last_info["not_final"]:
         return
@@ -78,15 +89,17 @@ def built(otf_graphs):
     return otf_graphs
 
 
-def test_small_graph_with_large_lm_gives_the_large_graphs_lattice(built, tmp_path):
+@pytest.mark.parametrize("kind", ["wfst-otf", "let"])
+def test_small_graph_with_large_lm_gives_the_large_graphs_lattice(built, tmp_path, kind):
     lp, lengths, _ = nemo_log_probs()
     out = ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, 128, [])
     opts = {"beam": 30.0, "max_active": 10**6, "min_active": 0, "backend": "compiled"}
     opts.update(lattice=True, nbest=20, lattice_beam=4.0)
     ref = WfstDecoder(WfstConfig(graph=str(built / "large"), **opts)).decode(out)
-    otf_cfg = WfstOtfConfig(graph=str(built / "small"), lm=str(built / "large.arpa"), **opts)
-    dec = WfstOtfDecoder(otf_cfg)
+    opts.pop("backend")
+    dec = on_the_fly(kind, graph=str(built / "small"), lm=str(built / "large.arpa"), **opts)
     res = dec.decode(out)
+    assert dec.last_info["lattice_search_arcs"] > 0 and dec.last_info["lattice_density"] > 0
     assert sum(len(r.nbest) for r in ref) > 2 * len(ref)  # the lattices hold alternatives
     for a, b in zip(ref, res, strict=True):
         assert [w.word for w in a.words] == [w.word for w in b.words]
