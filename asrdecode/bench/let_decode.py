@@ -2,16 +2,27 @@
 (graph state, LM state)) on the same small-LM graph and large LM, and against `wfst` on the graph built
 directly with the large LM, on the same log-probs.
 
-    nice -n 5 .venv/bin/asrdecode bench let                 # both cases
+    nice -n 5 .venv/bin/asrdecode bench let                 # the demo and 20k cases
     .venv/bin/asrdecode bench let --cases demo --capacities 4 16
+    .venv/bin/asrdecode bench let --cases 20k sphinx --beams 8 10 13 16 --plot out/bench/let_sweep
 
 Cases: the two of asrdecode bench wfst-otf (whose helpers this script imports), same graphs, LMs,
-log-probs and beams:
+log-probs and beams, and the default setup's:
 
 * ``demo``: the embedded demo model on the 44 demo clips; large LM = the demo trigram, small = its
   entropy-pruned copy (data/demo/otf/small-lm.arpa); beam 16, max_active 10000.
 * ``20k``: the 20k-word synthetic trigram (character lexicon, spelled 10%-confused log-probs of
   ``--utterances`` corpus sentences) and its copy pruned at 1e-5; beam 10, max_active 10000.
+* ``sphinx``: the default setup (`asrdecode info`): pocketsphinx's en-us HMM scored on the device on
+  the tuning sets data/demo/real and data/real/dev, the small HCLG (built into the graph cache on
+  first use) and pocketsphinx's full trigram on the fly; its scales, beam 13 and max_active 4000
+  (no `wfst` row: a static graph of the full trigram does not build here).
+
+``--beams``: every row at each of these beams instead of the case's own (`max_active` as the
+case's), a WER-vs-speed curve per decoder; the bucket-queue rows then run at the case's beam only.
+Each row is then also compared *at equal WER*: its speed over that of the fastest `wfst-otf` row
+(and, for `wfst-otf`, `wfst` row) whose WER is at most its own (none: no such row). ``--plot STEM``
+draws WER against RTFx, one line per decoder (STEM.png / .svg).
 
 Rows (one process, compiled backends on one thread, each decoder set up and warmed up on one
 utterance before the clock starts): `wfst` on the large-LM graph, `wfst-otf`, and `let` at each
@@ -62,6 +73,8 @@ def run_row(name: str, decoder, lp, lengths, shift: float, blank: int) -> dict:
     tokens = stats.get("groups", stats.get("tokens", 0))
     return {
         "decoder": name,
+        "beam": decoder.config.beam,
+        "rtfx": frames * shift / wall,
         "seconds": wall,
         "cpu_seconds": cpu,
         "frames_per_second": frames / wall,
@@ -74,36 +87,97 @@ def run_row(name: str, decoder, lp, lengths, shift: float, blank: int) -> dict:
     }
 
 
-def run_case(name, large_graph, small_graph, large_lm, lp, lengths, refs, shift, beam, args) -> dict:
+def run_case(
+    name, large_graph, small_graph, large_lm, lp, lengths, refs, shift, beam, args, extra=None
+) -> dict:
+    """Rows of one case at its beam or at each of ``args.beams``: `wfst` on the large-LM graph
+    (unless `large_graph` is None), `wfst-otf`, `let` per capacity (exact cut-off, and the bucket
+    queue at the case's beam); `extra`: the case's own decoder options (scales, max_active, blank)."""
     from asrdecode.decoders.let import LetConfig, LetDecoder
     from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
     from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
 
-    blank = lp.shape[2] - 1
-    opts = {"beam": beam, "max_active": 10000, "min_active": 200, "threads": 1}
+    extra = dict(extra or {})
+    blank = extra.pop("blank", lp.shape[2] - 1)
+    base = {"max_active": 10000, "min_active": 200, "threads": 1, **extra}
     print(f"\n{name}: {len(lp)} utterances, {int(lengths.sum())} frames", flush=True)
     rows = []
-    plain = WfstDecoder(WfstConfig(graph=str(large_graph), backend="compiled", **opts))
-    rows.append(run_row("wfst, large-LM graph", plain, lp, lengths, shift, blank))
-    otf = WfstOtfDecoder(WfstOtfConfig(graph=str(small_graph), lm=str(large_lm), backend="compiled", **opts))
-    rows.append(run_row("wfst-otf, small-LM graph + large LM", otf, lp, lengths, shift, blank))
-    print("  wfst, wfst-otf: done", flush=True)
-    for cap in args.capacities:
-        for width in (0.0, args.bucket_width):
-            cfg = LetConfig(
-                graph=str(small_graph), lm=str(large_lm), group_capacity=cap, bucket_width=width, **opts
-            )
-            label = f"let, capacity {cap}, " + (f"bucket queue {width:g}" if width else "exact cut-off")
-            rows.append(run_row(label, LetDecoder(cfg, lm=otf.diff), lp, lengths, shift, blank))
-            rows[-1].update(group_capacity=cap, bucket_width=width)
-            print(f"  {label}: done", flush=True)
-    plain_row, otf_row = rows[0], rows[1]
+    for b in args.beams or [beam]:
+        opts = {**base, "beam": b}
+        if large_graph is not None:
+            plain = WfstDecoder(WfstConfig(graph=str(large_graph), backend="compiled", **opts))
+            rows.append(run_row("wfst, large-LM graph", plain, lp, lengths, shift, blank))
+        otf = WfstOtfDecoder(
+            WfstOtfConfig(graph=str(small_graph), lm=str(large_lm), backend="compiled", **opts)
+        )
+        rows.append(run_row("wfst-otf, small-LM graph + large LM", otf, lp, lengths, shift, blank))
+        print(f"  beam {b:g}: wfst, wfst-otf done", flush=True)
+        for cap in args.capacities:
+            for width in (0.0, args.bucket_width) if b == beam else (0.0,):
+                cfg = LetConfig(
+                    graph=str(small_graph), lm=str(large_lm), group_capacity=cap, bucket_width=width, **opts
+                )
+                label = f"let, capacity {cap}, " + (f"bucket queue {width:g}" if width else "exact cut-off")
+                rows.append(run_row(label, LetDecoder(cfg, lm=otf.diff), lp, lengths, shift, blank))
+                rows[-1].update(group_capacity=cap, bucket_width=width)
+                print(f"  beam {b:g}: {label} done", flush=True)
     for r in rows:
-        r["ratio_to_otf"] = r["frames_per_second"] / otf_row["frames_per_second"]
-        r["ratio_to_wfst"] = r["frames_per_second"] / plain_row["frames_per_second"]
         r["wer"] = wer(refs, r["words"])
+    for r in rows:
+        same_beam = [x for x in rows if x["beam"] == r["beam"]]
+        otf_row = next(x for x in same_beam if x["decoder"].startswith("wfst-otf"))
+        plain_row = next((x for x in same_beam if x["decoder"].startswith("wfst,")), None)
+        r["ratio_to_otf"] = r["frames_per_second"] / otf_row["frames_per_second"]
+        r["ratio_to_wfst"] = r["frames_per_second"] / plain_row["frames_per_second"] if plain_row else None
         r["same_1best_as_otf"] = sum(a == b for a, b in zip(r["words"], otf_row["words"], strict=True))
-    return case_result(name, lp, lengths, beam, rows)
+        peer = "wfst," if r["decoder"].startswith("wfst-otf") else "wfst-otf"
+        r["ratio_at_equal_wer"] = ratio_at_equal_wer(r, [x for x in rows if x["decoder"].startswith(peer)])
+        r["equal_wer_peer"] = peer.rstrip(",")
+    result = case_result(name, lp, lengths, beam, rows)
+    result["options"].update({k: v for k, v in base.items() if k != "threads"}, beams=args.beams or [beam])
+    return result
+
+
+def ratio_at_equal_wer(row: dict, peers: list[dict]) -> float | None:
+    """`row`'s speed over that of the fastest of `peers` whose WER is at most row's (None: none is)."""
+    fast = [p["frames_per_second"] for p in peers if p["wer"] <= row["wer"] + 1e-12]
+    return row["frames_per_second"] / max(fast) if fast else None
+
+
+def sphinx_case() -> tuple:
+    """The default setup on the tuning sets: (small HCLG, full LM, senone log-likelihoods, lengths,
+    references, frame shift, decoder options)."""
+    import torch
+
+    from asrdecode.audio.loading import load_audio, resample_batch
+    from asrdecode.config import build_config
+    from asrdecode.graph.cache import resolve_graph_spec
+    from asrdecode.io.manifests import read_inputs
+    from asrdecode.models.loading import load_model
+
+    cfg = build_config(None, [], default_setup=True)
+    d = cfg.decoder
+    model = load_model(cfg.model.path, cfg.model.type, cfg.model.topn, 1, cfg.model.density_floor).eval()
+    outputs, refs = [], []
+    for manifest in (ROOT / "data/demo/real/manifest.jsonl", ROOT / "data/real/dev/manifest.jsonl"):
+        for utt in read_inputs(manifest).utterances:
+            wave, rate = load_audio(utt)
+            wav = resample_batch([torch.from_numpy(np.ascontiguousarray(wave))], [rate], model.sample_rate)[0]
+            with torch.inference_mode():
+                feats, n = model.features(wav[None], torch.tensor([wav.shape[0]]))
+                out = model.forward_features(feats, n)
+            outputs.append(out.log_probs[0, : int(out.lengths[0])].numpy())
+            refs.append((utt.text or "").split())
+    lengths = np.array([len(x) for x in outputs])
+    lp = np.zeros((len(outputs), int(lengths.max()), outputs[0].shape[1]), np.float32)
+    for i, x in enumerate(outputs):
+        lp[i, : len(x)] = x
+    options = {
+        "acoustic_scale": d.acoustic_scale, "word_insertion_penalty": d.word_insertion_penalty,
+        "max_active": d.max_active, "min_active": d.min_active, "blank": model.blank_id,
+    }  # fmt: skip
+    graph = resolve_graph_spec(d.graph)
+    return None, graph, d.lm, lp, lengths, refs, model.frame_shift, d.beam, options
 
 
 def print_case(c: dict) -> None:
@@ -115,9 +189,11 @@ def print_case(c: dict) -> None:
     )
     cols = (
         "decoder",
+        "beam",
         "frames/s",
         "vs otf",
         "vs wfst",
+        "at equal WER",
         "WER",
         "1-best = otf",
         "arcs/fr",
@@ -134,11 +210,14 @@ def print_case(c: dict) -> None:
         members = None
         if r["word_members_per_frame"] is not None:
             members = r["word_members_per_frame"] + r["union_members_per_frame"]
+        at_wer = r["ratio_at_equal_wer"]
         t.add_row(
             r["decoder"],
+            f"{r['beam']:g}",
             f"{r['frames_per_second']:.0f}",
             f"{r['ratio_to_otf']:.2f}x",
-            f"{r['ratio_to_wfst']:.3f}x",
+            num(r["ratio_to_wfst"], ".3f"),
+            "-" if at_wer is None else f"{at_wer:.2f}x {r['equal_wer_peer']}",
             f"{r['wer']:.3f}",
             f"{r['same_1best_as_otf']}/{c['utterances']}",
             num(r["arcs_per_frame"]),
@@ -150,10 +229,14 @@ def print_case(c: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k"])
+    ap.add_argument("--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k", "sphinx"])
     ap.add_argument("--utterances", type=int, default=64, help="20k case: spelled sentences")
     ap.add_argument("--capacities", type=int, nargs="+", default=[4, 16], help="let group capacities")
     ap.add_argument("--bucket-width", type=float, default=0.5, help="let bucket-queue bin width")
+    ap.add_argument(
+        "--beams", type=float, nargs="*", default=[], help="a beam sweep (default: each case's beam)"
+    )
+    ap.add_argument("--plot", type=Path, help="WER-vs-RTFx plot of each case: STEM-CASE.png / .svg")
     ap.add_argument("--out", default="out/bench/let_decode.json")
     args = ap.parse_args(argv)
     import torch
@@ -161,7 +244,40 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     load_start = os.getloadavg()
     cases = run_cases(args, run_case, print_case, 1e-5)  # the sentences and pruned graph of wfst_otf
-    write_report(args.out, {"machine": machine_info(load_start), "cases": cases})
+    if "sphinx" in args.cases:
+        *inputs, beam, options = sphinx_case()
+        cases.append(
+            run_case("sphinx HCLG, default setup (demo/real + real/dev)", *inputs, beam, args, options)
+        )
+        print_case(cases[-1])
+    machine = machine_info(load_start)
+    write_report(args.out, {"machine": machine, "cases": cases})
+    if args.plot:
+        for c in cases:
+            plot_case(c, machine, Path(f"{args.plot}-{c['case'].split()[0]}"))
+
+
+def plot_case(case: dict, machine: dict, stem: Path) -> None:
+    """WER against RTFx of a case's rows, one line per decoder (bench.plots.plot_sweep)."""
+    import datetime
+
+    from asrdecode.bench.plots import plot_sweep
+
+    points = [
+        {"system": r["decoder"], "rtfx": r["rtfx"], "wer": r["wer"], "setting": f"beam {r['beam']:g}"}
+        for r in case["rows"]
+        if not r.get("bucket_width")
+    ]
+    result = {
+        "points": points,
+        "note": f"asrdecode bench let: {case['case']}, {case['utterances']} utterances, one thread",
+        "machine": f"{machine['cpu']}, {machine['cores']} cores",
+        "date": datetime.date.today().isoformat(),
+        "load_average": {"before": machine["load_average_at_start"], "after": machine["load_average_at_end"]},
+    }
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    plot_sweep(result, stem)
+    print(f"wrote {stem}.png")
 
 
 if __name__ == "__main__":
