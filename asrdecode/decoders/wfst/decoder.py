@@ -93,11 +93,11 @@ class GraphSearchConfig(PruningOptions):
     max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
     backend: auto | torch | compiled (see each decoder's docstring).
     threads: worker threads of the compiled backend (0 = the cores this process may use).
+    lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
+    nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
     lattice_beam: lattices keep every arc on a path within this cost of the best path (Kaldi's
       --lattice-beam); prune_interval: the search's lattice arcs are pruned every this many
       frames (Kaldi's --prune-interval; the result does not depend on it, memory does).
-    nbest: number of hypotheses in DecodeResult.nbest (1 = only the 1-best; > 1 implies lattice).
-    lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
     """
 
     graph: str = ""
@@ -107,10 +107,10 @@ class GraphSearchConfig(PruningOptions):
     word_insertion_penalty: float = 0.0
     backend: str = "auto"
     threads: int = 0
+    lattice: bool = False
+    nbest: int = 1
     lattice_beam: float = 8.0
     prune_interval: int = 25
-    nbest: int = 1
-    lattice: bool = False
 
     @property
     def want_lattice(self) -> bool:
