@@ -24,7 +24,6 @@ BLANK_NAMES = ("<blk>", "<blank>", "<b>")
 RESERVED_WORDS = ("<eps>", "<s>", "</s>", "#0")
 
 
-RECIPE_VERSION = 2
 DISAMBIG = re.compile(r"^#\d+$")
 
 
