@@ -63,6 +63,30 @@ class WorkspaceLayout:
         )
 
 
+def lattice_records(
+    layout: WorkspaceLayout, arrays: tuple, n_arcs: int, n_nodes: int, n_pairs: int | None = None
+) -> tuple[np.recarray, ...]:
+    """Copies of a search's kept lattice arcs (``frame src dst arc ac``) and nodes (``frame state
+    cost``) from its ``lat_*`` and ``node_*`` fields. With `n_pairs` (the on-the-fly searches,
+    whose lattice states are (graph state, LM state) pairs) the arcs also carry the LM's share
+    ``lm`` and a third record array gives each pair's ``state`` and ``lm_state``."""
+    names = ["frame", "src", "dst", "arc", "ac"] + (["lm"] if n_pairs is not None else [])
+    arcs = np.rec.fromarrays(
+        [arrays[i][:n_arcs].copy() for i in layout.indices(*(f"lat_{n}" for n in names))], names=names
+    )
+    nodes = np.rec.fromarrays(
+        [arrays[i][:n_nodes].copy() for i in layout.indices("node_frame", "node_state", "node_cost")],
+        names=["frame", "state", "cost"],
+    )
+    if n_pairs is None:
+        return arcs, nodes
+    pairs = np.rec.fromarrays(
+        [arrays[i][:n_pairs].copy() for i in layout.indices("pair_state", "pair_u")],
+        names=["state", "lm_state"],
+    )
+    return arcs, nodes, pairs
+
+
 @numba.njit(nogil=True, cache=True)
 def grow(a: np.ndarray, need: int) -> np.ndarray:
     """`a` if it holds `need` elements, else a copy with (at least) twice the capacity."""

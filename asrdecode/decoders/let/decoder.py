@@ -44,7 +44,7 @@ from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.decoder import GraphSearchConfig
 from asrdecode.decoders.wfst.lattice import backward_costs, collapse_kernel
 from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, attach_lattices, blank_column
-from asrdecode.decoders.workspace import INIT_CAPACITY
+from asrdecode.decoders.workspace import INIT_CAPACITY, lattice_records
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, new_memo
@@ -115,20 +115,7 @@ class LetWorkspace:
         from asrdecode.decoders.let import search
 
         na, nn, npair = (int(self.ctr[i]) for i in (search.C_LAT_ARCS, search.C_NODES, search.C_PAIRS))
-        w = self.lattice
-        names = ["frame", "src", "dst", "arc", "ac", "lm"]
-        arcs = np.rec.fromarrays(
-            [w[i][:na].copy() for i in search.LATTICE.indices(*(f"lat_{n}" for n in names))], names=names
-        )
-        nodes = np.rec.fromarrays(
-            [w[i][:nn].copy() for i in search.LATTICE.indices("node_frame", "node_state", "node_cost")],
-            names=["frame", "state", "cost"],
-        )
-        pairs = np.rec.fromarrays(
-            [w[i][:npair].copy() for i in search.LATTICE.indices("pair_state", "pair_u")],
-            names=["state", "lm_state"],
-        )
-        return arcs, nodes, pairs
+        return lattice_records(search.LATTICE, self.lattice, na, nn, npair)
 
 
 class LetSearch(CompiledRunner):

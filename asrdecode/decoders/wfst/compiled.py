@@ -83,6 +83,7 @@ from asrdecode.decoders.workspace import (
     WorkspaceLayout,
     grow,
     grow_fields,
+    lattice_records,
 )
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, lm_final, memo_fill, memo_get, new_memo
@@ -1209,26 +1210,10 @@ class Workspace:
         `lattice.LatticeStore.data`). With an LM the arcs also carry the LM's share (``lm``), the
         lattice states are the utterance's (graph state, LM state) pairs, and a third record
         array gives each pair id's ``state`` and ``lm_state``."""
-        na, nn = int(self.ctr[C_LAT_ARCS]), int(self.ctr[C_NODES])
-        w = self.arrays
-        names = ["frame", "src", "dst", "arc", "ac"] + (["lm"] if self.has_lm else [])
-        fields = WORKSPACE.indices(*(f"lat_{n}" for n in names))
-        arcs = np.rec.fromarrays(
-            [w[i][:na].copy() for i in fields],
-            names=["frame", "src", "dst", "arc", "ac"] + (["lm"] if self.has_lm else []),
+        pairs = int(self.ctr[C_PAIRS]) if self.has_lm else None
+        return lattice_records(
+            WORKSPACE, self.arrays, int(self.ctr[C_LAT_ARCS]), int(self.ctr[C_NODES]), pairs
         )
-        nodes = np.rec.fromarrays(
-            [w[i][:nn].copy() for i in WORKSPACE.indices("node_frame", "node_state", "node_cost")],
-            names=["frame", "state", "cost"],
-        )
-        if not self.has_lm:
-            return arcs, nodes
-        npair = int(self.ctr[C_PAIRS])
-        pairs = np.rec.fromarrays(
-            [w[i][:npair].copy() for i in WORKSPACE.indices("pair_state", "pair_u")],
-            names=["state", "lm_state"],
-        )
-        return arcs, nodes, pairs
 
 
 class CompiledSearch(CompiledRunner):
