@@ -50,10 +50,10 @@ from asrdecode.decoders.wfst.compiled import (
     kth_smallest,
     pair_id,
     pairs_room,
+    prune_pair_window,
     queue_pop,
     running_bound,
 )
-from asrdecode.decoders.wfst.lattice import prune_window
 from asrdecode.decoders.workspace import WorkspaceLayout, grow, grow_fields, swap_spans
 from asrdecode.lm.difference import MEMO_DTYPE, lm_final, memo_fill, memo_get
 from asrdecode.numba_status import configure_cache
@@ -874,13 +874,10 @@ def _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ct
             lat_lm[na] = lmc
             na += 1
     if frame >= 0 and prune_interval > 0 and (frame + 1) % prune_interval == 0:
-        if pair_slot.shape[0] < npair:
-            pair_slot, pair_slot2 = grow_fields((pair_slot, pair_slot2), 0, 1, npair)
-            pair_slot[:] = -1
-            pair_slot2[:] = -1
-        nn, na, taken = prune_window(
+        nn, na, taken, pair_slot, pair_slot2 = prune_pair_window(
             arcs, np.zeros(0, np.float32), frame, lattice_beam, node_frame, node_state, node_cost,
             node_extra, nn, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, na, pair_slot, pair_slot2,
+            npair,
         )  # fmt: skip
         stats[S_PRUNE_FRAMES] += taken
     ctr[C_NODES], ctr[C_LAT_ARCS], ctr[C_PAIRS] = nn, na, npair

@@ -52,10 +52,9 @@ def force_align(
         threads=1,
     )
     exhaustive = WfstConfig(**shared)
-    word_ids = {w: i for i, w in paths.words.items()}
     results: list[DecodeResult | None] = []
     for b, words in enumerate(transcripts):
-        ids = [word_ids.get(w) for w in words]
+        ids = [paths.word_ids.get(w) for w in words]
         if any(i is None for i in ids):
             results.append(None)
             continue

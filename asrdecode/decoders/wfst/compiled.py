@@ -364,6 +364,25 @@ def clear_pairs(pair_tab, pair_state, pair_u, npair, U) -> None:
 
 
 @numba.njit(nogil=True, cache=True)
+def prune_pair_window(
+    arcs, boost, frame, beam, node_frame, node_state, node_cost, node_extra, n_nodes,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, n_arcs, pair_slot, pair_slot2, npair,
+):  # fmt: skip
+    """`lattice.prune_window` of an on-the-fly search, whose lattice states are its `npair` pair
+    ids: the pair-indexed maps grown to them first (all -1). Returns (nodes kept, arcs kept, frames
+    taken, pair_slot, pair_slot2)."""
+    if pair_slot.shape[0] < npair:
+        pair_slot, pair_slot2 = grow_fields((pair_slot, pair_slot2), 0, 1, npair)
+        pair_slot[:] = -1
+        pair_slot2[:] = -1
+    kept_nodes, kept_arcs, taken = prune_window(
+        arcs, boost, frame, beam, node_frame, node_state, node_cost, node_extra, n_nodes,
+        lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, n_arcs, pair_slot, pair_slot2,
+    )  # fmt: skip
+    return kept_nodes, kept_arcs, taken, pair_slot, pair_slot2
+
+
+@numba.njit(nogil=True, cache=True)
 def pairs_room(pair_state, pair_u, pair_tab, U, npair, need):
     """(pair states, pair LM states, pair table) with room for `need` more lattice pairs (arrays
     grown; the table rebuilt larger from the pairs' states when it would pass load 1/2)."""
@@ -945,15 +964,11 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
                     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, None, ctr[C_LAT_ARCS], slot, slot2,
                 )  # fmt: skip
             else:  # lattice states are pairs: maps indexed by pair id
-                if pair_slot.shape[0] < ctr[C_PAIRS]:
-                    pair_slot, pair_slot2 = grow_fields((pair_slot, pair_slot2), 0, 1, ctr[C_PAIRS])
-                    pair_slot[:] = -1
-                    pair_slot2[:] = -1
-                ctr[C_NODES], ctr[C_LAT_ARCS], taken = prune_window(
+                ctr[C_NODES], ctr[C_LAT_ARCS], taken, pair_slot, pair_slot2 = prune_pair_window(
                     arcs, boost, frame, settings.lattice_beam,
                     node_frame, node_state, node_cost, node_extra, ctr[C_NODES],
                     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, ctr[C_LAT_ARCS],
-                    pair_slot, pair_slot2,
+                    pair_slot, pair_slot2, ctr[C_PAIRS],
                 )  # fmt: skip
             stats[STAT_PRUNE_FRAMES] += taken
     return (

@@ -200,7 +200,7 @@ class WfstDecoder:
         )
         self.graph_cpu = self.paths.graph
         self.words = self.paths.words
-        self.word_ids = {w: i for i, w in self.words.items()}
+        self.word_ids = self.paths.word_ids
         self._graphs: dict[str, SearchGraph] = {}
         self.last_info: dict[str, Any] = {}
         self._streams: dict[int, _Stream] = {}

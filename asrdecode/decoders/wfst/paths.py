@@ -112,7 +112,8 @@ class BestPath:
 
 
 class GraphPaths:
-    """A decoding graph's arcs on the host, its words and pronunciations: reads best paths back.
+    """A decoding graph's arcs on the host, its words (both ways) and pronunciations: reads best
+    paths back.
     `graph` is the graph the search runs on (with the word insertion penalty on its word arcs)."""
 
     def __init__(
@@ -124,6 +125,7 @@ class GraphPaths:
     ) -> None:
         self.graph = graph
         self.words = words
+        self.word_ids = {w: i for i, w in words.items()}
         self.context = context
         self.prons = prons or {}
         a = graph.arc_arrays()
