@@ -509,6 +509,7 @@ BENCHMARKS = {
     "wfst-otf": ("wfst_otf", "`wfst-otf` (small graph + big LM on the fly) vs `wfst` on the big graph."),
     "let": ("let_decode", "`let` vs `wfst-otf` and `wfst` on the same graphs, LMs and log-probs."),
     "wfst-ops": ("wfst_torch_ops", "Torch operations per frame of the `wfst` torch backend."),
+    "lm-backoff": ("lm_backoff", "An LM's backoff read exactly vs as G's cheapest paths; wfst-otf vs wfst."),
     "lattice-scaling": ("lattice_scaling", "Lattice decoding time against input length."),
     "transducer-greedy": ("transducer_greedy", "Transducer greedy decoding vs NeMo's (NeMo's own venv)."),
     "transducer-beam": ("transducer_beam", "Transducer beam search vs NeMo's (NeMo's own venv)."),

@@ -12,7 +12,8 @@ log-probs and beams, and the default setup's:
 * ``demo``: the embedded demo model on the 44 demo clips; large LM = the demo trigram, small = its
   entropy-pruned copy (data/demo/otf/small-lm.arpa); beam 16, max_active 10000.
 * ``20k``: the 20k-word synthetic trigram (character lexicon, spelled 10%-confused log-probs of
-  ``--utterances`` corpus sentences) and its copy pruned at 1e-5; beam 10, max_active 10000.
+  ``--utterances`` corpus sentences) and its copy pruned at ``--threshold-20k`` (1e-5: a small graph
+  of 4% of the large one's bytes; 1e-6: 30%); beam 10, max_active 10000.
 * ``sphinx``: the default setup (`asrdecode info`): pocketsphinx's en-us HMM scored on the device on
   the tuning sets data/demo/real and data/real/dev, the small HCLG (built into the graph cache on
   first use) and pocketsphinx's full trigram on the fly; its scales, beam 13 and max_active 4000
@@ -144,14 +145,13 @@ def ratio_at_equal_wer(row: dict, peers: list[dict]) -> float | None:
     return row["frames_per_second"] / max(fast) if fast else None
 
 
-def sphinx_case() -> tuple:
-    """The default setup on the tuning sets: (small HCLG, full LM, senone log-likelihoods, lengths,
-    references, frame shift, decoder options)."""
+def sphinx_inputs() -> tuple:
+    """The default setup's model on the tuning sets: (senone log-likelihoods, lengths, references,
+    frame shift, the default setup's decoder config, its decoder options)."""
     import torch
 
     from asrdecode.audio.loading import load_audio, resample_batch
     from asrdecode.config import build_config
-    from asrdecode.graph.cache import resolve_graph_spec
     from asrdecode.io.manifests import read_inputs
     from asrdecode.models.loading import load_model
 
@@ -176,8 +176,33 @@ def sphinx_case() -> tuple:
         "acoustic_scale": d.acoustic_scale, "word_insertion_penalty": d.word_insertion_penalty,
         "max_active": d.max_active, "min_active": d.min_active, "blank": model.blank_id,
     }  # fmt: skip
-    graph = resolve_graph_spec(d.graph)
-    return None, graph, d.lm, lp, lengths, refs, model.frame_shift, d.beam, options
+    return lp, lengths, refs, model.frame_shift, d, options
+
+
+def sphinx_case(inputs: tuple) -> tuple:
+    """The default setup on the tuning sets: (no large graph, small HCLG, full LM, senone
+    log-likelihoods, lengths, references, frame shift, beam, decoder options)."""
+    from asrdecode.graph.cache import resolve_graph_spec
+
+    lp, lengths, refs, shift, d, options = inputs
+    return None, resolve_graph_spec(d.graph), d.lm, lp, lengths, refs, shift, d.beam, options
+
+
+def sphinx_static_case(inputs: tuple) -> tuple:
+    """The static path's LM on the fly: `wfst` on the static sphinx HCLG (configs/sphinx-en-us.yaml's
+    graph, built with data/lm/sphinx-en-us-72k.arpa.gz) against the default setup's small HCLG
+    with that same ARPA on the fly; the default setup's scales and beam, the static path's
+    max_active (7000)."""
+    from asrdecode.graph.cache import resolve_graph_spec
+
+    lp, lengths, refs, shift, d, options = inputs
+    large = ROOT / "out" / "graphs" / "sphinx-en-us"
+    if not (large / "meta.json").is_file():
+        build = f"asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out {large}"
+        raise SystemExit(f"{large} is missing ({build})")
+    arpa = ROOT / "data" / "lm" / "sphinx-en-us-72k.arpa.gz"
+    options = {**options, "max_active": 7000}
+    return large, resolve_graph_spec(d.graph), arpa, lp, lengths, refs, shift, d.beam, options
 
 
 def print_case(c: dict) -> None:
@@ -229,8 +254,11 @@ def print_case(c: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k", "sphinx"])
+    ap.add_argument(
+        "--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k", "sphinx", "sphinx-static"]
+    )
     ap.add_argument("--utterances", type=int, default=64, help="20k case: spelled sentences")
+    ap.add_argument("--threshold-20k", type=float, default=1e-5, help="20k case: small LM's prune threshold")
     ap.add_argument("--capacities", type=int, nargs="+", default=[4, 16], help="let group capacities")
     ap.add_argument("--bucket-width", type=float, default=0.5, help="let bucket-queue bin width")
     ap.add_argument(
@@ -243,12 +271,17 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     load_start = os.getloadavg()
-    cases = run_cases(args, run_case, print_case, 1e-5)  # the sentences and pruned graph of wfst_otf
-    if "sphinx" in args.cases:
-        *inputs, beam, options = sphinx_case()
-        cases.append(
-            run_case("sphinx HCLG, default setup (demo/real + real/dev)", *inputs, beam, args, options)
-        )
+    cases = run_cases(args, run_case, print_case, args.threshold_20k)  # wfst_otf's sentences and graphs
+    sphinx = [c for c in ("sphinx", "sphinx-static") if c in args.cases]
+    inputs = sphinx_inputs() if sphinx else None
+    for c in sphinx:
+        if c == "sphinx":
+            *case, beam, options = sphinx_case(inputs)
+            name = "sphinx HCLG, default setup (demo/real + real/dev)"
+        else:
+            *case, beam, options = sphinx_static_case(inputs)
+            name = "sphinx HCLG, the static graph's LM on the fly (demo/real + real/dev)"
+        cases.append(run_case(name, *case, beam, args, options))
         print_case(cases[-1])
     machine = machine_info(load_start)
     write_report(args.out, {"machine": machine, "cases": cases})
