@@ -4,8 +4,8 @@
     .venv/bin/python scripts/export_sphinx_lm.py            # data/lm/sphinx-en-us-72k.arpa.gz (~4 min)
     .venv/bin/python scripts/export_sphinx_lm.py --full     # + data/cache/sphinx-en-us.arpa.gz (35 MB)
     .venv/bin/python scripts/export_sphinx_lm.py --vocab 20000 --prune 1e-7
-    .venv/bin/python scripts/export_sphinx_lm.py --prune 1e-5 --name sphinx-en-us-72k-small \
-        --out asrdecode/assets/lm                            # the default setup's small graph LM
+    .venv/bin/python scripts/export_sphinx_lm.py --prune 1e-5 --exact-bigram \
+        --name sphinx-en-us-72k-small --out asrdecode/assets/lm   # the default setup's small graph LM
 
 pocketsphinx 5.1.1's own `NGramModel.write(path, 'arpa')` multiplies every log10 value by a
 constant that changes from run to run, and dies (SIGSEGV) at the end of the bigrams, before any
@@ -22,6 +22,10 @@ The graph LM keeps the words that the model's dictionary (`cmudict-en-us.dict`) 
 of them by default, or the `--vocab` most probable), renormalises (`limit_vocabulary`), then
 entropy-prunes with kaldingram (`--prune`, relative perplexity change) so that an HCLG builds on a
 2-core machine. Vocabulary choice uses unigram probability only.
+
+``--exact-bigram`` then keeps the pruned LM's bigrams, each raised to its backoff route where that
+is more probable (`asrdecode.lm.backoff.exact_bigram`): the small graph of on-the-fly decoding,
+whose G must read the LM exactly for the composition to be the large LM read exactly.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from asrdecode.lm.arpa import check_arpa
+from asrdecode.lm.backoff import BackoffReadings, exact_bigram
 from asrdecode.lm.sphinx_arpa_dump import (
     compare_with_dump,
     dump_scale,
@@ -133,6 +138,9 @@ def main() -> None:
     ap.add_argument(
         "--prune", type=float, default=1e-6, help="kaldingram entropy-pruning threshold (0 = none)"
     )
+    ap.add_argument(
+        "--exact-bigram", action="store_true", help="keep bigrams, raised so that G reads them exactly"
+    )
     ap.add_argument("--name", help="file stem of the graph LM (default sphinx-en-us-<vocab/1000>k)")
     ap.add_argument("--full", action="store_true", help="also write the whole LM as ARPA (35 MB gz)")
     ap.add_argument("--full-out", type=Path, default=Path("data/cache/sphinx-en-us.arpa.gz"))
@@ -190,6 +198,10 @@ def main() -> None:
     ):  # mtime 0: same bytes every run
         shutil.copyfileobj(src, dst)
     pruned.unlink()
+    if args.exact_bigram:
+        small, raised = exact_bigram(BackoffReadings.read(final))
+        small.write(final)
+        print(f"  kept the bigrams; {raised} raised to their backoff route")
     summary = check_arpa(final)
     print(
         f"wrote {final}: {summary.counts} n-grams, "

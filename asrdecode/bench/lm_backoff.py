@@ -3,13 +3,8 @@
     .venv/bin/asrdecode bench lm-backoff                 # the 20k case: LM costs and decodes
     .venv/bin/asrdecode bench lm-backoff --case sphinx   # the real sets' references, the static ARPA
 
-A static graph's G (kaldilm's arpa2fst, like Kaldi's) has a backoff *epsilon* arc from each
-history to its suffix, so a word can be read by its own n-gram or after backing off, and the search
-keeps the cheaper path: G's cost of a sentence is its **cheapest path**. The on-the-fly decoders'
-LM lookups (`asrdecode.lm`), like pocketsphinx, KenLM and SRILM, read the textbook rule: the
-n-gram of the longest history that has one, backoff weights of the longer ones added (**exact**).
-The two agree where every explicit n-gram costs less than its backoff route, as in an
-interpolated LM; an LM written with backoff estimates, or pruned, can have n-grams that cost more.
+A static graph's G reads an LM as its **cheapest path** (backoff arcs are epsilons); the on-the-fly
+decoders' LM lookups, like pocketsphinx, read it **exactly** (`asrdecode.lm.backoff`).
 
 `wfst-otf` scores the small graph's cheapest path plus ``large - small`` read exactly, so over a
 wide beam it approaches the big LM read exactly, not the big graph's cheapest paths. Printed per
@@ -26,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from pathlib import Path
 
@@ -34,69 +28,10 @@ import numpy as np
 
 from asrdecode.bench.harness import machine_info, write_report
 from asrdecode.lm.arpa import ArpaReader
+from asrdecode.lm.backoff import BackoffReadings
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "out" / "bench"
-LN10 = math.log(10.0)
-
-
-class BackoffReadings:
-    """An ARPA LM read both ways: `exact` (the textbook backoff rule) and `cheapest_path` (the
-    lowest cost over the paths of its G with epsilon backoff arcs, a Viterbi pass over G's states).
-    Histories are G's states: every n-gram below the highest order, and the empty history."""
-
-    def __init__(self, path: Path) -> None:
-        self.prob: dict[tuple[str, ...], float] = {}
-        self.bow: dict[tuple[str, ...], float] = {}
-        for entry in ArpaReader(path):
-            gram = tuple(entry.words)
-            self.prob[gram] = entry.log10_prob
-            if entry.log10_backoff:
-                self.bow[gram] = entry.log10_backoff
-        self.order = max(len(g) for g in self.prob)
-
-    def state(self, gram: tuple[str, ...]) -> tuple[str, ...]:
-        """G's state after `gram`: its longest suffix that is a history of the LM."""
-        gram = gram[max(len(gram) - (self.order - 1), 0) :]
-        while gram and gram not in self.prob:
-            gram = gram[1:]
-        return gram
-
-    def in_vocabulary(self, words: list[str]) -> bool:
-        return all((w,) in self.prob for w in words)
-
-    def exact(self, words: list[str]) -> float:
-        """-ln p(<s> words </s>) by the backoff rule."""
-        hist, total = self.state(("<s>",)), 0.0
-        for w in [*words, "</s>"]:
-            h = hist
-            while h + (w,) not in self.prob:
-                if not h:
-                    raise KeyError(f"{w!r} is not in the LM's vocabulary")
-                total -= self.bow.get(h, 0.0)
-                h = self.state(h[1:])
-            total -= self.prob[h + (w,)]
-            hist = self.state(hist + (w,))
-        return total * LN10
-
-    def cheapest_path(self, words: list[str]) -> float:
-        """The lowest cost of ``<s> words </s>`` over G's paths, each word read at any backoff level."""
-        frontier = {self.state(("<s>",)): 0.0}
-        for w in [*words, "</s>"]:
-            nxt: dict[tuple[str, ...], float] = {}
-            for hist, cost in frontier.items():
-                h, acc = hist, cost
-                while True:
-                    if h + (w,) in self.prob:
-                        dst, c = self.state(h + (w,)), acc - self.prob[h + (w,)]
-                        if c < nxt.get(dst, math.inf):
-                            nxt[dst] = c
-                    if not h:
-                        break
-                    acc -= self.bow.get(h, 0.0)
-                    h = self.state(h[1:])
-            frontier = nxt
-        return min(frontier.values()) * LN10
 
 
 def compare_readings(lm: BackoffReadings, sentences: list[list[str]]) -> dict:
@@ -158,7 +93,7 @@ def decode_20k(args) -> dict:
         ),
     }
     static, exact_model = decoders[next(iter(decoders))], list(decoders.values())[-1]
-    readings = BackoffReadings(large_lm)
+    readings = BackoffReadings.read(large_lm)
     hyps: dict[str, list[list[str]]] = {name: [] for name in decoders}
     check, search_errors = [], 0
     blank = lp.shape[2] - 1
@@ -213,13 +148,13 @@ def main(argv: list[str] | None = None) -> None:
 
         _, _, large_lm, _, _, refs = case_20k(1e-5, args.utterances)
         report["lm"] = str(large_lm)
-        report["references"] = compare_readings(BackoffReadings(large_lm), refs)
+        report["references"] = compare_readings(BackoffReadings.read(large_lm), refs)
         report["decodes"] = decode_20k(args)
     else:
         from asrdecode.io.manifests import read_inputs
 
         arpa = ROOT / "data" / "lm" / "sphinx-en-us-72k.arpa.gz"
-        readings = BackoffReadings(arpa)
+        readings = BackoffReadings.read(arpa)
         report["lm"] = str(arpa.relative_to(ROOT))
         for name in ("data/demo/real", "data/real/dev", "data/real/test"):
             utts = read_inputs(ROOT / name / "manifest.jsonl").utterances

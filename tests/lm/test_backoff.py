@@ -1,0 +1,98 @@
+"""`asrdecode.lm.backoff` against independent references: the cheapest path against the shortest
+path through kaldilm's G (epsilon backoff arcs, OpenFst's composition), the exact reading against
+the plain-Python backoff rule of the tests' helpers; `exact_bigram`'s LM read both ways."""
+
+import gzip
+import math
+
+import kaldifst
+import kaldilm
+import numpy as np
+import pytest
+from helpers.otf_ref import ArpaScorer, random_arpa
+
+from asrdecode.lm.backoff import BackoffReadings, exact_bigram
+
+WORDS = ["a", "b", "c", "d"]
+
+
+def kaldilm_g(arpa, tmp_path):
+    """kaldilm's G of `arpa` and its word ids (no disambiguation symbol: backoff arcs are epsilons,
+    ``<s>`` and ``</s>`` are arcs)."""
+    symbols = tmp_path / f"{arpa.stem}.words.txt"
+    fst = tmp_path / f"{arpa.stem}.G.fst"
+    kaldilm.arpa2fst(str(arpa), output_fst=str(fst), write_symbol_table=str(symbols))
+    ids = {}
+    for line in symbols.read_text().splitlines():
+        word, i = line.split()
+        ids[word] = int(i)
+    return kaldifst.StdVectorFst.read(str(fst)), ids
+
+
+def g_cost(g, ids: dict[str, int], words: list[str]) -> float:
+    """The shortest distance of ``<s> words </s>`` through G."""
+    acceptor = kaldifst.make_linear_acceptor([ids[w] for w in ["<s>", *words, "</s>"]])
+    ok, _, _, weight = kaldifst.get_linear_symbol_sequence(
+        kaldifst.shortest_path(kaldifst.compose(acceptor, g))
+    )
+    assert ok
+    return weight.value
+
+
+def sentences(rng, n: int = 40) -> list[list[str]]:
+    return [[str(w) for w in rng.choice(WORDS, size=int(rng.integers(0, 7)))] for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_two_readings_against_g_and_the_backoff_rule(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    arpa = random_arpa(tmp_path / "lm.arpa", rng, WORDS, 3)
+    g, ids = kaldilm_g(arpa, tmp_path)
+    readings, scorer = BackoffReadings.read(arpa), ArpaScorer(arpa)
+    differ = 0
+    for words in sentences(rng):
+        exact, cheapest = readings.exact(words), readings.cheapest_path(words)
+        assert exact == pytest.approx(scorer.cost(words), abs=1e-4)
+        assert cheapest == pytest.approx(g_cost(g, ids, words), abs=1e-3)
+        assert cheapest <= exact + 1e-9  # the exact reading is one of G's paths
+        differ += not math.isclose(exact, cheapest, abs_tol=1e-6)
+    if seed == 0:
+        assert differ > 0  # these LMs have the case (the comparison is not vacuous)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_bigram_is_read_exactly_by_its_g(tmp_path, seed):
+    """Its G's shortest paths (kaldilm) equal its exact reading (the tests' backoff rule) on every
+    sentence; only bigrams below their backoff route changed, to that route."""
+    rng = np.random.default_rng(seed)
+    lm = BackoffReadings.read(random_arpa(tmp_path / "lm.arpa", rng, WORDS, 3))
+    small, raised = exact_bigram(lm)
+    packed = small.write(tmp_path / "small.arpa.gz")
+    again = BackoffReadings.read(packed)
+    assert again.order == 2
+    if seed == 0:
+        assert raised > 0  # the case exists (the checks below are not vacuous)
+    plain = tmp_path / "small.arpa"  # kaldilm reads plain text only
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))
+    assert small.write(tmp_path / "again.arpa").read_bytes() == plain.read_bytes()
+    g, ids = kaldilm_g(plain, tmp_path)
+    scorer = ArpaScorer(plain)
+    for words in sentences(rng):
+        assert again.exact(words) == pytest.approx(scorer.cost(words), abs=1e-4)
+        assert g_cost(g, ids, words) == pytest.approx(again.exact(words), abs=1e-3)
+    changed = 0
+    for gram, p in again.prob.items():
+        before = lm.prob[gram]
+        if len(gram) == 1 or p == pytest.approx(before, abs=1e-6):
+            assert p == pytest.approx(before, abs=1e-6)
+            continue
+        assert p > before and p == pytest.approx(lm.bow.get(gram[:1], 0.0) + lm.prob[gram[1:]], abs=1e-6)
+        changed += 1
+    assert changed == raised
+
+
+def test_an_out_of_vocabulary_word(tmp_path):
+    readings = BackoffReadings.read(random_arpa(tmp_path / "lm.arpa", np.random.default_rng(0), WORDS, 2))
+    assert not readings.in_vocabulary(["a", "zzz"])
+    with pytest.raises(KeyError, match="zzz"):
+        readings.exact(["zzz"])
