@@ -96,3 +96,15 @@ def test_an_out_of_vocabulary_word(tmp_path):
     assert not readings.in_vocabulary(["a", "zzz"])
     with pytest.raises(KeyError, match="zzz"):
         readings.exact(["zzz"])
+
+
+def test_the_default_setups_small_lm_is_read_exactly_by_its_graph():
+    """The shipped small LM (the default setup's graph) is a bigram LM with no bigram less probable
+    than its backoff route (within its 6 printed decimals), so its G's cheapest paths are its exact
+    reading and the on-the-fly composition is the full LM read exactly."""
+    from asrdecode.models.loading import resolve_packaged_path
+
+    lm = BackoffReadings.read(resolve_packaged_path("embedded:lm/sphinx-en-us-72k-small.arpa.gz"))
+    assert lm.order == 2
+    worst = max(lm.bow.get(g[:1], 0.0) + lm.prob[g[1:]] - p for g, p in lm.prob.items() if len(g) == 2)
+    assert worst <= 1e-6
