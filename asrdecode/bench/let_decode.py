@@ -281,13 +281,13 @@ def main(argv: list[str] | None = None) -> None:
         else:
             *case, beam, options = sphinx_static_case(inputs)
             name = "sphinx HCLG, the static graph's LM on the fly (demo/real + real/dev)"
-        cases.append(run_case(name, *case, beam, args, options))
+        cases.append({**run_case(name, *case, beam, args, options), "key": c})
         print_case(cases[-1])
     machine = machine_info(load_start)
     write_report(args.out, {"machine": machine, "cases": cases})
     if args.plot:
         for c in cases:
-            plot_case(c, machine, Path(f"{args.plot}-{c['case'].split()[0]}"))
+            plot_case(c, machine, Path(f"{args.plot}-{c.get('key', c['case'].split()[0])}"))
 
 
 def plot_case(case: dict, machine: dict, stem: Path) -> None:

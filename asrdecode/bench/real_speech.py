@@ -27,8 +27,10 @@ reading the audio files are excluded. asrdecode: the sum of its report's `featur
 ratio to pocketsphinx with the same LM. The end-to-end wall RTFx of each asrdecode command (incl.
 warm-up and writing outputs) is in the JSON. `--on-the-fly wfst-otf,let` adds rows for the default
 setup of `asrdecode transcribe` (no --config: the small HCLG from the cache + pocketsphinx's full
-trigram on the fly) with each of those decoders, on all cores. The load average before and after is
-printed: on a shared machine run it when the CPU is quiet (the decoders run one after the other).
+trigram on the fly) with each of those decoders, on all cores. `--same-lm-config
+configs/sphinx-en-us-same-lm.yaml` adds a row with the same LM as "pocketsphinx, same LM", read
+exactly as pocketsphinx reads it (`wfst-otf` over the small graph), on all cores. The load average
+before and after is printed: on a shared machine run it when the CPU is quiet (the decoders run one after the other).
 """
 
 from __future__ import annotations
@@ -124,6 +126,8 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
         "asrdecode 1 thread": (args.config, args.graph, one_thread, "1-thread"),
         f"asrdecode {cores} cores": (args.config, args.graph, all_cores, "all-cores"),
     }
+    if args.same_lm_config is not None:  # the same LM read exactly, on the fly over the small graph
+        runs["asrdecode wfst-otf, same LM read exactly"] = (args.same_lm_config, None, all_cores, "same-lm")
     for decoder in args.on_the_fly:  # the default setup: the small graph + the full LM, all cores
         overrides = [*all_cores, f"decoder.type={decoder}"]
         runs[f"asrdecode {decoder}, full LM"] = (None, None, overrides, decoder)
@@ -227,6 +231,11 @@ def main(argv: list[str] | None = None) -> None:
         type=lambda v: [d for d in v.split(",") if d],
         help="also these decoders (wfst-otf,let) on the default setup (no --config: the small graph "
         "from the cache + pocketsphinx's full trigram)",
+    )
+    ap.add_argument(
+        "--same-lm-config",
+        type=Path,
+        help="also this config on all cores (configs/sphinx-en-us-same-lm.yaml: the same LM read exactly)",
     )
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
     args = ap.parse_intermixed_args(argv)

@@ -7,6 +7,10 @@ cost changes by ``lm_scale * (cost_large(w | h) - cost_small(w | h))`` (cost = -
 end ``lm_scale * (cost_large(</s> | h) - cost_small(</s> | h))`` is added. Other scales mix the two
 in the log domain: ``(1 - lm_scale) * small + lm_scale * large``.
 
+Both LMs are read exactly (the backoff rule). A graph's G reads its LM as its cheapest path (an
+n-gram or its backoff route, whichever costs less), so the composition is the large LM read exactly
+only if the graph reads the small LM exactly: a unigram LM, or `asrdecode.lm.backoff.exact_bigram`'s.
+
 **One combined state per token** (not a pair): the state of a backoff LM after a word sequence is
 the longest suffix of ``<s> w1 .. wk`` that is a history of the LM (`BatchedNgramLM.histories`). Both
 history sets are prefix-closed, so their union U is too, and the longest suffix of the word sequence
