@@ -6,6 +6,7 @@ problem is a one-line ConfigError naming the option."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from asrdecode.errors import AsrDecodeError, ConfigError
 from asrdecode.graph.cache import cache_root
 from asrdecode.lm.difference import DifferenceLM
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
+
+log = logging.getLogger("asrdecode.decoders")
 
 
 def small_lm_of(graph_spec: str) -> str:
@@ -58,6 +61,14 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
     except AsrDecodeError as err:
         raise ConfigError(f"decoder.lm: {err}") from None
     lm.check_words(olabels, words, small, large)
+    below = lm.small.ngrams_below_backoff_route()
+    if below:
+        log.warning(
+            "decoder.small_lm %s: %d of its n-grams are less probable than their backoff route, which "
+            "the graph takes instead, so the search is not %s read exactly (docs/real-speech.md; "
+            "asrdecode.lm.backoff.exact_bigram makes a small LM without this)",
+            small, below, large,
+        )  # fmt: skip
     return lm
 
 

@@ -566,6 +566,18 @@ class BatchedNgramLM(torch.nn.Module):
         nxt = torch.where(found, nxt, self.root_next[tokens])
         return logp, nxt
 
+    def ngrams_below_backoff_route(self, tolerance: float = 1e-4) -> int:
+        """How many explicit n-grams (above the unigrams) are less probable, by more than `tolerance`
+        nats, than their backoff route (the state's backoff weight plus the word read from its
+        backoff state). A graph's G reads those more cheaply than this LM does
+        (`asrdecode.lm.backoff`)."""
+        degrees = self.arc_offsets[1:] - self.arc_offsets[:-1]
+        src = torch.repeat_interleave(torch.arange(self.num_states, device=degrees.device), degrees)
+        keep = src != self.ROOT
+        src, tokens, weight = src[keep], self.arc_token[keep], self.arc_weight[keep]
+        route, _ = self.score(self.backoff_state[src], tokens)
+        return int((self.backoff_weight[src] + route > weight + tolerance).sum())
+
     def history_index(self) -> _HistoryIndex:
         """The states as a trie of histories: (state, token) -> the state of the history one token
         longer (``<s>`` = -1; the unigram states hang off the root; top-order arcs, which go to

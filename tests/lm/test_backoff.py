@@ -108,3 +108,27 @@ def test_the_default_setups_small_lm_is_read_exactly_by_its_graph():
     assert lm.order == 2
     worst = max(lm.bow.get(g[:1], 0.0) + lm.prob[g[1:]] - p for g, p in lm.prob.items() if len(g) == 2)
     assert worst <= 1e-6
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_tensor_lm_counts_the_ngrams_below_their_backoff_route(tmp_path, seed):
+    """`BatchedNgramLM.ngrams_below_backoff_route` (what `wfst-otf` and `let` warn about) against the
+    plain-Python count over the ARPA (n-grams into ``</s>`` are final weights there, not arcs)."""
+    from asrdecode.lm.ngram_tensor import BatchedNgramLM
+
+    arpa = random_arpa(tmp_path / "lm.arpa", np.random.default_rng(seed), WORDS, 3)
+    readings = BackoffReadings.read(arpa)
+    expected = 0
+    for gram, p in readings.prob.items():
+        if len(gram) > 1 and gram[-1] != "</s>":
+            route = readings.bow.get(gram[:-1], 0.0) + readings.word_log10(
+                readings.state(gram[1:-1]), gram[-1]
+            )
+            expected += route * math.log(10) > p * math.log(10) + 1e-4
+    lm = BatchedNgramLM.from_arpa(arpa, vocab=WORDS, token_ids="words")
+    assert lm.ngrams_below_backoff_route() == expected
+    if seed == 0:
+        assert expected > 0
+    small, _ = exact_bigram(readings)
+    exact = BatchedNgramLM.from_arpa(small.write(tmp_path / "small.arpa"), vocab=WORDS, token_ids="words")
+    assert exact.ngrams_below_backoff_route() == 0
