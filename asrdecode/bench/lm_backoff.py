@@ -57,10 +57,8 @@ def compare_readings(lm: BackoffReadings, sentences: list[list[str]]) -> dict:
 def unigram_arpa(large: Path, out: Path) -> Path:
     """The large LM's unigrams alone (no backoff weights), as an ARPA file."""
     if not out.is_file():
-        ones = [f"{e.log10_prob:.7f}\t{e.words[0]}" for e in ArpaReader(large) if e.order == 1]
-        body = "\n".join(ones)
-        text = f"\\data\\\nngram 1={len(ones)}\n\n\\1-grams:\n{body}\n\n\\end\\\n"
-        out.write_text(text)
+        ones = {(e.words[0],): e.log10_prob for e in ArpaReader(large) if e.order == 1}
+        BackoffReadings(ones, {}).write(out)
     return out
 
 
@@ -92,7 +90,8 @@ def decode_20k(args) -> dict:
             WfstOtfConfig(graph=str(uni_graph), lm=str(large_lm), **{**opts, "max_active": 30000})
         ),
     }
-    static, exact_model = decoders[next(iter(decoders))], list(decoders.values())[-1]
+    static_name, *_, exact_name = decoders
+    static, exact_model = decoders[static_name], decoders[exact_name]
     readings = BackoffReadings.read(large_lm)
     hyps: dict[str, list[list[str]]] = {name: [] for name in decoders}
     check, search_errors = [], 0
@@ -112,9 +111,9 @@ def decode_20k(args) -> dict:
             check.append(abs(decoded - lm_gap))
         # a search error of the exact model: another system's words cost less in it
         for words in {tuple(h[-1]) for h in hyps.values()} | {tuple(refs[i])}:
-            if list(words) != hyps[list(decoders)[-1]][-1]:
+            if list(words) != hyps[exact_name][-1]:
                 f = force_align(exact_model, out, [list(words)])[0]
-                if f is not None and f.score > best[list(decoders)[-1]].score + 1e-3:
+                if f is not None and f.score > best[exact_name].score + 1e-3:
                     search_errors += 1
                     break
     texts = [" ".join(r) for r in refs]
