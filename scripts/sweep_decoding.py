@@ -6,9 +6,10 @@
     .venv/bin/python scripts/sweep_decoding.py --config configs/sphinx-en-us-otf.yaml \\
         --graph cache:embedded:configs/graph/sphinx-en-us-small.yaml decoder.beam=9,11,13   # default setup
 
-For each `--manifest` (default: the tuning sets data/real/dev and data/demo/real; never point it at
-data/real/test, the held-out set) the model runs once with `output.save_logprobs=true`; then every
-combination of the grid's values decodes the saved log-probs (`asrdecode transcribe LOGPROBS_DIR`)
+For each `--manifest` (default: the tuning sets data/real/dev, data/demo/real and
+data/real/phone-dev; never point it at data/real/test or data/real/phone-test, the held-out sets)
+the model runs once with `output.save_logprobs=true`; then every combination of the grid's values
+decodes the saved log-probs (`asrdecode transcribe LOGPROBS_DIR`)
 and its WER per set and pooled over the sets (errors / reference words) is printed and written to
 JSON with the decode stage's seconds summed over the sets (run it on a quiet machine: the load
 average is printed at the end). Grid keys are config overrides with comma-separated values; the
@@ -26,7 +27,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TUNING = ["data/real/dev/manifest.jsonl", "data/demo/real/manifest.jsonl"]
+TUNING = [
+    "data/real/dev/manifest.jsonl",
+    "data/demo/real/manifest.jsonl",
+    "data/real/phone-dev/manifest.jsonl",
+]
 
 
 def transcribe(source: Path, out: Path, config: Path, overrides: list[str]) -> dict:

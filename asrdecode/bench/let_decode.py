@@ -16,7 +16,7 @@ log-probs and beams, and the default setup's:
   of 4% of the large one's bytes; 1e-6: 30%); beam 10, max_active 10000.
 * ``sphinx``: the default setup (`asrdecode info`): pocketsphinx's en-us HMM scored on the device on
   the tuning sets data/demo/real and data/real/dev, the small HCLG (built into the graph cache on
-  first use) and pocketsphinx's full trigram on the fly; its scales, beam 13 and max_active 4000
+  first use) and pocketsphinx's full trigram on the fly; its scales, beam and max_active
   (no `wfst` row: a static graph of the full trigram does not build here).
 
 ``--beams``: every row at each of these beams instead of the case's own (`max_active` as the

@@ -7,7 +7,9 @@
 
 Sets (each printed with how it was used): `data/demo/real` (pocketsphinx 5.1.1's test clips; earlier
 sessions chose the graph's pruning on it), `data/real/dev` (the tuning set of the decoding defaults)
-and `data/real/test` (held out: no choice was ever made by looking at it); see data/README.md.
+`data/real/phone-dev` (60 telephone prompts, 8 kHz; tuning) and `data/real/test` and
+`data/real/phone-test` (59 more prompts; both held out: no choice was ever made by looking at
+them); see data/README.md.
 Both decoders get the same 16 kHz recordings. Per set, three rows besides asrdecode's:
 pocketsphinx with the LM file the graph was built from ("same LM": the exported en-us trigram,
 72.5k words, entropy-pruned; `configs/graph/sphinx-en-us.yaml`) and with its own full en-us.lm.bin
@@ -30,7 +32,8 @@ setup of `asrdecode transcribe` (no --config: the small HCLG from the cache + po
 trigram on the fly) with each of those decoders, on all cores. `--same-lm-config
 configs/sphinx-en-us-same-lm.yaml` adds a row with the same LM as "pocketsphinx, same LM", read
 exactly as pocketsphinx reads it (`wfst-otf` over the small graph), on all cores. The load average
-before and after is printed: on a shared machine run it when the CPU is quiet (the decoders run one after the other).
+before and after is printed: on a shared machine run it when the CPU is quiet (the decoders run
+one after the other).
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ SETS = {  # manifest -> how it was used
     "data/demo/real/manifest.jsonl": "seen: earlier sessions chose graph pruning and weights on it",
     "data/real/dev/manifest.jsonl": "tuning set",
     "data/real/test/manifest.jsonl": "held out: never used for any choice",
+    "data/real/phone-dev/manifest.jsonl": "tuning set (telephone prompts, 8 kHz)",
+    "data/real/phone-test/manifest.jsonl": "held out: never used for any choice (telephone prompts, 8 kHz)",
 }
 
 
