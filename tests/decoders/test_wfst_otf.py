@@ -14,6 +14,7 @@ in host memory (`lm_on_host`, paper 000 sec. 2.2-2.3).
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -32,6 +33,7 @@ from asrdecode.decoders import DECODERS, decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
 from asrdecode.errors import ConfigError
+from asrdecode.lm.ngram_tensor import BatchedNgramLM
 from asrdecode.models.base import ModelOutput
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -197,3 +199,25 @@ def test_registry_config_and_errors(built, tmp_path):
     otf = WfstOtfDecoder(WfstOtfConfig(graph=small, lm=str(built / "large.arpa")))
     with pytest.raises(ConfigError, match="streams"):
         otf.init_streams(1)
+
+
+def test_a_small_lm_its_graph_does_not_read_exactly_is_reported(tmp_path, caplog):
+    """One warning line when the small LM has n-grams below their backoff route (the graph's G then
+    reads it more cheaply than the LM difference subtracts); none for `exact_bigram`'s LM."""
+    from asrdecode.lm.backoff import BackoffReadings, exact_bigram
+
+    rng = np.random.default_rng(0)
+    fst = random_wfst(rng, 5, 4, 6)
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, 3)
+    below = BatchedNgramLM.from_arpa(small, vocab=names, token_ids="words").ngrams_below_backoff_route()
+    assert below > 0
+    exact = exact_bigram(BackoffReadings.read(small))[0].write(tmp_path / "exact.arpa")
+    for path, expected in ((small, [f"{below} of its n-grams"]), (exact, [])):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="asrdecode.decoders"):
+            cfg = WfstOtfConfig(**WIDE, lm=str(large), small_lm=str(path))
+            WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+        found = [r.getMessage() for r in caplog.records if "backoff route" in r.getMessage()]
+        assert len(found) == len(expected) and all(e in m for e, m in zip(expected, found, strict=True))
