@@ -38,6 +38,7 @@ ratios of one run. Writes JSON (``--out``) and prints a table.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -191,17 +192,19 @@ def sphinx_case(inputs: tuple) -> tuple:
 def sphinx_static_case(inputs: tuple) -> tuple:
     """The static path's LM on the fly: `wfst` on the static sphinx HCLG (configs/sphinx-en-us.yaml's
     graph, built with data/lm/sphinx-en-us-72k.arpa.gz) against the default setup's small HCLG
-    with that same ARPA on the fly; the default setup's scales and beam, the static path's
-    max_active (7000)."""
+    with that graph's ARPA on the fly; the default setup's scales and beam, the static path's
+    max_active."""
+    from asrdecode.config import build_config
     from asrdecode.graph.cache import resolve_graph_spec
 
     lp, lengths, refs, shift, d, options = inputs
-    large = ROOT / "out" / "graphs" / "sphinx-en-us"
+    static = build_config(ROOT / "configs" / "sphinx-en-us.yaml", []).decoder
+    large = ROOT / static.graph
     if not (large / "meta.json").is_file():
         build = f"asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out {large}"
         raise SystemExit(f"{large} is missing ({build})")
-    arpa = ROOT / "data" / "lm" / "sphinx-en-us-72k.arpa.gz"
-    options = {**options, "max_active": 7000}
+    arpa = json.loads((large / "meta.json").read_text())["inputs"]["arpa"]["path"]
+    options = {**options, "max_active": static.max_active}
     return large, resolve_graph_spec(d.graph), arpa, lp, lengths, refs, shift, d.beam, options
 
 

@@ -72,6 +72,7 @@ def decode_20k(args) -> dict:
     from asrdecode.decoders.wfst.align import force_align
     from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
     from asrdecode.graph import GraphBuildConfig
+    from asrdecode.graph.restrict import WordSequenceGraphs
     from asrdecode.models.base import ModelOutput
 
     large_graph, small_graph, large_lm, lp, lengths, refs = case_20k(1e-5, args.utterances)
@@ -92,6 +93,8 @@ def decode_20k(args) -> dict:
     }
     static_name, *_, exact_name = decoders
     static, exact_model = decoders[static_name], decoders[exact_name]
+    static_graphs = WordSequenceGraphs(static.paths.graph)  # per-word closures, made once
+    exact_graphs = WordSequenceGraphs(exact_model.paths.graph)
     readings = BackoffReadings.read(large_lm)
     hyps: dict[str, list[list[str]]] = {name: [] for name in decoders}
     check, search_errors = [], 0
@@ -103,16 +106,18 @@ def decode_20k(args) -> dict:
         for name, dec in decoders.items():
             best[name] = dec.decode(out)[0]
             hyps[name].append([w.word for w in best[name].words])
-        forced_static = force_align(static, out, [refs[i]])[0]
-        forced_exact = force_align(exact_model, out, [refs[i]])[0]
-        if forced_static is not None and forced_exact is not None:
-            decoded = forced_exact.score - forced_static.score  # = static cost - exact-model cost
+        forced_static = force_align(static, out, [refs[i]], static_graphs)[0]
+        forced = {tuple(refs[i]): force_align(exact_model, out, [refs[i]], exact_graphs)[0]}
+        if forced_static is not None and forced[tuple(refs[i])] is not None:
+            decoded = forced[tuple(refs[i])].score - forced_static.score  # = static - exact-model cost
             lm_gap = readings.cheapest_path(refs[i]) - readings.exact(refs[i])
             check.append(abs(decoded - lm_gap))
-        # a search error of the exact model: another system's words cost less in it
+        # a search error of the exact model: another system's words (or the reference) cost less in it
         for words in {tuple(h[-1]) for h in hyps.values()} | {tuple(refs[i])}:
             if list(words) != hyps[exact_name][-1]:
-                f = force_align(exact_model, out, [list(words)])[0]
+                if words not in forced:
+                    forced[words] = force_align(exact_model, out, [list(words)], exact_graphs)[0]
+                f = forced[words]
                 if f is not None and f.score > best[exact_name].score + 1e-3:
                     search_errors += 1
                     break
