@@ -9,8 +9,9 @@ No transcripts needed. Each recording is read and resampled to 16 kHz once; the 
 pocketsphinx 5.1.1's own decoder (`asrdecode/bench/peers.py`: a fresh front end per
 utterance; given the LM file the graph was built from, `--lm`; default: the graph's `arpa`) and
 to asrdecode (`--config`, the pocketsphinx en-us HMM + HCLG + `wfst`; `--config default` is the
-default setup: the small-LM HCLG + `wfst-otf` with pocketsphinx's full trigram, and pocketsphinx
-then runs with its own LM, the same trigram; `decoder.type=let` works the same way).
+default setup: the small-LM HCLG + `wfst-otf` with pocketsphinx's full trigram; with an on-the-fly
+config pocketsphinx gets its `decoder.lm`, for the default setup its own en-us.lm.bin, the same
+trigram; `decoder.type=let` works the same way).
 Then both word sequences, and the reference if the input has one, are force-aligned through the
 same HCLG with the same scales (`asrdecode.decoders.wfst.align`: the exhaustive best path that
 outputs exactly those words; with an on-the-fly decoder plus the LM difference of the words), and
@@ -49,7 +50,7 @@ from asrdecode.errors import AsrDecodeError
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.io.manifests import read_inputs
-from asrdecode.models.loading import load_model
+from asrdecode.models.loading import load_model, resolve_packaged_path
 from asrdecode.scoring import score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--lm",
         type=Path,
-        help="LM file for pocketsphinx (default: the graph's ARPA; with an on-the-fly decoder its own LM)",
+        help="LM file for pocketsphinx (default: the graph's ARPA; on the fly: the config's decoder.lm)",
     )
     ap.add_argument("--default-lm", action="store_true", help="also run pocketsphinx with its own LM")
     ap.add_argument("--json", type=Path, default=ROOT / "out/diagnose_vs_pocketsphinx.json")
@@ -98,7 +99,9 @@ def main(argv: list[str] | None = None) -> None:
         cfg.decoder.graph = resolve_graph_spec(cfg.decoder.graph)
         on_the_fly = kind != "wfst"
         meta = json.loads((Path(cfg.decoder.graph) / "meta.json").read_text())
-        lm = args.lm or (None if on_the_fly else Path(meta["inputs"]["arpa"]["path"]))
+        lm = args.lm or Path(
+            resolve_packaged_path(cfg.decoder.lm) if on_the_fly else meta["inputs"]["arpa"]["path"]
+        )
         inputs = read_inputs(args.input)
         model = load_model(
             cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                 "config": str(args.config),
                 "decoder": kind,
                 "graph": str(cfg.decoder.graph),
-                "lm": str(lm or "pocketsphinx's own"),
+                "lm": str(lm),
                 "overrides": args.overrides,
                 "summary": summary,
                 "utterances": rows,
