@@ -9,7 +9,7 @@ front end per utterance, its defaults otherwise) decodes the tuning sets data/de
 data/real/dev and data/real/phone-dev (never the held-out data/real/test or data/real/phone-test)
 with the static path's LM (data/lm/sphinx-en-us-72k.arpa.gz, "same LM") and with its own full
 en-us.lm.bin ("own LM"), and prints the WER per set and pooled over the sets (errors / reference
-words), as scripts/sweep_decoding.py does for asrdecode.
+words; `asrdecode.scoring`), as scripts/sweep_decoding.py does for asrdecode.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ SAME_LM = ROOT / "data/lm/sphinx-en-us-72k.arpa.gz"
 
 
 def main() -> None:
-    import jiwer
-
     from asrdecode.bench.peers import Pocketsphinx, pcm16, quiet_native_output
     from asrdecode.io.manifests import read_inputs
+    from asrdecode.scoring import score
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("option", help="a pocketsphinx option, e.g. wip, beam, silprob")
@@ -44,13 +43,13 @@ def main() -> None:
             errors = words = 0
             row = []
             for s in TUNING:
-                refs = [u.text or "" for u in utts[s]]
+                refs = {u.utt_id: u.text or "" for u in utts[s]}
                 with quiet_native_output():
-                    hyps = [" ".join(ps.words(p)[0]) for p in pcms[s]]
-                counts = jiwer.process_words(refs, hyps)
+                    hyps = {u.utt_id: " ".join(ps.words(p)[0]) for u, p in zip(utts[s], pcms[s], strict=True)}
+                counts = score(refs, hyps)
                 row.append(f"{s.split('/', 1)[1]} {counts.wer:6.1%}")
                 errors += counts.substitutions + counts.deletions + counts.insertions
-                words += sum(len(r.split()) for r in refs)
+                words += counts.ref_words
             pooled = f"pooled {errors / words:6.1%}"
             print(f"{name:<8} {args.option}={value:<8g} {'  '.join(row)}  {pooled}", flush=True)
 
