@@ -98,10 +98,12 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"diagnose: the config's decoder must be one of {', '.join(DECODERS_WITH_GRAPH)}")
         cfg.decoder.graph = resolve_graph_spec(cfg.decoder.graph)
         on_the_fly = kind != "wfst"
-        meta = json.loads((Path(cfg.decoder.graph) / "meta.json").read_text())
-        lm = args.lm or Path(
-            resolve_packaged_path(cfg.decoder.lm) if on_the_fly else meta["inputs"]["arpa"]["path"]
-        )
+        lm = args.lm
+        if lm is None and on_the_fly:
+            lm = Path(resolve_packaged_path(cfg.decoder.lm))
+        elif lm is None:  # the ARPA the static graph was built from
+            meta = json.loads((Path(cfg.decoder.graph) / "meta.json").read_text())
+            lm = Path(meta["inputs"]["arpa"]["path"])
         inputs = read_inputs(args.input)
         model = load_model(
             cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor

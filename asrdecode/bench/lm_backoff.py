@@ -106,15 +106,16 @@ def decode_20k(args) -> dict:
         for name, dec in decoders.items():
             best[name] = dec.decode(out)[0]
             hyps[name].append([w.word for w in best[name].words])
+        ref = tuple(refs[i])
+        forced = {ref: force_align(exact_model, out, [refs[i]], exact_graphs)[0]}  # by word sequence
         forced_static = force_align(static, out, [refs[i]], static_graphs)[0]
-        forced = {tuple(refs[i]): force_align(exact_model, out, [refs[i]], exact_graphs)[0]}
-        if forced_static is not None and forced[tuple(refs[i])] is not None:
-            decoded = forced[tuple(refs[i])].score - forced_static.score  # = static - exact-model cost
+        if forced_static is not None and forced[ref] is not None:
+            decoded = forced[ref].score - forced_static.score  # = static - exact-model cost
             lm_gap = readings.cheapest_path(refs[i]) - readings.exact(refs[i])
             check.append(abs(decoded - lm_gap))
         # a search error of the exact model: another system's words (or the reference) cost less in it
-        for words in {tuple(h[-1]) for h in hyps.values()} | {tuple(refs[i])}:
-            if list(words) != hyps[exact_name][-1]:
+        for words in {tuple(h[-1]) for h in hyps.values()} | {ref}:
+            if words != tuple(hyps[exact_name][-1]):
                 if words not in forced:
                     forced[words] = force_align(exact_model, out, [list(words)], exact_graphs)[0]
                 f = forced[words]
