@@ -131,6 +131,8 @@ def test_wide_beam_equals_exhaustive_viterbi_over_composition(toy, small, large,
         assert res.acoustic_score + res.lm_score == pytest.approx(res.score, abs=1e-3)
     assert dec.last_info["not_final"] == []
     assert dec.last_info["stats"]["word_members"] > 0
+    # unions that are one arrival's block are shared, not copied: exact all the same
+    assert dec.last_info["stats"]["unions_shared"] > 0
 
 
 @pytest.mark.parametrize("large", ["toy_bigram", "trigram"])

@@ -271,6 +271,7 @@ class LetDecoder:
                 "unions": int(total[S.S_UNIONS]),
                 "union_members": int(total[S.S_UNION_MEMBERS]),
                 "shared": int(total[S.S_SHARED]),
+                "unions_shared": int(total[S.S_UNIONS_SHARED]),
                 "epsilon_pops": int(total[S.S_EPS_POPS]),
                 "epsilon_limit_hit": int(total[S.S_EPS_LIMIT]),
             },

@@ -152,7 +152,12 @@ def get_cutoff(
     min_active: int,
     beam_delta: np.float32,
 ) -> tuple[np.float32, np.float32]:
-    """Kaldi FasterDecoder::GetCutoff on ``cost[:n]``: (cutoff, adaptive beam), float32 as the torch path."""
+    """Kaldi FasterDecoder::GetCutoff on ``cost[:n]``: (cutoff, adaptive beam), float32 as the torch path.
+
+    The k-th smallest cost decides only when more than k costs lie below ``best + beam``, and
+    then it is the k-th smallest of those: the selection runs on the costs below the beam cut
+    (a fraction of the tokens once the beam prunes), the whole list only for `min_active` when
+    fewer than `min_active` lie below it. The result is the same as selecting over all costs."""
     best = _F32_INF
     for i in range(n):
         if cost[i] < best:
@@ -160,14 +165,17 @@ def get_cutoff(
     beam_cut = best + beam
     if n == 0 or (max_active >= 2147483647 and min_active <= 0):
         return beam_cut, beam
-    max_cut = _F32_INF
-    if n > max_active:
-        scratch[:n] = cost[:n]
-        max_cut = kth_smallest(scratch, n, max_active)
-    if max_cut < beam_cut:
-        return max_cut, max_cut - best + beam_delta
+    below = 0  # the costs below the beam cut, gathered into scratch
+    for i in range(n):
+        if cost[i] < beam_cut:
+            scratch[below] = cost[i]
+            below += 1
+    if below > max_active:  # else the max_active-th smallest is >= beam_cut: no tighter cut
+        max_cut = kth_smallest(scratch, below, max_active)
+        if max_cut < beam_cut:
+            return max_cut, max_cut - best + beam_delta
     min_cut = _F32_INF
-    if min_active <= 0:
+    if min_active <= 0 or below > min_active:  # the min_active-th smallest is below beam_cut
         min_cut = best
     elif n > min_active:
         scratch[:n] = cost[:n]
@@ -420,6 +428,20 @@ def queue_pop(nq: int, pops: int, eps_limit: int) -> tuple[int, int, bool]:
     if pops > eps_limit:
         return 0, pops, True
     return nq - 1, pops, False
+
+
+@numba.njit(nogil=True, cache=True)
+def closure_queue(states, tok_state: np.ndarray, n: int, queue: np.ndarray) -> int:
+    """Queue the tokens 0..n-1 whose state has epsilon arcs for the epsilon closure, so that they
+    pop in token order (LIFO); returns the queue length. A token without epsilon arcs would pop
+    and do nothing (Kaldi ProcessNonemitting queues every token)."""
+    nq = 0
+    for i in range(n - 1, -1, -1):
+        s = tok_state[i]
+        if states[s].end > states[s].split:
+            queue[nq] = i
+            nq += 1
+    return nq
 
 
 @numba.njit(nogil=True, cache=True)
@@ -904,9 +926,8 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
         n = ctr[C_TOKENS]
         if queue.shape[0] < n:
             queue = grow(queue, n)
-        for i in range(n):  # all tokens, popping in token order (LIFO)
-            queue[i] = n - 1 - i
-        io[0], io[1], io[2], io[3], io[4], io[5] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], n, 0, ctr[C_PAIRS]
+        nq = closure_queue(states, cur_state, n, queue)
+        io[0], io[1], io[2], io[3], io[4], io[5] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], nq, 0, ctr[C_PAIRS]
         while not _closure(
             states, arcs, boost, lm, memo, U, V, cut, frame, slot, htab, eps_limit, lattice,
             cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
