@@ -356,3 +356,25 @@ def test_config_errors(toy):
     assert isinstance(cfg, LetConfig) and cfg.group_capacity == 3
     with pytest.raises(ConfigError):
         decoder_config_from_dict({"type": "let", "boost": {"ab": 1.0}})  # a `wfst` option only
+
+
+def test_word_beam_prunes_word_arcs_and_off_changes_nothing(toy):
+    """`word_beam` on groups (the best groups' cheapest arc + word_beam for word arcs): 0 is the
+    search without it, a wide one changes nothing, a tight one expands fewer arcs and still ends
+    in valid paths; a negative one is a config error."""
+    lps = cases(11, 6)
+    kw = {"beam": 10.0, "max_active": 200}
+    plain = let_decoder(toy, "small_unigram", "trigram", **kw)
+    ref = plain.decode(batch(lps))
+    for word_beam in (0.0, 1e6):
+        dec = let_decoder(toy, "small_unigram", "trigram", **kw, word_beam=word_beam)
+        assert [(r.text, r.score) for r in dec.decode(batch(lps))] == [(r.text, r.score) for r in ref]
+        assert dec.last_info["stats"]["arcs"] == plain.last_info["stats"]["arcs"]
+    tight = let_decoder(toy, "small_unigram", "trigram", **kw, word_beam=1.0)
+    res = tight.decode(batch(lps))
+    assert tight.last_info["stats"]["arcs"] < plain.last_info["stats"]["arcs"]
+    assert all(r.words for r in res)
+    with pytest.raises(ConfigError, match="word_beam"):
+        let_decoder(toy, "small_unigram", "trigram", word_beam=-2.0)
+    cfg = decoder_config_from_dict({"type": "let", "graph": "g", "word_beam": 8})
+    assert cfg.word_beam == 8

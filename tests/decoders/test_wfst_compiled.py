@@ -369,3 +369,45 @@ def test_record_garbage_collection_keeps_the_best_path(nemo_graphs):  # noqa: F8
         assert got.total == ref.total and got.reached_final == ref.reached_final
         assert got.stats[STAT_RECORDS] < ref.stats[STAT_RECORDS]
     assert got.stats[STAT_RECORDS] * 3 < ref.stats[STAT_RECORDS]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_word_beam_equals_torch_on_random_wfsts(seed):
+    """`word_beam` (pocketsphinx's wbeam) prunes emitting and epsilon arcs with words the same way
+    in both backends: same 1-best, costs and lattice; 0 (off) is the search without it, and a
+    tight word beam expands fewer arcs."""
+    rng = np.random.default_rng(700 + seed)
+    fst = random_wfst(rng, int(rng.integers(4, 9)), V, 6)
+    lp = log_probs(rng, int(rng.integers(2, 9)))
+    g = device_graph(fst)
+    kw = {"beam": 8.0, "max_active": 40, "min_active": 2, "lattice": True, "lattice_beam": 4.0}
+    off, (plain,) = decode(g, [lp], "compiled", **kw)
+    _, (zero,) = decode(g, [lp], "compiled", **kw, word_beam=0.0)
+    same(plain, zero)
+    for word_beam in (0.5, 2.0):
+        dec, (res,) = decode(g, [lp], "compiled", **kw, word_beam=word_beam)
+        _, (tor,) = decode(g, [lp], "torch", **kw, word_beam=word_beam)
+        same(res, tor)
+        same_lattice(res.lattice, tor.lattice)
+        assert dec.last_info["stats"]["arcs"] <= off.last_info["stats"]["arcs"]
+
+
+@pytest.mark.parametrize("word_beam", [3.0, 6.0])
+def test_word_beam_on_a_built_tlg_equals_torch(nemo_graphs, word_beam):  # noqa: F811
+    """Real log-probs on a built TLG, boosts, two threads: the word beam prunes (fewer arcs than
+    without it) and both backends keep the same 1-best."""
+    lp, lengths, _ = nemo_log_probs()
+    out = ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, 128, [])
+    opts = {"graph": str(nemo_graphs["compact"]), "beam": 12.0, "max_active": 10000, "min_active": 20}
+    plain = WfstDecoder(WfstConfig(**opts, backend="compiled"))
+    plain.decode(out)
+    torch_dec = WfstDecoder(WfstConfig(**opts, word_beam=word_beam, backend="torch"))
+    comp = WfstDecoder(WfstConfig(**opts, word_beam=word_beam, backend="compiled", threads=2))
+    words = sorted(comp.word_ids)
+    out.extra["boost"] = [{words[(3 * b) % len(words)]: 2.0} for b in range(len(lp))]
+    tor, res = torch_dec.decode(out), comp.decode(out)
+    for a, b in zip(res, tor, strict=True):
+        same(a, b)
+    assert comp.last_info["stats"]["arcs"] < plain.last_info["stats"]["arcs"]
+    with pytest.raises(ConfigError, match="word_beam"):
+        WfstDecoder(WfstConfig(**opts, word_beam=-1.0))

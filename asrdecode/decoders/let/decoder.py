@@ -175,7 +175,7 @@ class LetSearch(CompiledRunner):
         w.arrays, w.lattice = search.search_advance(
             self.states, self.arcs, ac, beam, int(settings.max_active), int(settings.min_active),
             f32(settings.beam_delta), f32(settings.bucket_width), cap, slot, slot_lm, eps_limit, lm, U,
-            w.arrays, w.ctr, w.stats, lattice, lattice_beam, interval, w.lattice,
+            w.arrays, w.ctr, w.stats, lattice, lattice_beam, interval, w.lattice, f32(settings.word_beam),
         )  # fmt: skip
         arcs, frames, total, reached, found, state = search.search_best(
             self.states, lm, w.arrays, w.ctr, True
@@ -215,6 +215,8 @@ class LetDecoder:
             raise ConfigError("decoder.group_capacity must be >= 1")
         if c.bucket_width < 0 or c.threads < 0 or c.beam <= 0:
             raise ConfigError("decoder.bucket_width and decoder.threads must be >= 0, decoder.beam > 0")
+        if not c.word_beam >= 0:
+            raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
         self.config = c
         self.context = context
         # the graph with its word insertion penalty, and best paths -> words, word times and costs

@@ -327,13 +327,15 @@ def _make_word_block(
 # ------------------------------------------------------------------------------ emitting arcs
 @numba.njit(nogil=True, cache=True)
 def _emit(
-    states, arcs, acrow, cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, lattice, ws, ctr, stats
-):
+    states, arcs, acrow, cut, adaptive, beam, word_beam, slot, slot_lm, frame, cap, lm, n, lattice, ws, ctr,
+    stats,
+):  # fmt: skip
     """Emitting arcs of the groups below `cut` (Kaldi ProcessEmitting on groups; capacities are the
     caller's). Arcs without a word carry the source block along (lazy); word arcs carry the
-    source block's (cached) word block. As Kaldi, the best group goes first for a tight bound.
-    With lattices every arc below the running bound is kept as a block arc (`_lattice_frame`).
-    Returns (next groups, items, best new cost)."""
+    source block's (cached) word block. As Kaldi, the best groups go first for a tight bound
+    (their cheapest arc also sets the word arcs' cut, `PruningOptions.word_beam`). With lattices
+    every arc below the running bound is kept as a block arc (`_lattice_frame`). Returns (next
+    groups, items, best new cost)."""
     cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
     nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
     it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
@@ -344,23 +346,28 @@ def _emit(
     ba_src, ba_dst, ba_arc, ba_ac = ws[BLOCK_ARCS]
     nba = ctr[C_BA]
     best_i, best_c = best_token(cur_cost, n)
-    bound = _INF32
+    pre = _INF32  # the cheapest arc of the groups at the best cost
     if best_i >= 0 and best_c < cut:
-        s = cur_state[best_i]
-        for a in range(states[s].first, states[s].split):
-            arc = arcs[a]
-            c = best_c + arc.weight + acrow[arc.column]
-            if arc.olabel > 0:
-                h, key, nb, delta = _word_probe(cur_blk[best_i], arc.olabel, wc_key, wc_blk, wc_delta)
-                if nb < 0:
-                    _, delta = _make_word_block(
-                        cur_blk[best_i], arc.olabel, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta,
-                        blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, cand, scratch, memo, ctr,
-                        stats,
-                    )  # fmt: skip
-                c = c + delta
-            if c + adaptive < bound:
-                bound = c + adaptive
+        for i in range(best_i, n):
+            if cur_cost[i] != best_c:
+                continue
+            s = cur_state[i]
+            for a in range(states[s].first, states[s].split):
+                arc = arcs[a]
+                c = best_c + arc.weight + acrow[arc.column]
+                if arc.olabel > 0:
+                    h, key, nb, delta = _word_probe(cur_blk[i], arc.olabel, wc_key, wc_blk, wc_delta)
+                    if nb < 0:
+                        _, delta = _make_word_block(
+                            cur_blk[i], arc.olabel, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta,
+                            blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, cand, scratch, memo,
+                            ctr, stats,
+                        )  # fmt: skip
+                    c = c + delta
+                if c < pre:
+                    pre = c
+    bound = pre + adaptive
+    word_cut = pre + word_beam
     best_new = _INF32
     m = 0
     nit = 0
@@ -393,7 +400,7 @@ def _emit(
                     )  # fmt: skip
                     c = c + delta
             best_new, bound, below = running_bound(c, best_new, bound, adaptive)
-            if not below:
+            if not below or (ol > 0 and not (c < word_cut)):
                 continue
             if lattice:
                 ba_src[nba] = i
@@ -537,7 +544,9 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
 
 # ------------------------------------------------------------------------------ epsilon closure
 @numba.njit(nogil=True, cache=True)
-def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats, io):
+def _closure(
+    states, arcs, cut, word_cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats, io,
+):  # fmt: skip
     """Epsilon closure of the queued groups (Kaldi ProcessNonemitting on groups): LIFO queue,
     groups and candidates above `cut` are not expanded; a group whose cost or block changed is
     queued again. With lattices every arc at or below `cut` is kept as a block arc. io: [queue
@@ -603,7 +612,7 @@ def _closure(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, 
                         scratch, memo, ctr, stats,
                     )  # fmt: skip
                     c = c + delta
-            if c > cut:
+            if c > cut or (ol > 0 and c > word_cut):
                 continue
             if lattice:
                 p = ctr[C_BA]
@@ -702,7 +711,9 @@ def _grow_all(ws, ctr, need):
 
 
 @numba.njit(nogil=True, cache=True)
-def _close_frame(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats):
+def _close_frame(
+    states, arcs, cut, word_cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats,
+):  # fmt: skip
     """Epsilon closure of the current groups (growing arrays as needed), then the reset of the
     state map. Returns the workspace."""
     n = ctr[C_TOK]
@@ -710,8 +721,9 @@ def _close_frame(states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, 
     io = np.empty(2, np.int64)
     io[0], io[1] = closure_queue(states, ws[W_CUR_STATE], n, ws[W_QUEUE]), 0
     while not _closure(
-        states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats, io
-    ):
+        states, arcs, cut, word_cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats,
+        io,
+    ):  # fmt: skip
         i = ws[W_QUEUE][io[0] - 1]
         s = ws[W_CUR_STATE][i]
         k = states[s].end - states[s].split + 1
@@ -963,7 +975,7 @@ def search_init(
         ctr[C_TOK] = 1
     frame = ctr[C_NEXT_FRAME] - 1  # -1, not a literal: one compiled version of the closure
     ws = _close_frame(
-        states, arcs, _INF32, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats
+        states, arcs, _INF32, _INF32, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats
     )
     if lattice:
         lat = _lattice_frame(arcs, frame, lm, U, lattice_beam, 0, ws, lat, ctr, stats)
@@ -973,7 +985,7 @@ def search_init(
 @numba.njit(nogil=True, cache=True)
 def search_advance(
     states, arcs, ac, beam, max_active, min_active, beam_delta, bucket_width, cap, slot, slot_lm, eps_limit,
-    lm, U, ws, ctr, stats, lattice, lattice_beam, prune_interval, lat,
+    lm, U, ws, ctr, stats, lattice, lattice_beam, prune_interval, lat, word_beam,
 ):  # fmt: skip
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs); with lattices
     each frame's nodes and arcs are kept (`_lattice_frame`). Returns (workspace, lattice tuple)."""
@@ -1005,8 +1017,8 @@ def search_advance(
             np.array([tokens, n_arcs, 0, 2 * n_words, 2 * n_words * cap, 0, cap, block_arcs], np.int64),
         )
         m, nit, best_new = _emit(
-            states, arcs, ac[t], cut, adaptive, beam, slot, slot_lm, frame, cap, lm, n, lattice, ws, ctr,
-            stats,
+            states, arcs, ac[t], cut, adaptive, beam, word_beam, slot, slot_lm, frame, cap, lm, n, lattice,
+            ws, ctr, stats,
         )  # fmt: skip
         most = _max_items(m, ws)
         ws = _grow_all(
@@ -1017,7 +1029,8 @@ def search_advance(
         ctr[C_TOK] = k
         ws = _swap(ws)
         ws = _close_frame(
-            states, arcs, cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats,
+            states, arcs, cut, best_new + word_beam, beam, frame, cap, slot, slot_lm, eps_limit, lm,
+            lattice, ws, ctr, stats,
         )  # fmt: skip
         if lattice:
             lat = _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ctr, stats)

@@ -227,6 +227,7 @@ SETTINGS_DTYPE = np.dtype(
         ("beam", np.float32), ("beam_delta", np.float32), ("max_active", np.int64), ("min_active", np.int64),
         ("eps_limit", np.int64), ("lattice_beam", np.float64), ("prune_interval", np.int64),
         ("bucket_width", np.float32), ("capacity", np.int64), ("gc_records", np.int64),
+        ("word_beam", np.float32),
     ],
     align=True,
 )  # fmt: skip
@@ -244,13 +245,15 @@ def search_settings(
     """The settings record the compiled searches read: the pruning (Kaldi's beam, max/min
     active, adaptive-beam delta; the epsilon closure's pop limit, `max_epsilon_passes` x the
     graph's states, at least 1024), the lattice beam and pruning interval, `let`'s bucket width
-    and group capacity, and the back-pointer garbage-collection threshold."""
+    and group capacity, the back-pointer garbage-collection threshold and the word beam (inf =
+    off)."""
     rec = np.rec.array(np.zeros(1, SETTINGS_DTYPE))[0]  # a record: fields as attributes
     rec["beam"], rec["beam_delta"] = pruning.beam, pruning.beam_delta
     rec["max_active"], rec["min_active"] = min(int(pruning.max_active), 2**31 - 1), int(pruning.min_active)
     rec["eps_limit"] = max(pruning.max_epsilon_passes, 1) * max(num_states, 1024)
     rec["lattice_beam"], rec["prune_interval"] = lattice_beam, int(prune_interval)
     rec["bucket_width"], rec["capacity"], rec["gc_records"] = bucket_width, int(capacity), int(gc_records)
+    rec["word_beam"] = pruning.word_beam_or_inf
     return rec
 
 
@@ -494,12 +497,13 @@ def _unmap_tokens(slot, htab, lm, tok_state, tok_pos, n) -> None:
 # ------------------------------------------------------------------ the frame steps
 @numba.njit(nogil=True, cache=True)
 def _closure(
-    states, arcs, boost, lm, memo, U, V, cut, frame, slot, htab, eps_limit, lattice,
+    states, arcs, boost, lm, memo, U, V, cut, word_cut, frame, slot, htab, eps_limit, lattice,
     cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, pair_tab, pair_state, pair_u, io, stats,
 ) -> bool:  # fmt: skip
     """Epsilon closure (Kaldi ProcessNonemitting) of the queued tokens: a LIFO queue, tokens and
-    candidates above ``cut`` are not expanded (``<=`` keeps), an improved token is queued again.
+    candidates above ``cut`` are not expanded (``<=`` keeps), nor word arcs above ``word_cut``
+    (`PruningOptions.word_beam`), an improved token is queued again.
 
     io: [tokens, records, lattice arcs, queue length, pops, lattice pairs]. Returns False (with io
     updated) when an array or a hash table is too small for the next token's epsilon arcs: the
@@ -562,7 +566,7 @@ def _closure(
                         lmc, u = memo_fill(lm, memo, u0, ol, V)
                         stats[STAT_LM_LOOKUPS] += 1
                     c = c + lmc
-            if c > cut:
+            if c > cut or (ol > 0 and c > word_cut):
                 continue
             d = arc.nextstate
             if lattice:
@@ -616,7 +620,7 @@ def _closure(
 
 @numba.njit(nogil=True, cache=True)
 def _emit(
-    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
+    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, word_beam, slot, htab, lattice, frame, stats,
     cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, nlat, pair_tab, pair_state, pair_u, npair,
 ):  # fmt: skip
@@ -630,27 +634,32 @@ def _emit(
     n_boost = boost.shape[0]
     best_i, best_c = best_token(cur_cost, n)
     best_new = _F32_INF
-    bound = _F32_INF  # running bound: min(cost + adaptive) so far (>= the final bound)
+    pre = _F32_INF  # the cheapest arc of the tokens at the best cost
     if best_i >= 0 and best_c < cut:
-        s = cur_state[best_i]
-        u0 = 0
-        if lm is not None:
-            u0 = cur_u[best_i]
-        for a in range(states[s].first, states[s].split):
-            arc = arcs[a]
-            c = best_c + arc.weight + acrow[arc.column]
-            ol = arc.olabel
-            if ol > 0:
-                if ol < n_boost:
-                    c = c + boost[ol]
-                if lm is not None:
-                    dc, _, hit = memo_get(memo, u0, ol, V)
-                    if not hit:
-                        dc, _ = memo_fill(lm, memo, u0, ol, V)
-                        stats[STAT_LM_LOOKUPS] += 1
-                    c = c + dc
-            if c + adaptive < bound:
-                bound = c + adaptive
+        for i in range(best_i, n):
+            if cur_cost[i] != best_c:
+                continue
+            s = cur_state[i]
+            u0 = 0
+            if lm is not None:
+                u0 = cur_u[i]
+            for a in range(states[s].first, states[s].split):
+                arc = arcs[a]
+                c = best_c + arc.weight + acrow[arc.column]
+                ol = arc.olabel
+                if ol > 0:
+                    if ol < n_boost:
+                        c = c + boost[ol]
+                    if lm is not None:
+                        dc, _, hit = memo_get(memo, u0, ol, V)
+                        if not hit:
+                            dc, _ = memo_fill(lm, memo, u0, ol, V)
+                            stats[STAT_LM_LOOKUPS] += 1
+                        c = c + dc
+                if c < pre:
+                    pre = c
+    bound = pre + adaptive  # running bound: min(cost + adaptive) so far (>= the final bound)
+    word_cut = pre + word_beam  # word arcs: `PruningOptions.word_beam`
     m = 0
     for i in range(n):
         c0 = cur_cost[i]
@@ -682,7 +691,7 @@ def _emit(
                         stats[STAT_LM_LOOKUPS] += 1
                     c = c + lmc
             best_new, bound, below = running_bound(c, best_new, bound, adaptive)
-            if not below:
+            if not below or (ol > 0 and not (c < word_cut)):
                 continue
             d = arc.nextstate
             if lattice:
@@ -861,6 +870,7 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
         if t < 0:  # search_init's start token: only its closure
             frame = np.int64(-1)
             cut = _F32_INF
+            word_cut = _F32_INF
             ctr[C_CLOSE] = 0
         else:
             frame = ctr[C_NEXT_FRAME]
@@ -900,7 +910,8 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
                 npair, room = ctr[C_PAIRS], n + n_arcs
                 pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, npair, room)
             m, best_new, nlat, ctr[C_PAIRS] = _emit(
-                states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, slot, htab, lattice, frame, stats,
+                states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, settings.word_beam, slot, htab,
+                lattice, frame, stats,
                 cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
                 lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0,
                 pair_tab, pair_state, pair_u, ctr[C_PAIRS],
@@ -909,6 +920,7 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
                 _hash_clear(htab, nxt_pos, m)
             # final bound of this frame (as the torch path: best new cost + adaptive beam); keep below it
             cut = best_new + adaptive
+            word_cut = best_new + settings.word_beam
             k, nrec, nlat = _keep(
                 cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
                 rec_prev, rec_arc, rec_frame, nrec,
@@ -929,7 +941,7 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
         nq = closure_queue(states, cur_state, n, queue)
         io[0], io[1], io[2], io[3], io[4], io[5] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], nq, 0, ctr[C_PAIRS]
         while not _closure(
-            states, arcs, boost, lm, memo, U, V, cut, frame, slot, htab, eps_limit, lattice,
+            states, arcs, boost, lm, memo, U, V, cut, word_cut, frame, slot, htab, eps_limit, lattice,
             cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
             lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, pair_tab, pair_state, pair_u, io, stats,
         ):  # fmt: skip

@@ -136,13 +136,25 @@ def ordered_bits(cost: torch.Tensor) -> torch.Tensor:
 class PruningOptions:
     """The pruning of every WFST search, with Kaldi's (FasterDecoder / CudaDecoder) names and
     meaning: beam, max_active, min_active, beam_delta (the adaptive beam's margin) and the cap
-    on epsilon-closure passes per frame."""
+    on epsilon-closure passes per frame; and word_beam (0 = off), a tighter beam for arcs that
+    output a word (pocketsphinx's wbeam, which Kaldi's decoders lack): an emitting arc with a
+    word is followed only if its cost is below ``word_cut = pre + word_beam``, where ``pre`` is
+    the cheapest arc of the frame's best tokens (those at the frame's lowest cost, known before
+    the frame's other arcs), and an epsilon arc with a word only if its cost is at most the
+    frame's best new cost + word_beam. Word arcs are where new words (and, on the fly, their LM
+    costs) enter; the rest of the search is unchanged."""
 
     beam: float = 16.0
     max_active: int = 10000
     min_active: int = 200
     beam_delta: float = 0.5
     max_epsilon_passes: int = 64
+    word_beam: float = 0.0
+
+    @property
+    def word_beam_or_inf(self) -> float:
+        """word_beam, with 0 (off) as +inf."""
+        return self.word_beam if self.word_beam > 0 else math.inf
 
 
 @dataclass
@@ -901,6 +913,15 @@ class TokenPassing:
             best = self._segment_min(u, c, B + 1)
         next_cut = torch.cat([best[:B] + adaptive, neg])
         keep = c < _take(next_cut, u)  # u == B (invalid slot) meets -inf
+        word_beam = self.options.word_beam_or_inf
+        if word_beam < INF:  # word arcs: below the cheapest arc of the best tokens + word_beam
+            tok_best = self._segment_min(utt, _where(alive, cost, INF), B + 1)
+            src_cost = _take(cost, src)
+            from_best = valid & (src_cost == _take(tok_best, u))
+            pre = self._segment_min(u, _where(from_best, c, INF), B + 1)
+            is_word = valid & (_take(g.olabel, arc) > 0)
+            keep = keep & (~is_word | (c < _take(pre + word_beam, u)))
+        next_cut = torch.cat([next_cut, best[:B] + word_beam, neg])  # + the closure's word cut
         # the survivors, in order, into the `keep` slots (beam pruning removes most arcs)
         kidx, kvalid, kcount = self._compact(keep, caps["keep"])
         src, arc, c = _take(src, kidx), _take(arc, kidx), _take(c, kidx)
@@ -959,6 +980,9 @@ class TokenPassing:
             c = c + boost.lookup(u, _take(g.olabel, arc))
         c, dst = self._lm_arcs(_take(f_state, src_f), arc, c, valid)
         keep = valid & (c <= _take(cut, u))
+        if self.options.word_beam_or_inf < INF:  # word arcs: at most the frame's best + word_beam
+            word_cut = cut[B + 1 :]
+            keep = keep & ((_take(g.olabel, arc) <= 0) | (c <= _take(word_cut, u)))
         if self.lattice is not None:
             self.lattice.add_arcs(
                 keep, u, _take(frames_ext, u), _take(f_state, src_f), dst, arc, torch.zeros_like(c)
@@ -1115,6 +1139,7 @@ class TokenPassing:
         state = torch.full((B,), start_state, dtype=torch.int64, device=dev)
         start = Tokens(utt, state, cost0, rec)
         cut = torch.cat([torch.full((B,), INF, device=dev), torch.full((1,), -INF, device=dev)])
+        cut = torch.cat([cut, cut])  # the beam's cut and the word arcs' cut (see _emitting)
         self.capacity["tok"] = max(self.capacity["tok"], _pow2(2 * B))
 
         def first(caps: dict[str, int], K: int) -> tuple:

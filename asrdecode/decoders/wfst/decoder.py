@@ -91,6 +91,8 @@ class GraphSearchConfig(PruningOptions):
     word_insertion_penalty: cost added to every arc that outputs a word (Kaldi's
       `--word-ins-penalty`; pocketsphinx's `wip` maps to -ln(wip) * acoustic_scale).
     max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
+    word_beam: a tighter beam for arcs that output a word (pocketsphinx's wbeam; 0 = off; see
+      core.PruningOptions).
     backend: auto | torch | compiled (see each decoder's docstring).
     threads: worker threads of the compiled backend (0 = the cores this process may use).
     lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
@@ -214,6 +216,8 @@ class WfstDecoder:
             raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
         if config.prune_interval < 0 or config.lattice_beam < 0:
             raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
+        if not config.word_beam >= 0:
+            raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
         if config.kernel not in KERNELS:
             raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None
