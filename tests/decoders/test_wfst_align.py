@@ -47,7 +47,8 @@ def test_forced_cost_equals_exhaustive_reference(seed):
     fst = random_wfst(rng, int(rng.integers(3, 8)), V, 4, eps_forward=True)
     lp = log_probs(rng, int(rng.integers(2, 7)))
     tight = {"beam": 2.0, "max_active": 3, "min_active": 0, "word_beam": 0.3} if seed % 2 else {}
-    dec = WfstDecoder(WfstConfig(backend="compiled", threads=1, **tight), graph=device_graph(fst), words=WORDS)
+    cfg = WfstConfig(backend="compiled", threads=1, **tight)
+    dec = WfstDecoder(cfg, graph=device_graph(fst), words=WORDS)
     graphs = WordSequenceGraphs(dec.graph_cpu)
     sequences = list(all_word_sequences(fst, lp))[:8]
     sequences += [tuple(int(w) for w in rng.integers(1, 5, size=int(rng.integers(0, 4)))) for _ in range(4)]
