@@ -634,7 +634,10 @@ def _emit(
     n_boost = boost.shape[0]
     best_i, best_c = best_token(cur_cost, n)
     best_new = _F32_INF
-    pre = _F32_INF  # the cheapest arc of the tokens at the best cost
+    # the cheapest arc of the tokens at the best cost; the word's cost written out as in `_closure`
+    # and the loop below: a shared helper taking the LM tuple adds reference counts of its arrays
+    # on every word arc (numba)
+    pre = _F32_INF
     if best_i >= 0 and best_c < cut:
         for i in range(best_i, n):
             if cur_cost[i] != best_c:
