@@ -257,6 +257,45 @@ def read_sphinx_model(folder: str | Path, varfloor: float = VARFLOOR) -> SphinxM
     )
 
 
+# runs of a chunk's frames and where they go: (first frame, end frame, destination rows)
+Runs = list[tuple[int, int, torch.Tensor]]
+
+
+def packed_pieces(counts: list[int], step: int, dest: torch.Tensor) -> list[Runs]:
+    """Where each chunk of ``step`` packed frames goes: the valid frames of utterances with
+    ``counts`` frames, packed in order and cut into chunks, land in ``dest`` [B, T, ...] as
+    contiguous runs; per chunk, its runs as (first, end) frames of the chunk and the rows of
+    ``dest`` they fill."""
+    chunks: list[Runs] = []
+    run: Runs = []
+    filled = 0  # frames of the current chunk placed
+    for b, n in enumerate(counts):
+        done = 0
+        while done < n:
+            take = min(n - done, step - filled)
+            run.append((filled, filled + take, dest[b, done : done + take]))
+            done += take
+            filled += take
+            if filled == step:
+                chunks.append(run)
+                run, filled = [], 0
+    if run:
+        chunks.append(run)
+    return chunks
+
+
+def select_columns(flat: torch.Tensor, columns: torch.Tensor, out: Runs | None) -> torch.Tensor:
+    """``flat[:, columns]`` as float32, or written into the runs of ``out`` (see `packed_pieces`)."""
+    if out is None:
+        return flat.index_select(1, columns).float()
+    for lo, hi, dst in out:
+        if flat.dtype == dst.dtype:
+            torch.index_select(flat[lo:hi], 1, columns, out=dst)
+        else:
+            dst.copy_(flat[lo:hi].index_select(1, columns))
+    return flat
+
+
 def tie_broken_keys(g: torch.Tensor, dim: int, out: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
     """float32 values ``g`` -> float64 keys ``out`` ordered by value, then by lower index along
     ``dim``: ``key = g + (|g| + 2^-140) (K - 1 - i) 2^-40``. The added term is below half a float32
@@ -416,31 +455,33 @@ class SphinxAcousticModel(nn.Module):
         scored together, ``chunk_frames`` at a time."""
         b, _, t = feats.shape
         x = feats.transpose(1, 2).reshape(b * t, -1)
-        lengths = feat_lengths.to(device=x.device, dtype=torch.int64)
+        counts = [min(int(n), t) for n in feat_lengths.tolist()]
+        lengths = torch.tensor(counts, device=x.device)
         valid = (torch.arange(t, device=x.device)[None, :] < lengths[:, None]).reshape(-1)
-        rows = valid.nonzero().squeeze(1)  # one host read per batch: the number of valid frames
-        scores = torch.empty(b * t, self.num_senones, dtype=torch.float32, device=x.device)
-        if len(rows) < b * t:
-            scores.index_fill_(0, (~valid).nonzero().squeeze(1), 0.0)
+        rows = valid.nonzero().squeeze(1)
+        scores = torch.empty(b, t, self.num_senones, dtype=torch.float32, device=x.device)
+        for i, n in enumerate(counts):  # padding: contiguous runs of rows
+            if n < t:
+                scores[i, n:] = 0.0
         packed = x.index_select(0, rows)
         step = self.chunk_frames
         starts = range(0, len(rows), step)
+        pieces = packed_pieces(counts, step, scores)
         if self.threads > 1 and len(starts) > 1 and x.device.type == "cpu":
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sphinx-scoring")
             mode = torch.is_inference_mode_enabled()  # thread-local: carried into the workers
 
-            def score(start: int) -> torch.Tensor:
+            def score(k: int) -> None:
                 with torch.inference_mode(mode):
-                    return self._score_chunk(packed[start : start + step])
+                    self._score_chunk(packed[starts[k] : starts[k] + step], pieces[k])
 
-            chunks = self._pool.map(score, starts)
+            list(self._pool.map(score, range(len(starts))))
         else:
-            chunks = (self._score_chunk(packed[start : start + step]) for start in starts)
-        for start, chunk in zip(starts, chunks, strict=True):
-            scores.index_copy_(0, rows[start : start + step], chunk)
+            for k, start in enumerate(starts):
+                self._score_chunk(packed[start : start + step], pieces[k])
         return ModelOutput(
-            log_probs=scores.view(b, t, -1),
+            log_probs=scores,
             lengths=feat_lengths.to(torch.int64),
             frame_shift=self.frame_shift,
             blank_id=self.blank_id,
@@ -518,12 +559,13 @@ class SphinxAcousticModel(nn.Module):
             torch.gather(g, 2, idx, out=values)
         return values, idx
 
-    def _score_chunk(self, x: torch.Tensor) -> torch.Tensor:
-        """[N, D] features -> [N, n_senones] senone log-likelihoods (float32). Top-N selects in
-        sub-chunks of ``TOPN_SELECT_FRAMES`` (its float64 keys stay in the cache) and mixes all N
-        frames at once (each block's weight rows are loaded once per chunk)."""
+    def _score_chunk(self, x: torch.Tensor, out: Runs | None = None) -> torch.Tensor:
+        """[N, D] features -> [N, n_senones] senone log-likelihoods (float32), or written into
+        ``out`` (frames [lo, hi) of the chunk into each float32 [hi - lo, n_senones] tensor given).
+        Top-N selects in sub-chunks of ``TOPN_SELECT_FRAMES`` (its float64 keys stay in the cache)
+        and mixes all N frames at once (each block's weight rows are loaded once per chunk)."""
         if not self.topn:
-            return self._full_mixture(self._gaussians(x)).float()
+            return self._full_mixture(self._gaussians(x), out)
         n_f, n_cb = self.data.n_streams, self.data.n_codebooks
         shape = (n_f, n_cb, self.topn, x.shape[0])
         values = torch.empty(shape, dtype=self.compute_dtype, device=x.device)
@@ -531,9 +573,9 @@ class SphinxAcousticModel(nn.Module):
         for start in range(0, x.shape[0], TOPN_SELECT_FRAMES):
             part = slice(start, start + TOPN_SELECT_FRAMES)
             self.select_top(self._gaussians(x[part]), out=(values[..., part], idx[..., part]))
-        return self._sparse_mixture(values, idx).float()
+        return self._sparse_mixture(values, idx, out)
 
-    def _sparse_mixture(self, top: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    def _sparse_mixture(self, top: torch.Tensor, idx: torch.Tensor, out: Runs | None = None) -> torch.Tensor:
         """Top-N log-densities and indices [f, cb, n, N] -> [N, n_senones] senone log-likelihoods.
 
         Per stream, frame and senone block: ``sum_j w[senone, idx_j] exp(top_j - top_0)`` as one
@@ -558,9 +600,9 @@ class SphinxAcousticModel(nn.Module):
             prod.mul_(mix[f])
         best = top[:, :, 0].sum(0).index_select(0, self.block_cb)  # [blocks, N]
         prod.log_().add_(best[:, :, None])
-        return prod.transpose(0, 1).reshape(frames, -1).index_select(1, self.senone_column)
+        return select_columns(prod.transpose(0, 1).reshape(frames, -1), self.senone_column, out)
 
-    def _full_mixture(self, g: torch.Tensor) -> torch.Tensor:
+    def _full_mixture(self, g: torch.Tensor, out: Runs | None = None) -> torch.Tensor:
         """Gaussian log-densities [f, cb, k, N] (used as scratch) -> [N, n_senones] senone
         log-likelihoods of the full mixtures.
 
@@ -586,7 +628,7 @@ class SphinxAcousticModel(nn.Module):
         for f in range(1, n_f):
             prod.mul_(mix[f])
         offset = best.sum(0)[:, 0].T.index_select(1, self.sorted_cb)  # [N, S]
-        return prod.log_().add_(offset).index_select(1, self.sorted_pos)
+        return select_columns(prod.log_().add_(offset), self.sorted_pos, out)
 
     def senone_scores(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, D] features -> [B, T, n_senones] natural-log senone likelihoods (every frame)."""

@@ -32,6 +32,7 @@ from asrdecode.decoders import decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.compiled import STAT_RECORDS, get_cutoff, search_advance, search_settings
 from asrdecode.decoders.wfst.core import PruningOptions
+from asrdecode.decoders.wfst.paths import acoustic_costs, utterance_costs
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import disk_cache_index
@@ -116,6 +117,25 @@ def test_mixed_lengths_scale_and_blank_penalty_batch_equals_single():
         if ref is not None:
             assert -res[b].score == pytest.approx(ref[0], abs=1e-4)
             assert [w.word for w in res[b].words] == [f"w{o}" for o in ref[1]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_utterance_costs_equal_the_costs_of_the_whole_batch(dtype):
+    """The compiled searches convert each utterance's valid frames in their worker threads: the
+    same float32 numbers as converting the whole padded batch (scale and blank penalty), lengths
+    past the batch's frames clipped, padding never read."""
+    rng = np.random.default_rng(3)
+    lp = torch.from_numpy(rng.normal(-5, 3, (3, 9, V)).astype(np.float32)).to(dtype)
+    lp[1, 4:] = float("nan")  # padding
+    lengths = [9, 4, 12]
+    rows, costs = utterance_costs(lp, lengths, V - 1, 0.3, 0.7)
+    whole = acoustic_costs(lp, V - 1, 0.3, 0.7).numpy()
+    assert [len(r) for r in rows] == [9, 4, 9]
+    for b, r in enumerate(rows):
+        got = costs(r)
+        assert got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, whole[b, : len(r)])
+        assert not np.isnan(got).any()
 
 
 @pytest.mark.parametrize("topology", ["compact", "normal"])

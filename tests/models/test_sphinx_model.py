@@ -17,6 +17,7 @@ from asrdecode.models.sphinx import (
     POCKETSPHINX_DENSITY_FLOOR,
     SphinxAcousticModel,
     key_index,
+    packed_pieces,
     read_feat_params,
     read_s3_gaussians,
     read_sendump,
@@ -219,6 +220,33 @@ def test_threaded_scoring_equals_one_thread_and_numpy(data, goforward, topn: int
     assert got[1, int(lengths[1]) :].abs().max() == 0
     with pytest.raises(ModelError, match="model.threads"):
         SphinxAcousticModel(data, threads=-1)
+
+
+def test_packed_chunks_are_written_to_their_rows(data, goforward) -> None:
+    """forward_features scores the packed valid frames chunk by chunk and writes each chunk
+    straight into its utterances' rows (a chunk may span utterances): exactly the packed chunks'
+    scores, every valid frame once, padding 0."""
+    feats, n = goforward
+    model = SphinxAcousticModel(data, topn=4, chunk_frames=16)
+    batch = torch.cat([feats, feats.flip(1), feats]).transpose(1, 2)
+    lengths = torch.cat([n - 37, n, n - 5])
+    counts = lengths.tolist()
+    with torch.inference_mode():
+        got = model.forward_features(batch, lengths).log_probs
+        packed = torch.cat([batch[b, :, :c].T for b, c in enumerate(counts)])
+        want = torch.cat([model._score_chunk(packed[s : s + 16]) for s in range(0, len(packed), 16)])
+    assert torch.equal(torch.cat([got[b, :c] for b, c in enumerate(counts)]), want)
+    assert got[0, counts[0] :].abs().max() == 0 and got[2, counts[2] :].abs().max() == 0
+    dest = torch.zeros(3, max(counts), dtype=torch.int64)
+    pieces = packed_pieces(counts, 16, dest)
+    assert len(pieces) == -(-sum(counts) // 16)
+    for k, runs in enumerate(pieces):
+        assert runs[0][0] == 0 and runs[-1][1] == min(16, sum(counts) - 16 * k)
+        for (lo, hi, rows), nxt in zip(runs, [*runs[1:], None], strict=True):
+            assert nxt is None or nxt[0] == hi
+            assert len(rows) == hi - lo
+            rows += 1
+    assert all((dest[b, :c] == 1).all() and (dest[b, c:] == 0).all() for b, c in enumerate(counts))
 
 
 def test_scoring_inside_and_outside_inference_mode(models, goforward) -> None:

@@ -31,11 +31,11 @@ implemented; ``auto`` uses it on every device (log-probs are copied to the host)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.lms import load_difference_lm
@@ -43,7 +43,7 @@ from asrdecode.decoders.wfst.compiled import CompiledRunner, as_costs, search_se
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.decoder import GraphSearchConfig
 from asrdecode.decoders.wfst.lattice import backward_costs, collapse_kernel
-from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, attach_lattices, blank_column
+from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, attach_lattices, blank_column, utterance_costs
 from asrdecode.decoders.workspace import INIT_CAPACITY, lattice_records
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
@@ -186,10 +186,18 @@ class LetSearch(CompiledRunner):
         return LetPath(arcs, frames, float(total), bool(reached), bool(found), stats, int(state), data)
 
     def decode_batch(
-        self, acs: list[np.ndarray], settings: np.record, threads: int = 0, lattice: bool = False
+        self,
+        acs: list,
+        settings: np.record,
+        threads: int = 0,
+        lattice: bool = False,
+        prepare: Callable[[Any], np.ndarray] | None = None,
     ) -> list[LetPath]:
-        """Decode utterances on `threads` workers (default: the search's), longest first."""
-        return self.run_batch(lambda ac: self.decode_one(ac, settings, lattice), acs, threads=threads)
+        """Decode utterances on `threads` workers (default: the search's), longest first
+        (`prepare`: as `CompiledRunner.run_batch`)."""
+        return self.run_batch(
+            lambda ac: self.decode_one(ac, settings, lattice), acs, threads=threads, prepare=prepare
+        )
 
 
 class LetDecoder:
@@ -245,14 +253,11 @@ class LetDecoder:
             raise ValueError("let needs log-probs; this model produced none")
         reader, c = self.paths, self.config
         blank = blank_column(output, reader.graph.meta, self.context)
-        ac = acoustic_costs(output.log_probs, blank, c.acoustic_scale, c.blank_penalty)
-        ac = ac.detach().to("cpu", torch.float32).contiguous().numpy()
-        T = ac.shape[1]
+        T = output.log_probs.shape[1]
         lengths = [min(int(x), T) for x in output.lengths.tolist()]
+        rows, costs = utterance_costs(output.log_probs, lengths, blank, c.acoustic_scale, c.blank_penalty)
         want_lattice = c.want_lattice
-        paths = self.search.decode_batch(
-            [ac[b, :n] for b, n in enumerate(lengths)], self.settings, lattice=want_lattice
-        )
+        paths = self.search.decode_batch(rows, self.settings, lattice=want_lattice, prepare=costs)
         results = []
         not_final = []
         for b, p in enumerate(paths):

@@ -1210,12 +1210,24 @@ class CompiledRunner(ABC):
         return w
 
     def run_batch(
-        self, decode_one: Callable[..., Any], acs: list[np.ndarray], *per_item: list, threads: int = 0
+        self,
+        decode_one: Callable[..., Any],
+        acs: list,
+        *per_item: list,
+        threads: int = 0,
+        prepare: Callable[[Any], np.ndarray] | None = None,
     ):
         """``decode_one(ac, *items)`` for each utterance on `threads` workers (default: the
-        search's), longest first; results in input order."""
+        search's), longest first; results in input order. With `prepare`, `acs` are its inputs
+        (anything with a shape, frames first) and each worker makes its utterance's costs."""
         self.ensure_compiled()
         threads = threads or self.threads
+        if prepare is not None:
+            inner = decode_one
+
+            def decode_one(ac: Any, *items: Any) -> Any:
+                return inner(prepare(ac), *items)
+
         rows = list(zip(acs, *per_item, strict=True)) if per_item else [(a,) for a in acs]
         if threads <= 1 or len(acs) <= 1:
             return [decode_one(*row) for row in rows]
@@ -1348,8 +1360,14 @@ class CompiledSearch(CompiledRunner):
         settings: np.record,
         lattice: bool = False,
         threads: int = 0,
+        prepare: Callable[[Any], np.ndarray] | None = None,
     ) -> list[CompiledPath]:
-        """Decode utterances on `threads` workers (default: the search's), longest first."""
+        """Decode utterances on `threads` workers (default: the search's), longest first
+        (`prepare`: as `run_batch`)."""
         return self.run_batch(
-            lambda ac, boost: self.decode_one(ac, boost, settings, lattice), acs, boosts, threads=threads
+            lambda ac, boost: self.decode_one(ac, boost, settings, lattice),
+            acs,
+            boosts,
+            threads=threads,
+            prepare=prepare,
         )

@@ -65,7 +65,14 @@ from asrdecode.decoders.wfst.lattice import (
     collapse_kernel,
     prune_window,
 )
-from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, acoustic_costs, attach_lattices, blank_column
+from asrdecode.decoders.wfst.paths import (
+    BestPath,
+    GraphPaths,
+    acoustic_costs,
+    attach_lattices,
+    blank_column,
+    utterance_costs,
+)
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.models.base import ModelOutput
@@ -304,7 +311,7 @@ class WfstDecoder:
 
     def _decode_compiled(
         self,
-        ac: torch.Tensor,
+        log_probs: torch.Tensor,
         lengths: list[int],
         tables: list[dict[int, float]],
         oov: list[str],
@@ -321,12 +328,11 @@ class WfstDecoder:
         )
 
         search = self.compiled_search()
-        T = ac.shape[1]
-        ac_h = ac.detach().to("cpu", torch.float32).contiguous().numpy()
-        acs = [ac_h[b, : min(n, T)] for b, n in enumerate(lengths)]
+        c = self.config
+        rows, costs = utterance_costs(log_probs, lengths, blank, c.acoustic_scale, c.blank_penalty)
         boosts = [dense_boost(t) for t in tables]
-        want_lattice = self.config.want_lattice
-        paths = search.decode_batch(acs, boosts, self.search_settings(), lattice=want_lattice)
+        want_lattice = c.want_lattice
+        paths = search.decode_batch(rows, boosts, self.search_settings(), lattice=want_lattice, prepare=costs)
         self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
         results = [
             self._path_result(p, tables[b], blank, shift)
@@ -348,7 +354,7 @@ class WfstDecoder:
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
             data = [p.lattice for p in paths]
-            self._attach_lattices(data, results, [len(a) for a in acs], tables, shift)
+            self._attach_lattices(data, results, [len(a) for a in rows], tables, shift)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if stats["epsilon_limit_hit"]:
@@ -369,11 +375,11 @@ class WfstDecoder:
         device = lp.device
         B, T, V = lp.shape
         blank = self._blank_column(output)
-        ac = self._ac_costs(lp, blank)
         lengths = [int(x) for x in output.lengths.tolist()]
         tables, oov = self._boosts(output.extra.get("boost") if output.extra else None, B)
         if self.backend_for(device) == "compiled":
-            return self._decode_compiled(ac, lengths, tables, oov, blank, output.frame_shift)
+            return self._decode_compiled(lp, lengths, tables, oov, blank, output.frame_shift)
+        ac = self._ac_costs(lp, blank)
         graph = self.graph_on(device)
         boost = self._boost_table(tables, device)
         want_lattice = self.config.want_lattice

@@ -6,6 +6,7 @@ lattice arcs and nodes made into a word lattice and n-best."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -86,6 +87,22 @@ def acoustic_costs(
         lp = lp.clone()
         lp[..., blank] -= blank_penalty
     return lp * (-acoustic_scale)
+
+
+def utterance_costs(
+    log_probs: torch.Tensor, lengths: list[int], blank: int, acoustic_scale: float, blank_penalty: float
+) -> tuple[list[torch.Tensor], Callable[[torch.Tensor], np.ndarray]]:
+    """The compiled searches' input: each utterance's valid frames of the log-probs (views of them
+    on the host; padding frames are never converted) and the function that makes one utterance's
+    `acoustic_costs` array (float32 [T, V]), called by the search's worker threads."""
+    lp = log_probs.detach().to("cpu")
+    T = lp.shape[1]
+    rows = [lp[b, : min(n, T)] for b, n in enumerate(lengths)]
+
+    def costs(frames: torch.Tensor) -> np.ndarray:
+        return acoustic_costs(frames, blank, acoustic_scale, blank_penalty).contiguous().numpy()
+
+    return rows, costs
 
 
 def blank_column(output: ModelOutput | None, graph_meta: dict, context: DecoderContext | None) -> int:
