@@ -1069,12 +1069,14 @@ def determinize(lat: StateLattice, beam: float | None = None, max_states: int = 
         for w in sorted(by_word):
             targets = by_word[w]
             top = min(targets.values(), key=lambda x: (x[0] + x[1], x[0], len(x[2]), x[2]))
+            # the units all destinations share: the common prefix of the lexicographically
+            # smallest and largest strings is that of all of them
             strings = [t[2] for t in targets.values()]
-            k = 0
-            shortest = min(len(s) for s in strings)
-            while k < shortest and all(s[k] == strings[0][k] for s in strings):
+            lo, hi = min(strings), max(strings)
+            k, shortest = 0, min(len(lo), len(hi))
+            while k < shortest and lo[k] == hi[k]:
                 k += 1
-            prefix = strings[0][:k]
+            prefix = lo[:k]
             new_elems = sorted((v, g - top[0], a - top[1], units[k:]) for v, (g, a, units) in targets.items())
             arc_fwd = fwd + top[0] + top[1]
             reach = min(g + a + back[v] for v, g, a, _ in new_elems)
