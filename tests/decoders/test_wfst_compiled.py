@@ -30,7 +30,13 @@ from helpers.wfst_ref import nemo_log_probs, random_wfst, single_thread, viterbi
 
 from asrdecode.decoders import decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst.compiled import STAT_RECORDS, get_cutoff, search_advance, search_settings
+from asrdecode.decoders.wfst.compiled import (
+    STAT_RECORDS,
+    CompiledSearch,
+    get_cutoff,
+    search_advance,
+    search_settings,
+)
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.paths import acoustic_costs, utterance_costs
 from asrdecode.errors import ConfigError
@@ -117,6 +123,29 @@ def test_mixed_lengths_scale_and_blank_penalty_batch_equals_single():
         if ref is not None:
             assert -res[b].score == pytest.approx(ref[0], abs=1e-4)
             assert [w.word for w in res[b].words] == [f"w{o}" for o in ref[1]]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_run_batch_prepares_and_finishes_each_utterance_in_its_worker(threads):
+    """`CompiledRunner.run_batch`: `prepare` makes each utterance's costs and `finish(result, index)`
+    runs once per utterance after its search (the decoders build word lattices there); results
+    come back in input order whatever the thread count."""
+    rng = np.random.default_rng(5)
+    search = CompiledSearch(device_graph(random_wfst(rng, 6, V, 5)), threads=threads)
+    settings = search_settings(PruningOptions(beam=16.0, max_active=NO_MAX, min_active=0), 1)
+    lps = [log_probs(rng, n) for n in (4, 9, 1, 6)]
+    seen: dict[int, object] = {}
+    got = search.decode_batch(
+        [torch.from_numpy(lp) for lp in lps],
+        [np.zeros(0, np.float32)] * len(lps),
+        settings,
+        prepare=lambda t: (-t).numpy(),
+        finish=lambda path, i: seen.setdefault(i, path),
+    )
+    want = [search.decode_one(-lp, np.zeros(0, np.float32), settings) for lp in lps]
+    assert sorted(seen) == [0, 1, 2, 3] and all(seen[i] is got[i] for i in seen)
+    for a, b in zip(got, want, strict=True):
+        assert a.total == b.total and np.array_equal(a.arcs, b.arcs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -192,11 +192,16 @@ class LetSearch(CompiledRunner):
         threads: int = 0,
         lattice: bool = False,
         prepare: Callable[[Any], np.ndarray] | None = None,
+        finish: Callable[[Any, int], None] | None = None,
     ) -> list[LetPath]:
         """Decode utterances on `threads` workers (default: the search's), longest first
-        (`prepare`: as `CompiledRunner.run_batch`)."""
+        (`prepare`, `finish`: as `CompiledRunner.run_batch`)."""
         return self.run_batch(
-            lambda ac: self.decode_one(ac, settings, lattice), acs, threads=threads, prepare=prepare
+            lambda ac: self.decode_one(ac, settings, lattice),
+            acs,
+            threads=threads,
+            prepare=prepare,
+            finish=finish,
         )
 
 
@@ -257,7 +262,16 @@ class LetDecoder:
         lengths = [min(int(x), T) for x in output.lengths.tolist()]
         rows, costs = utterance_costs(output.log_probs, lengths, blank, c.acoustic_scale, c.blank_penalty)
         want_lattice = c.want_lattice
-        paths = self.search.decode_batch(rows, self.settings, lattice=want_lattice, prepare=costs)
+        lats: list[Any] = [None] * len(rows)
+
+        def finish(p: LetPath, b: int) -> None:  # in the worker, after the utterance's search
+            if p.found:
+                lm, arcs, beam = self.search.lm, self.search.arcs, c.lattice_beam
+                lats[b] = self.paths.pair_lattice(p.lattice, lengths[b], lm, {}, p.reached_final, beam, arcs)
+
+        paths = self.search.decode_batch(
+            rows, self.settings, lattice=want_lattice, prepare=costs, finish=finish if want_lattice else None
+        )
         results = []
         not_final = []
         for b, p in enumerate(paths):
@@ -288,14 +302,6 @@ class LetDecoder:
         if want_lattice:
             self.last_info["stats"]["lattice_prune_frames"] = int(total[S.S_PRUNE_FRAMES])
             self.last_info["lattice_search_arcs"] = sum(len(p.lattice[0]) for p in paths)
-            lats = [
-                self.paths.pair_lattice(
-                    p.lattice, n, self.search.lm, {}, p.reached_final, c.lattice_beam, self.search.arcs
-                )
-                if p.found
-                else None
-                for p, n in zip(paths, lengths, strict=True)
-            ]
             density = attach_lattices(results, lats, c.lattice, c.nbest, output.frame_shift)
             if density is not None:
                 self.last_info["lattice_density"] = density

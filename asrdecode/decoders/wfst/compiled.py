@@ -1216,27 +1216,32 @@ class CompiledRunner(ABC):
         *per_item: list,
         threads: int = 0,
         prepare: Callable[[Any], np.ndarray] | None = None,
+        finish: Callable[[Any, int], None] | None = None,
     ):
         """``decode_one(ac, *items)`` for each utterance on `threads` workers (default: the
         search's), longest first; results in input order. With `prepare`, `acs` are its inputs
-        (anything with a shape, frames first) and each worker makes its utterance's costs."""
+        (anything with a shape, frames first) and each worker makes its utterance's costs. With
+        `finish`, the worker then calls ``finish(result, index)`` (e.g. building the utterance's
+        word lattice while the other workers search)."""
         self.ensure_compiled()
         threads = threads or self.threads
-        if prepare is not None:
-            inner = decode_one
-
-            def decode_one(ac: Any, *items: Any) -> Any:
-                return inner(prepare(ac), *items)
-
         rows = list(zip(acs, *per_item, strict=True)) if per_item else [(a,) for a in acs]
+
+        def task(i: int) -> Any:
+            ac, *items = rows[i]
+            result = decode_one(prepare(ac) if prepare is not None else ac, *items)
+            if finish is not None:
+                finish(result, i)
+            return result
+
         if threads <= 1 or len(acs) <= 1:
-            return [decode_one(*row) for row in rows]
+            return [task(i) for i in range(len(rows))]
         if self._pool is None or self._pool._max_workers != threads:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
             self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=self.label)
         order = sorted(range(len(acs)), key=lambda i: -acs[i].shape[0])
-        futures = {i: self._pool.submit(decode_one, *rows[i]) for i in order}
+        futures = {i: self._pool.submit(task, i) for i in order}
         return [futures[i].result() for i in range(len(acs))]
 
     def close(self) -> None:
@@ -1361,13 +1366,15 @@ class CompiledSearch(CompiledRunner):
         lattice: bool = False,
         threads: int = 0,
         prepare: Callable[[Any], np.ndarray] | None = None,
+        finish: Callable[[Any, int], None] | None = None,
     ) -> list[CompiledPath]:
         """Decode utterances on `threads` workers (default: the search's), longest first
-        (`prepare`: as `run_batch`)."""
+        (`prepare`, `finish`: as `run_batch`)."""
         return self.run_batch(
             lambda ac, boost: self.decode_one(ac, boost, settings, lattice),
             acs,
             boosts,
             threads=threads,
             prepare=prepare,
+            finish=finish,
         )

@@ -332,7 +332,18 @@ class WfstDecoder:
         rows, costs = utterance_costs(log_probs, lengths, blank, c.acoustic_scale, c.blank_penalty)
         boosts = [dense_boost(t) for t in tables]
         want_lattice = c.want_lattice
-        paths = search.decode_batch(rows, boosts, self.search_settings(), lattice=want_lattice, prepare=costs)
+        lats: list[CompactLattice | None] = [None] * len(rows)
+        finish = None
+        if want_lattice:  # each worker builds its utterance's word lattice after its search
+            self._arc_records()
+
+            def finish(p: Any, b: int) -> None:
+                reached = not (p.found and not p.reached_final)
+                lats[b] = self.word_lattice(p.lattice, len(rows[b]), tables[b], reached)
+
+        paths = search.decode_batch(
+            rows, boosts, self.search_settings(), lattice=want_lattice, prepare=costs, finish=finish
+        )
         self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
         results = [
             self._path_result(p, tables[b], blank, shift)
@@ -354,7 +365,7 @@ class WfstDecoder:
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
         if want_lattice:
             data = [p.lattice for p in paths]
-            self._attach_lattices(data, results, [len(a) for a in rows], tables, shift)
+            self._attach_lattices(data, results, [len(a) for a in rows], tables, shift, lats=lats)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if stats["epsilon_limit_hit"]:
@@ -424,15 +435,19 @@ class WfstDecoder:
         tables: list[dict],
         frame_shift: float = 0.0,
         not_final: list[int] | None = None,
+        lats: list[CompactLattice | None] | None = None,
     ) -> None:
         """Word lattice (and n-best) of each utterance from its search arcs and nodes (either
-        backend): exact lattice-beam pruning, then determinization (wfst/lattice.py)."""
+        backend): exact lattice-beam pruning, then determinization (wfst/lattice.py); `lats`:
+        the lattices when already built (by the compiled search's workers)."""
         not_final = self._not_final if not_final is None else not_final
         # search arcs kept until the end (after window pruning): the lattice's memory
         self.last_info["lattice_search_arcs"] = sum(len(d[0]) for d in data if d[0] is not None)
-        lats = [
-            self.word_lattice(data[b], lengths[b], tables[b], b not in not_final) for b in range(len(results))
-        ]
+        if lats is None:
+            lats = [
+                self.word_lattice(data[b], lengths[b], tables[b], b not in not_final)
+                for b in range(len(results))
+            ]
         density = attach_lattices(results, lats, self.config.lattice, self.config.nbest, frame_shift)
         if density is not None:
             self.last_info["lattice_density"] = density
