@@ -285,7 +285,8 @@ def packed_pieces(counts: list[int], step: int, dest: torch.Tensor) -> list[Runs
 
 
 def select_columns(flat: torch.Tensor, columns: torch.Tensor, out: Runs | None) -> torch.Tensor:
-    """``flat[:, columns]`` as float32, or written into the runs of ``out`` (see `packed_pieces`)."""
+    """``flat[:, columns]`` as float32; with ``out``, those columns are written into its runs (see
+    `packed_pieces`) instead and ``flat`` itself is returned."""
     if out is None:
         return flat.index_select(1, columns).float()
     for lo, hi, dst in out:
