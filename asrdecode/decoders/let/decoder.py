@@ -263,10 +263,10 @@ class LetDecoder:
         rows, costs = utterance_costs(output.log_probs, lengths, blank, c.acoustic_scale, c.blank_penalty)
         want_lattice = c.want_lattice
         lats: list[Any] = [None] * len(rows)
+        lm, arcs, beam = self.search.lm, self.search.arcs, c.lattice_beam
 
         def finish(p: LetPath, b: int) -> None:  # in the worker, after the utterance's search
             if p.found:
-                lm, arcs, beam = self.search.lm, self.search.arcs, c.lattice_beam
                 lats[b] = self.paths.pair_lattice(p.lattice, lengths[b], lm, {}, p.reached_final, beam, arcs)
 
         paths = self.search.decode_batch(

@@ -335,10 +335,10 @@ class WfstDecoder:
         lats: list[CompactLattice | None] = [None] * len(rows)
         finish = None
         if want_lattice:  # each worker builds its utterance's word lattice after its search
-            self._arc_records()
+            self._arc_records()  # built once here, not by the workers at once
 
-            def finish(p: Any, b: int) -> None:
-                reached = not (p.found and not p.reached_final)
+            def finish(p: Any, b: int) -> None:  # as `_attach_lattices` with `_not_final`
+                reached = not p.found or p.reached_final
                 lats[b] = self.word_lattice(p.lattice, len(rows[b]), tables[b], reached)
 
         paths = search.decode_batch(
