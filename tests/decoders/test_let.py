@@ -274,6 +274,46 @@ def test_random_graphs_and_lms_equal_exhaustive_viterbi(tmp_path, seed):
         assert [w.word for w in res.words] == [names[o] for o in ref[1]]
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_history_beam_equals_its_plain_search(tmp_path, seed):
+    """`history_beam` in groups (members more than it above the block's best dropped when a
+    block is made): the 1-best and cost of `wfst-otf`'s rule searched by plain dictionaries
+    (`otf_ref.history_pruned_search`; on half of these seeds the pruning changes the 1-best),
+    applied after the last frame too (`let` prunes a frame's groups when it makes them, before
+    the final costs; `wfst-otf` at the next frame's start), on graphs whose words sit on
+    emitting arcs (on an epsilon word arc, `let` prunes within the frame)."""
+    from helpers.otf_ref import WORDS as OTF_WORDS
+    from helpers.otf_ref import ArpaScorer as TextbookScorer
+    from helpers.otf_ref import history_pruned_search
+    from helpers.otf_ref import random_arpa as random_trigram
+    from helpers.wfst_graphs import device_graph, log_probs
+
+    rng = np.random.default_rng(300 + seed)
+    fst = random_wfst(rng, int(rng.integers(3, 6)), 4, 6, eps_forward=True)
+    fst["arcs"] = [(s, il, ol if il else 0, w, ns) for s, il, ol, w, ns in fst["arcs"]]
+    names = list(OTF_WORDS.values())
+    large = random_trigram(tmp_path / "large.arpa", rng, names, 3)
+    small = random_trigram(tmp_path / "small.arpa", rng, names, int(rng.integers(1, 3)))
+    lp = log_probs(rng, int(rng.integers(6, 12)))
+    for history_beam in (0.1, 0.5, 1e6):
+        cfg = LetConfig(
+            **WIDE, group_capacity=64, lm=str(large), small_lm=str(small), history_beam=history_beam
+        )
+        dec = LetDecoder(cfg, graph=device_graph(fst), words=OTF_WORDS)
+        (res,) = dec.decode(batch([lp], blank=-1))
+        ref = history_pruned_search(
+            fst, lp, TextbookScorer(large), TextbookScorer(small), 1.0, history_beam, after_last_frame=True
+        )
+        if ref is None:
+            assert res.score == -math.inf or dec.last_info["not_final"] == [0]
+            continue
+        assert -res.score == pytest.approx(ref[0], abs=1e-3)
+        assert [w.word for w in res.words] == ref[1]
+    with pytest.raises(ConfigError, match="history_beam"):
+        LetDecoder(LetConfig(**WIDE, lm=str(large), small_lm=str(small), history_beam=-1.0),
+                   graph=device_graph(fst), words=OTF_WORDS)  # fmt: skip
+
+
 def test_threads_and_garbage_collection_change_nothing(toy):
     rng = np.random.default_rng(5)
     long = [spelled_log_probs(rng, list(rng.choice(WORDS, size=30)), UNITS) for _ in range(3)]

@@ -20,7 +20,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers.otf_ref import WORDS, ArpaScorer, backend_options, brute_force, random_arpa
+from helpers.otf_ref import (
+    WORDS,
+    ArpaScorer,
+    backend_options,
+    brute_force,
+    history_pruned_search,
+    random_arpa,
+)
 from helpers.wfst_graphs import device_graph, log_probs, run
 from helpers.wfst_ref import (  # noqa: F401
     all_word_sequences,
@@ -74,6 +81,61 @@ def test_random_graph_and_lms_equal_brute_force(tmp_path, seed, backend):
     assert [w.word for w in res.words] == ref[1]
     # score split: the acoustic part is the path's -log-probs, the rest graph + LM difference
     assert -(res.acoustic_score + res.lm_score) == pytest.approx(ref[0], abs=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(12))
+def test_history_beam_equals_its_plain_search(tmp_path, seed, backend):
+    """`history_beam`: the 1-best and cost of the plain search that drops, before each frame's
+    emitting arcs, hypotheses more than history_beam above the cheapest in their graph state
+    (`history_pruned_search`, dictionaries over word sequences; on half of these seeds the
+    pruning changes that 1-best); a wide one is the search without it; tight ones expand fewer
+    arcs (compiled)."""
+    rng = np.random.default_rng(300 + seed)
+    fst = random_wfst(rng, int(rng.integers(3, 6)), 4, 6, eps_forward=True)
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, int(rng.integers(1, 3)))
+    lp = log_probs(rng, int(rng.integers(6, 12)))
+    opts = {**WIDE, **backend_options(backend, seed), "lm": str(large), "small_lm": str(small)}
+    off = WfstOtfDecoder(WfstOtfConfig(**opts), graph=device_graph(fst), words=WORDS)
+    (plain,) = run(off, [lp])
+    for history_beam in (0.1, 0.5, 1e6):
+        cfg = WfstOtfConfig(**opts, history_beam=history_beam)
+        dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+        (res,) = run(dec, [lp])
+        ref = history_pruned_search(fst, lp, ArpaScorer(large), ArpaScorer(small), 1.0, history_beam)
+        if ref is None:
+            assert res.score == -math.inf or dec.last_info["not_final"] == [0]
+            continue
+        assert -res.score == pytest.approx(ref[0], abs=1e-3)
+        assert [w.word for w in res.words] == ref[1]
+        if history_beam == 1e6:
+            assert res.words == plain.words and res.score == pytest.approx(plain.score, abs=1e-5)
+        if backend == "compiled":
+            assert dec.last_info["stats"]["arcs"] <= off.last_info["stats"]["arcs"]
+
+
+def test_history_beam_drops_tokens_and_is_checked(tmp_path):
+    """On a graph where several LM histories meet in one state, a tight history beam drops
+    tokens (counted in the stats); negative values and plain `wfst` (one token per state) are
+    one-line config errors."""
+    rng = np.random.default_rng(11)
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, 1)
+    # a word loop: every word from state 0 back to 0, one frame per word
+    fst = {"num_states": 1, "start": 0, "final": [0.0], "arcs": [(0, i, i, 0.5, 0) for i in range(1, 5)]}
+    lp = log_probs(rng, 8)
+    cfg = WfstOtfConfig(**WIDE, lm=str(large), small_lm=str(small), history_beam=0.1)
+    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+    run(dec, [lp])
+    assert dec.last_info["stats"]["history_pruned"] > 0
+    with pytest.raises(ConfigError, match="history_beam"):
+        bad = WfstOtfConfig(**WIDE, lm=str(large), small_lm=str(small), history_beam=-1.0)
+        WfstOtfDecoder(bad, graph=device_graph(fst), words=WORDS)
+    with pytest.raises(ConfigError, match="history_beam"):
+        WfstDecoder(WfstConfig(history_beam=2.0), graph=device_graph(fst), words=WORDS)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

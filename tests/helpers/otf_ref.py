@@ -55,6 +55,79 @@ class ArpaScorer:
         return -total * LN10
 
 
+def history_pruned_search(
+    fst: dict,
+    lp: np.ndarray,
+    large: ArpaScorer,
+    small: ArpaScorer,
+    scale: float,
+    history_beam: float,
+    after_last_frame: bool = False,
+):
+    """The search `PruningOptions.history_beam` defines, without any other pruning, by plain
+    dictionaries over (state, word sequence): per frame, before the emitting arcs, a hypothesis
+    more than `history_beam` above the cheapest one in its graph state is dropped (with
+    `after_last_frame` also after the last frame, before the final costs: `let`, which prunes
+    when its blocks are made); word arcs add scale * (large - small) for the word, the end adds
+    it for </s>. Returns (cost, words) or None. (Hypotheses are word sequences, not LM states: a
+    sequence that a decoder would recombine away is never the cheapest in its state, so the
+    pruning and the 1-best agree.) Needs an epsilon-cycle-free fst."""
+    arcs_of: dict[int, list] = {}
+    for s, il, ol, w, ns in fst["arcs"]:
+        arcs_of.setdefault(s, []).append((il, ol, w, ns))
+
+    def word_cost(words: tuple[str, ...], w: str) -> float:
+        hist = ("<s>", *words)
+        return -scale * LN10 * (large.log10p(hist, w) - small.log10p(hist, w))
+
+    def relax(table: dict, key: tuple, cost: float, queue: list | None = None) -> None:
+        if key not in table or cost < table[key]:
+            table[key] = cost
+            if queue is not None:
+                queue.append(key)
+
+    def step(table: dict, key: tuple, cost: float, ol: int, ns: int, queue: list | None = None) -> None:
+        words = key[1]
+        if ol:
+            cost += word_cost(words, WORDS[ol])
+            words = (*words, WORDS[ol])
+        relax(table, (ns, words), cost, queue)
+
+    def closure(table: dict) -> None:
+        queue = list(table)
+        while queue:
+            key = queue.pop()
+            for il, ol, w, ns in arcs_of.get(key[0], ()):
+                if il == 0:
+                    step(table, key, table[key] + w, ol, ns, queue)
+
+    def pruned(table: dict) -> dict:
+        best_at: dict[int, float] = {}
+        for (s, _), cost in table.items():
+            best_at[s] = min(best_at.get(s, math.inf), cost)
+        return {key: cost for key, cost in table.items() if not cost > best_at[key[0]] + history_beam}
+
+    table = {(fst["start"], ()): 0.0}
+    closure(table)
+    for t in range(len(lp)):
+        new: dict = {}
+        for key, cost in pruned(table).items():
+            for il, ol, w, ns in arcs_of.get(key[0], ()):
+                if il:
+                    step(new, key, cost + w - float(lp[t, il - 1]), ol, ns)
+        closure(new)
+        table = new
+    if after_last_frame:
+        table = pruned(table)
+    best = None
+    for (s, words), cost in table.items():
+        if math.isfinite(fst["final"][s]):
+            total = cost + fst["final"][s] + word_cost(words, "</s>")
+            if best is None or total < best[0]:
+                best = (total, list(words))
+    return best
+
+
 def random_arpa(path: Path, rng: np.random.Generator, words: list[str], order: int) -> Path:
     """A random (unnormalised, valid) ARPA of `order` over `words`: every unigram, some bigrams
     (also from <s> and to </s>), trigrams extending some of the bigrams."""

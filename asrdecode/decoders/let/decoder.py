@@ -160,6 +160,7 @@ class LetSearch(CompiledRunner):
         slot_lm = self.state_map("slot_lm", self.diff.num_states)
         f32 = np.float32
         beam, cap, eps_limit, lm = f32(settings.beam), self.capacity, int(settings.eps_limit), self.lm
+        hist = f32(settings.history_beam)
         w.ctr[search.C_VOCAB] = self.diff.large.vocab_size
         w.stats[:] = 0
         U, lattice_beam, interval = (
@@ -168,7 +169,7 @@ class LetSearch(CompiledRunner):
             int(settings.prune_interval),
         )
         w.arrays, w.lattice = search.search_init(
-            self.states, self.arcs, self.start, DifferenceLM.START, cap, beam, slot, slot_lm,
+            self.states, self.arcs, self.start, DifferenceLM.START, cap, beam, hist, slot, slot_lm,
             eps_limit, lm, U, w.arrays, w.ctr, w.stats, int(settings.gc_records), lattice, lattice_beam,
             interval, w.lattice,
         )  # fmt: skip
@@ -176,6 +177,7 @@ class LetSearch(CompiledRunner):
             self.states, self.arcs, ac, beam, int(settings.max_active), int(settings.min_active),
             f32(settings.beam_delta), f32(settings.bucket_width), cap, slot, slot_lm, eps_limit, lm, U,
             w.arrays, w.ctr, w.stats, lattice, lattice_beam, interval, w.lattice, f32(settings.word_beam),
+            hist,
         )  # fmt: skip
         arcs, frames, total, reached, found, state = search.search_best(
             self.states, lm, w.arrays, w.ctr, True
@@ -230,6 +232,8 @@ class LetDecoder:
             raise ConfigError("decoder.bucket_width and decoder.threads must be >= 0, decoder.beam > 0")
         if not c.word_beam >= 0:
             raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
+        if not c.history_beam >= 0:
+            raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
         self.config = c
         self.context = context
         # the graph with its word insertion penalty, and best paths -> words, word times and costs

@@ -151,10 +151,11 @@ GC_MIN = 1 << 20
 
 # ------------------------------------------------------------------------------ blocks
 @numba.njit(nogil=True, cache=True)
-def _select(n, cap, cut, cand, slot_lm, scratch):
+def _select(n, cap, cut, history_beam, cand, slot_lm, scratch):
     """Recombine candidates [0, n) by D state (the cheaper wins, the first on ties), drop those
-    at or above `cut`, keep the `cap` cheapest. The kept ones end in [0, k) with `keep` 1.
-    Returns (k, best cost, kept candidates with `new` 1)."""
+    at or above `cut` and those more than `history_beam` above the cheapest (inf = off;
+    `PruningOptions.history_beam`), keep the `cap` cheapest. The kept ones end in [0, k) with
+    `keep` 1. Returns (k, best cost, kept candidates with `new` 1)."""
     k = 0
     for i in range(n):
         c = cand[i].cost
@@ -178,6 +179,19 @@ def _select(n, cap, cut, cand, slot_lm, scratch):
         k += 1
     for i in range(k):
         slot_lm[cand[i].lm] = -1
+    if history_beam < _INF32 and k > 1:
+        lim = cand[0].cost
+        for i in range(1, k):
+            if cand[i].cost < lim:
+                lim = cand[i].cost
+        lim += history_beam
+        j = 0
+        for i in range(k):
+            if not (cand[i].cost > lim):
+                if j != i:
+                    cand[j] = cand[i]
+                j += 1
+        k = j
     best = _INF32
     new_kept = 0
     if k > cap:
@@ -313,7 +327,7 @@ def _make_word_block(
             best = cost
         n += 1
     stats[S_WORD_MEMBERS] += n
-    k, best, _ = _select(n, cap, best + beam, cand, slot_lm, scratch)
+    k, best, _ = _select(n, cap, best + beam, _INF32, cand, slot_lm, scratch)
     nb = _write_block(
         k, best, cand, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev,
         mr_tail, ctr,
@@ -458,10 +472,11 @@ def _max_items(m, ws):
 
 
 @numba.njit(nogil=True, cache=True)
-def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
+def _keep(cut, frame, cap, history_beam, m, slot, slot_lm, ws, ctr, stats):
     """The next groups below the frame's final bound: one item left -> the group shares that block
     (with a record for its arc); several -> their union (recombined by D state, members below
-    the bound, at most `cap`). Writes the kept groups to the nxt arrays; returns their number."""
+    the bound and within `history_beam` of the best, at most `cap`). Writes the kept groups to
+    the nxt arrays; returns their number."""
     nxt_state, nxt_cost, nxt_blk, nxt_rec, nxt_head = (
         ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC], ws[W_NXT_HEAD]
     )  # fmt: skip
@@ -509,7 +524,7 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
                         it_blk[q], it_cost[q], tail, 0, n, blk_start, blk_len, m_lm, m_off, m_mrec, cand,
                     )  # fmt: skip
                 q = it_next[q]
-            kk, best, _ = _select(n, cap, cut, cand, slot_lm, scratch)
+            kk, best, _ = _select(n, cap, cut, history_beam, cand, slot_lm, scratch)
             stats[S_UNION_MEMBERS] += n
             tail, kept = _sole_tail(kk, cand)
             q = head
@@ -545,7 +560,8 @@ def _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats):
 # ------------------------------------------------------------------------------ epsilon closure
 @numba.njit(nogil=True, cache=True)
 def _closure(
-    states, arcs, cut, word_cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats, io,
+    states, arcs, cut, word_cut, beam, history_beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws,
+    ctr, stats, io,
 ):  # fmt: skip
     """Epsilon closure of the queued groups (Kaldi ProcessNonemitting on groups): LIFO queue,
     groups and candidates above `cut` are not expanded; a group whose cost or block changed is
@@ -650,7 +666,7 @@ def _closure(
                     blk, c, tail, 1, nc, blk_start, blk_len, m_lm, m_off, m_mrec, cand,
                 )  # fmt: skip
                 kk, best, new_kept = _select(
-                    nc, cap, np.nextafter(cut, _INF32), cand, slot_lm,
+                    nc, cap, np.nextafter(cut, _INF32), history_beam, cand, slot_lm,
                     scratch,
                 )  # fmt: skip
                 if new_kept == 0:
@@ -712,7 +728,8 @@ def _grow_all(ws, ctr, need):
 
 @numba.njit(nogil=True, cache=True)
 def _close_frame(
-    states, arcs, cut, word_cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats,
+    states, arcs, cut, word_cut, beam, history_beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws,
+    ctr, stats,
 ):  # fmt: skip
     """Epsilon closure of the current groups (growing arrays as needed), then the reset of the
     state map. Returns the workspace."""
@@ -721,8 +738,8 @@ def _close_frame(
     io = np.empty(2, np.int64)
     io[0], io[1] = closure_queue(states, ws[W_CUR_STATE], n, ws[W_QUEUE]), 0
     while not _closure(
-        states, arcs, cut, word_cut, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats,
-        io,
+        states, arcs, cut, word_cut, beam, history_beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice,
+        ws, ctr, stats, io,
     ):  # fmt: skip
         i = ws[W_QUEUE][io[0] - 1]
         s = ws[W_CUR_STATE][i]
@@ -945,8 +962,8 @@ def _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ct
 # ------------------------------------------------------------------------------ drivers
 @numba.njit(nogil=True, cache=True)
 def search_init(
-    states, arcs, start, lm_start, cap, beam, slot, slot_lm, eps_limit, lm, U, ws, ctr, stats, gc_at,
-    lattice, lattice_beam, prune_interval, lat,
+    states, arcs, start, lm_start, cap, beam, history_beam, slot, slot_lm, eps_limit, lm, U, ws, ctr, stats,
+    gc_at, lattice, lattice_beam, prune_interval, lat,
 ):  # fmt: skip
     """Start a search: the start group with one member (the LMs' <s> states) and its epsilon
     closure (with lattices, its nodes and arcs at frame -1). Returns (workspace, lattice tuple)."""
@@ -974,9 +991,11 @@ def search_init(
         slot[start] = 0
         ctr[C_TOK] = 1
     frame = ctr[C_NEXT_FRAME] - 1  # -1, not a literal: one compiled version of the closure
+    member_beam = min(beam, history_beam)  # word blocks: members within it of the best
     ws = _close_frame(
-        states, arcs, _INF32, _INF32, beam, frame, cap, slot, slot_lm, eps_limit, lm, lattice, ws, ctr, stats
-    )
+        states, arcs, _INF32, _INF32, member_beam, history_beam, frame, cap, slot, slot_lm, eps_limit, lm,
+        lattice, ws, ctr, stats,
+    )  # fmt: skip
     if lattice:
         lat = _lattice_frame(arcs, frame, lm, U, lattice_beam, 0, ws, lat, ctr, stats)
     return ws, lat
@@ -985,11 +1004,15 @@ def search_init(
 @numba.njit(nogil=True, cache=True)
 def search_advance(
     states, arcs, ac, beam, max_active, min_active, beam_delta, bucket_width, cap, slot, slot_lm, eps_limit,
-    lm, U, ws, ctr, stats, lattice, lattice_beam, prune_interval, lat, word_beam,
+    lm, U, ws, ctr, stats, lattice, lattice_beam, prune_interval, lat, word_beam, history_beam,
 ):  # fmt: skip
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs); with lattices
-    each frame's nodes and arcs are kept (`_lattice_frame`). Returns (workspace, lattice tuple)."""
+    each frame's nodes and arcs are kept (`_lattice_frame`). `history_beam` (inf = off): a block's
+    members more than it above the block's best are dropped when the block is made (unions and
+    word blocks; offsets do not change while a block is shared, so this is `wfst-otf`'s per-frame
+    rule applied once). Returns (workspace, lattice tuple)."""
     num_states = slot.shape[0]
+    member_beam = min(beam, history_beam)  # word blocks: members within it of the best
     for t in range(ac.shape[0]):
         frame = ctr[C_NEXT_FRAME]
         ctr[C_NEXT_FRAME] = frame + 1
@@ -1017,19 +1040,20 @@ def search_advance(
             np.array([tokens, n_arcs, 0, 2 * n_words, 2 * n_words * cap, 0, cap, block_arcs], np.int64),
         )
         m, nit, best_new = _emit(
-            states, arcs, ac[t], cut, adaptive, beam, word_beam, slot, slot_lm, frame, cap, lm, n, lattice,
-            ws, ctr, stats,
+            states, arcs, ac[t], cut, adaptive, member_beam, word_beam, slot, slot_lm, frame, cap, lm, n,
+            lattice, ws, ctr, stats,
         )  # fmt: skip
         most = _max_items(m, ws)
         ws = _grow_all(
             ws, ctr, np.array([tokens, n_arcs, nit, m, m * cap, m * cap, max(most * cap, cap), 0], np.int64)
         )
         cut = best_new + adaptive
-        k = _keep(cut, frame, cap, m, slot, slot_lm, ws, ctr, stats)
+        k = _keep(cut, frame, cap, history_beam, m, slot, slot_lm, ws, ctr, stats)
         ctr[C_TOK] = k
         ws = _swap(ws)
         ws = _close_frame(
-            states, arcs, cut, best_new + word_beam, beam, frame, cap, slot, slot_lm, eps_limit, lm,
+            states, arcs, cut, best_new + word_beam, member_beam, history_beam, frame, cap, slot, slot_lm,
+            eps_limit, lm,
             lattice, ws, ctr, stats,
         )  # fmt: skip
         if lattice:

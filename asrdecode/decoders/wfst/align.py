@@ -47,6 +47,7 @@ def force_align(
         max_active=2**31 - 1,
         min_active=0,
         word_beam=0.0,
+        history_beam=0.0,
         word_insertion_penalty=0.0,  # already in the graph's weights
         nbest=1,
         lattice=False,

@@ -100,7 +100,8 @@ LM_START_STATE = DifferenceLM.START  # the LM state of a search's start token (<
 STAT_FRAMES, STAT_ARCS, STAT_TOKENS, STAT_EPS_POPS, STAT_EPS_LIMIT, STAT_RECORDS = range(6)
 STAT_PRUNE_FRAMES = 6  # frames taken back by the lattice window pruning, over all its calls
 STAT_LM_LOOKUPS = 7  # with an LM: LM lookups that missed the memo
-NUM_STATS = 8
+STAT_HISTORY_PRUNED = 8  # with an LM: tokens dropped by the history beam
+NUM_STATS = 9
 
 
 @numba.njit(nogil=True, cache=True)
@@ -227,7 +228,7 @@ SETTINGS_DTYPE = np.dtype(
         ("beam", np.float32), ("beam_delta", np.float32), ("max_active", np.int64), ("min_active", np.int64),
         ("eps_limit", np.int64), ("lattice_beam", np.float64), ("prune_interval", np.int64),
         ("bucket_width", np.float32), ("capacity", np.int64), ("gc_records", np.int64),
-        ("word_beam", np.float32),
+        ("word_beam", np.float32), ("history_beam", np.float32),
     ],
     align=True,
 )  # fmt: skip
@@ -245,8 +246,8 @@ def search_settings(
     """The settings record the compiled searches read: the pruning (Kaldi's beam, max/min
     active, adaptive-beam delta; the epsilon closure's pop limit, `max_epsilon_passes` x the
     graph's states, at least 1024), the lattice beam and pruning interval, `let`'s bucket width
-    and group capacity, the back-pointer garbage-collection threshold and the word beam (inf =
-    off)."""
+    and group capacity, the back-pointer garbage-collection threshold, the word beam and the
+    history beam (inf = off)."""
     rec = np.rec.array(np.zeros(1, SETTINGS_DTYPE))[0]  # a record: fields as attributes
     rec["beam"], rec["beam_delta"] = pruning.beam, pruning.beam_delta
     rec["max_active"], rec["min_active"] = min(int(pruning.max_active), 2**31 - 1), int(pruning.min_active)
@@ -254,6 +255,7 @@ def search_settings(
     rec["lattice_beam"], rec["prune_interval"] = lattice_beam, int(prune_interval)
     rec["bucket_width"], rec["capacity"], rec["gc_records"] = bucket_width, int(capacity), int(gc_records)
     rec["word_beam"] = pruning.word_beam_or_inf
+    rec["history_beam"] = pruning.history_beam_or_inf
     return rec
 
 
@@ -810,6 +812,26 @@ def _record_nodes(
 
 
 @numba.njit(nogil=True, cache=True)
+def prune_histories(state, cost, n, best_at, history_beam) -> int:
+    """`PruningOptions.history_beam`: the costs of tokens more than ``history_beam`` above the
+    cheapest token at their graph state set to +inf (not expanded); ``best_at`` (float32, one
+    entry per graph state, +inf between calls) holds the cheapest cost per state meanwhile.
+    Returns the tokens dropped."""
+    for i in range(n):
+        s = state[i]
+        if cost[i] < best_at[s]:
+            best_at[s] = cost[i]
+    dropped = 0
+    for i in range(n):
+        if cost[i] > best_at[state[i]] + history_beam:
+            cost[i] = _F32_INF
+            dropped += 1
+    for i in range(n):
+        best_at[state[i]] = _F32_INF
+    return dropped
+
+
+@numba.njit(nogil=True, cache=True)
 def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, lattice, ws, ctr, stats):
     """Start a search: one start token (graph start, LM state <s>; a record with no predecessor,
     frame -1) and its epsilon closure (`search_advance` over no frames). Returns the workspace."""
@@ -839,20 +861,25 @@ def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, latt
         ctr[C_TOKENS] = 1
     ctr[C_CLOSE] = 1
     no_frames = np.empty((0, 1), np.float32)
+    no_states = np.empty(0, np.float32)
     return search_advance(
-        states, arcs, no_frames, boost, lm, memo, U, V, slot, slot, settings, lattice, ws, ctr, stats
-    )
+        states, arcs, no_frames, boost, lm, memo, U, V, slot, slot, no_states, settings, lattice, ws, ctr,
+        stats,
+    )  # fmt: skip
 
 
 @numba.njit(nogil=True, cache=True)
-def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, settings, lattice, ws, ctr, stats):
+def search_advance(
+    states, arcs, ac, boost, lm, memo, U, V, slot, slot2, best_at, settings, lattice, ws, ctr, stats
+):
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs; frame numbers
     continue from the previous call), first closing the start token if `search_init` left it
     open. Per frame: cutoff, emitting arcs, the kept tokens, their epsilon closure (growing arrays
     as needed) and lattice nodes, garbage collection of the records. With lattices, the kept arcs
     and nodes are pruned with `lattice.prune_window` at the settings' lattice beam after every
     `prune_interval`-th frame (0 = never); it maps states to nodes with `slot` (all -1 between
-    frames) and `slot2` (all -1). Returns the workspace (arrays may have been grown).
+    frames) and `slot2` (all -1); with an LM and a history beam, `best_at` is `prune_histories`'
+    per-state scratch. Returns the workspace (arrays may have been grown).
 
     The workspace tuple is unpacked once per call and rebuilt once at the end: the frame loop
     works on the arrays (a tuple passed or rebuilt per frame costs reference counts and copies of
@@ -882,6 +909,10 @@ def search_advance(states, arcs, ac, boost, lm, memo, U, V, slot, slot2, setting
             if n == 0:
                 continue
             stats[STAT_FRAMES] += 1
+            if lm is not None and settings.history_beam < _F32_INF:
+                stats[STAT_HISTORY_PRUNED] += prune_histories(
+                    cur_state, cur_cost, n, best_at, settings.history_beam
+                )
             # -------------------------------------- cutoff (GetCutoff) of the current tokens
             if scratch.shape[0] < n:
                 scratch = grow(scratch, n)
@@ -1158,6 +1189,7 @@ def as_costs(ac: np.ndarray) -> np.ndarray:
 
 
 _compile_lock = threading.Lock()
+_NO_COSTS = np.empty(0, np.float32)
 _warm: set[str] = set()
 
 
@@ -1200,6 +1232,13 @@ class CompiledRunner(ABC):
         maps = self._local.__dict__.setdefault("maps", {})
         if name not in maps:
             maps[name] = np.full(size, -1, dtype=np.int32)
+        return maps[name]
+
+    def state_costs(self, name: str, size: int) -> np.ndarray:
+        """A thread's float32 scratch of `size` entries, all +inf between uses."""
+        maps = self._local.__dict__.setdefault("maps", {})
+        if name not in maps:
+            maps[name] = np.full(size, np.inf, dtype=np.float32)
         return maps[name]
 
     def thread_workspace(self, make: Callable[[], Any]) -> Any:
@@ -1323,8 +1362,14 @@ class CompiledSearch(CompiledRunner):
         w.arrays = search_advance(
             self.states, self.arcs, as_costs(ac), boost, self.lm, w.memo, self.U, self.V,
             self.state_map("slot", self.num_states), self.state_map("slot2", self.num_states),
-            settings, w.lattice, w.arrays, w.ctr, w.stats,
+            self._best_at(settings), settings, w.lattice, w.arrays, w.ctr, w.stats,
         )  # fmt: skip
+
+    def _best_at(self, settings: np.record) -> np.ndarray:
+        """`prune_histories`' per-state scratch (empty when it does not run)."""
+        if self.lm is None or not settings.history_beam < np.inf:
+            return _NO_COSTS
+        return self.state_costs("best_at", self.num_states)
 
     def begin(self, w: Workspace, boost: np.ndarray, settings: np.record) -> None:
         """Start a search in workspace `w` (start token + epsilon closure)."""

@@ -142,7 +142,10 @@ class PruningOptions:
     the cheapest arc of the frame's best tokens (those at the frame's lowest cost, known before
     the frame's other arcs), and an epsilon arc with a word only if its cost is at most the
     frame's best new cost + word_beam. Word arcs are where new words (and, on the fly, their LM
-    costs) enter; the rest of the search is unchanged."""
+    costs) enter; the rest of the search is unchanged. history_beam (0 = off; the on-the-fly
+    decoders, where one graph state holds tokens of several LM histories): before a frame's
+    cutoff, a token more than history_beam above the cheapest token at its graph state is
+    dropped (pocketsphinx keeps one history per lexicon-tree node, the best predecessor's)."""
 
     beam: float = 16.0
     max_active: int = 10000
@@ -150,11 +153,17 @@ class PruningOptions:
     beam_delta: float = 0.5
     max_epsilon_passes: int = 64
     word_beam: float = 0.0
+    history_beam: float = 0.0
 
     @property
     def word_beam_or_inf(self) -> float:
         """word_beam, with 0 (off) as +inf."""
         return self.word_beam if self.word_beam > 0 else math.inf
+
+    @property
+    def history_beam_or_inf(self) -> float:
+        """history_beam, with 0 (off) as +inf."""
+        return self.history_beam if self.history_beam > 0 else math.inf
 
 
 @dataclass
@@ -810,6 +819,17 @@ class TokenPassing:
         seg_key = torch.full((m,), SENT, dtype=torch.int64, device=self.device).scatter_(0, seg, skey)
         return seg_key, arg.clamp_(max=m - 1)
 
+    def _prune_histories(self, utt: torch.Tensor, state: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
+        """`PruningOptions.history_beam`: the costs with +inf for tokens more than history_beam
+        above the cheapest token of their utterance at their graph state (tokens sorted by key,
+        so those of one (utterance, graph state) are adjacent)."""
+        group = utt * self.g.num_states + self.graph_state(state)
+        first = torch.ones_like(group)
+        first[1:] = (group[1:] != group[:-1]).long()
+        seg = torch.cumsum(first, 0) - 1
+        best = torch.full_like(cost, INF).scatter_reduce_(0, seg, cost, reduce="amin")
+        return _where(cost > _take(best, seg) + _const(self.options.history_beam, cost), INF, cost)
+
     def _segment_min(self, utt: torch.Tensor, cost: torch.Tensor, num_utts: int) -> torch.Tensor:
         out = torch.full((num_utts,), INF, dtype=cost.dtype, device=self.device)
         return out.scatter_reduce_(0, utt, cost, reduce="amin", include_self=True)
@@ -896,6 +916,8 @@ class TokenPassing:
         utt = _where(live, key // S, B)
         state = _where(live, key % S, 0)
         V = ac.shape[1]
+        if self.lm is not None and self.options.history_beam_or_inf < INF:
+            cost = self._prune_histories(utt, state, cost)
         cut, adaptive = self._cutoff(utt, cost, B, per_utt)
         neg = cut.new_full((1,), -INF)
         alive = cost < _take(torch.cat([cut, neg]), utt)

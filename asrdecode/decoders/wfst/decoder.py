@@ -100,6 +100,8 @@ class GraphSearchConfig(PruningOptions):
     max_epsilon_passes: cap on epsilon-closure passes per frame (hit = warning).
     word_beam: a tighter beam for arcs that output a word (pocketsphinx's wbeam; 0 = off; see
       core.PruningOptions).
+    history_beam: on-the-fly decoders: tokens more than this above the cheapest token of their
+      graph state (other LM histories) are not expanded (0 = off; see core.PruningOptions).
     backend: auto | torch | compiled (see each decoder's docstring).
     threads: worker threads of the compiled backend (0 = the cores this process may use).
     lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
@@ -225,6 +227,13 @@ class WfstDecoder:
             raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
         if not config.word_beam >= 0:
             raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
+        if not config.history_beam >= 0:
+            raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
+        if config.history_beam > 0 and type(self).name == "wfst":
+            raise ConfigError(
+                "decoder.history_beam prunes LM histories of the on-the-fly decoders (wfst-otf, let); "
+                "wfst keeps one token per graph state"
+            )
         if config.kernel not in KERNELS:
             raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None
@@ -324,7 +333,10 @@ class WfstDecoder:
             STAT_EPS_LIMIT,
             STAT_EPS_POPS,
             STAT_FRAMES,
+            STAT_HISTORY_PRUNED,
+            STAT_LM_LOOKUPS,
             STAT_PRUNE_FRAMES,
+            STAT_TOKENS,
         )
 
         search = self.compiled_search()
@@ -359,7 +371,11 @@ class WfstDecoder:
             "arcs": int(total[STAT_ARCS]),
             "epsilon_pops": int(total[STAT_EPS_POPS]),
             "epsilon_limit_hit": int(total[STAT_EPS_LIMIT]),
+            "tokens": int(total[STAT_TOKENS]),
         }
+        if self.path_lm is not None:
+            stats["history_pruned"] = int(total[STAT_HISTORY_PRUNED])
+            stats["lm_lookups"] = int(total[STAT_LM_LOOKUPS])
         if want_lattice:
             stats["lattice_prune_frames"] = int(total[STAT_PRUNE_FRAMES])
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
