@@ -1229,16 +1229,16 @@ class CompiledRunner(ABC):
 
     def state_map(self, name: str, size: int) -> np.ndarray:
         """A thread's int32 scratch map of `size` entries, all -1 between uses."""
-        maps = self._local.__dict__.setdefault("maps", {})
-        if name not in maps:
-            maps[name] = np.full(size, -1, dtype=np.int32)
-        return maps[name]
+        return self._scratch(name, size, -1, np.int32)
 
     def state_costs(self, name: str, size: int) -> np.ndarray:
         """A thread's float32 scratch of `size` entries, all +inf between uses."""
+        return self._scratch(name, size, np.inf, np.float32)
+
+    def _scratch(self, name: str, size: int, fill: float, dtype: type) -> np.ndarray:
         maps = self._local.__dict__.setdefault("maps", {})
         if name not in maps:
-            maps[name] = np.full(size, np.inf, dtype=np.float32)
+            maps[name] = np.full(size, fill, dtype=dtype)
         return maps[name]
 
     def thread_workspace(self, make: Callable[[], Any]) -> Any:
