@@ -4,6 +4,7 @@
     .venv/bin/asrdecode bench real-speech                      # every real set; builds the graph
     .venv/bin/asrdecode bench real-speech --manifest data/real/test/manifest.jsonl
     .venv/bin/asrdecode bench real-speech --on-the-fly wfst-otf,let   # + the default setup
+    .venv/bin/asrdecode bench real-speech --on-the-fly wfst-otf --no-static   # no static graph build
 
 Sets (each printed with how it was used): `data/demo/real` (pocketsphinx 5.1.1's test clips; earlier
 sessions chose the graph's pruning on it), `data/real/dev` (the tuning set of the decoding defaults)
@@ -49,6 +50,7 @@ import time
 from pathlib import Path
 
 import soundfile
+import yaml
 
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.scoring import score
@@ -147,10 +149,10 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
     cores = len(os.sched_getaffinity(0))
     one_thread = ["threads=1", "model.threads=1", "decoder.threads=1"]
     all_cores = ["threads=1", "model.threads=0", "decoder.threads=0"]
-    runs = {  # name -> (config, graph, overrides, output folder)
-        "asrdecode 1 thread": (args.config, args.graph, one_thread, "1-thread"),
-        f"asrdecode {cores} cores": (args.config, args.graph, all_cores, "all-cores"),
-    }
+    runs = {}  # name -> (config, graph, overrides, output folder)
+    if not args.no_static:
+        runs["asrdecode 1 thread"] = (args.config, args.graph, one_thread, "1-thread")
+        runs[f"asrdecode {cores} cores"] = (args.config, args.graph, all_cores, "all-cores")
     if args.same_lm_config is not None:  # the same LM read exactly, on the fly over the small graph
         runs["asrdecode wfst-otf, same LM read exactly"] = (args.same_lm_config, None, all_cores, "same-lm")
     for decoder in args.on_the_fly:  # the default setup: the small graph + the full LM, all cores
@@ -227,7 +229,7 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
         }
         for u in refs
     ]
-    others = [n for n in list(ours)[1:2] if ours[n]["hyps"] != first]
+    others = [] if args.no_static else [n for n in list(ours)[1:2] if ours[n]["hyps"] != first]
     result["hypotheses_differ_between_thread_settings"] = others
     result["hypotheses_differ_between_repeats"] = [name for name, (_, _, differ) in chosen.items() if differ]
     return result
@@ -267,6 +269,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=ROOT / "out/eval_real_speech.json")
     ap.add_argument("--no-default-lm", action="store_true", help="skip pocketsphinx with its own LM")
     ap.add_argument(
+        "--no-static",
+        action="store_true",
+        help="skip the static `wfst` rows (no static graph is built; pocketsphinx's same LM is the "
+        "`arpa` of --graph-config): with --on-the-fly, the default setup against pocketsphinx alone",
+    )
+    ap.add_argument(
         "--on-the-fly",
         default="",
         type=lambda v: [d for d in v.split(",") if d],
@@ -290,12 +298,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.repeats < 1:
         sys.exit("bench real-speech: --repeats must be >= 1")
 
-    if not (args.graph / "graph.pt").is_file():
-        print(f"building {args.graph} from {args.graph_config} ...", flush=True)
-        cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
-        run_checked([*cmd, "--out", str(args.graph)], "asrdecode build-graph")
-    meta = json.loads((args.graph / "meta.json").read_text())
-    lm = Path(meta["inputs"]["arpa"]["path"])
+    if args.no_static and not args.on_the_fly and args.same_lm_config is None:
+        sys.exit(
+            "bench real-speech: --no-static leaves no asrdecode row (add --on-the-fly or --same-lm-config)"
+        )
+    if args.no_static:
+        arpa = Path(yaml.safe_load(args.graph_config.read_text())["arpa"])
+        lm = arpa if arpa.is_absolute() else ROOT / arpa
+    else:
+        if not (args.graph / "graph.pt").is_file():
+            print(f"building {args.graph} from {args.graph_config} ...", flush=True)
+            cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
+            run_checked([*cmd, "--out", str(args.graph)], "asrdecode build-graph")
+        meta = json.loads((args.graph / "meta.json").read_text())
+        lm = Path(meta["inputs"]["arpa"]["path"])
     manifests = args.manifest or [ROOT / m for m in SETS if (ROOT / m).is_file()]
     load = os.getloadavg()
     results = [evaluate_set(args, m, lm) for m in manifests]
@@ -306,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
           f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}")  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
     summary = {
-        "graph": str(args.graph),
+        "graph": None if args.no_static else str(args.graph),
         "config": str(args.config),
         "pocketsphinx_same_lm": str(lm),
         "load_average_before": load,
