@@ -50,9 +50,9 @@ import time
 from pathlib import Path
 
 import soundfile
-import yaml
 
 from asrdecode.bench.peers import Pocketsphinx
+from asrdecode.graph.cache import load_graph_config
 from asrdecode.scoring import score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
             "bench real-speech: --no-static leaves no asrdecode row (add --on-the-fly or --same-lm-config)"
         )
     if args.no_static:
-        arpa = Path(yaml.safe_load(args.graph_config.read_text())["arpa"])
+        arpa = Path(load_graph_config(args.graph_config).arpa)
         lm = arpa if arpa.is_absolute() else ROOT / arpa
     else:
         if not (args.graph / "graph.pt").is_file():
