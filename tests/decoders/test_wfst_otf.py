@@ -38,7 +38,9 @@ from helpers.wfst_ref import (  # noqa: F401
 
 from asrdecode.decoders import DECODERS, decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst.compiled import MAP_SLACK
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
+from asrdecode.decoders.workspace import INIT_CAPACITY
 from asrdecode.errors import ConfigError
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
 from asrdecode.models.base import ModelOutput
@@ -136,6 +138,37 @@ def test_history_beam_drops_tokens_and_is_checked(tmp_path):
         WfstOtfDecoder(bad, graph=device_graph(fst), words=WORDS)
     with pytest.raises(ConfigError, match="history_beam"):
         WfstDecoder(WfstConfig(history_beam=2.0), graph=device_graph(fst), words=WORDS)
+
+
+def test_fan_out_beyond_the_frame_map_equals_brute_force(tmp_path):
+    """A start state with 1,200 arcs to distinct states: the first frame makes more new (state,
+    LM state) pairs than its map holds at half load (the workspace's first map, 2 x
+    INIT_CAPACITY keys, is kept for a frame that starts with one token), so `_emit` grows it
+    mid-frame; later frames start with 1,200 tokens and a map sized for them. Same 1-best and
+    cost as the exhaustive search (compiled)."""
+    rng = np.random.default_rng(11)
+    fan = 1200
+    assert fan > INIT_CAPACITY and MAP_SLACK * 256 <= 2 * INIT_CAPACITY
+    end = fan + 1
+    arcs = [(end, 1, 0, 0.3, end)]
+    for i in range(1, fan + 1):
+        arcs.append((0, 1 + i % 4, 1 + i % 6, float(rng.uniform(0, 3)), i))
+        arcs.append((i, 1 + (i + 1) % 4, 0, float(rng.uniform(0, 1)), i))
+        arcs.append((i, 1 + (i + 2) % 4, 1 + (7 * i) % 6 if i % 3 else 0, float(rng.uniform(0, 3)), end))
+    final = [math.inf] * (fan + 2)
+    final[end] = 0.5
+    fst = {"num_states": fan + 2, "start": 0, "final": final, "arcs": arcs}
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, 2)
+    lp = log_probs(rng, 4)
+    cfg = WfstOtfConfig(**WIDE, **backend_options("compiled"), lm=str(large), small_lm=str(small))
+    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+    (res,) = run(dec, [lp])
+    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), 1.0, {})
+    assert -res.score == pytest.approx(ref[0], abs=1e-3)
+    assert [w.word for w in res.words] == ref[1]
+    assert dec.last_info["stats"]["tokens"] >= 3 * fan
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

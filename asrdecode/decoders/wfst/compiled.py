@@ -301,8 +301,12 @@ def emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.f
 # `wfst` recombines tokens by graph state through ``slot[state] -> token`` (-1 = none); `wfst-otf`
 # by the pair (graph state, LM state u) through an open-addressing table (paper 000 Alg. 4): int64
 # keys ``state * U + u``, linear probing, pairs (key, token) at ``2p, 2p + 1`` (one cache line per
-# probe), sized to twice the tokens a step can make, cleared only at the slots used. `lm is None`
+# probe), sized for the tokens a frame starts with (`_frame_table`) and grown at half load,
+# cleared only at the slots used. `lm is None`
 # selects the first at compile time (numba prunes the branch by the argument's type).
+MAP_SLACK = 2  # the frame map's capacity in keys per token at the frame's start
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
 def _hash_slot(htab: np.ndarray, key: int) -> int:
     """Index of `key` in the table, or of the empty pair (key -1) where it goes."""
@@ -329,6 +333,36 @@ def _hash_table(htab: np.ndarray, need: int) -> np.ndarray:
     while 2 * need > cap:
         cap *= 2
     return np.full(2 * cap, -1, np.int64)
+
+
+@numba.njit(nogil=True, cache=True)
+def _frame_table(htab: np.ndarray, n: int) -> np.ndarray:
+    """The (empty) map for a frame that starts with n tokens: a new one of capacity
+    ``MAP_SLACK * n`` rounded up to a power of two when the current one is below or above four
+    times that. The map then follows the live tokens, not the frame's arcs: a map sized for
+    the arcs would spread a frame's few keys over megabytes (a cache miss per probe); `_emit`
+    grows it if the new tokens outrun it (`_grow_map`)."""
+    want = MAP_SLACK * max(n, 256)
+    cap = htab.shape[0] >> 1
+    if want <= cap <= 4 * want:
+        return htab
+    cap = 512
+    while cap < want:
+        cap *= 2
+    return np.full(2 * cap, -1, np.int64)
+
+
+@numba.njit(nogil=True, cache=True)
+def _grow_map(htab, U, m, tok_state, tok_u, tok_pos) -> np.ndarray:
+    """A map of twice the capacity holding tokens 0..m-1 (their positions rewritten)."""
+    bigger = np.full(2 * htab.shape[0], -1, np.int64)
+    for j in range(m):
+        key = np.int64(tok_state[j]) * U + tok_u[j]
+        p = _hash_slot(bigger, key)
+        bigger[p] = key
+        bigger[p + 1] = j
+        tok_pos[j] = p
+    return bigger
 
 
 @numba.njit(nogil=True, cache=True)
@@ -628,7 +662,7 @@ def _emit(
 ):  # fmt: skip
     """Emitting arcs (Kaldi ProcessEmitting) of the tokens below ``cut`` into the nxt arrays
     (capacity checked by the caller); returns (new tokens, best new cost, lattice arcs, lattice
-    pairs).
+    pairs, the map: grown when the new tokens fill half of it).
 
     As Kaldi, the best token is expanded first for a tight running bound ``best_new + adaptive``
     that skips most arcs early. With lattices, every candidate below the running bound is kept
@@ -726,6 +760,9 @@ def _emit(
                 key = np.int64(d) * U + u
                 p = _hash_slot(htab, key)
                 if htab[p] == -1:
+                    if 4 * (m + 1) > htab.shape[0]:  # load 1/2 reached: a larger map
+                        htab = _grow_map(htab, U, m, nxt_state, nxt_u, nxt_pos)
+                        p = _hash_slot(htab, key)
                     j = m
                     m += 1
                     htab[p] = key
@@ -740,7 +777,7 @@ def _emit(
             nxt_cost[j] = c
             nxt_rec[j] = r0
             nxt_arc[j] = a
-    return m, best_new, nlat, npair
+    return m, best_new, nlat, npair, htab
 
 
 @numba.njit(nogil=True, cache=True)
@@ -930,8 +967,7 @@ def search_advance(
             if lm is not None:
                 if nxt_u.shape[0] < bound:
                     nxt_u, nxt_pos = grow_fields((nxt_u, nxt_pos), 0, 1, bound)
-                if 2 * bound > htab.shape[0] >> 1:
-                    htab = _hash_table(htab, bound)
+                htab = _frame_table(htab, n)
             nrec = ctr[C_RECORDS]
             if rec_prev.shape[0] < nrec + bound:
                 rec_prev, rec_arc, rec_frame = grow_fields((rec_prev, rec_arc, rec_frame), 0, 2, nrec + bound)
@@ -943,7 +979,7 @@ def search_advance(
             if lattice and lm is not None:
                 npair, room = ctr[C_PAIRS], n + n_arcs
                 pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, npair, room)
-            m, best_new, nlat, ctr[C_PAIRS] = _emit(
+            m, best_new, nlat, ctr[C_PAIRS], htab = _emit(
                 states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, settings.word_beam, slot, htab,
                 lattice, frame, stats,
                 cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
