@@ -337,11 +337,11 @@ def _hash_table(htab: np.ndarray, need: int) -> np.ndarray:
 
 @numba.njit(nogil=True, cache=True)
 def _frame_table(htab: np.ndarray, n: int) -> np.ndarray:
-    """The (empty) map for a frame that starts with n tokens: a new one of capacity
-    ``MAP_SLACK * n`` rounded up to a power of two when the current one is below or above four
-    times that. The map then follows the live tokens, not the frame's arcs: a map sized for
-    the arcs would spread a frame's few keys over megabytes (a cache miss per probe); `_emit`
-    grows it if the new tokens outrun it (`_grow_map`)."""
+    """The (empty) map for a frame that starts with n tokens: the current one if its capacity is
+    between ``MAP_SLACK * n`` keys and four times that, else a new one of that capacity rounded up
+    to a power of two. The map follows the live tokens, not the frame's arcs: a map sized for the
+    arcs spreads a frame's few keys over megabytes (a cache miss per probe); `_emit` doubles it
+    when the new tokens fill half of it."""
     want = MAP_SLACK * max(n, 256)
     cap = htab.shape[0] >> 1
     if want <= cap <= 4 * want:
@@ -350,19 +350,6 @@ def _frame_table(htab: np.ndarray, n: int) -> np.ndarray:
     while cap < want:
         cap *= 2
     return np.full(2 * cap, -1, np.int64)
-
-
-@numba.njit(nogil=True, cache=True)
-def _grow_map(htab, U, m, tok_state, tok_u, tok_pos) -> np.ndarray:
-    """A map of twice the capacity holding tokens 0..m-1 (their positions rewritten)."""
-    bigger = np.full(2 * htab.shape[0], -1, np.int64)
-    for j in range(m):
-        key = np.int64(tok_state[j]) * U + tok_u[j]
-        p = _hash_slot(bigger, key)
-        bigger[p] = key
-        bigger[p + 1] = j
-        tok_pos[j] = p
-    return bigger
 
 
 @numba.njit(nogil=True, cache=True)
@@ -760,8 +747,9 @@ def _emit(
                 key = np.int64(d) * U + u
                 p = _hash_slot(htab, key)
                 if htab[p] == -1:
-                    if 4 * (m + 1) > htab.shape[0]:  # load 1/2 reached: a larger map
-                        htab = _grow_map(htab, U, m, nxt_state, nxt_u, nxt_pos)
+                    if 4 * (m + 1) > htab.shape[0]:  # load 1/2 reached: a map twice as large
+                        htab = np.full(2 * htab.shape[0], -1, np.int64)
+                        _map_tokens(slot, htab, lm, U, nxt_state, nxt_u, nxt_pos, m)
                         p = _hash_slot(htab, key)
                     j = m
                     m += 1
