@@ -22,8 +22,10 @@ from collections.abc import Callable, Sequence
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 from asrdecode.numba_status import configure_cache
 
@@ -95,6 +97,26 @@ def grow(a: np.ndarray, need: int) -> np.ndarray:
     b = np.empty(max(need, 2 * a.shape[0]), dtype=a.dtype)
     b[: a.shape[0]] = a
     return b
+
+
+@intrinsic
+def prefetch(typingctx, array, index):
+    """Hint the CPU to load ``array[index]`` into the cache (LLVM's ``llvm.prefetch``: read, high
+    locality); no effect on results, never faults (an index past the end is only an address).
+    The searches issue it a few tokens ahead for the graph records a token's arcs start from,
+    whose loads otherwise stall at random addresses of a graph larger than the cache."""
+    sig = types.void(array, index)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, signature.args[0], ary, [args[1]], wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 def grow_tensors(holder: object, names: Sequence[str], dim: int, needed: int, fill: dict[str, int]) -> None:

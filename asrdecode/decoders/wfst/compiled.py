@@ -84,6 +84,7 @@ from asrdecode.decoders.workspace import (
     grow,
     grow_fields,
     lattice_records,
+    prefetch,
 )
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, lm_final, memo_fill, memo_get, new_memo
@@ -305,6 +306,7 @@ def emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.f
 # cleared only at the slots used. `lm is None`
 # selects the first at compile time (numba prunes the branch by the argument's type).
 MAP_SLACK = 2  # the frame map's capacity in keys per token at the frame's start
+PREFETCH_STATES, PREFETCH_ARCS = 8, 4  # how many tokens ahead `_emit` prefetches their graph records
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -688,6 +690,11 @@ def _emit(
     word_cut = pre + word_beam  # word arcs: `PruningOptions.word_beam`
     m = 0
     for i in range(n):
+        # the state record and the first arc of tokens ahead: their loads would stall
+        if i + PREFETCH_STATES < n:
+            prefetch(states, cur_state[i + PREFETCH_STATES])
+        if i + PREFETCH_ARCS < n:
+            prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
         c0 = cur_cost[i]
         if not (c0 < cut):
             continue
