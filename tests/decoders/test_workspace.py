@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, grow_tensors, swap_spans
+from asrdecode.decoders.workspace import WorkspaceLayout, grow_fields, grow_tensors, prefetch, swap_spans
 
 LAYOUT = WorkspaceLayout(
     ("a", np.int32), ("b", np.float32), ("c", np.int64), ("d", np.int32), ("e", np.float32)
@@ -55,3 +55,27 @@ def test_grow_tensors_doubles_keeps_content_and_fills():
     assert h.labels.shape == h.frames.shape == (2, 8)
     assert h.labels[:, :2].tolist() == [[1, 2], [3, 4]] and (h.labels[:, 2:] == -1).all()
     assert h.frames[:, :2].tolist() == [[5, 6], [7, 8]] and (h.frames[:, 2:] == 0).all()
+
+
+@numba.njit
+def _prefetched_sum(a, indices):
+    for i in indices:
+        prefetch(a, i)
+    return a.sum()
+
+
+def test_prefetch_is_llvm_prefetch_and_only_a_hint():
+    """`prefetch` compiles to LLVM's prefetch intrinsic, leaves every value alone and does not
+    fault for an index past the array's end (record arrays too, as the searches use it)."""
+    a = np.arange(10.0)
+    assert _prefetched_sum(a, np.array([0, 9, 10, 1 << 20])) == a.sum()
+    (ir,) = _prefetched_sum.inspect_llvm().values()
+    assert "llvm.prefetch" in ir
+    rec = np.zeros(4, np.dtype([("first", np.int32), ("end", np.int32)]))
+
+    @numba.njit
+    def first_after_prefetch(r, i):
+        prefetch(r, i)
+        return r[0].first
+
+    assert first_after_prefetch(rec, 3) == 0
