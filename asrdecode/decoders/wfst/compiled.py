@@ -327,14 +327,20 @@ def _hash_clear(htab: np.ndarray, pos: np.ndarray, n: int) -> None:
 
 
 @numba.njit(nogil=True, cache=True)
-def _hash_table(htab: np.ndarray, need: int) -> np.ndarray:
-    """The table with room for `need` keys at load <= 1/2 (a new empty one if grown)."""
-    cap = htab.shape[0] >> 1
-    if 2 * need <= cap:
-        return htab
-    while 2 * need > cap:
+def _new_table(keys: int) -> np.ndarray:
+    """An empty table of the smallest power-of-two capacity >= `keys` (at least 512)."""
+    cap = 512
+    while cap < keys:
         cap *= 2
     return np.full(2 * cap, -1, np.int64)
+
+
+@numba.njit(nogil=True, cache=True)
+def _hash_table(htab: np.ndarray, need: int) -> np.ndarray:
+    """The table with room for `need` keys at load <= 1/2 (a new empty one if grown)."""
+    if 2 * need <= htab.shape[0] >> 1:
+        return htab
+    return _new_table(2 * need)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -345,13 +351,9 @@ def _frame_table(htab: np.ndarray, n: int) -> np.ndarray:
     arcs spreads a frame's few keys over megabytes (a cache miss per probe); `_emit` doubles it
     when the new tokens fill half of it."""
     want = MAP_SLACK * max(n, 256)
-    cap = htab.shape[0] >> 1
-    if want <= cap <= 4 * want:
+    if want <= htab.shape[0] >> 1 <= 4 * want:
         return htab
-    cap = 512
-    while cap < want:
-        cap *= 2
-    return np.full(2 * cap, -1, np.int64)
+    return _new_table(want)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -755,7 +757,7 @@ def _emit(
                 p = _hash_slot(htab, key)
                 if htab[p] == -1:
                     if 4 * (m + 1) > htab.shape[0]:  # load 1/2 reached: a map twice as large
-                        htab = np.full(2 * htab.shape[0], -1, np.int64)
+                        htab = _new_table(htab.shape[0])
                         _map_tokens(slot, htab, lm, U, nxt_state, nxt_u, nxt_pos, m)
                         p = _hash_slot(htab, key)
                     j = m
