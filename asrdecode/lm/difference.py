@@ -338,8 +338,8 @@ def lm_step(lm, u: int, w: int) -> tuple[np.float32, int]:
 
 
 # memo of `lm_step` lookups, kept for a whole utterance by the compiled searches: sets of
-# MEMO_WAYS 16-byte records of (u * vocab + w) keys, a set per 64-byte cache line (the newest first);
-# a direct-mapped table missed twice as often on noisy speech (pairs evicting each other)
+# MEMO_WAYS 16-byte records of (u * vocab + w) keys, a set per 64-byte cache line (the newest first):
+# a probe reads one line, as in a direct-mapped table, and up to four colliding pairs stay in it
 MEMO_BITS = 16  # 65536 entries, 1 MiB per worker thread
 MEMO_WAYS = 4
 MEMO_DTYPE = np.dtype([("key", np.int64), ("cost", np.float32), ("next", np.int32)], align=True)
