@@ -206,7 +206,7 @@ WORKSPACE = WorkspaceLayout(
     ("lat_frame", np.int32), ("lat_src", np.int32), ("lat_dst", np.int32), ("lat_arc", np.int32),
     ("lat_ac", np.float32), ("lat_lm", np.float32), ("lat_cost", np.float32),
     ("node_frame", np.int32), ("node_state", np.int32), ("node_cost", np.float32), ("node_extra", np.float32),
-    ("htab", np.int64),
+    ("htab", np.int32),
     ("pair_state", np.int32), ("pair_u", np.int32), ("pair_slot", np.int32), ("pair_slot2", np.int32),
     ("pair_tab", np.int64),
 )  # fmt: skip
@@ -300,11 +300,12 @@ def emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.f
 
 # ------------------------------------------------------------------ the (graph state, LM state) map
 # `wfst` recombines tokens by graph state through ``slot[state] -> token`` (-1 = none); `wfst-otf`
-# by the pair (graph state, LM state u) through an open-addressing table (paper 000 Alg. 4): int64
-# keys ``state * U + u``, linear probing, pairs (key, token) at ``2p, 2p + 1`` (one cache line per
-# probe), sized for the tokens a frame starts with (`_frame_table`) and grown at half load,
-# cleared only at the slots used. `lm is None`
-# selects the first at compile time (numba prunes the branch by the argument's type).
+# by the pair (graph state, LM state u) through an open-addressing map (paper 000 Alg. 4) of int32
+# token indices (`_token_slot`: hashed on ``state * U + u``, linear probing, a probe compares the
+# token's own state and LM state), sized for the tokens a frame starts with (`_frame_table`) and
+# grown at half load, cleared only at the entries used. The lattice pair table keeps (key, id)
+# pairs (`_hash_slot`). `lm is None` selects the first at compile time (numba prunes the branch by
+# the argument's type).
 MAP_SLACK = 2  # the frame map's capacity in keys per token at the frame's start
 PREFETCH_STATES, PREFETCH_ARCS = 8, 4  # how many tokens ahead `_emit` prefetches their graph records
 
@@ -326,13 +327,19 @@ def _hash_clear(htab: np.ndarray, pos: np.ndarray, n: int) -> None:
         htab[pos[i]] = -1
 
 
-@numba.njit(nogil=True, cache=True)
-def _new_table(keys: int) -> np.ndarray:
-    """An empty table of the smallest power-of-two capacity >= `keys` (at least 512)."""
+@numba.njit(nogil=True, cache=True, inline="always")
+def _capacity(keys: int) -> int:
+    """The smallest power of two >= `keys`, at least 512: a table's capacity."""
     cap = 512
     while cap < keys:
         cap *= 2
-    return np.full(2 * cap, -1, np.int64)
+    return cap
+
+
+@numba.njit(nogil=True, cache=True)
+def _new_table(keys: int) -> np.ndarray:
+    """An empty (key, value) table of `_capacity` (keys) pairs."""
+    return np.full(2 * _capacity(keys), -1, np.int64)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -348,23 +355,42 @@ def _frame_table(htab: np.ndarray, n: int) -> np.ndarray:
     """The (empty) map for a frame that starts with n tokens: the current one if its capacity is
     between ``MAP_SLACK * n`` keys and four times that, else a new one of that capacity rounded up
     to a power of two. The map follows the live tokens, not the frame's arcs: a map sized for the
-    arcs spreads a frame's few keys over megabytes (a cache miss per probe); `_emit` doubles it
+    arcs spreads a frame's few tokens over megabytes (a cache miss per probe); `_emit` doubles it
     when the new tokens fill half of it."""
     want = MAP_SLACK * max(n, 256)
-    if want <= htab.shape[0] >> 1 <= 4 * want:
+    if want <= htab.shape[0] <= 4 * want:
         return htab
-    return _new_table(want)
+    return _new_token_map(want)
 
 
 @numba.njit(nogil=True, cache=True)
-def _find(slot, htab, lm, U, d, u):
-    """(token of graph state d with LM state u in the frame's map, or -1; its hash position)."""
+def _new_token_map(keys: int) -> np.ndarray:
+    """An empty token map (`_token_slot`) of `_capacity` (keys) entries."""
+    return np.full(_capacity(keys), -1, np.int32)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _token_slot(htab: np.ndarray, d: int, u: int, U: int, tok_state: np.ndarray, tok_u: np.ndarray) -> int:
+    """Index in the token map `htab` of the token of (graph state d, LM state u), or of the empty
+    entry (-1) where it goes. The map holds token indices only (4 bytes an entry, as Kaldi's
+    HashList holds pointers): a probe compares the token's own state and LM state."""
+    mask = htab.shape[0] - 1
+    h = (np.int64(d) * U + u) * np.int64(-7046029254386353131)
+    p = (h ^ (h >> 29)) & mask
+    while True:
+        j = htab[p]
+        if j == -1 or (tok_state[j] == d and tok_u[j] == u):
+            return p
+        p = (p + 1) & mask
+
+
+@numba.njit(nogil=True, cache=True)
+def _find(slot, htab, lm, U, d, u, tok_state, tok_u):
+    """(token of graph state d with LM state u in the frame's map, or -1; its map position)."""
     if lm is None:
         return slot[d], np.int64(0)
-    p = _hash_slot(htab, np.int64(d) * U + u)
-    if htab[p] == -1:
-        return np.int64(-1), p
-    return htab[p + 1], p
+    p = _token_slot(htab, d, u, U, tok_state, tok_u)
+    return np.int64(htab[p]), p
 
 
 @numba.njit(nogil=True, cache=True)
@@ -443,8 +469,7 @@ def _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos) -> None:
     if lm is None:
         slot[d] = j
     else:
-        htab[p] = np.int64(d) * U + u
-        htab[p + 1] = j
+        htab[p] = j
         tok_u[j] = u
         tok_pos[j] = p
 
@@ -507,7 +532,7 @@ def _map_tokens(slot, htab, lm, U, tok_state, tok_u, tok_pos, n) -> None:
         u = 0
         if lm is not None:
             u = tok_u[j]
-        _, p = _find(slot, htab, lm, U, d, u)
+        _, p = _find(slot, htab, lm, U, d, u, tok_state, tok_u)
         _add(slot, htab, lm, U, d, u, p, j, tok_state, tok_u, tok_pos)
 
 
@@ -549,8 +574,8 @@ def _closure(
         tokens = n + k
         if lm is None:
             tokens = min(tokens, num_states)
-        elif 2 * (n + k) > htab.shape[0] >> 1:
-            tokens = cur_state.shape[0] + 1  # the table is too small: grow
+        elif 2 * (n + k) > htab.shape[0]:
+            tokens = cur_state.shape[0] + 1  # the map is too small: grow
         if (
             tokens > cur_state.shape[0]
             or nrec + k > rec_prev.shape[0]
@@ -619,18 +644,16 @@ def _closure(
                 elif not (c < cur_cost[j]):
                     continue
             else:
-                key = np.int64(d) * U + u
-                p = _hash_slot(htab, key)
+                p = _token_slot(htab, d, u, U, cur_state, cur_u)
                 if htab[p] == -1:
                     j = n
                     n += 1
-                    htab[p] = key
-                    htab[p + 1] = j
+                    htab[p] = j
                     cur_state[j] = d
                     cur_u[j] = u
                     cur_pos[j] = p
                 else:
-                    j = htab[p + 1]
+                    j = htab[p]
                     if not (c < cur_cost[j]):
                         continue
             cur_cost[j] = c
@@ -753,22 +776,20 @@ def _emit(
                 elif not (c < nxt_cost[j]):
                     continue
             else:
-                key = np.int64(d) * U + u
-                p = _hash_slot(htab, key)
+                p = _token_slot(htab, d, u, U, nxt_state, nxt_u)
                 if htab[p] == -1:
-                    if 4 * (m + 1) > htab.shape[0]:  # load 1/2 reached: a map twice as large
-                        htab = _new_table(htab.shape[0])
+                    if 2 * (m + 1) > htab.shape[0]:  # load 1/2 reached: a map twice as large
+                        htab = _new_token_map(2 * htab.shape[0])
                         _map_tokens(slot, htab, lm, U, nxt_state, nxt_u, nxt_pos, m)
-                        p = _hash_slot(htab, key)
+                        p = _token_slot(htab, d, u, U, nxt_state, nxt_u)
                     j = m
                     m += 1
-                    htab[p] = key
-                    htab[p + 1] = j
+                    htab[p] = j
                     nxt_state[j] = d
                     nxt_u[j] = u
                     nxt_pos[j] = p
                 else:
-                    j = htab[p + 1]
+                    j = htab[p]
                     if not (c < nxt_cost[j]):
                         continue
             nxt_cost[j] = c
@@ -802,11 +823,9 @@ def _keep(
                 slot[d] = k
             else:  # the pair table is empty here: the kept tokens enter it in order
                 u = nxt_u[j]
-                key = np.int64(d) * U + u
-                p = _hash_slot(htab, key)
-                htab[p] = key
-                htab[p + 1] = k
                 nxt_u[k] = u
+                p = _token_slot(htab, d, u, U, nxt_state, nxt_u)
+                htab[p] = k
                 nxt_pos[k] = p
             k += 1
         elif lm is None:
@@ -890,7 +909,7 @@ def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, latt
         cur_state, cur_cost, cur_rec, cur_u, cur_pos = ws[CURRENT]
         cur_cost[0] = np.float32(0.0)
         cur_rec[0] = 0
-        _, p = _find(slot, ws[W_HTAB], lm, U, start, LM_START_STATE)
+        _, p = _find(slot, ws[W_HTAB], lm, U, start, LM_START_STATE, cur_state, cur_u)
         _add(slot, ws[W_HTAB], lm, U, start, LM_START_STATE, p, 0, cur_state, cur_u, cur_pos)
         ctr[C_TOKENS] = 1
     ctr[C_CLOSE] = 1
@@ -1029,9 +1048,9 @@ def search_advance(
                 if lattice:
                     room = 2 * need
                     pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, io[5], room)
-                if 2 * (io[0] + need) > htab.shape[0] >> 1:
+                if 2 * (io[0] + need) > htab.shape[0]:
                     _hash_clear(htab, cur_pos, io[0])
-                    htab = _hash_table(htab, io[0] + need)
+                    htab = _new_token_map(2 * (io[0] + need))
                     _map_tokens(slot, htab, lm, U, cur_state, cur_u, cur_pos, io[0])
         n = io[0]
         stats[STAT_EPS_POPS] += io[4]
@@ -1329,7 +1348,7 @@ class Workspace:
 
     def __init__(self, lattice: bool = False, lm: bool = False) -> None:
         self.arrays = WORKSPACE.allocate(
-            htab=np.full(4 * INIT_CAPACITY, -1, np.int64),
+            htab=np.full(2 * INIT_CAPACITY, -1, np.int32),
             pair_tab=np.full(4 * INIT_CAPACITY, -1, np.int64),
             pair_slot=np.full(INIT_CAPACITY, -1, np.int32),
             pair_slot2=np.full(INIT_CAPACITY, -1, np.int32),
