@@ -311,11 +311,18 @@ PREFETCH_STATES, PREFETCH_ARCS = 8, 4  # how many tokens ahead `_emit` prefetche
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _first_probe(key: int, mask: int) -> int:
+    """Where the probe for `key` starts in a table of ``mask + 1`` entries (multiplicative hashing,
+    high bits folded in)."""
+    h = key * np.int64(-7046029254386353131)
+    return (h ^ (h >> 29)) & mask
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _hash_slot(htab: np.ndarray, key: int) -> int:
     """Index of `key` in the table, or of the empty pair (key -1) where it goes."""
     mask = (htab.shape[0] >> 1) - 1
-    h = key * np.int64(-7046029254386353131)
-    p = (h ^ (h >> 29)) & mask
+    p = _first_probe(key, mask)
     while htab[2 * p] != key and htab[2 * p] != -1:
         p = (p + 1) & mask
     return 2 * p
@@ -375,8 +382,7 @@ def _token_slot(htab: np.ndarray, d: int, u: int, U: int, tok_state: np.ndarray,
     entry (-1) where it goes. The map holds token indices only (4 bytes an entry, as Kaldi's
     HashList holds pointers): a probe compares the token's own state and LM state."""
     mask = htab.shape[0] - 1
-    h = (np.int64(d) * U + u) * np.int64(-7046029254386353131)
-    p = (h ^ (h >> 29)) & mask
+    p = _first_probe(np.int64(d) * U + u, mask)
     while True:
         j = htab[p]
         if j == -1 or (tok_state[j] == d and tok_u[j] == u):
@@ -1049,7 +1055,6 @@ def search_advance(
                     room = 2 * need
                     pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, io[5], room)
                 if 2 * (io[0] + need) > htab.shape[0]:
-                    _hash_clear(htab, cur_pos, io[0])
                     htab = _new_token_map(2 * (io[0] + need))
                     _map_tokens(slot, htab, lm, U, cur_state, cur_u, cur_pos, io[0])
         n = io[0]
