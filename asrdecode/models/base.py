@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -52,3 +53,46 @@ class AcousticModel(Protocol):
         ...
 
     def describe(self) -> dict: ...
+
+
+class RecycledOutput:
+    """Output tensors that reuse the memory of the previous one once nothing refers to it.
+
+    ``empty(shape, dtype, device)`` returns an uninitialised tensor: the kept memory when no
+    tensor, view or numpy array of it is alive any more (its storage's use count is back to the
+    one this object holds), it is large enough and was made in the same inference mode (a tensor
+    made in ``torch.inference_mode`` cannot be written outside it); else fresh memory, which is
+    then kept (twice the size last kept when growing: untouched pages cost nothing).
+
+    A run of batches then writes the same pages over and over instead of faulting hundreds of
+    megabytes of fresh pages in per batch: a first write to a fresh page costs several times a
+    write to a mapped one on CPU, and threads that fault pages in at once queue on the process's
+    page-table lock. A caller that keeps an output keeps it intact: the next call sees it in use
+    and allocates.
+    """
+
+    def __init__(self) -> None:
+        self._kept: torch.Tensor | None = None
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        numel = math.prod(shape)
+        kept = self._kept
+        same_kind = (
+            kept is not None
+            and kept.dtype == dtype
+            and kept.device == device
+            and kept.is_inference() == torch.is_inference_mode_enabled()  # else not writable here
+        )
+        if kept is None or not same_kind or kept.numel() < numel or _in_use(kept):
+            grown = 2 * kept.numel() if same_kind and kept is not None and kept.numel() < numel else 0
+            kept = torch.empty(max(numel, grown), dtype=dtype, device=device)
+            self._kept = kept
+        return kept[:numel].view(shape)
+
+
+def _in_use(tensor: torch.Tensor) -> bool:
+    """Whether anything but ``tensor`` itself refers to its memory (a view, another tensor, a numpy
+    array made from it). Without torch's storage use count (a private function) every tensor
+    counts as in use, so that memory is never handed out twice."""
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    return use_count is None or use_count(tensor.untyped_storage()._cdata) != 1

@@ -18,8 +18,9 @@ packed and scored in chunks:
   density. ``topn=0`` is the exact full mixture: all densities exponentiated and mixed with the
   weights by one batched matmul per codebook over its senones (senones sorted by codebook).
   ``topn=N`` (pocketsphinx's top-N approximation, its default 4) keeps only the N best densities
-  of each codebook/stream, found exactly (ties to the lower index, as a stable sort) by N
-  vectorised max passes over float64 keys that make every value distinct
+  of each codebook/stream, found exactly (ties to the lower index, as a stable sort): on CPU by
+  one pass of a compiled insertion into N sorted slots (:func:`top_densities_kernel`), on other
+  devices by N vectorised max passes over float64 keys that make every value distinct
   (:func:`tie_broken_keys`); each senone's mixture is then a sum of N weights times densities,
   done for blocks of 32 senones of one codebook as one ``embedding_bag`` over a table of weight
   rows (a gather of N rows per block, no dense matmul).
@@ -41,13 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import torch
 from torch import nn
 
 from asrdecode.errors import AsrDecodeError, ModelError
 from asrdecode.features.sphinx_mfcc import SphinxFeConfig, SphinxMFCC
-from asrdecode.models.base import ModelOutput
+from asrdecode.models.base import ModelOutput, RecycledOutput
 from asrdecode.models.sphinx_io import (
     read_feat_params,
     read_mdef,
@@ -57,6 +59,7 @@ from asrdecode.models.sphinx_io import (
     read_tmat,
     read_transition_matrix_file,
 )
+from asrdecode.numba_status import announce_first_compile, configure_cache
 
 __all__ = [
     "SphinxModelData",
@@ -71,7 +74,10 @@ __all__ = [
     "MIXW_LOG_UNIT",
     "tie_broken_keys",
     "key_index",
+    "top_densities_kernel",
 ]
+
+configure_cache()  # before any cached kernel is defined (numba_status)
 
 MIXW_LOG_UNIT = 1024 * math.log(1.0001)  # nats per sendump step
 VARFLOOR = 1e-4
@@ -320,6 +326,32 @@ def key_index(key: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return value, (k - 1) - rank.long()
 
 
+@numba.njit(nogil=True, cache=True)
+def top_densities_kernel(g: np.ndarray, values: np.ndarray, idx: np.ndarray) -> None:
+    """Top-N selection in one pass: ``g`` [rows, k, N] (rows = stream x codebook, k densities,
+    N frames innermost) -> ``values`` / ``idx`` [rows, topn, N], each frame's ``topn`` largest of
+    the k values in descending order. Per density, every frame's value is compared with its
+    N-th best so far and, if strictly larger, inserted into the sorted slots (the lower ones
+    shift down), so among equal values the lower density index stays ahead, as a stable sort
+    puts it. The first ``topn`` densities fill the slots unconditionally."""
+    rows, k, n = g.shape
+    topn = values.shape[1]
+    for r in range(rows):
+        for j in range(k):
+            last = min(j, topn - 1)  # the slot a new value enters before moving up
+            for f in range(n):
+                v = g[r, j, f]
+                if j >= topn and not v > values[r, last, f]:
+                    continue
+                p = last
+                while p > 0 and v > values[r, p - 1, f]:
+                    values[r, p, f] = values[r, p - 1, f]
+                    idx[r, p, f] = idx[r, p - 1, f]
+                    p -= 1
+                values[r, p, f] = v
+                idx[r, p, f] = j
+
+
 class SphinxAcousticModel(nn.Module):
     """A pocketsphinx PTM model as an ``AcousticModel``: waveforms -> MFCC -> senone log-likelihoods.
 
@@ -330,11 +362,14 @@ class SphinxAcousticModel(nn.Module):
     about that much per stream plus its mixture weight); 0 = no floor (exact mixtures).
     ``dtype``: precision of the Gaussians and mixtures (float32 is fast; float64 for exactness
     checks). ``chunk_frames``: frames scored at once (the valid frames of a whole batch are packed
-    first); top-N selects ``TOPN_SELECT_FRAMES`` at a time (2 x 4 MB of float64 keys). The working
-    sets stay within the CPU's last-level cache: scoring is memory-bound, every extra pass over
-    the densities costs about as much as the Gaussians' matmul. ``threads``: on CPU, chunks are
-    scored by that many threads at once (0 = the cores this process may use; torch releases the
-    GIL inside its kernels, and each thread has its own work buffers); other devices use one.
+    first); the tensor path of top-N selects ``TOPN_SELECT_FRAMES`` at a time (2 x 4 MB of
+    float64 keys). The working sets stay within the CPU's last-level cache: scoring is
+    memory-bound, every extra pass over the densities costs about as much as the Gaussians'
+    matmul. ``threads``: on CPU, chunks are scored by that many threads at once (0 = the cores
+    this process may use; torch and the compiled top-N release the GIL, and each thread has its
+    own work buffers); other devices use one. ``compiled``: float32 top-N on CPU by
+    :func:`top_densities_kernel` (False: the tensor path every device runs). The output memory is
+    reused from batch to batch once the caller has let go of it (:class:`RecycledOutput`).
     """
 
     default_decoder = "wfst"
@@ -349,8 +384,10 @@ class SphinxAcousticModel(nn.Module):
         chunk_frames: int = CHUNK_FRAMES,
         threads: int = 1,
         density_floor: float = POCKETSPHINX_DENSITY_FLOOR,
+        compiled: bool = True,
     ) -> None:
         super().__init__()
+        self.compiled = bool(compiled)
         if not density_floor >= 0:
             raise ModelError(f"model.density_floor={density_floor} must be >= 0 (0 = no floor)")
         self.density_floor = float(density_floor)
@@ -372,6 +409,7 @@ class SphinxAcousticModel(nn.Module):
         self.chunk_frames = max(int(chunk_frames), 1)
         self._units = data.senone_names()
         self._workspace: dict[tuple[str, bool, int], torch.Tensor] = {}
+        self._output = RecycledOutput()
         n_cb, n_f, n_k, d = data.means.shape
         mean = torch.from_numpy(data.means).double()
         var = torch.from_numpy(data.variances).double()
@@ -460,7 +498,7 @@ class SphinxAcousticModel(nn.Module):
         lengths = torch.tensor(counts, device=x.device)
         valid = (torch.arange(t, device=x.device)[None, :] < lengths[:, None]).reshape(-1)
         rows = valid.nonzero().squeeze(1)
-        scores = torch.empty(b, t, self.num_senones, dtype=torch.float32, device=x.device)
+        scores = self._output.empty((b, t, self.num_senones), torch.float32, x.device)
         for i, n in enumerate(counts):  # padding: contiguous runs of rows
             if n < t:
                 scores[i, n:] = 0.0
@@ -531,15 +569,39 @@ class SphinxAcousticModel(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gaussian log-densities [f, cb, k, N] -> the ``topn`` best of every codebook/stream/frame,
         descending: (values [f, cb, topn, N], density indices [f, cb, topn, N]), written into
-        ``out`` when given.
+        ``out`` when given. Exactly ``topn`` per codebook; among equal values the lower density
+        index wins, as a stable sort picks. float32 on CPU (with ``compiled``): one pass of
+        :func:`top_densities_kernel`; otherwise :meth:`select_top_keys`."""
+        if not (self.compiled and g.device.type == "cpu" and g.dtype == torch.float32):
+            return self.select_top_keys(g, out)
+        n_f, n_cb, n_k, n = g.shape
+        shape = (n_f, n_cb, self.topn, n)
+        if out is None or not (out[0].is_contiguous() and out[1].is_contiguous()):
+            values = torch.empty(shape, dtype=g.dtype)
+            idx = torch.empty(shape, dtype=torch.int64)
+        else:
+            values, idx = out
+        announce_first_compile("sphinx scoring", top_densities_kernel)
+        top_densities_kernel(
+            g.contiguous().view(n_f * n_cb, n_k, n).numpy(),
+            values.view(n_f * n_cb, self.topn, n).numpy(),
+            idx.view(n_f * n_cb, self.topn, n).numpy(),
+        )
+        if out is not None and values is not out[0]:
+            out[0].copy_(values)
+            out[1].copy_(idx)
+            return out
+        return values, idx
 
-        Exactly ``topn`` per codebook; among equal values the lower density index wins, as a
-        stable sort picks. The densities get float64 keys that are all distinct
-        (:func:`tie_broken_keys`); then ``topn`` times: the best key of each codebook/stream/frame
-        (a vectorised max over the densities, which reads the keys once), its density index
-        decoded from the key, and that key knocked out (one element per codebook/stream/frame).
-        No host reads, no special case for ties.
-        """
+    def select_top_keys(
+        self, g: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`select_top` as tensor operations on any device. The densities get float64 keys
+        that are all distinct (:func:`tie_broken_keys`); then ``topn`` times: the best key of each
+        codebook/stream/frame (a vectorised max over the densities, which reads the keys once),
+        its density index decoded from the key, and that key knocked out (one element per
+        codebook/stream/frame). No host reads, no special case for ties. float64 densities are
+        ranked by their float32 roundings (the keys' resolution)."""
         n_f, n_cb, n_k, n = g.shape
         keys = self._buffer("keys", tuple(g.shape), torch.float64, g.device)
         scratch = self._buffer("keys_scratch", tuple(g.shape), torch.float64, g.device)
@@ -563,17 +625,21 @@ class SphinxAcousticModel(nn.Module):
     def _score_chunk(self, x: torch.Tensor, out: Runs | None = None) -> torch.Tensor:
         """[N, D] features -> [N, n_senones] senone log-likelihoods (float32), or written into
         ``out`` (frames [lo, hi) of the chunk into each float32 [hi - lo, n_senones] tensor given).
-        Top-N selects in sub-chunks of ``TOPN_SELECT_FRAMES`` (its float64 keys stay in the cache)
-        and mixes all N frames at once (each block's weight rows are loaded once per chunk)."""
+        Top-N selects in sub-chunks of ``TOPN_SELECT_FRAMES`` on the keys path (its float64 keys
+        stay in the cache), all N frames at once when compiled, and mixes all N frames at once
+        (each block's weight rows are loaded once per chunk)."""
         if not self.topn:
             return self._full_mixture(self._gaussians(x), out)
+        if self.compiled and x.device.type == "cpu" and self.compute_dtype == torch.float32:
+            values, idx = self.select_top(self._gaussians(x))
+            return self._sparse_mixture(values, idx, out)
         n_f, n_cb = self.data.n_streams, self.data.n_codebooks
         shape = (n_f, n_cb, self.topn, x.shape[0])
         values = torch.empty(shape, dtype=self.compute_dtype, device=x.device)
         idx = torch.empty(shape, dtype=torch.int64, device=x.device)
         for start in range(0, x.shape[0], TOPN_SELECT_FRAMES):
             part = slice(start, start + TOPN_SELECT_FRAMES)
-            self.select_top(self._gaussians(x[part]), out=(values[..., part], idx[..., part]))
+            self.select_top_keys(self._gaussians(x[part]), out=(values[..., part], idx[..., part]))
         return self._sparse_mixture(values, idx, out)
 
     def _sparse_mixture(self, top: torch.Tensor, idx: torch.Tensor, out: Runs | None = None) -> torch.Tensor:

@@ -164,19 +164,61 @@ def test_tie_broken_keys_order_and_decode() -> None:
     assert torch.equal(idx[0], torch.arange(g.shape[1])) and torch.equal(values, g)
 
 
-def test_topn_keeps_exactly_n_densities_on_ties(models) -> None:
+@pytest.mark.parametrize("path", ["compiled", "keys"])
+def test_topn_keeps_exactly_n_densities_on_ties(models, path: str) -> None:
     """Tied N-th values (float32 coincidences happen on real speech): exactly N densities per
-    codebook/stream/frame, the lowest-index ones among the tied, as a stable sort picks."""
+    codebook/stream/frame, the lowest-index ones among the tied, as a stable sort picks; by the
+    compiled insertion (CPU) and by the tensor path (every device)."""
     model = models["topn"]
+    select = model.select_top if path == "compiled" else model.select_top_keys
     rng = np.random.default_rng(0)
     g = rng.standard_normal((3, 42, 128, 6)).astype(np.float32) * 5 - 40
     g[:, :, [7, 50, 90, 100]] = g.max(2, keepdims=True) - 1.0  # four-way tie from the 2nd place
     g[1, 0, 3, 0] = g[1, 0, 7, 0] + 0.5  # one column: a tie for 3rd/4th place instead
     g[2, 5, :, 1] = 0.0  # all equal (exact zeros)
-    values, idx = model.select_top(torch.from_numpy(g.copy()))
+    g[0, 1, :, 2] = np.arange(128, dtype=np.float32)  # ascending: every density enters the slots
+    values, idx = select(torch.from_numpy(g.copy()))
     order = np.argsort(-g, axis=2, kind="stable")[:, :, :4]
     np.testing.assert_array_equal(idx.numpy(), order)
     np.testing.assert_array_equal(values.numpy(), np.take_along_axis(g, order, 2))
+
+
+def test_compiled_topn_equals_the_tensor_path_on_speech(data, models, goforward) -> None:
+    """On goforward's Gaussians the compiled top-N picks the same densities and values as the
+    keyed tensor path, for N = 1, 4 and 16; whole-utterance scores agree (the compiled path
+    computes the Gaussians of 128 frames per matmul instead of 32, which may round differently)."""
+    feats, n = goforward
+    for kind in ("top1", "topn", "top16"):
+        model = models[kind]
+        with torch.inference_mode():
+            g = model._gaussians(feats[0, :100])
+            got = model.select_top(g)
+            want = model.select_top_keys(g)
+        assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0]), kind
+    tensor_path = SphinxAcousticModel(data, topn=4, compiled=False)
+    with torch.inference_mode():
+        got = models["topn"].forward_features(feats.transpose(1, 2), n).log_probs
+        want = tensor_path.forward_features(feats.transpose(1, 2), n).log_probs
+    torch.testing.assert_close(got, want, atol=1e-3, rtol=0)
+
+
+def test_a_kept_output_is_not_overwritten_by_the_next_batch(data, goforward) -> None:
+    """Scores reuse the previous output's memory only once the caller has let go of it: an output
+    (or a view or numpy array of it) kept across calls is left intact."""
+    feats, n = goforward
+    model = SphinxAcousticModel(data, topn=4)
+    x = feats.transpose(1, 2)
+    first = model.forward_features(x, n).log_probs
+    kept = first.clone()
+    view = first[0, :10].numpy()
+    del first
+    second = model.forward_features(x.flip(2), n).log_probs
+    assert not np.shares_memory(view, second.numpy())
+    np.testing.assert_array_equal(view, kept[0, :10].numpy())
+    ptr = second.data_ptr()
+    del second, view
+    assert model.forward_features(x, n).log_probs.data_ptr() == ptr  # let go of: reused
+    torch.testing.assert_close(model.forward_features(x, n).log_probs, kept, atol=0, rtol=0)
 
 
 def test_model_output_batch_equals_single(models) -> None:
