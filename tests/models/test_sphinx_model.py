@@ -23,6 +23,7 @@ from asrdecode.models.sphinx import (
     read_sendump,
     read_sphinx_model,
     tie_broken_keys,
+    top_densities_kernel,
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sphinx"
@@ -181,6 +182,21 @@ def test_topn_keeps_exactly_n_densities_on_ties(models, path: str) -> None:
     order = np.argsort(-g, axis=2, kind="stable")[:, :, :4]
     np.testing.assert_array_equal(idx.numpy(), order)
     np.testing.assert_array_equal(values.numpy(), np.take_along_axis(g, order, 2))
+
+
+@pytest.mark.parametrize("k, topn", [(128, 4), (40, 4), (8, 4), (128, 1), (33, 16), (16, 16)])
+def test_top_densities_kernel_equals_a_stable_sort(k: int, topn: int) -> None:
+    """The compiled top-N against numpy's stable argsort on values with many ties (a few distinct
+    levels), for several numbers of densities and N (N = k included)."""
+    rng = np.random.default_rng(k * 100 + topn)
+    g = rng.integers(0, 6, size=(5, k, 37)).astype(np.float32) - 50.0
+    g[0, :, 3] = -7.0  # all equal
+    values = np.empty((5, topn, 37), np.float32)
+    idx = np.empty((5, topn, 37), np.int64)
+    top_densities_kernel(g, values, idx)
+    order = np.argsort(-g, axis=1, kind="stable")[:, :topn]
+    np.testing.assert_array_equal(idx, order)
+    np.testing.assert_array_equal(values, np.take_along_axis(g, order, 1))
 
 
 def test_compiled_topn_equals_the_tensor_path_on_speech(data, models, goforward) -> None:
