@@ -572,26 +572,27 @@ class SphinxAcousticModel(nn.Module):
         ``out`` when given. Exactly ``topn`` per codebook; among equal values the lower density
         index wins, as a stable sort picks. float32 on CPU (with ``compiled``): one pass of
         :func:`top_densities_kernel`; otherwise :meth:`select_top_keys`."""
-        if not (self.compiled and g.device.type == "cpu" and g.dtype == torch.float32):
+        if not self._compiled_topn(g.device, g.dtype):
             return self.select_top_keys(g, out)
         n_f, n_cb, n_k, n = g.shape
         shape = (n_f, n_cb, self.topn, n)
-        if out is None or not (out[0].is_contiguous() and out[1].is_contiguous()):
-            values = torch.empty(shape, dtype=g.dtype)
-            idx = torch.empty(shape, dtype=torch.int64)
-        else:
-            values, idx = out
+        values = torch.empty(shape, dtype=g.dtype)
+        idx = torch.empty(shape, dtype=torch.int64)
         announce_first_compile("sphinx scoring", top_densities_kernel)
         top_densities_kernel(
             g.contiguous().view(n_f * n_cb, n_k, n).numpy(),
             values.view(n_f * n_cb, self.topn, n).numpy(),
             idx.view(n_f * n_cb, self.topn, n).numpy(),
         )
-        if out is not None and values is not out[0]:
-            out[0].copy_(values)
-            out[1].copy_(idx)
-            return out
-        return values, idx
+        if out is None:
+            return values, idx
+        out[0].copy_(values)
+        out[1].copy_(idx)
+        return out
+
+    def _compiled_topn(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether top-N runs :func:`top_densities_kernel` (float32 on CPU, with ``compiled``)."""
+        return self.compiled and device.type == "cpu" and dtype == torch.float32
 
     def select_top_keys(
         self, g: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -630,7 +631,7 @@ class SphinxAcousticModel(nn.Module):
         (each block's weight rows are loaded once per chunk)."""
         if not self.topn:
             return self._full_mixture(self._gaussians(x), out)
-        if self.compiled and x.device.type == "cpu" and self.compute_dtype == torch.float32:
+        if self._compiled_topn(x.device, self.compute_dtype):
             values, idx = self.select_top(self._gaussians(x))
             return self._sparse_mixture(values, idx, out)
         n_f, n_cb = self.data.n_streams, self.data.n_codebooks
