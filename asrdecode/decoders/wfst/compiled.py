@@ -87,7 +87,7 @@ from asrdecode.decoders.workspace import (
     prefetch,
 )
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import DifferenceLM, lm_final, memo_fill, memo_get, new_memo
+from asrdecode.lm.difference import DifferenceLM, lm_final, memo_fill, memo_get, memo_slot, new_memo
 from asrdecode.numba_status import announce_first_compile, configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)
@@ -308,6 +308,7 @@ def emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.f
 # the argument's type).
 MAP_SLACK = 2  # the frame map's capacity in keys per token at the frame's start
 PREFETCH_STATES, PREFETCH_ARCS = 8, 4  # how many tokens ahead `_emit` prefetches their graph records
+PREFETCH_WORDS = 2  # and, with an LM, the memo sets of their word arcs
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -721,11 +722,19 @@ def _emit(
     word_cut = pre + word_beam  # word arcs: `PruningOptions.word_beam`
     m = 0
     for i in range(n):
-        # the state record and the first arc of tokens ahead: their loads would stall
+        # the state record and the first arc of tokens ahead, with an LM the memo sets of their word
+        # arcs (`memo_get`'s probe): their loads would stall
         if i + PREFETCH_STATES < n:
             prefetch(states, cur_state[i + PREFETCH_STATES])
         if i + PREFETCH_ARCS < n:
             prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
+        if lm is not None and i + PREFETCH_WORDS < n and cur_cost[i + PREFETCH_WORDS] < cut:
+            s2 = cur_state[i + PREFETCH_WORDS]
+            u2 = cur_u[i + PREFETCH_WORDS]
+            for a2 in range(states[s2].first, states[s2].split):
+                w2 = arcs[a2].olabel
+                if w2 > 0:
+                    prefetch(memo, memo_slot(u2, w2, V, memo.shape[0])[1])
         c0 = cur_cost[i]
         if not (c0 < cut):
             continue
