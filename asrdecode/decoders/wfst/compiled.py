@@ -312,6 +312,16 @@ PREFETCH_WORDS = 2  # and, with an LM, the memo sets of their word arcs
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def prefetch_word_sets(arcs, memo, V: int, u: int, first: int, end: int) -> None:
+    """Prefetch the LM memo sets that `memo_get` will probe for the words of ``arcs[first:end]``
+    from LM state ``u`` (a memo larger than L2; only a hint, results unchanged)."""
+    for a in range(first, end):
+        w = arcs[a].olabel
+        if w > 0:
+            prefetch(memo, memo_slot(u, w, V, memo.shape[0])[1])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _first_probe(key: int, mask: int) -> int:
     """Where the probe for `key` starts in a table of ``mask + 1`` entries (multiplicative hashing,
     high bits folded in)."""
@@ -574,6 +584,16 @@ def _closure(
     n_boost = boost.shape[0]
     while nq > 0:
         i = queue[nq - 1]
+        # with an LM (many more tokens than graph states) the records of the tokens popped next if
+        # nothing is queued meanwhile, as in `_emit`
+        if lm is not None:
+            if nq > 3:
+                prefetch(states, cur_state[queue[nq - 4]])
+            if nq > 2:
+                prefetch(arcs, states[cur_state[queue[nq - 3]]].split)
+            if nq > 1:
+                s2 = cur_state[queue[nq - 2]]
+                prefetch_word_sets(arcs, memo, V, cur_u[queue[nq - 2]], states[s2].split, states[s2].end)
         s = cur_state[i]
         a0 = states[s].split
         a1 = states[s].end
@@ -730,11 +750,7 @@ def _emit(
             prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
         if lm is not None and i + PREFETCH_WORDS < n and cur_cost[i + PREFETCH_WORDS] < cut:
             s2 = cur_state[i + PREFETCH_WORDS]
-            u2 = cur_u[i + PREFETCH_WORDS]
-            for a2 in range(states[s2].first, states[s2].split):
-                w2 = arcs[a2].olabel
-                if w2 > 0:
-                    prefetch(memo, memo_slot(u2, w2, V, memo.shape[0])[1])
+            prefetch_word_sets(arcs, memo, V, cur_u[i + PREFETCH_WORDS], states[s2].first, states[s2].split)
         c0 = cur_cost[i]
         if not (c0 < cut):
             continue
