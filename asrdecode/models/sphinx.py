@@ -564,16 +564,14 @@ class SphinxAcousticModel(nn.Module):
         """[N, D] features -> [N, codebooks, streams, densities] Gaussian log-densities."""
         return self._gaussians(x).permute(3, 1, 0, 2).clone()
 
-    def select_top(
-        self, g: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def select_top(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Gaussian log-densities [f, cb, k, N] -> the ``topn`` best of every codebook/stream/frame,
-        descending: (values [f, cb, topn, N], density indices [f, cb, topn, N]), written into
-        ``out`` when given. Exactly ``topn`` per codebook; among equal values the lower density
-        index wins, as a stable sort picks. float32 on CPU (with ``compiled``): one pass of
-        :func:`top_densities_kernel`; otherwise :meth:`select_top_keys`."""
+        descending: (values [f, cb, topn, N], density indices [f, cb, topn, N]). Exactly ``topn``
+        per codebook; among equal values the lower density index wins, as a stable sort picks.
+        float32 on CPU (with ``compiled``): one pass of :func:`top_densities_kernel`; otherwise
+        :meth:`select_top_keys`."""
         if not self._compiled_topn(g.device, g.dtype):
-            return self.select_top_keys(g, out)
+            return self.select_top_keys(g)
         n_f, n_cb, n_k, n = g.shape
         shape = (n_f, n_cb, self.topn, n)
         values = torch.empty(shape, dtype=g.dtype)
@@ -584,11 +582,7 @@ class SphinxAcousticModel(nn.Module):
             values.view(n_f * n_cb, self.topn, n).numpy(),
             idx.view(n_f * n_cb, self.topn, n).numpy(),
         )
-        if out is None:
-            return values, idx
-        out[0].copy_(values)
-        out[1].copy_(idx)
-        return out
+        return values, idx
 
     def _compiled_topn(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Whether top-N runs :func:`top_densities_kernel` (float32 on CPU, with ``compiled``)."""
