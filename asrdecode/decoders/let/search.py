@@ -45,6 +45,9 @@ import numba
 import numpy as np
 
 from asrdecode.decoders.wfst.compiled import (
+    PREFETCH_ARCS,
+    PREFETCH_STATES,
+    PREFETCH_WORDS,
     best_token,
     clear_pairs,
     closure_queue,
@@ -59,7 +62,7 @@ from asrdecode.decoders.wfst.compiled import (
     queue_pop,
     running_bound,
 )
-from asrdecode.decoders.workspace import WorkspaceLayout, grow, grow_fields, swap_spans
+from asrdecode.decoders.workspace import WorkspaceLayout, grow, grow_fields, prefetch, swap_spans
 from asrdecode.lm.difference import MEMO_DTYPE, lm_final, memo_fill, memo_get
 from asrdecode.numba_status import configure_cache
 
@@ -286,14 +289,34 @@ def _add_members(blk, c, tail, new, n, blk_start, blk_len, m_lm, m_off, m_mrec, 
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _word_slot(blk, word, mask):
+    """The word-block cache entry of (blk, word) in a cache of ``mask + 1`` entries."""
+    return ((blk * 1000003) ^ (word * 7919)) & mask
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
     """The word-block cache entry of (blk, word): (slot, key, cached block or -1, its cost shift).
     No workspace tuple here: passing one costs an atomic reference count per array."""
     key = (blk << 32) | word
-    h = ((blk * 1000003) ^ (word * 7919)) & (wc_key.shape[0] - 1)
+    h = _word_slot(blk, word, wc_key.shape[0] - 1)
     if wc_key[h] == key:
         return h, key, wc_blk[h], wc_delta[h]
     return h, key, -1, _INF32
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _prefetch_word_blocks(arcs, states, s, blk, wc_key, wc_blk, wc_delta):
+    """Prefetch the word-block cache entries `_word_probe` will read for the word arcs of state
+    `s` from block `blk` (a cache larger than L2; only a hint)."""
+    mask = wc_key.shape[0] - 1
+    for a in range(states[s].first, states[s].split):
+        w = arcs[a].olabel
+        if w > 0:
+            h = _word_slot(blk, w, mask)
+            prefetch(wc_key, h)
+            prefetch(wc_blk, h)
+            prefetch(wc_delta, h)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -388,6 +411,15 @@ def _emit(
     hits = 0
     wc_mask = wc_key.shape[0] - 1
     for i in range(n):
+        # as `wfst`'s emitting step: the state record and first arc of groups ahead, and the
+        # word-block cache entries of their word arcs (`_word_probe`'s load), are prefetched
+        if i + PREFETCH_STATES < n:
+            prefetch(states, cur_state[i + PREFETCH_STATES])
+        if i + PREFETCH_ARCS < n:
+            prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
+        if i + PREFETCH_WORDS < n and cur_cost[i + PREFETCH_WORDS] < cut:
+            j = i + PREFETCH_WORDS
+            _prefetch_word_blocks(arcs, states, cur_state[j], cur_blk[j], wc_key, wc_blk, wc_delta)
         c0 = cur_cost[i]
         if not (c0 < cut):
             continue
@@ -401,7 +433,7 @@ def _emit(
             nb = blk
             if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
                 key = (blk << 32) | ol
-                h = ((blk * 1000003) ^ (ol * 7919)) & wc_mask
+                h = _word_slot(blk, ol, wc_mask)
                 if wc_key[h] == key:
                     nb = wc_blk[h]
                     c = c + wc_delta[h]
@@ -616,7 +648,7 @@ def _closure(
             blk = cur_blk[i]
             if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
                 key = (blk << 32) | ol
-                h = ((blk * 1000003) ^ (ol * 7919)) & wc_mask
+                h = _word_slot(blk, ol, wc_mask)
                 if wc_key[h] == key:
                     blk = wc_blk[h]
                     c = c + wc_delta[h]
