@@ -84,6 +84,7 @@ def run_row(name: str, decoder, lp, lengths, shift: float, blank: int) -> dict:
         "tokens_per_frame": tokens / frames if tokens else None,
         "word_members_per_frame": stats["word_members"] / frames if "word_members" in stats else None,
         "union_members_per_frame": stats["union_members"] / frames if "union_members" in stats else None,
+        "lm_lookups_per_frame": stats["lm_lookups"] / frames if "lm_lookups" in stats else None,
         "stats": stats,
         "words": [[w.word for w in r.words] for r in results],
     }
@@ -227,6 +228,7 @@ def print_case(c: dict) -> None:
         "arcs/fr",
         "tokens/fr",
         "members/fr",
+        "LM lookups/fr",
     )
     for col in cols:
         t.add_column(col, justify="left" if col == "decoder" else "right")
@@ -251,6 +253,7 @@ def print_case(c: dict) -> None:
             num(r["arcs_per_frame"]),
             num(r["tokens_per_frame"]),
             num(members),
+            num(r.get("lm_lookups_per_frame")),
         )
     Console(width=200).print(t)
 

@@ -94,11 +94,8 @@ class LetWorkspace:
     def __init__(self) -> None:
         from asrdecode.decoders.let import search
 
-        cache = 1 << search.WORD_CACHE_BITS
         self.arrays = search.WORKSPACE.allocate(
-            wc_key=np.empty(cache, np.int64),
-            wc_blk=np.empty(cache, np.int64),
-            wc_delta=np.empty(cache, np.float32),
+            wcache=np.zeros(1 << search.WORD_CACHE_BITS, search.WORD_CACHE_DTYPE),
             memo=new_memo(),  # LM lookups (one search's LM is fixed)
         )
         self.lattice = search.LATTICE.allocate(
@@ -293,6 +290,8 @@ class LetDecoder:
                 "arcs": int(total[S.S_ARCS]),
                 "groups": int(total[S.S_GROUPS]),
                 "word_members": int(total[S.S_WORD_MEMBERS]),
+                "word_block_hits": int(total[S.S_WORD_HITS]),
+                "lm_lookups": int(total[S.S_LM_LOOKUPS]),
                 "unions": int(total[S.S_UNIONS]),
                 "union_members": int(total[S.S_UNION_MEMBERS]),
                 "shared": int(total[S.S_SHARED]),

@@ -70,6 +70,13 @@ configure_cache()  # before any cached kernel is defined (numba_status)
 
 _INF32 = np.float32(np.inf)
 WORD_CACHE_BITS = 16  # word-block cache: 65536 (block, word) entries, direct-mapped
+# a word-block cache entry: key (block << 32 | word), the word block, its cost shift, and the
+# largest member offset it was made from (a group needing more members makes it again); 32 bytes,
+# so that an entry is one load of one cache line
+WORD_CACHE_DTYPE = np.dtype(
+    [("key", np.int64), ("blk", np.int64), ("delta", np.float32), ("lim", np.float32), ("pad", np.int64)],
+    align=True,
+)
 
 # a candidate member of a block being made: its D state, cost, member record, record tail (-1:
 # none), whether kept, whether new (one record, so that helpers take one array, not six: numba
@@ -90,10 +97,11 @@ WORKSPACE = WorkspaceLayout(
     ("m_lm", np.int32), ("m_off", np.float32), ("m_mrec", np.int64),  # members
     ("mr_prev", np.int64), ("mr_tail", np.int64),  # member records
     ("r_prev", np.int64), ("r_arc", np.int32), ("r_frame", np.int32),  # records
-    ("ba_src", np.int32), ("ba_dst", np.int32), ("ba_arc", np.int32), ("ba_ac", np.float32),  # block arcs
+    ("ba_src", np.int32), ("ba_dst", np.int32), ("ba_arc", np.int32), ("ba_ac", np.float32),
+    ("ba_lim", np.float32),  # block arcs
     ("cand", CANDIDATE_DTYPE),  # candidates of a block being made
     ("scratch", np.float32),
-    ("wc_key", np.int64), ("wc_blk", np.int64), ("wc_delta", np.float32),  # the word-block cache
+    ("wcache", WORD_CACHE_DTYPE),  # the word-block cache
     ("memo", MEMO_DTYPE),
 )  # fmt: skip
 (
@@ -104,9 +112,9 @@ WORKSPACE = WorkspaceLayout(
     W_M_LM, W_M_OFF, W_M_MREC,
     W_MR_PREV, W_MR_TAIL,
     W_R_PREV, W_R_ARC, W_R_FRAME,
-    W_BA_SRC, W_BA_AC,
+    W_BA_SRC, W_BA_LIM,
     W_CAND,
-    W_SCRATCH, W_WC_KEY, W_WC_BLK, W_WC_DELTA, W_MEMO,
+    W_SCRATCH, W_WCACHE, W_MEMO,
 ) = WORKSPACE.indices(
     "cur_state", "cur_cost", "cur_blk", "cur_rec",
     "nxt_state", "nxt_cost", "nxt_blk", "nxt_rec", "nxt_head", "queue",
@@ -115,17 +123,16 @@ WORKSPACE = WorkspaceLayout(
     "m_lm", "m_off", "m_mrec",
     "mr_prev", "mr_tail",
     "r_prev", "r_arc", "r_frame",
-    "ba_src", "ba_ac",
+    "ba_src", "ba_lim",
     "cand",
-    "scratch", "wc_key", "wc_blk", "wc_delta", "memo",
+    "scratch", "wcache", "memo",
 )  # fmt: skip
 GROUPS = WORKSPACE.span("cur_state", "cur_rec")
 ITEMS = WORKSPACE.span("it_blk", "it_next")
 BLOCKS = WORKSPACE.span("blk_start", "mr_tail")  # blocks, their members, the member records
 RECORDS = WORKSPACE.span("r_prev", "r_frame")
-BLOCK_ARCS = WORKSPACE.span("ba_src", "ba_ac")
+BLOCK_ARCS = WORKSPACE.span("ba_src", "ba_lim")
 PREVIOUS = WORKSPACE.span("nxt_state", "nxt_blk")  # after the swap: the previous frame's groups
-WORD_CACHE = WORKSPACE.span("wc_key", "wc_delta")
 # lattices (a second tuple, used only with lattices): the member-level lattice arcs and nodes of
 # `wfst`'s lattices, a lattice state being a (graph state, D state) pair of the utterance (as in
 # `wfst-otf`'s: the pair table, each pair's states, the last frame it was a node, the pruning's maps)
@@ -146,9 +153,9 @@ NUM_COUNTERS = 13
 # stats
 (
     S_FRAMES, S_ARCS, S_GROUPS, S_EPS_POPS, S_EPS_LIMIT, S_WORD_MEMBERS, S_UNIONS, S_SHARED,
-    S_UNION_MEMBERS, S_RECORDS, S_WORD_HITS, S_PRUNE_FRAMES, S_UNIONS_SHARED,
-) = range(13)  # fmt: skip
-NUM_STATS = 13
+    S_UNION_MEMBERS, S_RECORDS, S_WORD_HITS, S_PRUNE_FRAMES, S_UNIONS_SHARED, S_LM_LOOKUPS,
+) = range(14)  # fmt: skip
+NUM_STATS = 14
 GC_MIN = 1 << 20
 
 
@@ -294,52 +301,63 @@ def _word_slot(blk, word, mask):
     return ((blk * 1000003) ^ (word * 7919)) & mask
 
 
+@numba.njit(nogil=True, cache=True)
+def _clear_word_cache(wcache):
+    for h in range(wcache.shape[0]):
+        wcache[h].key = -1
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
-def _word_probe(blk, word, wc_key, wc_blk, wc_delta):
-    """The word-block cache entry of (blk, word): (slot, key, cached block or -1, its cost shift).
-    No workspace tuple here: passing one costs an atomic reference count per array."""
+def _word_probe(blk, word, lim, wcache):
+    """The word-block cache entry of (blk, word) made from at least the members at offsets up to
+    `lim`: (slot, key, cached block or -1, its cost shift). No workspace tuple here: passing one
+    costs an atomic reference count per array."""
     key = (blk << 32) | word
-    h = _word_slot(blk, word, wc_key.shape[0] - 1)
-    if wc_key[h] == key:
-        return h, key, wc_blk[h], wc_delta[h]
+    h = _word_slot(blk, word, wcache.shape[0] - 1)
+    e = wcache[h]
+    if e.key == key and e.lim >= lim:
+        return h, key, e.blk, e.delta
     return h, key, -1, _INF32
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _prefetch_word_blocks(arcs, states, s, blk, wc_key, wc_blk, wc_delta):
+def _prefetch_word_blocks(arcs, states, s, blk, wcache):
     """Prefetch the word-block cache entries `_word_probe` will read for the word arcs of state
     `s` from block `blk` (a cache larger than L2; only a hint)."""
-    mask = wc_key.shape[0] - 1
+    mask = wcache.shape[0] - 1
     for a in range(states[s].first, states[s].split):
         w = arcs[a].olabel
         if w > 0:
-            h = _word_slot(blk, w, mask)
-            prefetch(wc_key, h)
-            prefetch(wc_blk, h)
-            prefetch(wc_delta, h)
+            prefetch(wcache, _word_slot(blk, w, mask))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _make_word_block(
-    blk, word, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len, m_lm, m_off,
+    blk, word, lim, key, h, cap, beam, lm, slot_lm, wcache, blk_start, blk_len, m_lm, m_off,
     m_mrec, mr_prev, mr_tail, cand, scratch, memo, ctr, stats,
 ):  # fmt: skip
-    """The block of the members of `blk` after crossing `word` and its cost shift: each member
-    advances its D state and adds D's weight, recombined by D state, members more than `beam`
-    above the best dropped, at most `cap` kept; a member keeps its source's member record (the
-    group's record chain runs on through the word arc). It depends only on (blk, word), so it is
-    cached (direct-mapped, cleared when blocks are renumbered): called on a miss of `_word_probe`,
-    makes the block, caches it and returns (block, cost shift). Takes arrays, not the workspace tuple."""
+    """The block of the members of `blk` at offsets up to `lim` after crossing `word` and its cost
+    shift: each member advances its D state and adds D's weight, recombined by D state, members
+    more than `beam` above the best dropped, at most `cap` kept; a member keeps its source's
+    member record (the group's record chain runs on through the word arc). The members above
+    `lim` are those the frame's cut prunes in the group crossing the arc (`lim` = cut - its
+    cost): a token-per-pair search does not expand them either. It depends only on (blk, word,
+    lim), so it is cached (direct-mapped, cleared when blocks are renumbered; a group needing a
+    larger `lim` makes it again): called on a miss of `_word_probe`, makes the block, caches it and
+    returns (block, cost shift). Takes arrays, not the workspace tuple."""
     vocab = ctr[C_VOCAB]
     st = blk_start[blk]
     n = 0
     best = _INF32
     for q in range(st, st + blk_len[blk]):
+        if m_off[q] > lim:  # above the cut: not expanded (the best member, offset 0, always is)
+            continue
         # D's weight through the memo of (D state, word) lookups; the LM tuple only on a miss
         u = m_lm[q]
         d, nu, hit = memo_get(memo, u, word, vocab)
         if not hit:
             d, nu = memo_fill(lm, memo, u, word, vocab)
+            stats[S_LM_LOOKUPS] += 1
         cost = m_off[q] + d
         cand[n].lm = nu
         cand[n].cost = cost
@@ -355,9 +373,11 @@ def _make_word_block(
         k, best, cand, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev,
         mr_tail, ctr,
     )  # fmt: skip
-    wc_key[h] = key
-    wc_blk[h] = nb
-    wc_delta[h] = best
+    e = wcache[h]
+    e.key = key
+    e.blk = nb
+    e.delta = best
+    e.lim = lim
     return nb, best
 
 
@@ -376,11 +396,11 @@ def _emit(
     cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
     nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
     it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
-    wc_key, wc_blk, wc_delta = ws[WORD_CACHE]
+    wcache = ws[W_WCACHE]
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
     cand = ws[W_CAND]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
-    ba_src, ba_dst, ba_arc, ba_ac = ws[BLOCK_ARCS]
+    ba_src, ba_dst, ba_arc, ba_ac, ba_lim = ws[BLOCK_ARCS]
     nba = ctr[C_BA]
     best_i, best_c = best_token(cur_cost, n)
     pre = _INF32  # the cheapest arc of the groups at the best cost
@@ -393,10 +413,11 @@ def _emit(
                 arc = arcs[a]
                 c = best_c + arc.weight + acrow[arc.column]
                 if arc.olabel > 0:
-                    h, key, nb, delta = _word_probe(cur_blk[i], arc.olabel, wc_key, wc_blk, wc_delta)
+                    lim = cut - best_c
+                    h, key, nb, delta = _word_probe(cur_blk[i], arc.olabel, lim, wcache)
                     if nb < 0:
                         _, delta = _make_word_block(
-                            cur_blk[i], arc.olabel, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta,
+                            cur_blk[i], arc.olabel, lim, key, h, cap, beam, lm, slot_lm, wcache,
                             blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, cand, scratch, memo,
                             ctr, stats,
                         )  # fmt: skip
@@ -409,7 +430,7 @@ def _emit(
     m = 0
     nit = 0
     hits = 0
-    wc_mask = wc_key.shape[0] - 1
+    wc_mask = wcache.shape[0] - 1
     for i in range(n):
         # as `wfst`'s emitting step: the state record and first arc of groups ahead, and the
         # word-block cache entries of their word arcs (`_word_probe`'s load), are prefetched
@@ -419,28 +440,32 @@ def _emit(
             prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
         if i + PREFETCH_WORDS < n and cur_cost[i + PREFETCH_WORDS] < cut:
             j = i + PREFETCH_WORDS
-            _prefetch_word_blocks(arcs, states, cur_state[j], cur_blk[j], wc_key, wc_blk, wc_delta)
+            _prefetch_word_blocks(arcs, states, cur_state[j], cur_blk[j], wcache)
         c0 = cur_cost[i]
         if not (c0 < cut):
             continue
         s = cur_state[i]
         blk = cur_blk[i]
         r0 = cur_rec[i]
+        lim = cut - c0  # the members below the cut (`_make_word_block`)
         for a in range(states[s].first, states[s].split):
             arc = arcs[a]
             c = c0 + arc.weight + acrow[arc.column]
             ol = arc.olabel
             nb = blk
+            blim = lim  # the member offsets the word block was made from
             if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
                 key = (blk << 32) | ol
                 h = _word_slot(blk, ol, wc_mask)
-                if wc_key[h] == key:
-                    nb = wc_blk[h]
-                    c = c + wc_delta[h]
+                e = wcache[h]
+                if e.key == key and e.lim >= lim:
+                    nb = e.blk
+                    c = c + e.delta
+                    blim = e.lim
                     hits += 1
                 else:  # a miss: the block is built (arrays taken out of the workspace once, above)
                     nb, delta = _make_word_block(
-                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len,
+                        blk, ol, lim, key, h, cap, beam, lm, slot_lm, wcache, blk_start, blk_len,
                         m_lm, m_off, m_mrec, mr_prev, mr_tail, cand,
                         scratch, memo, ctr, stats,
                     )  # fmt: skip
@@ -453,6 +478,7 @@ def _emit(
                 ba_dst[nba] = arc.nextstate
                 ba_arc[nba] = a
                 ba_ac[nba] = acrow[arc.column]
+                ba_lim[nba] = blim
                 nba += 1
             # the arrival: same block as an earlier arrival -> the cheaper route; else one more item
             d = arc.nextstate
@@ -603,14 +629,14 @@ def _closure(
     cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
     queue = ws[W_QUEUE]
     r_prev, r_arc, r_frame = ws[RECORDS]
-    wc_key, wc_blk, wc_delta = ws[WORD_CACHE]
+    wcache = ws[W_WCACHE]
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
     cand = ws[W_CAND]
     scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
-    ba_src, ba_dst, ba_arc, ba_ac = ws[BLOCK_ARCS]
+    ba_src, ba_dst, ba_arc, ba_ac, ba_lim = ws[BLOCK_ARCS]
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
-    wc_mask = wc_key.shape[0] - 1
+    wc_mask = wcache.shape[0] - 1
     # capacities (arrays are not replaced inside this call)
     cap_rec, cap_blk = ws[W_R_PREV].shape[0], ws[W_BLK_START].shape[0]
     cap_mem, cap_mrec, cap_cand = ws[W_M_LM].shape[0], ws[W_MR_PREV].shape[0], ws[W_CAND].shape[0]
@@ -646,16 +672,20 @@ def _closure(
             d = arc.nextstate
             ol = arc.olabel
             blk = cur_blk[i]
+            lim = _INF32  # over a word: the member offsets its block was made from
             if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
                 key = (blk << 32) | ol
                 h = _word_slot(blk, ol, wc_mask)
-                if wc_key[h] == key:
-                    blk = wc_blk[h]
-                    c = c + wc_delta[h]
+                e = wcache[h]
+                lim = cut - c0  # the members at or below the cut
+                if e.key == key and e.lim >= lim:
+                    blk = e.blk
+                    c = c + e.delta
+                    lim = e.lim
                     stats[S_WORD_HITS] += 1
                 else:
                     blk, delta = _make_word_block(
-                        blk, ol, key, h, cap, beam, lm, slot_lm, wc_key, wc_blk, wc_delta, blk_start, blk_len,
+                        blk, ol, lim, key, h, cap, beam, lm, slot_lm, wcache, blk_start, blk_len,
                         m_lm, m_off, m_mrec, mr_prev, mr_tail, cand,
                         scratch, memo, ctr, stats,
                     )  # fmt: skip
@@ -668,6 +698,7 @@ def _closure(
                 ba_dst[p] = d
                 ba_arc[p] = a
                 ba_ac[p] = 0.0
+                ba_lim[p] = lim
                 ctr[C_BA] = p + 1
             j = slot[d]
             if j >= 0 and blk == cur_blk[j] and not (c < cur_cost[j]):
@@ -750,7 +781,7 @@ def _grow_all(ws, ctr, need):
     if ws[W_R_PREV].shape[0] < ctr[C_REC] + records:
         ws = grow_fields(ws, W_R_PREV, W_R_FRAME, ctr[C_REC] + records)
     if ws[W_BA_SRC].shape[0] < ctr[C_BA] + block_arcs:
-        ws = grow_fields(ws, W_BA_SRC, W_BA_AC, ctr[C_BA] + block_arcs)
+        ws = grow_fields(ws, W_BA_SRC, W_BA_LIM, ctr[C_BA] + block_arcs)
     if ws[W_CAND].shape[0] < cands:
         ws = grow_fields(ws, W_CAND, W_CAND, cands)
     if ws[W_SCRATCH].shape[0] < max(tokens, cands):
@@ -828,7 +859,7 @@ def _collect(ws, ctr):
     cur_rec[:n] = roots[:n]
     mr_tail[:km] = roots[n:]
     ctr[C_BLK], ctr[C_MEM], ctr[C_MREC], ctr[C_REC] = newb, top, km, kr
-    ws[W_WC_KEY][:] = -1  # block ids changed: the word-block cache is void
+    _clear_word_cache(ws[W_WCACHE])  # block ids changed: the word-block cache is void
 
 
 # ------------------------------------------------------------------------------ cutoff
@@ -910,7 +941,7 @@ def _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ct
     PruneForwardLinks at `lattice_beam`). Returns the lattice tuple (arrays grown as needed)."""
     cur_state, cur_cost, cur_blk, _ = ws[GROUPS]
     prv_state, _, prv_blk = ws[PREVIOUS]
-    ba_src, ba_dst, ba_arc, ba_ac = ws[BLOCK_ARCS]
+    ba_src, ba_dst, ba_arc, ba_ac, ba_lim = ws[BLOCK_ARCS]
     blk_start, blk_len, m_lm, m_off = ws[W_BLK_START], ws[W_BLK_LEN], ws[W_M_LM], ws[W_M_OFF]
     memo = ws[W_MEMO]
     (
@@ -964,6 +995,8 @@ def _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ct
             u = m_lm[q]
             lmc, nu = np.float32(0.0), u
             if arc.olabel > 0:
+                if m_off[q] > ba_lim[p]:  # not expanded over the word (`_make_word_block`)
+                    continue
                 lmc, nu, hit = memo_get(memo, u, arc.olabel, vocab)
                 if not hit:
                     lmc, nu = memo_fill(lm, memo, u, arc.olabel, vocab)
@@ -1007,7 +1040,7 @@ def search_init(
     ctr[C_GC_AT] = gc_at
     ctr[C_GC_MIN] = gc_at
     ws = _grow_all(ws, ctr, np.array([1, 0, 0, 1, 1, 0, 2 * cap, 0], np.int64))
-    ws[W_WC_KEY][:] = -1
+    _clear_word_cache(ws[W_WCACHE])
     ws[W_BLK_START][0] = 0
     ws[W_BLK_LEN][0] = 1
     ws[W_M_LM][0] = lm_start
