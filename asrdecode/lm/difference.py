@@ -345,12 +345,18 @@ MEMO_WAYS = 4
 MEMO_DTYPE = np.dtype([("key", np.int64), ("cost", np.float32), ("next", np.int32)], align=True)
 
 
+def zeros_on_cache_lines(n: int, dtype: np.dtype, line: int = 64) -> np.ndarray:
+    """``np.zeros(n, dtype)`` starting on a cache line (numpy aligns to 16 bytes only), so that
+    records whose size divides `line` never straddle two lines."""
+    size = n * dtype.itemsize
+    raw = np.zeros(size + line, np.uint8)
+    skip = -raw.ctypes.data % line
+    return raw[skip : skip + size].view(dtype)
+
+
 def new_memo(bits: int = MEMO_BITS) -> np.ndarray:
     """An empty `memo_get` table of 2**bits entries, its sets aligned to cache lines."""
-    line = MEMO_WAYS * MEMO_DTYPE.itemsize
-    raw = np.zeros((1 << bits) + MEMO_WAYS, MEMO_DTYPE)
-    skip = (-raw.ctypes.data % line) // MEMO_DTYPE.itemsize
-    memo = raw[skip : skip + (1 << bits)]
+    memo = zeros_on_cache_lines(1 << bits, MEMO_DTYPE, MEMO_WAYS * MEMO_DTYPE.itemsize)
     memo["key"] = -1
     return memo
 

@@ -16,6 +16,7 @@ from asrdecode.lm.difference import (
     memo_get,
     memo_slot,
     new_memo,
+    zeros_on_cache_lines,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +58,19 @@ def test_new_memo_is_empty_and_its_sets_start_on_cache_lines():
         assert memo.shape == (1 << bits,) and memo.dtype == MEMO_DTYPE
         assert (memo["key"] == -1).all()
         assert memo.ctypes.data % (MEMO_WAYS * MEMO_DTYPE.itemsize) == 0
+
+
+def test_zeros_on_cache_lines_start_on_a_line_whatever_the_record_size():
+    """numpy aligns to 16 bytes; the helper to 64 also for records of 32 bytes (`let`'s word-block
+    cache), which no whole number of records skipped could align."""
+    from asrdecode.decoders.let.search import WORD_CACHE_DTYPE
+
+    for dtype in (np.dtype(np.uint8), MEMO_DTYPE, WORD_CACHE_DTYPE):
+        for n in (1, 7, 1 << 12):
+            arrays = [zeros_on_cache_lines(n, dtype) for _ in range(8)]
+            for a in arrays:
+                assert a.shape == (n,) and a.dtype == dtype and a.flags["C_CONTIGUOUS"]
+                assert a.ctypes.data % 64 == 0 and not a.view(np.uint8).any()
 
 
 def test_memo_returns_lm_step_through_evictions():

@@ -47,7 +47,7 @@ from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, attach_lattices,
 from asrdecode.decoders.workspace import INIT_CAPACITY, lattice_records
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import DifferenceLM, new_memo
+from asrdecode.lm.difference import DifferenceLM, new_memo, zeros_on_cache_lines
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
 
@@ -95,7 +95,7 @@ class LetWorkspace:
         from asrdecode.decoders.let import search
 
         self.arrays = search.WORKSPACE.allocate(
-            wcache=np.zeros(1 << search.WORD_CACHE_BITS, search.WORD_CACHE_DTYPE),
+            wcache=zeros_on_cache_lines(1 << search.WORD_CACHE_BITS, search.WORD_CACHE_DTYPE),
             memo=new_memo(),  # LM lookups (one search's LM is fixed)
         )
         self.lattice = search.LATTICE.allocate(

@@ -303,6 +303,7 @@ def _word_slot(blk, word, mask):
 
 @numba.njit(nogil=True, cache=True)
 def _clear_word_cache(wcache):
+    """Void every word-block cache entry (block ids renumbered or a new search)."""
     for h in range(wcache.shape[0]):
         wcache[h].key = -1
 
