@@ -15,10 +15,10 @@ trigram; `decoder.type=let` works the same way).
 Then both word sequences, and the reference if the input has one, are force-aligned through the
 same HCLG with the same scales (`asrdecode.decoders.wfst.align`: the exhaustive best path that
 outputs exactly those words; with an on-the-fly decoder plus the LM difference of the words), and
-their costs in asrdecode's model are compared with the 1-best
-cost asrdecode's search returned:
+their costs in asrdecode's model are compared with the cost of asrdecode's own words (the cheaper
+of the path its search returned and their forced alignment):
 
-* ``search error``: pocketsphinx's words cost less in our model than our own 1-best: our search
+* ``search error``: pocketsphinx's words cost less in our model than our own words: our search
   lost them (beams, max_active, pruning);
 * ``model differs``: pocketsphinx's words cost more in our model: the two systems score differently
   (front end, HMM, LM weighting, silence/filler handling), and the search is not to blame;
@@ -27,7 +27,10 @@ cost asrdecode's search returned:
 
 Costs are asrdecode's (acoustic cost / lw + graph cost incl. LM, HMM transitions, word insertion
 penalty; lower is better); the acoustic/graph split shows which side the difference is on. A
-reference that costs less than our 1-best is a search error as well (listed as `ref`).
+reference that costs less than our words is a search error as well (listed as `ref`). Where the
+forced alignment of our own words costs less than the path the search returned, the search kept
+the words but lost their best alignment: listed as ``alignment gap`` (it changes no word, so no
+verdict).
 Prints a table per utterance and a verdict count; writes JSON (`--json`).
 """
 
@@ -64,7 +67,21 @@ def cheaper(cost: float, than: float) -> bool:
     return cost < than - max(TOLERANCE, RELATIVE_TOLERANCE * abs(than))
 
 
+def words_cost(search_cost: float, forced_cost: float | None) -> float:
+    """The cost of our words in our model: their forced alignment's (the exhaustive best path of
+    those words), or the search's path where that is cheaper (float32 rounding) or missing."""
+    return search_cost if forced_cost is None else min(search_cost, forced_cost)
+
+
+def lost_alignment(row: dict) -> bool:
+    """Whether the search returned a path costlier than its own words' forced alignment."""
+    forced = row["asrdecode_forced_cost"]
+    return forced is not None and cheaper(forced, row["asrdecode_cost"])
+
+
 def verdict(ours: list[str], theirs: list[str], our_cost: float, their_cost: float | None) -> str:
+    """`our_cost`: our words' cost (`words_cost`); `their_cost`: pocketsphinx's words' (None:
+    no path of the graph outputs them)."""
     if theirs == ours:
         return "same"
     if their_cost is None:
@@ -141,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         wanted = [our_words, theirs] + ([ref] if ref else [])
         forced = [force_align(decoder, output, [words], graphs)[0] for words in wanted]
         cost = [None if r is None else -r.score for r in forced]
+        ours_cost = words_cost(-ours.score, cost[0])
         row = {
             "id": utt.utt_id,
             "seconds": round(samples.shape[1] / model.sample_rate, 2),
@@ -149,16 +167,17 @@ def main(argv: list[str] | None = None) -> None:
             "pocketsphinx": " ".join(theirs),
             "asrdecode_cost": -ours.score,
             "asrdecode_forced_cost": cost[0],
+            "alignment_gap": -ours.score - ours_cost,  # the search's path above its words' best
             "asrdecode_parts": {"acoustic": -ours.acoustic_score, "graph": -ours.lm_score},
             "pocketsphinx_cost": cost[1],
             "pocketsphinx_parts": None
             if forced[1] is None
             else {"acoustic": -forced[1].acoustic_score, "graph": -forced[1].lm_score},
             "ref_cost": cost[2] if ref else None,
-            "verdict": verdict(our_words, theirs, -ours.score, cost[1]),
+            "verdict": verdict(our_words, theirs, ours_cost, cost[1]),
             "pocketsphinx_seconds": ps_seconds,
         }
-        if ref and ref != our_words and cost[2] is not None and cheaper(cost[2], -ours.score):
+        if ref and ref != our_words and cost[2] is not None and cheaper(cost[2], ours_cost):
             row["ref_verdict"] = "search error"
         if ps_default is not None:
             row["pocketsphinx_default_lm"] = " ".join(ps_default.words(pcm)[0])
@@ -180,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
                 refs, {r["id"]: r["pocketsphinx_default_lm"] for r in rows}
             ).wer
         summary["ref_search_errors"] = sum(1 for r in rows if r.get("ref_verdict") == "search error")
+    summary["alignment_gaps"] = sum(1 for r in rows if lost_alignment(r))
     print("\n" + json.dumps(summary))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
@@ -211,7 +231,8 @@ def print_row(row: dict) -> None:
     if row["ref"]:
         flag = " SEARCH ERROR" if row.get("ref_verdict") else ""
         print(f"  REF  {row['ref']}   cost {fmt(row['ref_cost'])}{flag}")
-    print(f"  ASR  {row['asrdecode']}   cost {fmt(row['asrdecode_cost'], row['asrdecode_parts'])}")
+    lost = f"   (its words' best path: {row['alignment_gap']:.3f} less)" if lost_alignment(row) else ""
+    print(f"  ASR  {row['asrdecode']}   cost {fmt(row['asrdecode_cost'], row['asrdecode_parts'])}{lost}")
     print(f"  PS   {row['pocketsphinx']}   cost {fmt(row['pocketsphinx_cost'], row['pocketsphinx_parts'])}")
     if "pocketsphinx_default_lm" in row:
         print(f"  PS*  {row['pocketsphinx_default_lm']}   (pocketsphinx's own LM)")
