@@ -40,6 +40,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,6 +54,7 @@ from asrdecode.errors import AsrDecodeError
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.io.manifests import read_inputs
+from asrdecode.models.base import ModelOutput
 from asrdecode.models.loading import load_model, resolve_packaged_path
 from asrdecode.scoring import score
 
@@ -87,6 +89,20 @@ def verdict(ours: list[str], theirs: list[str], our_cost: float, their_cost: flo
     if their_cost is None:
         return "unreachable"
     return "search error" if cheaper(their_cost, our_cost) else "model differs"
+
+
+def pcm_and_output(model: Any, utt: Any) -> tuple[np.ndarray, ModelOutput]:
+    """An utterance's 16-bit samples at the model's rate (what pocketsphinx is given) and the
+    model's output for exactly those samples; `AsrDecodeError` for a file that cannot be read."""
+    wave, rate = load_audio(utt)
+    wav = resample_batch([torch.from_numpy(np.ascontiguousarray(wave))], [rate], model.sample_rate)[0]
+    if isinstance(wav, Exception):
+        raise wav if isinstance(wav, AsrDecodeError) else AsrDecodeError(f"{utt.utt_id}: {wav}")
+    pcm = np.clip(np.round(wav.numpy() * 32768.0), -32768, 32767).astype(np.int16)
+    samples = torch.from_numpy(pcm.astype(np.float32) / 32768.0)[None]
+    with torch.inference_mode():
+        feats, n = model.features(samples, torch.tensor([samples.shape[1]]))
+        return pcm, model.forward_features(feats, n)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,19 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     rows, refs = [], {}
     for utt in inputs.utterances:
         try:
-            wave, rate = load_audio(utt)
+            pcm, output = pcm_and_output(model, utt)
         except AsrDecodeError as err:
             print(f"skipped: {err}", file=sys.stderr)
             continue
-        wav = resample_batch([torch.from_numpy(np.ascontiguousarray(wave))], [rate], model.sample_rate)[0]
-        if isinstance(wav, Exception):
-            print(f"skipped: {wav}", file=sys.stderr)
-            continue
-        pcm = np.clip(np.round(wav.numpy() * 32768.0), -32768, 32767).astype(np.int16)
-        samples = torch.from_numpy(pcm.astype(np.float32) / 32768.0)[None]
-        with torch.inference_mode():
-            feats, n = model.features(samples, torch.tensor([samples.shape[1]]))
-            output = model.forward_features(feats, n)
         ours = decoder.decode(output)[0]
         our_words = [w.word for w in ours.words]
         theirs, ps_seconds = ps_same_lm.words(pcm)
@@ -161,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         ours_cost = words_cost(-ours.score, cost[0])
         row = {
             "id": utt.utt_id,
-            "seconds": round(samples.shape[1] / model.sample_rate, 2),
+            "seconds": round(len(pcm) / model.sample_rate, 2),
             "ref": " ".join(ref),
             "asrdecode": " ".join(our_words),
             "pocketsphinx": " ".join(theirs),
