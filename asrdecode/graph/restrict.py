@@ -27,7 +27,7 @@ configure_cache()  # before any cached kernel is defined (numba_status)
 
 
 @numba.njit(nogil=True, cache=True)
-def _backward_closure(
+def backward_closure(
     rev_offsets: np.ndarray, rev_src: np.ndarray, seeds: np.ndarray, num_states: int
 ) -> np.ndarray:
     """States from which a path over the reversed arcs' sources reaches a seed (seeds included)."""
@@ -80,7 +80,7 @@ class WordSequenceGraphs:
                 seeds = np.flatnonzero(np.isfinite(self.final))
             else:
                 seeds = np.unique(self.src[self.olabel == word])
-            self._can_emit[word] = _backward_closure(
+            self._can_emit[word] = backward_closure(
                 self.rev_offsets, self.rev_src, seeds.astype(np.int64), self.num_states
             )
         return self._can_emit[word]
