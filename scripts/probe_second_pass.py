@@ -40,7 +40,7 @@ from asrdecode.decoders import DecoderContext, make_decoder
 from asrdecode.decoders.wfst_otf.decoder import WfstOtfDecoder
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.graph.restrict import backward_closure
+from asrdecode.graph.restrict import backward_closure, reversed_arcs
 from asrdecode.io.manifests import read_inputs
 from asrdecode.models.loading import load_model
 
@@ -53,12 +53,10 @@ def restrict_to_words(graph: DeviceGraph, arcs: dict, words: set[int]) -> Device
     allowed[0] = True
     allowed[sorted(words)] = True
     keep = allowed[olabel]
-    order = np.argsort(nextstate[keep], kind="stable")
-    offsets = np.zeros(graph.num_states + 1, np.int64)
-    np.cumsum(np.bincount(nextstate[keep][order], minlength=graph.num_states), out=offsets[1:])
+    offsets, rev_src = reversed_arcs(src, nextstate, keep, graph.num_states)
     final = graph.final.numpy()
     seeds = np.flatnonzero(np.isfinite(final)).astype(np.int64)
-    live = backward_closure(offsets, src[keep][order], seeds, graph.num_states)
+    live = backward_closure(offsets, rev_src, seeds, graph.num_states)
     keep &= live[src] & live[nextstate]
     return DeviceGraph.from_arrays(
         graph.num_states, graph.start, final, src[keep], arcs["ilabel"][keep], olabel[keep],

@@ -51,6 +51,18 @@ def backward_closure(
     return mark
 
 
+def reversed_arcs(
+    src: np.ndarray, nextstate: np.ndarray, selected: np.ndarray, num_states: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `selected` arcs grouped by destination, for `backward_closure`: per state s, the sources
+    of the arcs into s are ``rev_src[rev_offsets[s]:rev_offsets[s + 1]]`` (input order kept)."""
+    arcs = np.flatnonzero(selected)
+    order = arcs[np.argsort(nextstate[arcs], kind="stable")]
+    rev_offsets = np.zeros(num_states + 1, dtype=np.int64)
+    np.cumsum(np.bincount(nextstate[order], minlength=num_states), out=rev_offsets[1:])
+    return rev_offsets, src[order]
+
+
 class WordSequenceGraphs:
     """Restrictions of one graph to word sequences; per-word closures are cached."""
 
@@ -65,11 +77,10 @@ class WordSequenceGraphs:
         self.nextstate = arcs["nextstate"].astype(np.int64)
         self.src = arcs["src"]
         self.final = graph.final.cpu().numpy()
-        quiet = np.flatnonzero(self.olabel == 0)  # epsilon-output arcs, reversed: nextstate -> src
-        order = quiet[np.argsort(self.nextstate[quiet], kind="stable")]
-        self.rev_src = self.src[order]
-        self.rev_offsets = np.zeros(self.num_states + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.nextstate[order], minlength=self.num_states), out=self.rev_offsets[1:])
+        # epsilon-output arcs, reversed: nextstate -> src
+        self.rev_offsets, self.rev_src = reversed_arcs(
+            self.src, self.nextstate, self.olabel == 0, self.num_states
+        )
         self._can_emit: dict[int, np.ndarray] = {}
 
     def can_emit(self, word: int) -> np.ndarray:
