@@ -98,6 +98,11 @@ class WordSequenceGraphs:
 
     def restrict(self, word_ids: list[int]) -> DeviceGraph:
         """The graph's paths that output exactly `word_ids` (a trim graph; no states if none)."""
+        return self.restrict_with_states(word_ids)[0]
+
+    def restrict_with_states(self, word_ids: list[int]) -> tuple[DeviceGraph, np.ndarray]:
+        """`restrict`, and per state of the restriction its product state: int64 [N, 2] rows of
+        (graph state, words output so far)."""
         n = len(word_ids)
         if any(w <= 0 for w in word_ids):
             raise GraphError("word sequence: word ids must be positive")
@@ -106,7 +111,7 @@ class WordSequenceGraphs:
         arcs: list[tuple[int, int, int, float, int]] = []
         start = self.graph.start
         if start < 0 or not allowed[0][start]:
-            return _empty(self.graph)
+            return _empty(self.graph), np.zeros((0, 2), dtype=np.int64)
         index[(start, 0)] = 0
         todo = [(start, 0)]
         while todo:
@@ -135,7 +140,10 @@ class WordSequenceGraphs:
             if k == n:
                 final[i] = self.final[s]
         rows = np.array(arcs, dtype=np.float64).reshape(-1, 5)
-        return DeviceGraph.from_arrays(
+        states = np.zeros((len(index), 2), dtype=np.int64)
+        for key, i in index.items():
+            states[i] = key
+        graph = DeviceGraph.from_arrays(
             len(index),
             0,
             final,
@@ -146,6 +154,7 @@ class WordSequenceGraphs:
             rows[:, 4].astype(np.int64),
             meta=dict(self.graph.meta),
         )
+        return graph, states
 
 
 def _empty(graph: DeviceGraph) -> DeviceGraph:

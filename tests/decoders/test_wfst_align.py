@@ -7,35 +7,21 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.wfst_graphs import V, device_graph, log_probs
 from helpers.wfst_ref import all_word_sequences, random_wfst, single_thread, word_sequence_cost  # noqa: F401
 
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.align import force_align
-from asrdecode.graph import DeviceGraph
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.models.base import ModelOutput
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-V = 4
 WORDS = {i: f"w{i}" for i in range(1, 10)}
-
-
-def device_graph(fst: dict) -> DeviceGraph:
-    a = np.array(fst["arcs"], dtype=np.float64).reshape(-1, 5)
-    return DeviceGraph.from_arrays(
-        fst["num_states"], fst["start"], np.array(fst["final"]), a[:, 0].astype(int),
-        a[:, 1].astype(int), a[:, 2].astype(int), a[:, 3], a[:, 4].astype(int),
-    )  # fmt: skip
 
 
 def model_output(lp: np.ndarray) -> ModelOutput:
     return ModelOutput(torch.from_numpy(lp[None]), torch.tensor([len(lp)]), 0.01, -1, [])
-
-
-def log_probs(rng, T: int) -> np.ndarray:
-    x = rng.normal(size=(T, V)) * 2
-    return (x - np.log(np.exp(x).sum(-1, keepdims=True))).astype(np.float32)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -137,3 +123,35 @@ def test_forced_cost_of_the_on_the_fly_decoders_is_the_composed_cost(tmp_path, s
     forced = force_align(dec, model_output(lp), [[w.word for w in best.words]])[0]
     assert forced.score == pytest.approx(best.score, abs=1e-3)
     assert forced.lm_score == pytest.approx(best.lm_score, abs=1e-3)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_restriction_states_name_the_product_states(seed):
+    """`restrict_with_states`: each state of the restriction is a (graph state, words out) pair; each
+    of its arcs is an arc of the graph between those graph states with the same labels and weight,
+    advancing the word count by one exactly on the next word; the start is (start, 0) and the final
+    states have every word out."""
+    rng = np.random.default_rng(300 + seed)
+    fst = random_wfst(rng, 6, V, 4, eps_forward=True)
+    graph = device_graph(fst)
+    words = [int(w) for w in rng.integers(1, 5, size=int(rng.integers(1, 4)))]
+    restricted, states = WordSequenceGraphs(graph).restrict_with_states(words)
+    assert len(states) == restricted.num_states
+    if restricted.num_states == 0:
+        return
+    assert tuple(states[restricted.start]) == (graph.start, 0)
+    full = graph.arc_arrays()
+    arcs = {(int(s), int(i), int(o), float(w), int(n)) for s, i, o, w, n in zip(
+        full["src"], full["ilabel"], full["olabel"], full["weight"], full["nextstate"], strict=True
+    )}  # fmt: skip
+    part = restricted.arc_arrays()
+    for s, i, o, w, n in zip(
+        part["src"], part["ilabel"], part["olabel"], part["weight"], part["nextstate"], strict=True
+    ):
+        (gs, k), (gn, kn) = states[s], states[n]
+        assert (int(gs), int(i), int(o), float(w), int(gn)) in arcs
+        assert kn == k + (o != 0)
+        if o != 0:
+            assert o == words[k]
+    final = restricted.final.numpy()
+    assert all(states[q][1] == len(words) for q in np.flatnonzero(np.isfinite(final)))

@@ -41,19 +41,7 @@ def force_align(
     paths = decoder.paths  # the graph the search runs on (word insertion penalty included) and its words
     lm = getattr(decoder, "path_lm", None)  # the on-the-fly decoders' `DifferenceLM.arrays()`
     graphs = graphs or WordSequenceGraphs(paths.graph)
-    shared = {f.name: getattr(decoder.config, f.name) for f in fields(GraphSearchConfig)}
-    shared.update(
-        beam=math.inf,
-        max_active=2**31 - 1,
-        min_active=0,
-        word_beam=0.0,
-        history_beam=0.0,
-        word_insertion_penalty=0.0,  # already in the graph's weights
-        nbest=1,
-        lattice=False,
-        threads=1,
-    )
-    exhaustive = WfstConfig(**shared)
+    exhaustive = exhaustive_config(decoder)
     results: list[DecodeResult | None] = []
     for b, words in enumerate(transcripts):
         ids = [paths.word_ids.get(w) for w in words]
@@ -84,3 +72,21 @@ def force_align(
             result.lm_score -= d
         results.append(result if complete else None)
     return results
+
+
+def exhaustive_config(decoder: Any) -> WfstConfig:
+    """A `wfst` config searching the decoder's restricted graphs with no pruning (its acoustic
+    scale and blank handling kept; the word insertion penalty is already in the graph's weights)."""
+    shared = {f.name: getattr(decoder.config, f.name) for f in fields(GraphSearchConfig)}
+    shared.update(
+        beam=math.inf,
+        max_active=2**31 - 1,
+        min_active=0,
+        word_beam=0.0,
+        history_beam=0.0,
+        word_insertion_penalty=0.0,
+        nbest=1,
+        lattice=False,
+        threads=1,
+    )
+    return WfstConfig(**shared)
