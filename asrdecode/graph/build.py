@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from asrdecode.errors import GraphError
+from asrdecode.graph.defer import defer_weights
 from asrdecode.graph.format import (
     GRAPH_FILES,
     DeviceGraph,
@@ -55,8 +56,31 @@ def build_graph(
     stages = BuildStages(on_stage)
     with staged_folder(out) as stage:
         if cfg.kind == "hclg-sphinx":
-            return _build_sphinx(cfg, stage, inputs, t0, stages)
-        return build_tlg(cfg, stage, inputs, t0, stages)
+            meta = _build_sphinx(cfg, stage, inputs, t0, stages)
+        else:
+            meta = build_tlg(cfg, stage, inputs, t0, stages)
+        if cfg.defer_share > 0:
+            meta = _defer_built_graph(cfg, stage, meta, t0, stages)
+        return meta
+
+
+def _defer_built_graph(
+    cfg: GraphBuildConfig, folder: Path, meta: dict[str, Any], t0: float, stages: BuildStages
+) -> dict[str, Any]:
+    """The recipe's graph files rewritten with deferred weights (`graph.defer`), its OpenFst file
+    too, so that every file of the folder is the same graph."""
+    with stages("defer"):
+        graph = DeviceGraph.load(find_graph_file(folder))
+        graph = defer_weights(graph, cfg.defer_share, cfg.defer_decay)
+        graph.validate()
+        graph.save_folder(folder, cfg.format)
+        fst = next(name for name in ("HCLG.fst", "TLG.fst") if (folder / name).is_file())
+        graph.to_kaldifst(const=True).write(str(folder / fst))
+    meta["deferred_weights"] = {"share": cfg.defer_share, "decay": cfg.defer_decay}
+    meta["seconds"]["defer"] = stages.seconds["defer"]
+    meta["seconds"]["total"] = round(time.perf_counter() - t0, 3)
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
 
 
 def _build_sphinx(

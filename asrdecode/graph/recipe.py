@@ -12,16 +12,7 @@ from asrdecode.graph.format import (
 )
 
 KINDS = ("tlg", "hclg-sphinx")
-
-
-KINDS = ("tlg", "hclg-sphinx")
 TOPOLOGIES = ("normal", "compact", "minimal")
-
-
-TOPOLOGIES = ("normal", "compact", "minimal")
-LEXICON_TYPES = ("file", "bpe", "chars")
-
-
 LEXICON_TYPES = ("file", "bpe", "chars")
 WORD_LABELS = ("earliest", "first_unit")
 
@@ -66,6 +57,10 @@ class GraphBuildConfig:
       probabilities of silence / noise fillers between words, pocketsphinx's defaults;
       transition_scale = multiplier of HMM transition and silence/filler costs, 1/lw to score as
       pocketsphinx does with decoder.acoustic_scale = 1/lw).
+    defer_share, defer_decay: after the build, defer that share of every arc's cost to the arcs
+      after it, the deferred cost passing on with that decay per arc (`asrdecode.graph.defer`; every
+      complete path keeps its cost, so the model is the same; a beam search sees an unlikely word's
+      LM cost spread over its first arcs instead of in one step). 0 = off (the default).
     """
 
     kind: str = "tlg"
@@ -88,12 +83,16 @@ class GraphBuildConfig:
     transition_scale: float = 1.0
     word_labels: str = "earliest"
     format: str = "both"
+    defer_share: float = 0.0
+    defer_decay: float = 0.9
 
     def validate(self) -> None:
         if self.format not in SAVE_FORMATS:
             raise GraphError(f"graph config: format '{self.format}' is not one of {', '.join(SAVE_FORMATS)}")
         if not self.arpa:
             raise GraphError("graph config: 'arpa' (an ARPA language model) is required")
+        if not (0.0 <= self.defer_share <= 1.0 and 0.0 <= self.defer_decay < 1.0):
+            raise GraphError("graph config: defer_share must be in [0, 1] and defer_decay in [0, 1)")
         if self.kind not in KINDS:
             raise GraphError(f"graph config: kind '{self.kind}' is not one of {', '.join(KINDS)}")
         if self.kind == "hclg-sphinx":

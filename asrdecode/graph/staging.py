@@ -91,6 +91,9 @@ def cache_key(cfg: GraphBuildConfig, inputs: dict[str, dict[str, str]]) -> dict[
         if k
         not in ("arpa", "model", "units", "lexicon", "sentencepiece_model", "acoustic_model", "noisedict")
     }
+    if not cfg.defer_share:  # no deferral: graphs built before the option keep their key
+        config.pop("defer_share")
+        config.pop("defer_decay")
     return {
         "config": config,
         "sha256": {k: v["sha256"] for k, v in inputs.items()},
