@@ -6,16 +6,17 @@
 
 Input: a diagnosis of the same input with the default setup (`asrdecode bench
 diagnose-pocketsphinx DATA --config default --json`): pocketsphinx's words per utterance and their
-cost in our model. For each of its search errors (`--all`: every utterance where the words differ)
-the search at the default setup's pruning, or with the KEY=VALUE overrides (`decoder.beam=13`,
-`decoder.graph=DIR`, ...), runs beside the best path of pocketsphinx's words
+cost in our model. For each of its search errors (`--all`: every utterance where the words
+differ) the search at the default setup's pruning, or with the KEY=VALUE overrides
+(`decoder.beam=13`, `decoder.graph=DIR`, ...), runs beside the best path of pocketsphinx's words
 (`asrdecode.bench.search_loss.follow_path`): the first frame where the search lost it and the
 pruning step (history, beam, max_active, bound), the cost the path added there in parts, and
 whether the search then ends costlier than those words (a search error at these settings, against
 our words' forced cost as the diagnosis's verdict). Prints a JSON row per utterance and a summary
 (`--json` writes both). No pocketsphinx run: about 30 s on phone-dev, so it counts search errors
 of any setting quickly (tuning sets only). `--own` follows our own words instead: a check, they
-are never a search error. Run it where nothing is timed: it is a probe, not a benchmark.
+are never a search error. Run it where nothing is timed: it is a probe, not a benchmark. The
+diagnosis itself prints the same (a `LOST` line) for its search errors at its own settings.
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from asrdecode.bench.diagnose_pocketsphinx import cheaper, pcm_and_output, words_cost
-from asrdecode.bench.search_loss import follow_path
+from asrdecode.bench.diagnose_pocketsphinx import pcm_and_output, words_cost
+from asrdecode.bench.search_loss import follow_words
 from asrdecode.config import build_config
 from asrdecode.decoders import DecoderContext, make_decoder
-from asrdecode.decoders.wfst.align import force_align
-from asrdecode.decoders.wfst.paths import utterance_costs
+from asrdecode.decoders.wfst.align import cheaper, force_align
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.io.manifests import read_inputs
@@ -71,27 +70,16 @@ def main() -> None:
         if not (wanted or args.own):
             continue
         words = (row["asrdecode"] if args.own else row["pocketsphinx"]).split()
-        ids = [decoder.paths.word_ids.get(x) for x in words]
-        if any(i is None for i in ids):
-            print(f"{utt.utt_id}: a word is not in the graph", file=sys.stderr)
-            continue
         _, output = pcm_and_output(model, utt)
-        frames, costs = utterance_costs(
-            output.log_probs, [int(output.lengths[0])], decoder._blank_column(output),
-            decoder.config.acoustic_scale, decoder.config.blank_penalty,
-        )  # fmt: skip
-        ac = np.ascontiguousarray(costs(frames[0]))
-        got = follow_path(decoder, ac, [int(i) for i in ids], graphs)
+        got = follow_words(decoder, output, words, graphs)
         if got is None:
-            print(f"{utt.utt_id}: no path of those words", file=sys.stderr)
+            print(f"{utt.utt_id}: a word is not in the graph, or no path of those words", file=sys.stderr)
             continue
         their_cost = row["asrdecode_forced_cost"] if args.own else row["pocketsphinx_cost"]
         forced = force_align(decoder, output, [got["ours"]], graphs)[0]
         got["our_cost"] = words_cost(got["search_cost"], None if forced is None else -forced.score)
         got.update(id=utt.utt_id, words=" ".join(words), ours=" ".join(got["ours"]), their_cost=their_cost)
         got["search_error"] = got["lost"] is not None and cheaper(their_cost, got["our_cost"])
-        if got["lost"] is not None and got["lost"]["word"] < len(words):
-            got["lost"]["in_word"] = words[got["lost"]["word"]]
         results.append(got)
         print(json.dumps(got), flush=True)
     steps: dict[str, int] = {}

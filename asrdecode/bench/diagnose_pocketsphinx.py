@@ -31,6 +31,9 @@ reference that costs less than our words is a search error as well (listed as `r
 forced alignment of our own words costs less than the path the search returned, the search kept
 the words but lost their best alignment: listed as ``alignment gap`` (it changes no word, so no
 verdict).
+For a search error (`wfst`, `wfst-otf`) it also says where the search lost pocketsphinx's path:
+the frame and the pruning step that dropped it (`asrdecode.bench.search_loss`: history beam, beam,
+max_active, or the bound on the new tokens), row field ``lost``.
 Prints a table per utterance and a verdict count; writes JSON (`--json`).
 """
 
@@ -47,9 +50,10 @@ import torch
 
 from asrdecode.audio.loading import load_audio, resample_batch
 from asrdecode.bench.peers import Pocketsphinx
+from asrdecode.bench.search_loss import follow_words
 from asrdecode.config import build_config
 from asrdecode.decoders import DecoderContext, decoder_name, make_decoder
-from asrdecode.decoders.wfst.align import force_align
+from asrdecode.decoders.wfst.align import cheaper, force_align
 from asrdecode.errors import AsrDecodeError
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.restrict import WordSequenceGraphs
@@ -60,13 +64,6 @@ from asrdecode.scoring import score
 
 ROOT = Path(__file__).resolve().parents[2]
 DECODERS_WITH_GRAPH = ("wfst", "wfst-otf", "let")  # forced alignment runs through their graph
-TOLERANCE = 1e-3  # cost units: float32 sums over thousands of frames ...
-RELATIVE_TOLERANCE = 1e-6  # ... whose rounding grows with the cost (float32: 2^-24 relative per step)
-
-
-def cheaper(cost: float, than: float) -> bool:
-    """Whether `cost` is below `than` by more than float32 rounding of either."""
-    return cost < than - max(TOLERANCE, RELATIVE_TOLERANCE * abs(than))
 
 
 def words_cost(search_cost: float, forced_cost: float | None) -> float:
@@ -186,6 +183,10 @@ def main(argv: list[str] | None = None) -> None:
         }
         if ref and ref != our_words and cost[2] is not None and cheaper(cost[2], ours_cost):
             row["ref_verdict"] = "search error"
+        if row["verdict"] == "search error" and kind != "let":  # where the search lost their path
+            followed = follow_words(decoder, output, theirs, graphs)
+            if followed is not None and followed["lost"] is not None:
+                row["lost"] = followed["lost"]
         if ps_default is not None:
             row["pocketsphinx_default_lm"] = " ".join(ps_default.words(pcm)[0])
         rows.append(row)
@@ -241,6 +242,16 @@ def print_row(row: dict) -> None:
     lost = f"   (its words' best path: {row['alignment_gap']:.3f} less)" if lost_alignment(row) else ""
     print(f"  ASR  {row['asrdecode']}   cost {fmt(row['asrdecode_cost'], row['asrdecode_parts'])}{lost}")
     print(f"  PS   {row['pocketsphinx']}   cost {fmt(row['pocketsphinx_cost'], row['pocketsphinx_parts'])}")
+    if row.get("lost"):
+        at = row["lost"]
+        word = f" in '{at['in_word']}'" if "in_word" in at else ""
+        if at["step"] == "bound":
+            how = f": {at['new_above_best']:.2f} above the new best, bound {at['adaptive_beam']:.2f}"
+        elif "rank" in at:
+            how = f": {at['above_best']:.2f} above the best, rank {at['rank']} of {at['tokens']} tokens"
+        else:
+            how = ""
+        print(f"  LOST pocketsphinx's path at frame {at['frame']}{word}, {at['step']}{how}")
     if "pocketsphinx_default_lm" in row:
         print(f"  PS*  {row['pocketsphinx_default_lm']}   (pocketsphinx's own LM)")
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from asrdecode.bench.diagnose_pocketsphinx import cheaper
-from asrdecode.decoders.wfst.align import exhaustive_config
+from asrdecode.decoders.wfst.align import cheaper, exhaustive_config
 from asrdecode.decoders.wfst.compiled import C_TOKENS, CURRENT, get_cutoff, prune_histories
 from asrdecode.decoders.wfst.decoder import WfstDecoder
+from asrdecode.decoders.wfst.paths import utterance_costs
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.lm.difference import DifferenceLM, lm_step
 
@@ -170,3 +170,20 @@ def loss_step(settings: Any, before: tuple, prev: tuple | None, new_cost: np.nda
         return {**info, "step": "max_active", "cut_above_best": float(cut) - float(costs.min())}
     new_best = float(new_cost.min()) if len(new_cost) else math.inf
     return {**info, "step": "bound", "adaptive_beam": float(adaptive), "new_above_best": mine - new_best}
+
+
+def follow_words(decoder: Any, output: Any, words: list[str], graphs: WordSequenceGraphs) -> dict | None:
+    """`follow_path` for one utterance's model output (a `ModelOutput` of batch size 1) and a
+    word sequence; None if a word is not in the graph or no path outputs them. The row gets the
+    word the path was in when lost (``lost["in_word"]``)."""
+    ids = [decoder.paths.word_ids.get(w) for w in words]
+    if any(i is None for i in ids):
+        return None
+    rows, convert = utterance_costs(
+        output.log_probs, [int(output.lengths[0])], decoder._blank_column(output),
+        decoder.config.acoustic_scale, decoder.config.blank_penalty,
+    )  # fmt: skip
+    got = follow_path(decoder, np.ascontiguousarray(convert(rows[0])), [int(i) for i in ids], graphs)
+    if got is not None and got["lost"] is not None and got["lost"]["word"] < len(words):
+        got["lost"]["in_word"] = words[got["lost"]["word"]]
+    return got

@@ -27,6 +27,15 @@ from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.lm.difference import path_lm_cost
 from asrdecode.models.base import ModelOutput
 
+TOLERANCE = 1e-3  # cost units: float32 sums over thousands of frames ...
+RELATIVE_TOLERANCE = 1e-6  # ... whose rounding grows with the cost (float32: 2^-24 relative per step)
+
+
+def cheaper(cost: float, than: float) -> bool:
+    """Whether `cost` is below `than` by more than float32 rounding of either (two searches add
+    the same costs in different orders)."""
+    return cost < than - max(TOLERANCE, RELATIVE_TOLERANCE * abs(than))
+
 
 def force_align(
     decoder: Any,
