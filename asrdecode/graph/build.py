@@ -147,4 +147,7 @@ def describe_graph(graph_dir: str | Path) -> dict[str, str]:
             info["LM"] = f"order {meta['lm']['order']}, n-grams {meta['lm']['ngrams']}"
         if meta.get("dropped_lexicon_words"):
             info["dropped lexicon words"] = json.dumps(meta["dropped_lexicon_words"])
+        if meta.get("deferred_weights"):
+            deferred = meta["deferred_weights"]
+            info["deferred weights"] = f"share {deferred['share']}, decay {deferred['decay']} (graph.defer)"
     return info

@@ -94,12 +94,15 @@ def test_build_option_writes_the_deferred_graph_in_every_file(toy_paths, tmp_pat
     import kaldifst
 
     from asrdecode.graph import build_graph
+    from asrdecode.graph.build import describe_graph
     from asrdecode.graph.staging import cache_key
 
     plain_cfg, deferred_cfg = toy_config(toy_paths), toy_config(toy_paths, defer_share=0.5, defer_decay=0.8)
     plain_meta = build_graph(plain_cfg, tmp_path / "plain")
     meta = build_graph(deferred_cfg, tmp_path / "deferred")
     assert meta["deferred_weights"] == {"share": 0.5, "decay": 0.8} and "defer" in meta["seconds"]
+    assert describe_graph(tmp_path / "deferred")["deferred weights"].startswith("share 0.5, decay 0.8")
+    assert "deferred weights" not in describe_graph(tmp_path / "plain")
     assert "defer_share" not in plain_meta["cache_key"]["config"]
     assert meta["cache_key"] != cache_key(plain_cfg, meta["inputs"])
     plain = DeviceGraph.load(tmp_path / "plain" / "graph.pt")
