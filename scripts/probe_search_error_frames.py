@@ -33,6 +33,7 @@ from asrdecode.bench.search_loss import follow_words
 from asrdecode.config import build_config
 from asrdecode.decoders import DecoderContext, make_decoder
 from asrdecode.decoders.wfst.align import cheaper, force_align
+from asrdecode.errors import AsrDecodeError
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.io.manifests import read_inputs
@@ -51,18 +52,25 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="config overrides of the default setup")
     args = ap.parse_intermixed_args()
 
-    rows = {r["id"]: r for r in json.loads(args.diagnosis.read_text())["utterances"]}
-    cfg = build_config(None, args.overrides, default_setup=True)
-    cfg.decoder.graph = resolve_graph_spec(cfg.decoder.graph)
-    model = load_model(
-        cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor
-    ).eval()
-    context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
-    decoder = make_decoder(cfg.decoder, context)
+    try:
+        rows = {r["id"]: r for r in json.loads(args.diagnosis.read_text())["utterances"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        sys.exit(f"probe: {args.diagnosis}: not a diagnosis JSON ({err})")
+    try:
+        cfg = build_config(None, args.overrides, default_setup=True)
+        cfg.decoder.graph = resolve_graph_spec(cfg.decoder.graph)
+        model = load_model(
+            cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor
+        ).eval()
+        context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+        decoder = make_decoder(cfg.decoder, context)
+        inputs = read_inputs(args.input)
+    except (AsrDecodeError, OSError) as err:
+        sys.exit(f"probe: {err}")
     graphs = WordSequenceGraphs(decoder.paths.graph)
     torch.set_num_threads(1)
     results = []
-    for utt in read_inputs(args.input).utterances:
+    for utt in inputs.utterances:
         row = rows.get(utt.utt_id)
         if row is None or row["pocketsphinx_cost"] is None:
             continue
@@ -70,7 +78,11 @@ def main() -> None:
         if not (wanted or args.own):
             continue
         words = (row["asrdecode"] if args.own else row["pocketsphinx"]).split()
-        _, output = pcm_and_output(model, utt)
+        try:
+            _, output = pcm_and_output(model, utt)
+        except AsrDecodeError as err:
+            print(f"skipped: {err}", file=sys.stderr)
+            continue
         got = follow_words(decoder, output, words, graphs)
         if got is None:
             print(f"{utt.utt_id}: a word is not in the graph, or no path of those words", file=sys.stderr)
