@@ -16,8 +16,9 @@ potentials telescope. phi(q) is the cost deferred into q: the least fixed point 
 
     phi(start) = 0,  phi(q) = min over arcs p -> q, p != q, of  decay * phi(p) + share * max(w, 0)
 
-(states with no such arc: 0). An arc then charges ``(1 - share)`` of its own weight, plus the
-``(1 - decay)`` part of the deferred cost it came in with; the rest goes on to the next state.
+(states with no such arc: 0). The arc that sets phi(q) then charges ``(1 - share)`` of its own
+weight plus ``(1 - decay)`` of the deferred cost it came in with, the rest going on to the next
+state; any other arc into q charges more (phi(q) is below its own term).
 Self-loops are unchanged (phi cancels). Every arc of non-negative weight stays non-negative:
 ``w + phi(p) - phi(q) >= (1 - share) * w + (1 - decay) * phi(p) >= 0``, which holds for every
 iterate of the fixed-point iteration below (it rises monotonically from 0), not only the limit.
