@@ -67,11 +67,11 @@ def path_per_frame(
     path = search.best(w)
     if not math.isfinite(path.total):
         return None
-    nxt, src = restricted.arc_arrays()["nextstate"], restricted.arc_arrays()["src"]
+    arrays = restricted.arc_arrays()
+    nxt, src, weight, olabel = arrays["nextstate"], arrays["src"], arrays["weight"], arrays["olabel"]
     arcs, frames = np.asarray(path.arcs), np.asarray(path.frames)
     if len(arcs) > 1 and not np.all(nxt[arcs[:-1]] == src[arcs[1:]]):
         raise RuntimeError("probe: the aligned path's arcs do not chain")
-    weight, olabel = restricted.arc_arrays()["weight"], restricted.arc_arrays()["olabel"]
     out = []
     i, here = 0, 0  # restricted start state
     for t in range(ac.shape[0]):
@@ -107,21 +107,23 @@ def follow_path(decoder: Any, ac: np.ndarray, word_ids: list[int], graphs: WordS
     prev, lost = None, None
     peak = {"above_best": -math.inf, "rank": 0}  # the path's farthest from the best while kept
     above: list[float] = []  # per frame while kept: the path's cost above the frame's best
+    after = current_tokens(search, w)
     for t in range(ac.shape[0]):
-        before = current_tokens(search, w)
         search.advance(w, ac[t : t + 1], _NO_BOOST, settings)
         if lost is not None:
             continue
-        state, cost, us = current_tokens(search, w)
+        before, after = after, current_tokens(search, w)
+        state, cost, us = after
         s, k, c, graph_cost, word = trace[t]
         u = lm_state[k] if lm is not None else -1
         mine = c + lm_cost[k]
         here = (state == s) & (us == u)
         if here.any() and not cheaper(mine, float(cost[here].min())):
             prev = (s, u, mine)
-            above.append(round(mine - float(cost.min()), 2))
-            if mine - float(cost.min()) > peak["above_best"]:
-                peak = {"above_best": mine - float(cost.min()), "rank": int(np.sum(cost < mine)), "frame": t}
+            gap = mine - float(cost.min())
+            above.append(round(gap, 2))
+            if gap > peak["above_best"]:
+                peak = {"above_best": gap, "rank": int(np.sum(cost < mine)), "frame": t}
             continue
         lost = {"frame": t, "word": k}
         if prev is not None:  # the path's cost added in this frame, in parts
