@@ -13,7 +13,13 @@ decodes the saved log-probs (`asrdecode transcribe LOGPROBS_DIR`)
 and its WER per set and pooled over the sets (errors / reference words) is printed and written to
 JSON with the decode stage's seconds summed over the sets (run it on a quiet machine: the load
 average is printed at the end). Grid keys are config overrides with comma-separated values; the
-last one varies fastest.
+last one varies fastest. `--point "KEY=V KEY=V"` (repeatable) adds one setting outside the grid,
+and `--rounds N` decodes every setting N times in rounds, alternated, keeping each setting's
+fastest round (its rounds' seconds are in the JSON) for comparisons on a noisy machine:
+
+    .venv/bin/python scripts/sweep_decoding.py --config asrdecode/assets/configs/sphinx-en-us-otf.yaml \
+        --graph cache:embedded:configs/graph/sphinx-en-us-small.yaml --rounds 2 \
+        --point "decoder.beam=11" --point "decoder.beam=10 decoder.graph=out/graphs/small-deferred"
 """
 
 from __future__ import annotations
@@ -51,13 +57,21 @@ def main() -> None:
     ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
     ap.add_argument("--out", type=Path, default=ROOT / "out/sweep")
     ap.add_argument("--json", type=Path, default=ROOT / "out/sweep.json")
-    ap.add_argument("grid", nargs="+", help="key=v1,v2,... (config overrides)")
+    ap.add_argument("--point", action="append", default=[], help="one setting: 'KEY=V KEY=V' (repeatable)")
+    ap.add_argument("--rounds", type=int, default=1, help="decode every setting this many times, alternated")
+    ap.add_argument("grid", nargs="*", help="key=v1,v2,... (config overrides)")
     args = ap.parse_intermixed_args()
+    if not (args.grid or args.point) or args.rounds < 1:
+        sys.exit("sweep: give a grid (KEY=V1,V2) or --point settings, and --rounds of at least 1")
 
     manifests = args.manifest or [ROOT / m for m in TUNING]
     if any("real/test" in str(m) for m in manifests):
         sys.exit("sweep: data/real/test is the held-out set; tune on data/real/dev and data/demo/real")
-    keys, values = zip(*[(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.grid], strict=True)
+    grid = [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.grid]
+    keys = [k for k, _ in grid]
+    combos = itertools.product(*[v for _, v in grid])
+    points = [[f"{k}={v}" for k, v in zip(keys, vs, strict=True)] for vs in combos]
+    points = (points if grid else []) + [p.split() for p in args.point]
     base = [f"decoder.graph={args.graph}"]
     saved = {}
     for m in manifests:
@@ -65,27 +79,33 @@ def main() -> None:
         out = args.out / name / "model"
         transcribe(m, out, args.config, [*base, "output.save_logprobs=true"])
         saved[name] = out / "logprobs"
-    rows = []
-    for point in itertools.product(*values):
-        overrides = [f"{k}={v}" for k, v in zip(keys, point, strict=True)]
-        row = {"overrides": overrides, "sets": {}}
-        errors = words = 0
-        row["decode_seconds"] = 0.0
-        for name, logprobs in saved.items():
-            report = transcribe(logprobs, args.out / name / "point", args.config, [*base, *overrides])
-            counts = report["scoring"]
-            row["sets"][name] = report["wer"]
-            row["decode_seconds"] += report["stage_seconds"]["decode"]
-            errors += counts["substitutions"] + counts["deletions"] + counts["insertions"]
-            words += counts["ref_words"]
-        row["pooled_wer"] = errors / words
-        rows.append(row)
-        sets = "  ".join(f"{n} {w:6.1%}" for n, w in row["sets"].items())
-        print(
-            f"{' '.join(overrides):<60} {sets}  pooled {row['pooled_wer']:6.1%}  "
-            f"decode {row['decode_seconds']:.1f} s",
-            flush=True,
-        )
+    rows = [{"overrides": overrides, "sets": {}, "round_seconds": []} for overrides in points]
+    for _ in range(args.rounds):
+        for row in rows:
+            errors = words = 0
+            seconds = 0.0
+            for name, logprobs in saved.items():
+                overrides = [*base, *row["overrides"]]
+                report = transcribe(logprobs, args.out / name / "point", args.config, overrides)
+                counts = report["scoring"]
+                row["sets"][name] = report["wer"]
+                seconds += report["stage_seconds"]["decode"]
+                errors += counts["substitutions"] + counts["deletions"] + counts["insertions"]
+                words += counts["ref_words"]
+            row["round_seconds"].append(seconds)
+            row["decode_seconds"] = min(row["round_seconds"])
+            row["pooled_wer"] = errors / words
+            sets = "  ".join(f"{n} {w:6.1%}" for n, w in row["sets"].items())
+            print(
+                f"{' '.join(row['overrides']):<60} {sets}  pooled {row['pooled_wer']:6.1%}  "
+                f"decode {seconds:.1f} s",
+                flush=True,
+            )
+    if args.rounds > 1:
+        print("\nfastest round of each:")
+        for row in rows:
+            rounds = " / ".join(f"{t:.1f}" for t in row["round_seconds"])
+            print(f"{' '.join(row['overrides']):<60} {row['decode_seconds']:.1f} s  (rounds {rounds})")
     best = min(rows, key=lambda r: r["pooled_wer"])
     print(f"\nbest pooled: {' '.join(best['overrides'])} ({best['pooled_wer']:.1%})")
     load = os.getloadavg()

@@ -1,0 +1,43 @@
+"""scripts/sweep_decoding.py: grid settings and `--point` settings decoded in alternated `--rounds`,
+each keeping its fastest round, from one model run per tuning set."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_points_and_rounds(tmp_path: Path) -> None:
+    lines = (ROOT / "data/demo/synthetic/manifest.jsonl").read_text().splitlines()[:2]
+    rows = [json.loads(line) for line in lines]
+    for row in rows:
+        row["audio_filepath"] = str(ROOT / "data/demo/synthetic" / row["audio_filepath"])
+    manifest = tmp_path / "tuning" / "manifest.jsonl"
+    manifest.parent.mkdir()
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "sweep.json"
+    cmd = [sys.executable, str(ROOT / "scripts/sweep_decoding.py"), "--config", "configs/wfst.yaml"]
+    cmd += ["--graph", "cache:configs/graph/demo-ctc-bpe-tlg.yaml", "--manifest", str(manifest)]
+    cmd += ["--out", str(tmp_path / "o"), "--json", str(out), "--rounds", "2"]
+    cmd += ["--point", "decoder.beam=12 decoder.max_active=300", "decoder.beam=16"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert [r["overrides"] for r in report["rows"]] == [
+        ["decoder.beam=16"],
+        ["decoder.beam=12", "decoder.max_active=300"],
+    ]
+    for r in report["rows"]:
+        assert len(r["round_seconds"]) == 2 and r["decode_seconds"] == min(r["round_seconds"])
+        assert r["pooled_wer"] >= 0.0 and set(r["sets"]) == {"tuning"}
+    assert "fastest round of each" in proc.stdout
+
+
+def test_no_setting_is_a_one_line_error(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(ROOT / "scripts/sweep_decoding.py"), "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.strip().startswith("sweep: give a grid")
