@@ -63,7 +63,7 @@ def test_default_setup_is_sphinx_on_the_fly():
 
 def test_other_decoder_on_the_default_setup_keeps_graph_and_drops_foreign_options():
     let = build_config(None, ["decoder.type=let"], default_setup=True).to_dict()["decoder"]
-    assert let["type"] == "let" and let["lm"].endswith("en-us.lm.bin") and let["beam"] == 11.0
+    assert let["type"] == "let" and let["lm"].endswith("en-us.lm.bin") and let["beam"] == 9.5
     wfst = build_config(None, ["decoder.type=wfst"], default_setup=True).to_dict()["decoder"]
     assert wfst["graph"].startswith("cache:") and "lm" not in wfst
     with pytest.raises(ConfigError, match="decoder.lm"):  # an option the user gives is still checked
@@ -84,7 +84,7 @@ def test_info_without_a_path_describes_the_default(tmp_path, monkeypatch):
     monkeypatch.setenv("ASRDECODE_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("COLUMNS", "250")
     out = run("info").stdout
-    for fact in ("embedded:configs/sphinx-en-us-otf.yaml", "wfst-otf (beam 11.0", "en-us.lm.bin"):
+    for fact in ("embedded:configs/sphinx-en-us-otf.yaml", "wfst-otf (beam 9.5", "en-us.lm.bin"):
         assert fact in out
     assert str(tmp_path / "empty-cache" / "graphs" / "hclg-sphinx-") in out and "not built yet" in out
 
