@@ -38,6 +38,7 @@ TUNING = [
     "data/demo/real/manifest.jsonl",
     "data/real/phone-dev/manifest.jsonl",
 ]
+HELD_OUT = [ROOT / "data/real/test", ROOT / "data/real/phone-test"]
 
 
 def transcribe(source: Path, out: Path, config: Path, overrides: list[str]) -> dict:
@@ -65,8 +66,9 @@ def main() -> None:
         sys.exit("sweep: give a grid (KEY=V1,V2) or --point settings, and --rounds of at least 1")
 
     manifests = args.manifest or [ROOT / m for m in TUNING]
-    if any("real/test" in str(m) for m in manifests):
-        sys.exit("sweep: data/real/test is the held-out set; tune on data/real/dev and data/demo/real")
+    held_out = [m for m in manifests if m.resolve().parent in HELD_OUT]
+    if held_out:
+        sys.exit(f"sweep: {held_out[0]} is a held-out set; tune on data/real/dev, data/demo/real, phone-dev")
     grid = [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.grid]
     keys = [k for k, _ in grid]
     combos = itertools.product(*[v for _, v in grid])

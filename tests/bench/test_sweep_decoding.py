@@ -41,3 +41,12 @@ def test_no_setting_is_a_one_line_error(tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "scripts/sweep_decoding.py"), "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and proc.stderr.strip().startswith("sweep: give a grid")
+
+
+def test_held_out_sets_are_refused(tmp_path: Path) -> None:
+    for held_out in ("data/real/test/manifest.jsonl", "data/real/phone-test/manifest.jsonl"):
+        cmd = [sys.executable, str(ROOT / "scripts/sweep_decoding.py"), "--manifest", held_out]
+        cmd += ["--out", str(tmp_path), "decoder.beam=10"]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "is a held-out set" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
