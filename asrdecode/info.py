@@ -40,7 +40,14 @@ def describe_default_setup() -> dict:
     """What `asrdecode transcribe` uses with no --config and no --model, and what is cached."""
     from asrdecode.config import DEFAULT_SETUP, build_config
     from asrdecode.decoders import decoder_section
-    from asrdecode.graph.cache import CACHE_PREFIX, cache_folder, cache_root, is_cached, load_graph_config
+    from asrdecode.graph.cache import (
+        CACHE_PREFIX,
+        cache_folder,
+        cache_root,
+        cached_graph_folders,
+        is_cached,
+        load_graph_config,
+    )
     from asrdecode.models.loading import resolve_packaged_path
 
     cfg = build_config(None, [], default_setup=True)
@@ -52,10 +59,19 @@ def describe_default_setup() -> dict:
         "cache": str(cache_root()),
     }
     graph = dec.get("graph", "")
+    default_folder = None
     if isinstance(graph, str) and graph.startswith(CACHE_PREFIX):
         build = load_graph_config(resolve_packaged_path(graph[len(CACHE_PREFIX) :]))
+        default_folder = cache_folder(build)
         state = "built" if is_cached(build) else "not built yet: first use builds it (~30 s)"
-        info["graph"] = f"{graph} -> {cache_folder(build)} ({state})"
+        info["graph"] = f"{graph} -> {default_folder} ({state})"
+    others = {f: size for f, size in cached_graph_folders().items() if f != default_folder}
+    if others:
+        names = ", ".join(f.name for f in others)
+        info["other cached graphs"] = (
+            f"{len(others)}, {sum(others.values()) / 1e6:.0f} MB ({names}): other build configs or earlier"
+            " versions of the default's; safe to delete (built again if a config asks for one)"
+        )
     if dec.get("lm"):
         info["lm (on the fly)"] = f"{dec['lm']} ({resolve_packaged_path(dec['lm'])})"
     return info

@@ -19,6 +19,7 @@ from asrdecode.models.loading import resolve_packaged_path
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "data" / "demo" / "real"
+GRAPH_CONFIG = "embedded:configs/graph/sphinx-en-us-small.yaml"
 CLIPS = ("ps_goforward", "ps_tidigits_dhd.2934z", "ps_cards_001")  # short clips, 6.3 s in all
 
 
@@ -87,6 +88,23 @@ def test_info_without_a_path_describes_the_default(tmp_path, monkeypatch):
     for fact in ("embedded:configs/sphinx-en-us-otf.yaml", "wfst-otf (beam 9.5", "en-us.lm.bin"):
         assert fact in out
     assert str(tmp_path / "empty-cache" / "graphs" / "hclg-sphinx-") in out and "not built yet" in out
+
+
+def test_info_lists_the_other_cached_graphs(tmp_path, monkeypatch):
+    from asrdecode.graph.cache import cache_folder, load_graph_config
+    from asrdecode.info import describe_default_setup
+
+    monkeypatch.setenv("ASRDECODE_CACHE", str(tmp_path))
+    assert "other cached graphs" not in describe_default_setup()  # no cache folder at all
+    default = cache_folder(load_graph_config(resolve_packaged_path(GRAPH_CONFIG)))
+    for folder, size in ((default, 10), (tmp_path / "graphs" / "hclg-sphinx-0123456789abcdef", 2_000_000)):
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text("{}")
+        (folder / "graph.pt").write_bytes(b"\0" * size)
+    (tmp_path / "graphs" / "hclg-sphinx-0123456789abcdef.lock").write_text("")
+    (tmp_path / "graphs" / "a-stage-without-meta").mkdir()  # not a graph folder
+    row = describe_default_setup()["other cached graphs"]
+    assert row.startswith("1, 2 MB (hclg-sphinx-0123456789abcdef)") and default.name not in row
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,15 @@ def is_cached(cfg: GraphBuildConfig) -> bool:
     return cached_meta(cfg, cache_folder(cfg, inputs), inputs) is not None
 
 
+def cached_graph_folders() -> dict[Path, int]:
+    """Every graph folder in the cache (any config, any version) and its size in bytes."""
+    root = cache_root() / "graphs"
+    if not root.is_dir():
+        return {}
+    folders = [f for f in sorted(root.iterdir()) if f.is_dir() and (f / "meta.json").is_file()]
+    return {f: sum(x.stat().st_size for x in f.rglob("*") if x.is_file()) for f in folders}
+
+
 def cached_graph(
     cfg: GraphBuildConfig,
     on_stage: StageCallback | None = None,
