@@ -48,6 +48,7 @@ def describe_default_setup() -> dict:
         is_cached,
         load_graph_config,
     )
+    from asrdecode.graph.staging import input_checksums
     from asrdecode.models.loading import resolve_packaged_path
 
     cfg = build_config(None, [], default_setup=True)
@@ -62,8 +63,9 @@ def describe_default_setup() -> dict:
     default_folder = None
     if isinstance(graph, str) and graph.startswith(CACHE_PREFIX):
         build = load_graph_config(resolve_packaged_path(graph[len(CACHE_PREFIX) :]))
-        default_folder = cache_folder(build)
-        state = "built" if is_cached(build) else "not built yet: first use builds it (~30 s)"
+        inputs = input_checksums(build)  # the sources' checksums, read once for both
+        default_folder = cache_folder(build, inputs)
+        state = "built" if is_cached(build, inputs) else "not built yet: first use builds it (~30 s)"
         info["graph"] = f"{graph} -> {default_folder} ({state})"
     others = {f: size for f, size in cached_graph_folders().items() if f != default_folder}
     if others:

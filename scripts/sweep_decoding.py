@@ -71,9 +71,9 @@ def main() -> None:
         sys.exit(f"sweep: {held_out[0]} is a held-out set; tune on data/real/dev, data/demo/real, phone-dev")
     grid = [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.grid]
     keys = [k for k, _ in grid]
-    combos = itertools.product(*[v for _, v in grid])
+    combos = itertools.product(*[v for _, v in grid]) if grid else []  # no grid: no empty setting
     points = [[f"{k}={v}" for k, v in zip(keys, vs, strict=True)] for vs in combos]
-    points = (points if grid else []) + [p.split() for p in args.point]
+    points += [p.split() for p in args.point]
     base = [f"decoder.graph={args.graph}"]
     saved = {}
     for m in manifests:

@@ -103,6 +103,9 @@ def test_info_lists_the_other_cached_graphs(tmp_path, monkeypatch):
         (folder / "graph.pt").write_bytes(b"\0" * size)
     (tmp_path / "graphs" / "hclg-sphinx-0123456789abcdef.lock").write_text("")
     (tmp_path / "graphs" / "a-stage-without-meta").mkdir()  # not a graph folder
+    stage = tmp_path / "graphs" / ".hclg-sphinx-0123456789abcdef.building-1@host-x"  # a build's stage
+    stage.mkdir()
+    (stage / "meta.json").write_text("{}")
     row = describe_default_setup()["other cached graphs"]
     assert row.startswith("1, 2 MB (hclg-sphinx-0123456789abcdef)") and default.name not in row
 

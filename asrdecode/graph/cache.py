@@ -62,9 +62,10 @@ def cache_folder(cfg: GraphBuildConfig, inputs: dict | None = None) -> Path:
     return cache_root() / "graphs" / f"{cfg.kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-def is_cached(cfg: GraphBuildConfig) -> bool:
-    """True if `cfg`'s graph is in the cache, complete and current (nothing is built)."""
-    inputs = input_checksums(cfg)
+def is_cached(cfg: GraphBuildConfig, inputs: dict | None = None) -> bool:
+    """True if `cfg`'s graph is in the cache, complete and current (nothing is built); `inputs`:
+    its `input_checksums`, when the caller has them."""
+    inputs = inputs if inputs is not None else input_checksums(cfg)
     return cached_meta(cfg, cache_folder(cfg, inputs), inputs) is not None
 
 
@@ -73,7 +74,11 @@ def cached_graph_folders() -> dict[Path, int]:
     root = cache_root() / "graphs"
     if not root.is_dir():
         return {}
-    folders = [f for f in sorted(root.iterdir()) if f.is_dir() and (f / "meta.json").is_file()]
+    folders = [
+        f
+        for f in sorted(root.iterdir())
+        if f.is_dir() and not f.name.startswith(".") and (f / "meta.json").is_file()  # not a build's stage
+    ]
     return {f: sum(x.stat().st_size for x in f.rglob("*") if x.is_file()) for f in folders}
 
 
