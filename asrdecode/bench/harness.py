@@ -12,14 +12,42 @@ import sys
 from pathlib import Path
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else the architecture: ratios to a peer such as
+    pocketsphinx move with it (cache sizes differ between the models this shared machine runs on)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_sizes() -> dict[str, str]:
+    """Per-core cache sizes by level ("L1d", "L2", ...) from sysfs; empty where it is not readable."""
+    sizes = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        sizes[name] = size
+    return sizes
+
+
 def machine_info(load_at_start: tuple[float, float, float]) -> dict:
-    """Python, torch, CPU, usable cores and the load average at the start and now."""
+    """Python, torch, CPU model and caches, usable cores and the load average at the start and now."""
     import torch
 
     return {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
+        "caches": cache_sizes(),
         "cores": len(os.sched_getaffinity(0)),
         "load_average_at_start": load_at_start,
         "load_average_at_end": os.getloadavg(),

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import soundfile
 
+from asrdecode.bench.harness import machine_info
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.graph.cache import load_graph_config
 from asrdecode.scoring import score
@@ -318,13 +319,16 @@ def main(argv: list[str] | None = None) -> None:
     for result in results:
         print_set(result)
     load_after = os.getloadavg()
-    print(f"\nload average (1/5/15 min) before {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
+    machine = machine_info(load)
+    print(f"\n{machine['cpu']} (L2 {machine['caches'].get('L2', '?')} per core), "
+          f"load average (1/5/15 min) before {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
           f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}")  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
     summary = {
         "graph": None if args.no_static else str(args.graph),
         "config": str(args.config),
         "pocketsphinx_same_lm": str(lm),
+        "machine": machine,
         "load_average_before": load,
         "load_average_after": load_after,
         "sets": results,

@@ -16,7 +16,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from asrdecode.bench.harness import cpu_model
 from asrdecode.bench.plots import plot_sweep
 from asrdecode.errors import ConfigError
 
@@ -335,15 +335,7 @@ def run_nemo(system: System, value, manifest: Path, out: Path, nemo_python: str)
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def sweep(
