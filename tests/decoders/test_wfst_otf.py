@@ -171,6 +171,39 @@ def test_fan_out_beyond_the_frame_map_equals_brute_force(tmp_path):
     assert dec.last_info["stats"]["tokens"] >= 3 * fan
 
 
+def test_frame_map_grown_after_tokens_are_mapped_equals_brute_force(tmp_path):
+    """40 tokens after the first frame, each with 60 arcs to distinct states: in the second frame
+    the map (sized for 40 tokens) fills up after some of its new tokens are mapped, so `_emit`
+    stops before a token, the map grows and takes the mapped tokens again, and `_emit` goes on
+    from that token (possibly several times). Same 1-best and cost as the exhaustive search."""
+    rng = np.random.default_rng(12)
+    first, second = 40, 60
+    assert first * second > 4 * MAP_SLACK * first
+    end = 1 + first + first * second
+    arcs = [(end, 1, 0, 0.2, end)]
+    for i in range(1, first + 1):
+        arcs.append((0, 1 + i % 4, 1 + i % 6, float(rng.uniform(0, 3)), i))
+        for j in range(second):
+            d = 1 + first + (i - 1) * second + j
+            arcs.append((i, 1 + (i + j) % 4, 1 + (i * j) % 6 if j % 2 else 0, float(rng.uniform(0, 3)), d))
+    for d in range(1 + first, end):
+        arcs.append((d, 1 + d % 4, 0, float(rng.uniform(0, 1)), end))
+    final = [math.inf] * (end + 1)
+    final[end] = 0.5
+    fst = {"num_states": end + 1, "start": 0, "final": final, "arcs": arcs}
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, 2)
+    lp = log_probs(rng, 4)
+    cfg = WfstOtfConfig(**WIDE, **backend_options("compiled"), lm=str(large), small_lm=str(small))
+    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+    (res,) = run(dec, [lp])
+    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), 1.0, {})
+    assert -res.score == pytest.approx(ref[0], abs=1e-3)
+    assert [w.word for w in res.words] == ref[1]
+    assert dec.last_info["stats"]["tokens"] >= first * second
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_same_lm_equals_plain_wfst_on_random_graphs(tmp_path, backend):
     rng = np.random.default_rng(5)

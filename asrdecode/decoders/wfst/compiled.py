@@ -373,8 +373,8 @@ def _frame_table(htab: np.ndarray, n: int) -> np.ndarray:
     """The (empty) map for a frame that starts with n tokens: the current one if its capacity is
     between ``MAP_SLACK * n`` keys and four times that, else a new one of that capacity rounded up
     to a power of two. The map follows the live tokens, not the frame's arcs: a map sized for the
-    arcs spreads a frame's few tokens over megabytes (a cache miss per probe); `_emit` doubles it
-    when the new tokens fill half of it."""
+    arcs spreads a frame's few tokens over megabytes (a cache miss per probe); the frame driver
+    doubles it when the next token's arcs could fill more than half of it (`_emit` stops there)."""
     want = MAP_SLACK * max(n, 256)
     if want <= htab.shape[0] <= 4 * want:
         return htab
@@ -696,24 +696,14 @@ def _closure(
 
 
 @numba.njit(nogil=True, cache=True)
-def _emit(
-    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, word_beam, slot, htab, lattice, frame, stats,
-    cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
-    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, nlat, pair_tab, pair_state, pair_u, npair,
-):  # fmt: skip
-    """Emitting arcs (Kaldi ProcessEmitting) of the tokens below ``cut`` into the nxt arrays
-    (capacity checked by the caller); returns (new tokens, best new cost, lattice arcs, lattice
-    pairs, the map: grown when the new tokens fill half of it).
-
-    As Kaldi, the best token is expanded first for a tight running bound ``best_new + adaptive``
-    that skips most arcs early. With lattices, every candidate below the running bound is kept
-    with its cost (filtered with the frame's final bound by `_keep`)."""
+def _emit_start(states, arcs, acrow, boost, lm, memo, V, cut, stats, cur_state, cur_u, cur_cost, n):
+    """The cheapest emitting arc of the tokens at the frame's best cost (Kaldi ProcessEmitting
+    expands the best token first): the start of `_emit`'s running bound ``pre + adaptive`` and of
+    the word cut ``pre + word_beam``."""
     n_boost = boost.shape[0]
     best_i, best_c = best_token(cur_cost, n)
-    best_new = _F32_INF
-    # the cheapest arc of the tokens at the best cost; the word's cost written out as in `_closure`
-    # and the loop below: a shared helper taking the LM tuple adds reference counts of its arrays
-    # on every word arc (numba)
+    # the word's cost written out as in `_closure` and `_emit`: a shared helper taking the LM tuple
+    # adds reference counts of its arrays on every word arc (numba)
     pre = _F32_INF
     if best_i >= 0 and best_c < cut:
         for i in range(best_i, n):
@@ -738,10 +728,27 @@ def _emit(
                         c = c + dc
                 if c < pre:
                     pre = c
-    bound = pre + adaptive  # running bound: min(cost + adaptive) so far (>= the final bound)
-    word_cut = pre + word_beam  # word arcs: `PruningOptions.word_beam`
-    m = 0
-    for i in range(n):
+    return pre
+
+
+@numba.njit(nogil=True, cache=True)
+def _emit(
+    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, word_cut, slot, htab, lattice, frame, stats,
+    cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, nlat, pair_tab, pair_state, pair_u, npair,
+    i0, m, best_new, bound,
+):  # fmt: skip
+    """Emitting arcs (Kaldi ProcessEmitting) of the tokens ``i0..n`` below ``cut`` into the nxt
+    arrays (capacity checked by the caller), with the running bound ``bound`` (``min(cost +
+    adaptive)`` so far, from `_emit_start`'s ``pre + adaptive``) and the best new cost so far;
+    the candidates above the bound are skipped early. Returns (next token, new tokens, best new
+    cost, bound, lattice arcs, lattice pairs). With an LM it stops before a token whose arcs could
+    fill more than half of the map ``htab``: the caller grows the map and calls again from that
+    token (an array reassigned inside this loop would cost numba's atomic reference counts on every
+    arc). With lattices, every candidate below the running bound is kept with its cost (filtered
+    with the frame's final bound by `_keep`)."""
+    n_boost = boost.shape[0]
+    for i in range(i0, n):
         # the state record and the first arc of tokens ahead, with an LM the memo sets of their word
         # arcs (`memo_get`'s probe): their loads would stall
         if i + PREFETCH_STATES < n:
@@ -755,6 +762,8 @@ def _emit(
         if not (c0 < cut):
             continue
         s = cur_state[i]
+        if lm is not None and 2 * (m + states[s].split - states[s].first) > htab.shape[0]:
+            return i, m, best_new, bound, nlat, npair  # the map: grown by the caller
         r0 = cur_rec[i]
         u0 = 0
         ps = np.int64(-1)  # the lattice state of (s, u0), with an LM
@@ -809,10 +818,6 @@ def _emit(
             else:
                 p = _token_slot(htab, d, u, U, nxt_state, nxt_u)
                 if htab[p] == -1:
-                    if 2 * (m + 1) > htab.shape[0]:  # load 1/2 reached: a map twice as large
-                        htab = _new_token_map(2 * htab.shape[0])
-                        _map_tokens(slot, htab, lm, U, nxt_state, nxt_u, nxt_pos, m)
-                        p = _token_slot(htab, d, u, U, nxt_state, nxt_u)
                     j = m
                     m += 1
                     htab[p] = j
@@ -826,7 +831,7 @@ def _emit(
             nxt_cost[j] = c
             nxt_rec[j] = r0
             nxt_arc[j] = a
-    return m, best_new, nlat, npair, htab
+    return n, m, best_new, bound, nlat, npair
 
 
 @numba.njit(nogil=True, cache=True)
@@ -1026,13 +1031,28 @@ def search_advance(
             if lattice and lm is not None:
                 npair, room = ctr[C_PAIRS], n + n_arcs
                 pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, npair, room)
-            m, best_new, nlat, ctr[C_PAIRS], htab = _emit(
-                states, arcs, ac[t], boost, lm, memo, U, V, cut, adaptive, settings.word_beam, slot, htab,
-                lattice, frame, stats,
-                cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
-                lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0,
-                pair_tab, pair_state, pair_u, ctr[C_PAIRS],
-            )  # fmt: skip
+            acrow = ac[t]
+            pre = _emit_start(
+                states, arcs, acrow, boost, lm, memo, V, cut, stats, cur_state, cur_u, cur_cost, n
+            )
+            k, m, best_new, running, nlat = 0, 0, _F32_INF, pre + adaptive, lat0
+            while True:
+                k, m, best_new, running, nlat, ctr[C_PAIRS] = _emit(
+                    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, pre + settings.word_beam, slot,
+                    htab, lattice, frame, stats, cur_state, cur_u, cur_cost, cur_rec, n,
+                    nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+                    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, nlat,
+                    pair_tab, pair_state, pair_u, ctr[C_PAIRS], k, m, best_new, running,
+                )  # fmt: skip
+                if k >= n:
+                    break
+                # with an LM: a map twice as large (load 1/2 reached), the new tokens mapped again
+                top = cur_state[k]
+                size = 2 * htab.shape[0]
+                while 2 * (m + states[top].split - states[top].first) > size:
+                    size *= 2
+                htab = _new_token_map(size)
+                _map_tokens(slot, htab, lm, U, nxt_state, nxt_u, nxt_pos, m)
             if lm is not None:
                 _hash_clear(htab, nxt_pos, m)
             # final bound of this frame (as the torch path: best new cost + adaptive beam); keep below it
