@@ -83,6 +83,7 @@ from asrdecode.decoders.workspace import (
     WorkspaceLayout,
     grow,
     grow_fields,
+    in_huge_pages,
     lattice_records,
     prefetch,
 )
@@ -1307,7 +1308,7 @@ class CompiledRunner(ABC):
         g = graph.to("cpu")
         self.num_states = g.num_states
         self.start = int(g.start)
-        self.states, self.arcs = graph_records(g)
+        self.states, self.arcs = (in_huge_pages(a) for a in graph_records(g))
         self.threads = threads if threads > 0 else default_threads()
         self._local = threading.local()
         self._pool: ThreadPoolExecutor | None = None
