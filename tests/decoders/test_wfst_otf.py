@@ -140,6 +140,26 @@ def test_history_beam_drops_tokens_and_is_checked(tmp_path):
         WfstDecoder(WfstConfig(history_beam=2.0), graph=device_graph(fst), words=WORDS)
 
 
+def compiled_tokens_vs_brute_force(tmp_path, rng, arcs, end: int) -> int:
+    """Decode 4 random frames over the graph of `arcs` (start 0, final state `end`, the last) with
+    random LMs, compiled and unpruned: the same cost and words as the exhaustive search. Returns
+    the tokens the search made."""
+    final = [math.inf] * (end + 1)
+    final[end] = 0.5
+    fst = {"num_states": end + 1, "start": 0, "final": final, "arcs": arcs}
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, 2)
+    lp = log_probs(rng, 4)
+    cfg = WfstOtfConfig(**WIDE, **backend_options("compiled"), lm=str(large), small_lm=str(small))
+    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+    (res,) = run(dec, [lp])
+    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), 1.0, {})
+    assert -res.score == pytest.approx(ref[0], abs=1e-3)
+    assert [w.word for w in res.words] == ref[1]
+    return dec.last_info["stats"]["tokens"]
+
+
 def test_fan_out_beyond_the_frame_map_equals_brute_force(tmp_path):
     """A start state with 1,200 arcs to distinct states: the first frame makes more new (state,
     LM state) pairs than its map holds at half load (the workspace's first map, 2 x
@@ -155,20 +175,7 @@ def test_fan_out_beyond_the_frame_map_equals_brute_force(tmp_path):
         arcs.append((0, 1 + i % 4, 1 + i % 6, float(rng.uniform(0, 3)), i))
         arcs.append((i, 1 + (i + 1) % 4, 0, float(rng.uniform(0, 1)), i))
         arcs.append((i, 1 + (i + 2) % 4, 1 + (7 * i) % 6 if i % 3 else 0, float(rng.uniform(0, 3)), end))
-    final = [math.inf] * (fan + 2)
-    final[end] = 0.5
-    fst = {"num_states": fan + 2, "start": 0, "final": final, "arcs": arcs}
-    names = list(WORDS.values())
-    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
-    small = random_arpa(tmp_path / "small.arpa", rng, names, 2)
-    lp = log_probs(rng, 4)
-    cfg = WfstOtfConfig(**WIDE, **backend_options("compiled"), lm=str(large), small_lm=str(small))
-    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
-    (res,) = run(dec, [lp])
-    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), 1.0, {})
-    assert -res.score == pytest.approx(ref[0], abs=1e-3)
-    assert [w.word for w in res.words] == ref[1]
-    assert dec.last_info["stats"]["tokens"] >= 3 * fan
+    assert compiled_tokens_vs_brute_force(tmp_path, rng, arcs, end) >= 3 * fan
 
 
 def test_frame_map_grown_after_tokens_are_mapped_equals_brute_force(tmp_path):
@@ -188,20 +195,7 @@ def test_frame_map_grown_after_tokens_are_mapped_equals_brute_force(tmp_path):
             arcs.append((i, 1 + (i + j) % 4, 1 + (i * j) % 6 if j % 2 else 0, float(rng.uniform(0, 3)), d))
     for d in range(1 + first, end):
         arcs.append((d, 1 + d % 4, 0, float(rng.uniform(0, 1)), end))
-    final = [math.inf] * (end + 1)
-    final[end] = 0.5
-    fst = {"num_states": end + 1, "start": 0, "final": final, "arcs": arcs}
-    names = list(WORDS.values())
-    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
-    small = random_arpa(tmp_path / "small.arpa", rng, names, 2)
-    lp = log_probs(rng, 4)
-    cfg = WfstOtfConfig(**WIDE, **backend_options("compiled"), lm=str(large), small_lm=str(small))
-    dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
-    (res,) = run(dec, [lp])
-    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), 1.0, {})
-    assert -res.score == pytest.approx(ref[0], abs=1e-3)
-    assert [w.word for w in res.words] == ref[1]
-    assert dec.last_info["stats"]["tokens"] >= first * second
+    assert compiled_tokens_vs_brute_force(tmp_path, rng, arcs, end) >= first * second
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
