@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else the architecture: ratios to a peer such as
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (`cpuinfo`), else the architecture: ratios to a peer such as
     pocketsphinx move with it (cache sizes differ between the models this shared machine runs on)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in cpuinfo.read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
