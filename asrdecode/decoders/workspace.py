@@ -41,8 +41,7 @@ from asrdecode.numba_status import configure_cache
 configure_cache()  # before any cached kernel is defined (numba_status)
 
 INIT_CAPACITY = 1024
-HUGE_PAGE = 2 << 20  # bytes of an x86-64 / arm64 transparent huge page
-HUGE_PAGE_MIN_BYTES = HUGE_PAGE  # smaller arrays gain nothing
+HUGE_PAGE = 2 << 20  # bytes of an x86-64 / arm64 transparent huge page (smaller arrays gain nothing)
 
 
 def huge_pages_supported() -> bool:
@@ -56,7 +55,7 @@ def in_huge_pages(array: np.ndarray) -> np.ndarray:
     mapping alive for as long as it, or a view of it, is referenced. (Moving an LM's tables so was
     tried too: the memory they leave is not given back, and a run's peak grew by 190 MB.)"""
     array = np.asarray(array)
-    if array.nbytes < HUGE_PAGE_MIN_BYTES or not huge_pages_supported():
+    if array.nbytes < HUGE_PAGE or not huge_pages_supported():
         return array
     size = -(-array.nbytes // HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE  # room to start on a 2 MB boundary
     try:
