@@ -13,19 +13,10 @@ Hot loops take the arrays they use, never the tuple: numba adds an atomic refere
 array of a tuple passed to a helper, and around an array reassigned inside a loop.
 
 `grow_tensors` is the same doubling growth for the torch tensors of batched transducer hypotheses.
-
-`in_huge_pages` places a large read-only table (a graph's state and arc records) in transparent
-huge pages: the searches read it at random places, and with 4 kB pages tens of megabytes are more
-pages than the CPU's translation cache holds, so such reads also walk the page tables. Linux maps
-2 MB pages where a mapping asks for them (``madvise(MADV_HUGEPAGE)``; in the common
-`transparent_hugepage` mode "madvise" nothing else gets them). Values, dtype and shape are
-unchanged; elsewhere (other systems, small arrays) the array is returned as it is.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 from collections.abc import Callable, Sequence
 
 import numba
@@ -41,34 +32,6 @@ from asrdecode.numba_status import configure_cache
 configure_cache()  # before any cached kernel is defined (numba_status)
 
 INIT_CAPACITY = 1024
-HUGE_PAGE = 2 << 20  # bytes of an x86-64 / arm64 transparent huge page (smaller arrays gain nothing)
-
-
-def huge_pages_supported() -> bool:
-    """Whether this system lets a mapping ask for transparent huge pages."""
-    return hasattr(mmap, "MADV_HUGEPAGE")
-
-
-def in_huge_pages(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of `array` in memory advised for transparent huge pages (the array itself
-    when it is smaller than a huge page or the system has no such advice). The copy keeps its
-    mapping alive for as long as it, or a view of it, is referenced. (Moving an LM's tables so was
-    tried too: the memory they leave is not given back, and a run's peak grew by 190 MB.)"""
-    array = np.asarray(array)
-    if array.nbytes < HUGE_PAGE or not huge_pages_supported():
-        return array
-    size = -(-array.nbytes // HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE  # room to start on a 2 MB boundary
-    try:
-        region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except (OSError, ValueError):
-        return array
-    raw = np.frombuffer(region, dtype=np.uint8)
-    skip = (-raw.ctypes.data) % HUGE_PAGE
-    with contextlib.suppress(OSError, ValueError):  # a hint: the copy works with small pages too
-        region.madvise(mmap.MADV_HUGEPAGE, skip, size - skip)
-    out = raw[skip : skip + array.nbytes].view(array.dtype).reshape(array.shape)
-    out[...] = array
-    return out
 
 
 class WorkspaceLayout:

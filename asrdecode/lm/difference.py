@@ -47,6 +47,7 @@ import torch
 
 from asrdecode.atomic_files import atomic_target
 from asrdecode.errors import ConfigError
+from asrdecode.huge_pages import in_huge_pages
 from asrdecode.lm.ngram_tensor import HISTORY_PAD, BatchedNgramLM
 from asrdecode.numba_status import configure_cache
 
@@ -164,6 +165,18 @@ class DifferenceLM:
                     f"{path}: {len(bad)} graph words have no probability (no unigram, no <unk>), "
                     f"e.g. '{words.get(int(bad[0]), bad[0])}'"
                 )
+
+    def in_huge_pages(self) -> DifferenceLM:
+        """Both LMs' CPU tables and the union-state maps moved into transparent huge pages
+        (`BatchedNgramLM.in_huge_pages`), each replaced, not kept beside its copy: the same peak
+        memory. Before anything takes views of them (`arrays`)."""
+        self.large.in_huge_pages()
+        self.small.in_huge_pages()
+        if all(t.device.type == "cpu" for t in self._tensors.values()):
+            for k in _MAPS:
+                setattr(self, k, in_huge_pages(getattr(self, k), copy=True))
+            self._tensors = {k: torch.from_numpy(getattr(self, k)) for k in _MAPS}
+        return self
 
     def to(self, device: torch.device | str) -> DifferenceLM:
         self.large, self.small = self.large.to(device), self.small.to(device)

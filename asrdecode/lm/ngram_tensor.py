@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from asrdecode.errors import GraphError
+from asrdecode.huge_pages import in_huge_pages
 from asrdecode.lm.arpa import FIELD_SEPARATORS, ArpaReader, open_text, split_fields
 
 __all__ = ["NGPU_TOKEN_OFFSET", "BatchedNgramLM"]
@@ -237,6 +238,17 @@ class BatchedNgramLM(torch.nn.Module):
         self.register_buffer("final_weight", final_weight.float())
         self.register_buffer("state_order", state_order.int())
         self.register_buffer("degree_range", torch.arange(self.max_degree, dtype=torch.long))
+
+    def in_huge_pages(self) -> BatchedNgramLM:
+        """Each CPU buffer replaced by a copy, in transparent huge pages where it is large enough
+        (`asrdecode.huge_pages`: the compiled searches read the tables at random places). The old
+        one is freed unless something else holds it, so take views (`difference._tables`) only
+        after this; small ones are copied too, so that none keeps a loaded file's mapping alive
+        (safetensors' tensors share one storage per file)."""
+        for name, buf in list(self.named_buffers(recurse=False)):
+            if buf.device.type == "cpu":
+                setattr(self, name, torch.from_numpy(in_huge_pages(buf.numpy(), copy=True)))
+        return self
 
     # ----------------------------------------------------------------- building
     @classmethod

@@ -9,12 +9,9 @@ import pytest
 import torch
 
 from asrdecode.decoders.workspace import (
-    HUGE_PAGE,
     WorkspaceLayout,
     grow_fields,
     grow_tensors,
-    huge_pages_supported,
-    in_huge_pages,
     prefetch,
     swap_spans,
 )
@@ -88,25 +85,3 @@ def test_prefetch_is_llvm_prefetch_and_only_a_hint():
         return r[0].first
 
     assert first_after_prefetch(rec, 3) == 0
-
-
-def test_in_huge_pages_keeps_values_and_records():
-    """A graph's records (a structured dtype) and a plain table: equal values, dtype and shape,
-    C-contiguous, writable, starting on a huge page where the system can place them so; small
-    arrays are returned as they are. The copy outlives the array it was made from."""
-    rec = np.dtype([("first", np.int32), ("split", np.int32), ("end", np.int32), ("final", np.float32)])
-    states = np.zeros(300_000, rec)
-    states["first"] = np.arange(300_000)
-    states["final"] = np.linspace(0, 1, 300_000, dtype=np.float32)
-    table = np.random.default_rng(0).standard_normal((700, 1000)).astype(np.float32)
-    for array in (states, table):
-        copy = in_huge_pages(array)
-        assert copy.dtype == array.dtype and copy.shape == array.shape
-        assert copy.flags["C_CONTIGUOUS"] and copy.flags["WRITEABLE"]
-        assert np.array_equal(copy, array)
-        if huge_pages_supported():
-            assert copy is not array and copy.ctypes.data % HUGE_PAGE == 0
-    kept = in_huge_pages(np.arange(HUGE_PAGE, dtype=np.int32))
-    assert int(kept[-1]) == HUGE_PAGE - 1  # the source is gone, the mapping is not
-    small = np.arange(10, dtype=np.int64)
-    assert in_huge_pages(small) is small

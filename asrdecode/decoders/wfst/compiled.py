@@ -83,11 +83,11 @@ from asrdecode.decoders.workspace import (
     WorkspaceLayout,
     grow,
     grow_fields,
-    in_huge_pages,
     lattice_records,
     prefetch,
 )
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.huge_pages import in_huge_pages
 from asrdecode.lm.difference import DifferenceLM, lm_final, memo_fill, memo_get, memo_slot, new_memo
 from asrdecode.numba_status import announce_first_compile, configure_cache
 
