@@ -120,6 +120,49 @@ def prefetch(typingctx, array, index):
     return sig, codegen
 
 
+def _borrowable(ty: types.Type) -> bool:
+    """Arrays, plain numbers and (nested) tuples of them."""
+    if isinstance(ty, (types.Array, types.Number, types.Boolean)):
+        return True
+    return isinstance(ty, types.BaseTuple) and all(_borrowable(t) for t in ty.types)
+
+
+def _borrow(context, builder, ty: types.Type, value):
+    """`borrowed`'s code: every array of `value` (of type `ty`) without its meminfo."""
+    if isinstance(ty, types.Array):
+        src = context.make_array(ty)(context, builder, value)
+        view = context.make_array(ty)(context, builder)
+        view.meminfo = cgutils.get_null_value(view.meminfo.type)
+        view.parent = cgutils.get_null_value(view.parent.type)
+        for field in ("nitems", "itemsize", "data", "shape", "strides"):
+            setattr(view, field, getattr(src, field))
+        return view._getvalue()
+    if isinstance(ty, types.BaseTuple):
+        out = value
+        for i, t in enumerate(ty.types):
+            out = builder.insert_value(out, _borrow(context, builder, t, builder.extract_value(value, i)), i)
+        return out
+    return value
+
+
+@intrinsic
+def borrowed(typingctx, value):
+    """Views of an array, or of every array in a (nested) tuple of arrays and numbers, that numba
+    counts no references of: the same data, shape and strides with no meminfo (as `numba.carray`'s
+    views of foreign memory). numba counts references of the arrays an njit function takes, binds
+    or passes on: an atomic add, and a release fence with an atomic subtract, around helper calls
+    and in loops where its pruning cannot prove them redundant. On such a view the count is a null
+    check. Only for arrays the caller holds for the whole call (a workspace's fields unpacked by a
+    frame step, an LM's tables), never for one it grows, replaces or returns."""
+    if not _borrowable(value):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _borrow(context, builder, signature.args[0], args[0])
+
+    return value(value), codegen
+
+
 def grow_tensors(holder: object, names: Sequence[str], dim: int, needed: int, fill: dict[str, int]) -> None:
     """Grow `holder`'s tensor attributes `names` along `dim` (all of one length there), doubling
     until `needed` entries fit; the content is kept, new entries are ``fill.get(name, 0)`` (the

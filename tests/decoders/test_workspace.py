@@ -10,6 +10,7 @@ import torch
 
 from asrdecode.decoders.workspace import (
     WorkspaceLayout,
+    borrowed,
     grow_fields,
     grow_tensors,
     prefetch,
@@ -85,3 +86,39 @@ def test_prefetch_is_llvm_prefetch_and_only_a_hint():
         return r[0].first
 
     assert first_after_prefetch(rec, 3) == 0
+
+
+@numba.njit
+def _add_to_first(a, b, x):
+    a[0] += x
+    return a[0] + b[1]
+
+
+@numba.njit
+def _through_borrowed(t, reps):
+    a, (b, x) = borrowed(t)
+    total = 0.0
+    for _ in range(reps):
+        total += _add_to_first(a, b, x)
+    return total, a.shape[0], a.strides[0], b.size
+
+
+def test_borrowed_views_read_and_write_the_held_arrays():
+    """`borrowed` on a nested tuple of arrays and a number: the views have the source's shape and
+    strides, writes through them land in the source, helpers take them as arrays; a type that is
+    not an array, a number or a tuple of them is a typing error."""
+    a = np.zeros(3)
+    b = np.arange(5, dtype=np.int32)
+    total, n, stride, size = _through_borrowed((a, (b, np.float32(2.5))), 4)
+    assert (n, stride, size) == (3, 8, 5)
+    assert a[0] == 10.0 and total == 2.5 + 5.0 + 7.5 + 10.0 + 4 * 1
+    strided = np.arange(10.0)[::2]
+
+    @numba.njit
+    def second(v):
+        return borrowed(v)[1]
+
+    assert second(strided) == 2.0
+    with pytest.raises(numba.TypingError):
+        numba.njit(lambda: borrowed([1, 2]))()
+

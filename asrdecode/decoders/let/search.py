@@ -62,7 +62,7 @@ from asrdecode.decoders.wfst.compiled import (
     queue_pop,
     running_bound,
 )
-from asrdecode.decoders.workspace import WorkspaceLayout, grow, grow_fields, prefetch, swap_spans
+from asrdecode.decoders.workspace import WorkspaceLayout, borrowed, grow, grow_fields, prefetch, swap_spans
 from asrdecode.lm.difference import MEMO_DTYPE, lm_final, memo_fill, memo_get
 from asrdecode.numba_status import configure_cache
 
@@ -394,14 +394,18 @@ def _emit(
     (their cheapest arc also sets the word arcs' cut, `PruningOptions.word_beam`). With lattices
     every arc below the running bound is kept as a block arc (`_lattice_frame`). Returns (next
     groups, items, best new cost)."""
-    cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
-    nxt_state, nxt_cost, nxt_head = ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]
-    it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
-    wcache = ws[W_WCACHE]
-    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
-    cand = ws[W_CAND]
-    scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
-    ba_src, ba_dst, ba_arc, ba_ac, ba_lim = ws[BLOCK_ARCS]
+    # the arrays held by the caller for the whole call, without reference counts (`borrowed`)
+    states, arcs, acrow, slot, slot_lm, lm, ctr, stats = borrowed(
+        (states, arcs, acrow, slot, slot_lm, lm, ctr, stats)
+    )
+    cur_state, cur_cost, cur_blk, cur_rec = borrowed(ws[GROUPS])
+    nxt_state, nxt_cost, nxt_head = borrowed((ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_HEAD]))
+    it_blk, it_cost, it_prev, it_arc, it_next = borrowed(ws[ITEMS])
+    wcache = borrowed(ws[W_WCACHE])
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = borrowed(ws[BLOCKS])
+    cand = borrowed(ws[W_CAND])
+    scratch, memo = borrowed((ws[W_SCRATCH], ws[W_MEMO]))
+    ba_src, ba_dst, ba_arc, ba_ac, ba_lim = borrowed(ws[BLOCK_ARCS])
     nba = ctr[C_BA]
     best_i, best_c = best_token(cur_cost, n)
     pre = _INF32  # the cheapest arc of the groups at the best cost
@@ -536,14 +540,16 @@ def _keep(cut, frame, cap, history_beam, m, slot, slot_lm, ws, ctr, stats):
     (with a record for its arc); several -> their union (recombined by D state, members below
     the bound and within `history_beam` of the best, at most `cap`). Writes the kept groups to
     the nxt arrays; returns their number."""
-    nxt_state, nxt_cost, nxt_blk, nxt_rec, nxt_head = (
-        ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC], ws[W_NXT_HEAD]
+    # the arrays held by the caller for the whole call, without reference counts (`borrowed`)
+    slot, slot_lm, ctr, stats = borrowed((slot, slot_lm, ctr, stats))
+    nxt_state, nxt_cost, nxt_blk, nxt_rec, nxt_head = borrowed(
+        (ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC], ws[W_NXT_HEAD])
     )  # fmt: skip
-    it_blk, it_cost, it_prev, it_arc, it_next = ws[ITEMS]
-    r_prev, r_arc, r_frame = ws[RECORDS]
-    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
-    cand = ws[W_CAND]
-    scratch = ws[W_SCRATCH]
+    it_blk, it_cost, it_prev, it_arc, it_next = borrowed(ws[ITEMS])
+    r_prev, r_arc, r_frame = borrowed(ws[RECORDS])
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = borrowed(ws[BLOCKS])
+    cand = borrowed(ws[W_CAND])
+    scratch = borrowed(ws[W_SCRATCH])
     k = 0
     for j in range(m):
         d = nxt_state[j]
@@ -627,14 +633,18 @@ def _closure(
     queued again. With lattices every arc at or below `cut` is kept as a block arc. io: [queue
     length, pops]. Returns False when an array may be too small for the next group's arcs (the
     caller grows them and calls again)."""
-    cur_state, cur_cost, cur_blk, cur_rec = ws[GROUPS]
-    queue = ws[W_QUEUE]
-    r_prev, r_arc, r_frame = ws[RECORDS]
-    wcache = ws[W_WCACHE]
-    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = ws[BLOCKS]
-    cand = ws[W_CAND]
-    scratch, memo = ws[W_SCRATCH], ws[W_MEMO]
-    ba_src, ba_dst, ba_arc, ba_ac, ba_lim = ws[BLOCK_ARCS]
+    # the arrays held by the caller for the whole call, without reference counts (`borrowed`)
+    states, arcs, slot, slot_lm, lm, ctr, stats, io = borrowed(
+        (states, arcs, slot, slot_lm, lm, ctr, stats, io)
+    )
+    cur_state, cur_cost, cur_blk, cur_rec = borrowed(ws[GROUPS])
+    queue = borrowed(ws[W_QUEUE])
+    r_prev, r_arc, r_frame = borrowed(ws[RECORDS])
+    wcache = borrowed(ws[W_WCACHE])
+    blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = borrowed(ws[BLOCKS])
+    cand = borrowed(ws[W_CAND])
+    scratch, memo = borrowed((ws[W_SCRATCH], ws[W_MEMO]))
+    ba_src, ba_dst, ba_arc, ba_ac, ba_lim = borrowed(ws[BLOCK_ARCS])
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
     wc_mask = wcache.shape[0] - 1
