@@ -209,6 +209,12 @@ def sphinx_static_case(inputs: tuple) -> tuple:
     return large, resolve_graph_spec(d.graph), arpa, lp, lengths, refs, shift, d.beam, options
 
 
+def arcs_per_second(row: dict) -> float:
+    """Millions of arcs a row's decoder examined per second: its cost per arc (with `let`'s group
+    and member work on top of its arcs)."""
+    return row["arcs_per_frame"] * row["frames_per_second"] / 1e6
+
+
 def print_case(c: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -226,6 +232,7 @@ def print_case(c: dict) -> None:
         "WER",
         "1-best = otf",
         "arcs/fr",
+        "M arcs/s",
         "tokens/fr",
         "members/fr",
         "LM lookups/fr",
@@ -251,6 +258,7 @@ def print_case(c: dict) -> None:
             f"{r['wer']:.3f}",
             f"{r['same_1best_as_otf']}/{c['utterances']}",
             num(r["arcs_per_frame"]),
+            num(arcs_per_second(r), ".1f"),
             num(r["tokens_per_frame"]),
             num(members),
             num(r.get("lm_lookups_per_frame")),
