@@ -16,8 +16,8 @@ log-probs and beams, and the default setup's:
   of 4% of the large one's bytes; 1e-6: 30%); beam 10, max_active 10000.
 * ``sphinx``: the default setup (`asrdecode info`): pocketsphinx's en-us HMM scored on the device on
   the tuning sets data/demo/real and data/real/dev, the small HCLG (built into the graph cache on
-  first use) and pocketsphinx's full trigram on the fly; its scales, beam and max_active
-  (no `wfst` row: a static graph of the full trigram does not build here).
+  first use) and pocketsphinx's full trigram on the fly; its scales, beam, max_active and history
+  beam (no `wfst` row: a static graph of the full trigram does not build here).
 
 ``--beams``: every row at each of these beams instead of the case's own (`max_active` as the
 case's), a WER-vs-speed curve per decoder; the bucket-queue rows then run at the case's beam only.
@@ -29,7 +29,8 @@ Rows (one process, compiled backends on one thread, each decoder set up and warm
 utterance before the clock starts): `wfst` on the large-LM graph, `wfst-otf`, and `let` at each
 ``--capacities`` group capacity with the exact cut-off (bucket_width 0) and with the bucket queue
 (``--bucket-width``). Columns: frames/s and its ratio to `wfst-otf` and to `wfst`, WER, 1-best
-identical to `wfst-otf`'s, arcs expanded per frame, tokens (groups for `let`) per frame after the
+identical to `wfst-otf`'s, arcs expanded per frame and millions of them per second (the cost per
+arc), tokens (groups for `let`) per frame after the
 epsilon closure, and for `let` the members evaluated at word arcs and in unions per frame. `max_active`
 counts groups in `let` and tokens in the others. Wall-clock timings on a shared machine: compare the
 ratios of one run. Writes JSON (``--out``) and prints a table.
@@ -176,7 +177,8 @@ def sphinx_inputs() -> tuple:
         lp[i, : len(x)] = x
     options = {
         "acoustic_scale": d.acoustic_scale, "word_insertion_penalty": d.word_insertion_penalty,
-        "max_active": d.max_active, "min_active": d.min_active, "blank": model.blank_id,
+        "max_active": d.max_active, "min_active": d.min_active, "history_beam": d.history_beam,
+        "blank": model.blank_id,
     }  # fmt: skip
     return lp, lengths, refs, model.frame_shift, d, options
 
@@ -194,7 +196,7 @@ def sphinx_static_case(inputs: tuple) -> tuple:
     """The static path's LM on the fly: `wfst` on the static sphinx HCLG (configs/sphinx-en-us.yaml's
     graph, built with data/lm/sphinx-en-us-72k.arpa.gz) against the default setup's small HCLG
     with that graph's ARPA on the fly; the default setup's scales and beam, the static path's
-    max_active."""
+    max_active, no history beam (`wfst` keeps one token per graph state)."""
     from asrdecode.config import build_config
     from asrdecode.graph.cache import resolve_graph_spec
 
@@ -205,6 +207,7 @@ def sphinx_static_case(inputs: tuple) -> tuple:
         build = f"asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out {large}"
         raise SystemExit(f"{large} is missing ({build})")
     arpa = json.loads((large / "meta.json").read_text())["inputs"]["arpa"]["path"]
+    options = {k: v for k, v in options.items() if k != "history_beam"}  # `wfst`: one token per state
     options = {**options, "max_active": static.max_active}
     return large, resolve_graph_spec(d.graph), arpa, lp, lengths, refs, shift, d.beam, options
 
