@@ -60,7 +60,8 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
         lm = DifferenceLM.from_files(large, small, words, num_ids, config.lm_scale, cache=cache_root() / "lm")
     except AsrDecodeError as err:
         raise ConfigError(f"decoder.lm: {err}") from None
-    lm.in_huge_pages().check_words(olabels, words, small, large)
+    lm.in_huge_pages()  # the searches read its tables at random places; before anything takes views
+    lm.check_words(olabels, words, small, large)
     below = lm.small.ngrams_below_backoff_route()
     if below:
         log.warning(

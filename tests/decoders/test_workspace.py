@@ -121,4 +121,3 @@ def test_borrowed_views_read_and_write_the_held_arrays():
     assert second(strided) == 2.0
     with pytest.raises(numba.TypingError):
         numba.njit(lambda: borrowed([1, 2]))()
-
