@@ -207,8 +207,8 @@ def sphinx_static_case(inputs: tuple) -> tuple:
         build = f"asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out {large}"
         raise SystemExit(f"{large} is missing ({build})")
     arpa = json.loads((large / "meta.json").read_text())["inputs"]["arpa"]["path"]
-    options = {k: v for k, v in options.items() if k != "history_beam"}  # `wfst`: one token per state
-    options = {**options, "max_active": static.max_active}
+    # `wfst` keeps one token per graph state: no history beam
+    options = {**{k: v for k, v in options.items() if k != "history_beam"}, "max_active": static.max_active}
     return large, resolve_graph_spec(d.graph), arpa, lp, lengths, refs, shift, d.beam, options
 
 

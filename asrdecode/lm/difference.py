@@ -168,8 +168,8 @@ class DifferenceLM:
 
     def in_huge_pages(self) -> DifferenceLM:
         """Both LMs' CPU tables and the union-state maps moved into transparent huge pages
-        (`BatchedNgramLM.in_huge_pages`), each replaced, not kept beside its copy: the same peak
-        memory. Before anything takes views of them (`arrays`)."""
+        (`BatchedNgramLM.in_huge_pages`), each replaced, not kept beside its copy (only the table
+        being copied is there twice for a moment). Before anything takes views of them (`arrays`)."""
         self.large.in_huge_pages()
         self.small.in_huge_pages()
         if all(t.device.type == "cpu" for t in self._tensors.values()):
