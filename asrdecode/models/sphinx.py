@@ -75,6 +75,8 @@ __all__ = [
     "tie_broken_keys",
     "key_index",
     "top_densities_kernel",
+    "mix_top_densities_kernel",
+    "senone_runs",
 ]
 
 configure_cache()  # before any cached kernel is defined (numba_status)
@@ -352,6 +354,116 @@ def top_densities_kernel(g: np.ndarray, values: np.ndarray, idx: np.ndarray) -> 
                 idx[r, p, f] = j
 
 
+def senone_runs(sen2cb: np.ndarray) -> np.ndarray:
+    """[runs, 3] (codebook, first senone, end senone) of the maximal runs of consecutive senones
+    sharing a codebook, in senone order (en-us: the context-independent senones of each phone,
+    then the context-dependent ones grouped by phone: 81 runs)."""
+    starts = np.flatnonzero(np.r_[True, sen2cb[1:] != sen2cb[:-1]])
+    ends = np.r_[starts[1:], len(sen2cb)]
+    return np.stack([sen2cb[starts], starts, ends], axis=1).astype(np.int64)
+
+
+@numba.njit(nogil=True, cache=True)
+def mix_top_densities_kernel(
+    values, idx, weights, runs, offsets, floor, underflow, prod, best, lowest, p, acc
+):  # fmt: skip
+    """The senone mixtures of a chunk's top-N densities, `_sparse_mixture`'s arithmetic compiled:
+    ``values`` / ``idx`` [streams, codebooks, n, N] (:func:`top_densities_kernel`'s, descending),
+    ``weights`` the mixture weights (probability domain) of each senone run of ``runs``
+    (:func:`senone_runs`) as one [streams, densities, run length] block from ``offsets[r]``.
+    Writes ``prod`` [N, senones]: per senone the product over streams of ``sum_j w[idx_j]
+    exp(top_j - top_0)``, and ``best`` [codebooks, N]: the sum over streams of ``top_0``, so that
+    a senone's log-likelihood is ``log(prod) + best[its codebook]``. Densities count at most
+    ``floor`` nats below the stream's best density of the frame (0: no floor), terms at most
+    ``underflow`` nats below the codebook's best. Scratch: ``lowest`` [streams, N], ``p``
+    [codebooks, streams, n, N], ``acc`` [longest run]. A run's weight block (187 kB for en-us'
+    largest) stays in the cache while its frames are mixed; its rows are read by flat unsigned
+    indices, so that the inner loops vectorise. ``prod`` must be contiguous."""
+    n_f, n_cb, n, frames = values.shape
+    n_k = weights.shape[0] // (n_f * prod.shape[1])
+    for f in range(n_f):
+        low = lowest[f]
+        for t in range(frames):
+            low[t] = -np.inf
+        if floor > 0:
+            for c in range(n_cb):
+                v = values[f, c, 0]
+                for t in range(frames):
+                    if v[t] > low[t]:
+                        low[t] = v[t]
+            for t in range(frames):
+                low[t] -= floor
+    for c in range(n_cb):
+        b = best[c]
+        for t in range(frames):
+            b[t] = 0.0
+        for f in range(n_f):
+            low = lowest[f]
+            for t in range(frames):
+                top0 = max(values[f, c, 0, t], low[t])
+                b[t] += top0
+                for j in range(n):
+                    p[c, f, j, t] = math.exp(max(max(values[f, c, j, t], low[t]) - top0, -underflow))
+    # flat unsigned indices, not slices: slices per run and frame cost twice the multiply-adds
+    # (a run can be 3 senones long), and signed indices keep numba's negative-index branch
+    flat = prod.reshape(-1)
+    n_sen = prod.shape[1]
+    for r in range(runs.shape[0]):
+        c, s0, s1 = runs[r, 0], runs[r, 1], runs[r, 2]
+        size = s1 - s0
+        usize = np.uint64(size)
+        for t in range(frames):
+            o = np.uint64(t * n_sen + s0)
+            for f in range(n_f):
+                base = offsets[r] + f * n_k * size
+                if n == 4:
+                    a0 = np.uint64(base + idx[f, c, 0, t] * size)
+                    a1 = np.uint64(base + idx[f, c, 1, t] * size)
+                    a2 = np.uint64(base + idx[f, c, 2, t] * size)
+                    a3 = np.uint64(base + idx[f, c, 3, t] * size)
+                    q0, q1, q2, q3 = p[c, f, 0, t], p[c, f, 1, t], p[c, f, 2, t], p[c, f, 3, t]
+                    if f == 0:
+                        for s in range(usize):
+                            flat[o + s] = (
+                                weights[a0 + s] * q0 + weights[a1 + s] * q1 + weights[a2 + s] * q2
+                                + weights[a3 + s] * q3
+                            )  # fmt: skip
+                    else:
+                        for s in range(usize):
+                            flat[o + s] *= (
+                                weights[a0 + s] * q0 + weights[a1 + s] * q1 + weights[a2 + s] * q2
+                                + weights[a3 + s] * q3
+                            )  # fmt: skip
+                    continue
+                for j in range(n):
+                    a = np.uint64(base + idx[f, c, j, t] * size)
+                    q = p[c, f, j, t]
+                    if j == 0:
+                        for s in range(usize):
+                            acc[s] = weights[a + s] * q
+                    else:
+                        for s in range(usize):
+                            acc[s] += weights[a + s] * q
+                if f == 0:
+                    for s in range(usize):
+                        flat[o + s] = acc[s]
+                else:
+                    for s in range(usize):
+                        flat[o + s] *= acc[s]
+
+
+@numba.njit(nogil=True, cache=True)
+def add_codebook_best(scores, best, runs, first):
+    """``scores[t, senone] += best[codebook of senone, first + t]`` (scores [frames, senones])."""
+    for r in range(runs.shape[0]):
+        c, s0, s1 = runs[r, 0], runs[r, 1], runs[r, 2]
+        for t in range(scores.shape[0]):
+            b = best[c, first + t]
+            row = scores[t, s0:s1]
+            for s in range(s1 - s0):
+                row[s] += b
+
+
 class SphinxAcousticModel(nn.Module):
     """A pocketsphinx PTM model as an ``AcousticModel``: waveforms -> MFCC -> senone log-likelihoods.
 
@@ -366,9 +478,10 @@ class SphinxAcousticModel(nn.Module):
     float64 keys). The working sets stay within the CPU's last-level cache: scoring is
     memory-bound, every extra pass over the densities costs about as much as the Gaussians'
     matmul. ``threads``: on CPU, chunks are scored by that many threads at once (0 = the cores
-    this process may use; torch and the compiled top-N release the GIL, and each thread has its
-    own work buffers); other devices use one. ``compiled``: float32 top-N on CPU by
-    :func:`top_densities_kernel` (False: the tensor path every device runs). The output memory is
+    this process may use; torch and the compiled kernels release the GIL, and each thread has its
+    own work buffers); other devices use one. ``compiled``: float32 top-N and mixtures on CPU by
+    :func:`top_densities_kernel` and :func:`mix_top_densities_kernel` (False: the tensor path
+    every device runs). The output memory is
     reused from batch to batch once the caller has let go of it (:class:`RecycledOutput`).
     """
 
@@ -409,6 +522,7 @@ class SphinxAcousticModel(nn.Module):
         self.chunk_frames = max(int(chunk_frames), 1)
         self._units = data.senone_names()
         self._workspace: dict[tuple[str, bool, int], torch.Tensor] = {}
+        self._runs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._output = RecycledOutput()
         n_cb, n_f, n_k, d = data.means.shape
         mean = torch.from_numpy(data.means).double()
@@ -627,7 +741,7 @@ class SphinxAcousticModel(nn.Module):
             return self._full_mixture(self._gaussians(x), out)
         if self._compiled_topn(x.device, self.compute_dtype):
             values, idx = self.select_top(self._gaussians(x))
-            return self._sparse_mixture(values, idx, out)
+            return self._compiled_mixture(values, idx, out)
         n_f, n_cb = self.data.n_streams, self.data.n_codebooks
         shape = (n_f, n_cb, self.topn, x.shape[0])
         values = torch.empty(shape, dtype=self.compute_dtype, device=x.device)
@@ -663,6 +777,45 @@ class SphinxAcousticModel(nn.Module):
         best = top[:, :, 0].sum(0).index_select(0, self.block_cb)  # [blocks, N]
         prod.log_().add_(best[:, :, None])
         return select_columns(prod.transpose(0, 1).reshape(frames, -1), self.senone_column, out)
+
+    def _run_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(senone runs, each run's weight block offset, the float32 weight blocks) of
+        :func:`mix_top_densities_kernel`, made on first use (8 MB for en-us)."""
+        if self._runs is None:
+            runs = senone_runs(self.data.sen2cb)
+            weights = np.exp(self.data.log_mixw).astype(np.float32)  # [f, k, S]
+            blocks = [np.ascontiguousarray(weights[:, :, s0:s1]).reshape(-1) for _, s0, s1 in runs]
+            offsets = np.cumsum([0] + [len(b) for b in blocks[:-1]]).astype(np.int64)
+            self._runs = (runs, offsets, np.concatenate(blocks))
+        return self._runs
+
+    def _compiled_mixture(
+        self, top: torch.Tensor, idx: torch.Tensor, out: Runs | None = None
+    ) -> torch.Tensor:
+        """:meth:`_sparse_mixture` by :func:`mix_top_densities_kernel` (float32 on CPU): the
+        products of the stream mixtures in senone order, their log by torch, then each codebook's
+        best log-densities added (:func:`add_codebook_best`) in the destination rows."""
+        runs, offsets, weights = self._run_weights()
+        n_f, n_cb, n, frames = top.shape
+        cpu = torch.device("cpu")
+        prod = self._buffer("mix_prod", (frames, self.num_senones), torch.float32, cpu)
+        best = self._buffer("mix_best", (n_cb, frames), torch.float32, cpu).numpy()
+        lowest = self._buffer("mix_lowest", (n_f, frames), torch.float32, cpu).numpy()
+        p = self._buffer("mix_p", (n_cb, n_f, n, frames), torch.float32, cpu).numpy()
+        acc = self._buffer("mix_acc", (int((runs[:, 2] - runs[:, 1]).max()),), torch.float32, cpu).numpy()
+        announce_first_compile("sphinx scoring", mix_top_densities_kernel)
+        mix_top_densities_kernel(
+            top.numpy(), idx.numpy(), weights, runs, offsets, np.float32(self.density_floor),
+            np.float32(UNDERFLOW_FLOOR), prod.numpy(), best, lowest, p, acc,
+        )  # fmt: skip
+        if out is None:
+            scores = torch.log(prod)
+            add_codebook_best(scores.numpy(), best, runs, 0)
+            return scores
+        for lo, hi, dst in out:
+            torch.log(prod[lo:hi], out=dst)
+            add_codebook_best(dst.numpy(), best, runs, lo)
+        return prod
 
     def _full_mixture(self, g: torch.Tensor, out: Runs | None = None) -> torch.Tensor:
         """Gaussian log-densities [f, cb, k, N] (used as scratch) -> [N, n_senones] senone

@@ -22,6 +22,7 @@ from asrdecode.models.sphinx import (
     read_s3_gaussians,
     read_sendump,
     read_sphinx_model,
+    senone_runs,
     tie_broken_keys,
     top_densities_kernel,
 )
@@ -216,6 +217,35 @@ def test_compiled_topn_equals_the_tensor_path_on_speech(data, models, goforward)
         got = models["topn"].forward_features(feats.transpose(1, 2), n).log_probs
         want = tensor_path.forward_features(feats.transpose(1, 2), n).log_probs
     torch.testing.assert_close(got, want, atol=1e-3, rtol=0)
+
+
+def test_senone_runs_cover_the_senones_in_order(data) -> None:
+    """en-us: the 126 context-independent senones are 42 runs of 3, the others one run per phone
+    that has context-dependent senones."""
+    runs = senone_runs(data.sen2cb)
+    assert runs[0].tolist() == [0, 0, 3] and runs[41].tolist() == [41, 123, 126]
+    assert len(runs) == 42 + len(np.unique(data.sen2cb[126:]))
+    assert runs[0, 1] == 0 and runs[-1, 2] == data.n_senones and (runs[1:, 1] == runs[:-1, 2]).all()
+    for c, s0, s1 in runs:
+        assert (data.sen2cb[s0:s1] == c).all()
+    assert senone_runs(np.array([2, 2, 0, 2])).tolist() == [[2, 0, 2], [0, 2, 3], [2, 3, 4]]
+
+
+@pytest.mark.parametrize("kind", ["topn", "top1", "top16", "topn-nofloor"])
+def test_compiled_mixture_equals_the_tensor_mixture(models, goforward, kind: str) -> None:
+    """The compiled mixture (N = 4 has its own loop, other N the general one) gives the tensor
+    path's senone scores from the same top-N densities, written whole or into destination rows."""
+    feats, _ = goforward
+    model = models[kind]
+    with torch.inference_mode():
+        top, idx = model.select_top(model._gaussians(feats[0, :100]))
+        want = model._sparse_mixture(top, idx)
+        got = model._compiled_mixture(top, idx)
+        dest = torch.zeros(2, 60, model.num_senones)
+        model._compiled_mixture(top, idx, [(0, 60, dest[1]), (60, 100, dest[0, :40])])
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    assert torch.equal(dest[1], got[:60]) and torch.equal(dest[0, :40], got[60:])
+    assert dest[0, 40:].abs().max() == 0
 
 
 def test_a_kept_output_is_not_overwritten_by_the_next_batch(data, goforward) -> None:
