@@ -335,11 +335,14 @@ def top_densities_kernel(g: np.ndarray, values: np.ndarray, idx: np.ndarray) -> 
     the k values in descending order. Per density, every frame's value is compared with its
     N-th best so far and, if strictly larger, inserted into the sorted slots (the lower ones
     shift down), so among equal values the lower density index stays ahead, as a stable sort
-    puts it. The first ``topn`` densities fill the slots unconditionally."""
+    puts it. The first ``topn`` densities fill the slots unconditionally. With N = 4 the
+    densities after those go through :func:`_top4_densities` (no branches). All arrays
+    C-contiguous; ``idx`` int32 or int64 (int32: twice the frames per vector)."""
     rows, k, n = g.shape
     topn = values.shape[1]
+    first = 4 if topn == 4 else k  # densities inserted by the loop below
     for r in range(rows):
-        for j in range(k):
+        for j in range(first):
             last = min(j, topn - 1)  # the slot a new value enters before moving up
             for f in range(n):
                 v = g[r, j, f]
@@ -352,6 +355,40 @@ def top_densities_kernel(g: np.ndarray, values: np.ndarray, idx: np.ndarray) -> 
                     p -= 1
                 values[r, p, f] = v
                 idx[r, p, f] = j
+    if topn == 4:
+        _top4_densities(g, values, idx)
+
+
+@numba.njit(nogil=True, cache=True)
+def _top4_densities(g: np.ndarray, values: np.ndarray, idx: np.ndarray) -> None:
+    """Densities 4.. of :func:`top_densities_kernel` with N = 4, without branches, so that the
+    loop over frames vectorises: the four slots are sorted, so a value above slot i is above
+    every slot after it, and each slot's new content is a select of (itself, the value, the slot
+    before it). Equal values do not enter above (strict compares), as in the branching loop.
+    Flat unsigned indices: numba's negative-index branch would keep the loop scalar."""
+    rows, k, n = g.shape
+    un = np.uint64(n)
+    o1, o2, o3 = un, un + un, un + un + un  # the slots' offsets in a row's [4, N] block
+    for r in range(rows):
+        gr = g[r].reshape(-1)
+        v = values[r].reshape(-1)
+        ix = idx[r].reshape(-1)
+        for j in range(4, k):
+            gj = np.uint64(j) * un
+            jj = idx.dtype.type(j)
+            for f in range(un):
+                x = gr[gj + f]
+                t0, t1, t2, t3 = v[f], v[o1 + f], v[o2 + f], v[o3 + f]
+                i0, i1, i2, i3 = ix[f], ix[o1 + f], ix[o2 + f], ix[o3 + f]
+                c0, c1, c2, c3 = x > t0, x > t1, x > t2, x > t3
+                v[o3 + f] = (t2 if c2 else x) if c3 else t3
+                ix[o3 + f] = (i2 if c2 else jj) if c3 else i3
+                v[o2 + f] = (t1 if c1 else x) if c2 else t2
+                ix[o2 + f] = (i1 if c1 else jj) if c2 else i2
+                v[o1 + f] = (t0 if c0 else x) if c1 else t1
+                ix[o1 + f] = (i0 if c0 else jj) if c1 else i1
+                v[f] = x if c0 else t0
+                ix[f] = jj if c0 else i0
 
 
 def senone_runs(sen2cb: np.ndarray) -> np.ndarray:
@@ -678,18 +715,21 @@ class SphinxAcousticModel(nn.Module):
         """[N, D] features -> [N, codebooks, streams, densities] Gaussian log-densities."""
         return self._gaussians(x).permute(3, 1, 0, 2).clone()
 
-    def select_top(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def select_top(
+        self, g: torch.Tensor, index_dtype: torch.dtype = torch.int64
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gaussian log-densities [f, cb, k, N] -> the ``topn`` best of every codebook/stream/frame,
         descending: (values [f, cb, topn, N], density indices [f, cb, topn, N]). Exactly ``topn``
         per codebook; among equal values the lower density index wins, as a stable sort picks.
-        float32 on CPU (with ``compiled``): one pass of :func:`top_densities_kernel`; otherwise
-        :meth:`select_top_keys`."""
+        float32 on CPU (with ``compiled``): one pass of :func:`top_densities_kernel`, indices of
+        ``index_dtype`` (int32 for the compiled mixture: faster); otherwise
+        :meth:`select_top_keys` (int64)."""
         if not self._compiled_topn(g.device, g.dtype):
             return self.select_top_keys(g)
         n_f, n_cb, n_k, n = g.shape
         shape = (n_f, n_cb, self.topn, n)
         values = torch.empty(shape, dtype=g.dtype)
-        idx = torch.empty(shape, dtype=torch.int64)
+        idx = torch.empty(shape, dtype=index_dtype)
         announce_first_compile("sphinx scoring", top_densities_kernel)
         top_densities_kernel(
             g.contiguous().view(n_f * n_cb, n_k, n).numpy(),
@@ -740,7 +780,7 @@ class SphinxAcousticModel(nn.Module):
         if not self.topn:
             return self._full_mixture(self._gaussians(x), out)
         if self._compiled_topn(x.device, self.compute_dtype):
-            values, idx = self.select_top(self._gaussians(x))
+            values, idx = self.select_top(self._gaussians(x), torch.int32)
             return self._compiled_mixture(values, idx, out)
         n_f, n_cb = self.data.n_streams, self.data.n_codebooks
         shape = (n_f, n_cb, self.topn, x.shape[0])

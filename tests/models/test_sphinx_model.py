@@ -185,15 +185,21 @@ def test_topn_keeps_exactly_n_densities_on_ties(models, path: str) -> None:
     np.testing.assert_array_equal(values.numpy(), np.take_along_axis(g, order, 2))
 
 
-@pytest.mark.parametrize("k, topn", [(128, 4), (40, 4), (8, 4), (128, 1), (33, 16), (16, 16)])
-def test_top_densities_kernel_equals_a_stable_sort(k: int, topn: int) -> None:
+@pytest.mark.parametrize(
+    "k, topn, index_type",
+    [(128, 4, np.int64), (128, 4, np.int32), (40, 4, np.int64), (8, 4, np.int32), (4, 4, np.int64)]
+    + [(128, 1, np.int64), (33, 16, np.int64), (16, 16, np.int32), (9, 3, np.int64)],
+)
+def test_top_densities_kernel_equals_a_stable_sort(k: int, topn: int, index_type) -> None:
     """The compiled top-N against numpy's stable argsort on values with many ties (a few distinct
-    levels), for several numbers of densities and N (N = k included)."""
+    levels), for several numbers of densities and N (N = k included; N = 4 has its own loop
+    without branches), with int64 and int32 indices."""
     rng = np.random.default_rng(k * 100 + topn)
     g = rng.integers(0, 6, size=(5, k, 37)).astype(np.float32) - 50.0
     g[0, :, 3] = -7.0  # all equal
+    g[1, :, 5] = np.arange(k)  # ascending: every density enters at the top
     values = np.empty((5, topn, 37), np.float32)
-    idx = np.empty((5, topn, 37), np.int64)
+    idx = np.empty((5, topn, 37), index_type)
     top_densities_kernel(g, values, idx)
     order = np.argsort(-g, axis=1, kind="stable")[:, :topn]
     np.testing.assert_array_equal(idx, order)
