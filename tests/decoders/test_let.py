@@ -28,8 +28,8 @@ from asrdecode.decoders.let import LetConfig, LetDecoder
 from asrdecode.decoders.let import search as let_search
 from asrdecode.decoders.let.search import bucket_cutoff
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst_otf import DifferenceLM
-from asrdecode.errors import ConfigError
+from asrdecode.decoders.wfst_otf import DifferenceLM, WfstOtfConfig, WfstOtfDecoder
+from asrdecode.errors import ConfigError, GraphError
 from asrdecode.graph import build_graph
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
 from asrdecode.models.base import ModelOutput
@@ -380,6 +380,32 @@ def test_bucket_cutoff_matches_its_definition(seed):
         if len(costs) > max_active and cut < costs.min() + beam and (costs < cut).sum() > 0:
             kept = int((costs < cut).sum())
             assert kept <= max_active or kept == int((costs < costs.min() + width).sum())
+
+
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_log_probs_narrower_than_the_graph_are_refused(toy, backend):
+    """A graph built for another model reads more output columns than the model gives: `let`,
+    `wfst-otf` and `wfst` (offline and streaming) refuse it in one line instead of reading past
+    each frame's scores."""
+    g, s = str(toy["graph"]["small_unigram"]), str(toy["arpa"]["small_unigram"])
+    lp = cases(0, 1)[0]
+    columns = lp.shape[1]
+    decoders = [
+        WfstDecoder(WfstConfig(graph=g, backend=backend)),
+        WfstOtfDecoder(WfstOtfConfig(graph=g, lm=s, small_lm=s, backend=backend)),
+    ]
+    if backend == "compiled":
+        decoders.append(LetDecoder(LetConfig(graph=g, lm=s, small_lm=s)))
+    for dec in decoders:
+        assert dec.decode(batch([lp]))[0].words  # the model's own width
+        message = f"reads {columns} model output columns, the model gives 3"
+        with pytest.raises(GraphError, match=message) as err:
+            dec.decode(batch([lp[:, :3]], blank=2))
+        assert "\n" not in str(err.value)
+    plain = decoders[0]
+    plain.init_streams(1)
+    with pytest.raises(GraphError, match="the model gives 3"):
+        plain.decode_chunk([0], torch.from_numpy(lp[None, :, :3]))
 
 
 def test_config_errors(toy):

@@ -140,7 +140,7 @@ class LetSearch(CompiledRunner):
         return (search.search_advance, search.search_init, search.search_best)
 
     def warm_up(self) -> None:
-        self._decode(np.zeros((1, 1), np.float32), search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1))
+        self._decode(self.warm_up_costs(1), search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1))
 
     def decode_one(self, ac: np.ndarray, settings: np.record, lattice: bool = False) -> LetPath:
         """1-best of one utterance; ac: float32 [T, V] acoustic costs (-acoustic_scale * log-probs).
@@ -258,6 +258,7 @@ class LetDecoder:
         if output.log_probs is None:
             raise ValueError("let needs log-probs; this model produced none")
         reader, c = self.paths, self.config
+        reader.check_columns(output.log_probs.shape[-1])
         blank = blank_column(output, reader.graph.meta, self.context)
         T = output.log_probs.shape[1]
         lengths = [min(int(x), T) for x in output.lengths.tolist()]

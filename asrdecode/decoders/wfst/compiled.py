@@ -1317,6 +1317,12 @@ class CompiledRunner(ABC):
     def warm_up(self) -> None:
         """Run a tiny search, so that numba compiles (or loads) the kernels on this thread."""
 
+    def warm_up_costs(self, frames: int) -> np.ndarray:
+        """Zero acoustic costs of `frames` frames for `warm_up`, with a column for every
+        emitting arc's (the search reads them unchecked)."""
+        columns = int(self.arcs["column"].max()) + 1 if self.arcs.shape[0] else 1
+        return np.zeros((frames, max(columns, 1)), np.float32)
+
     @abstractmethod
     def kernels(self) -> tuple:
         """The compiled entry points (for the first-compile status line)."""
@@ -1447,7 +1453,7 @@ class CompiledSearch(CompiledRunner):
         boost = np.zeros(0, np.float32)
         settings = search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1, prune_interval=1)
         self._begin(w, boost, settings)
-        self._advance(w, np.zeros((2, 1), np.float32), boost, settings)
+        self._advance(w, self.warm_up_costs(2), boost, settings)
         self.best(w)
 
     def new_workspace(self, lattice: bool = False) -> Workspace:

@@ -398,6 +398,7 @@ class WfstDecoder:
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         if output.log_probs is None:
             raise ValueError("wfst needs log-probs; this model produced none")
+        self.paths.check_columns(output.log_probs.shape[-1])
         lp = output.log_probs
         device = lp.device
         B, T, V = lp.shape
@@ -614,6 +615,7 @@ class WfstDecoder:
     ) -> list[DecodeResult]:
         """Advance the given streams by a chunk of log-probs [b, Tc, V] (lengths: valid frames per
         stream, default Tc). Returns the partial best hypothesis of each stream (no final costs)."""
+        self.paths.check_columns(log_probs.shape[-1])
         if self._stream_backend == "compiled":
             return self._decode_chunk_compiled(stream_ids, log_probs, lengths, frame_shift)
         search = self._live_search(stream_ids)

@@ -149,6 +149,16 @@ class GraphPaths:
         self.src, self.ilabel, self.olabel = a["src"], a["ilabel"].astype(np.int64), a["olabel"]
         self.weight, self.next = a["weight"].astype(np.float64), a["nextstate"]
         self.final = graph.final.numpy().astype(np.float64)
+        self.columns = int(self.ilabel.max()) if len(self.ilabel) else 0  # model columns read
+
+    def check_columns(self, given: int) -> None:
+        """A one-line error if the model gives fewer output columns than the graph reads (a graph
+        built for another model: the searches would read past each frame's scores)."""
+        if given < self.columns:
+            raise GraphError(
+                f"the graph reads {self.columns} model output columns, the model gives {given}: "
+                "it was built for another model (build one from this model's units)"
+            )
 
     @classmethod
     def for_decoder(
