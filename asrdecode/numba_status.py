@@ -11,6 +11,13 @@ pruning): after an edit or an upgrade that changes only a callee's file, the cal
 load the old callee. So every module with kernels calls `configure_cache` before defining them,
 which points numba at a cache folder named by a hash of all of them (`kernel_sources_hash`): any
 change to any kernel source gives a fresh folder.
+
+numba also turns every array index of a signed integer type into Python's wraparound (``a[-1]``
+is the last element): a compare and a select per access, which LLVM removes only when it can
+prove the index non-negative (a ``range`` loop variable, not an index loaded from memory: a graph
+arc's next state, a hash slot). asrdecode's kernels never index with negative numbers, so
+`configure_cache` also makes numba lower the array indexing of functions defined in asrdecode's
+modules without it (`unwrapped_indexing`); numba's own kernels and other packages' keep it.
 """
 
 from __future__ import annotations
@@ -61,7 +68,8 @@ def configure_cache() -> str:
             return _configured[0]
         import numba
 
-        name = f"numba-{kernel_sources_hash()}"
+        unwrapped = unwrapped_indexing()
+        name = f"numba-{kernel_sources_hash()}" + ("-u" if unwrapped else "")
         user = os.environ.get("NUMBA_CACHE_DIR")
         in_tree = PACKAGE / "__pycache__"
         if user:
@@ -80,6 +88,37 @@ def configure_cache() -> str:
 
 
 STALE_SECONDS = 7 * 24 * 3600
+# the prefix of the LLVM names of functions defined in asrdecode's modules (numba mangles
+# ``asrdecode.x.f`` as ``_ZN9asrdecode1x1f...``, Itanium style)
+_OWN_PREFIX = f"_ZN{len(PACKAGE.name)}{PACKAGE.name}"
+_unwrapped: list[bool] = []
+
+
+def unwrapped_indexing() -> bool:
+    """Make numba lower integer array indices in functions defined in asrdecode's modules
+    without the negative-index wraparound (once per process; see the module doc). Returns
+    whether it is in place: False if this numba's lowering does not have the hook it replaces
+    (``numba.np.arrayobj.fix_integer_index``), and every index then wraps as usual (slower,
+    the same results). Other functions' indexing is unchanged."""
+    if _unwrapped:
+        return _unwrapped[0]
+    try:
+        from numba.core import types
+        from numba.np import arrayobj
+
+        wrapping = arrayobj.fix_integer_index
+    except (ImportError, AttributeError):
+        _unwrapped.append(False)
+        return False
+
+    def fix_integer_index(context, builder, idxty, idx, size):
+        if idxty.signed and builder.function.name.startswith(_OWN_PREFIX):
+            return context.cast(builder, idx, idxty, types.intp)
+        return wrapping(context, builder, idxty, idx, size)
+
+    arrayobj.fix_integer_index = fix_integer_index
+    _unwrapped.append(True)
+    return True
 
 
 def _remove_stale(parent: Path, current: str) -> None:

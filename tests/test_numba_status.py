@@ -59,7 +59,39 @@ def test_cache_folder_follows_every_kernel_source(tmp_path) -> None:
     lattice.write_text(lattice.read_text() + "\n# edited\n")
     assert kernel_sources_hash(package) != before
     folder = configure_cache()
-    assert folder == numba.config.CACHE_DIR and Path(folder).name.endswith(kernel_sources_hash())
+    assert folder == numba.config.CACHE_DIR and kernel_sources_hash() in Path(folder).name
     from asrdecode.decoders.wfst.lattice import prune_window
 
     assert Path(folder) in disk_cache_index(prune_window).parents
+
+
+def test_indexing_in_asrdecode_kernels_does_not_wrap_negative_indices() -> None:
+    """Functions defined in asrdecode's modules index without Python's negative-index wraparound
+    (`unwrapped_indexing`, installed by `configure_cache`); any other function keeps it. Probed
+    on a view into a larger array, so that index -1 reads memory the array owns: unwrapped, the
+    element before the view; wrapped, the view's last."""
+    from asrdecode.numba_status import configure_cache, unwrapped_indexing
+
+    configure_cache()
+    assert unwrapped_indexing() and configure_cache().endswith("-u")
+
+    def read(x, i):
+        return x[i]
+
+    def read_2d(x, i, j):
+        return x[i, j]
+
+    for f in (read, read_2d):
+        f.__module__ = "asrdecode.indexing_probe"  # numba names a function by its module
+    own, own_2d = (numba.njit(cache=False)(f) for f in (read, read_2d))
+
+    def read_elsewhere(x, i):
+        return x[i]
+
+    elsewhere = numba.njit(cache=False)(read_elsewhere)
+    base = np.arange(10.0)
+    view = base[5:]
+    assert own(view, 2) == elsewhere(view, 2) == 7.0
+    assert own(view, -1) == 4.0 and elsewhere(view, -1) == 9.0
+    grid = np.arange(20.0).reshape(10, 2)
+    assert own_2d(grid[5:], -1, 1) == 9.0 and own_2d(grid[5:], 1, 1) == 13.0
