@@ -98,16 +98,22 @@ def unwrapped_indexing() -> bool:
     """Make numba lower integer array indices in functions defined in asrdecode's modules
     without the negative-index wraparound (once per process; see the module doc). Returns
     whether it is in place: False if this numba's lowering does not have the hook it replaces
-    (``numba.np.arrayobj.fix_integer_index``), and every index then wraps as usual (slower,
-    the same results). Other functions' indexing is unchanged."""
+    (``numba.np.arrayobj.fix_integer_index``, with the arguments it has in numba 0.68), and every
+    index then wraps as usual (slower, the same results). Other functions' indexing is
+    unchanged."""
     if _unwrapped:
         return _unwrapped[0]
     try:
+        import inspect
+
         from numba.core import types
         from numba.np import arrayobj
 
         wrapping = arrayobj.fix_integer_index
-    except (ImportError, AttributeError):
+        hook = list(inspect.signature(wrapping).parameters) == ["context", "builder", "idxty", "idx", "size"]
+    except (ImportError, AttributeError, TypeError, ValueError):
+        hook = False
+    if not hook:
         _unwrapped.append(False)
         return False
 

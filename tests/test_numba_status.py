@@ -95,3 +95,20 @@ def test_indexing_in_asrdecode_kernels_does_not_wrap_negative_indices() -> None:
     assert own(view, -1) == 4.0 and elsewhere(view, -1) == 9.0
     grid = np.arange(20.0).reshape(10, 2)
     assert own_2d(grid[5:], -1, 1) == 9.0 and own_2d(grid[5:], 1, 1) == 13.0
+
+
+def test_indexing_stays_wrapped_where_numba_has_no_such_hook(monkeypatch) -> None:
+    """A numba whose indexing hook is missing or takes other arguments is left alone (every index
+    wraps, as numba does)."""
+    from numba.np import arrayobj
+
+    import asrdecode.numba_status as status
+
+    for hook in (lambda context, builder: None, None):
+        monkeypatch.setattr(status, "_unwrapped", [])
+        if hook is None:
+            monkeypatch.delattr(arrayobj, "fix_integer_index")
+        else:
+            monkeypatch.setattr(arrayobj, "fix_integer_index", hook)
+        assert status.unwrapped_indexing() is False
+        assert arrayobj.__dict__.get("fix_integer_index") is hook

@@ -442,7 +442,8 @@ def mix_top_densities_kernel(
                 for j in range(n):
                     p[c, f, j, t] = math.exp(max(max(values[f, c, j, t], low[t]) - top0, -underflow))
     # flat unsigned indices, not slices: slices per run and frame cost twice the multiply-adds
-    # (a run can be 3 senones long), and signed indices keep numba's negative-index branch
+    # (a run can be 3 senones long), and unsigned ones vectorise even without
+    # `numba_status.unwrapped_indexing` (numba's negative-index branch is on signed ones only)
     flat = prod.reshape(-1)
     n_sen = prod.shape[1]
     for r in range(runs.shape[0]):
@@ -518,8 +519,8 @@ class SphinxAcousticModel(nn.Module):
     this process may use; torch and the compiled kernels release the GIL, and each thread has its
     own work buffers); other devices use one. ``compiled``: float32 top-N and mixtures on CPU by
     :func:`top_densities_kernel` and :func:`mix_top_densities_kernel` (False: the tensor path
-    every device runs). The output memory is
-    reused from batch to batch once the caller has let go of it (:class:`RecycledOutput`).
+    every device runs). The output memory is reused from batch to batch once the caller has let
+    go of it (:class:`RecycledOutput`).
     """
 
     default_decoder = "wfst"
