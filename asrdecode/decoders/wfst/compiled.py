@@ -1308,6 +1308,7 @@ class CompiledRunner(ABC):
         g = graph.to("cpu")
         self.num_states = g.num_states
         self.start = int(g.start)
+        self.columns = g.max_ilabel  # model columns the arcs read
         self.states, self.arcs = (in_huge_pages(a) for a in graph_records(g))
         self.threads = threads if threads > 0 else default_threads()
         self._local = threading.local()
@@ -1320,8 +1321,7 @@ class CompiledRunner(ABC):
     def warm_up_costs(self, frames: int) -> np.ndarray:
         """Zero acoustic costs of `frames` frames for `warm_up`, with a column for every
         emitting arc's (the search reads them unchecked)."""
-        columns = int(self.arcs["column"].max()) + 1 if self.arcs.shape[0] else 1
-        return np.zeros((frames, max(columns, 1)), np.float32)
+        return np.zeros((frames, max(self.columns, 1)), np.float32)
 
     @abstractmethod
     def kernels(self) -> tuple:

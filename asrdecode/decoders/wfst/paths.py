@@ -149,7 +149,7 @@ class GraphPaths:
         self.src, self.ilabel, self.olabel = a["src"], a["ilabel"].astype(np.int64), a["olabel"]
         self.weight, self.next = a["weight"].astype(np.float64), a["nextstate"]
         self.final = graph.final.numpy().astype(np.float64)
-        self.columns = int(self.ilabel.max()) if len(self.ilabel) else 0  # model columns read
+        self.columns = graph.max_ilabel  # model columns read
 
     def check_columns(self, given: int) -> None:
         """A one-line error if the model gives fewer output columns than the graph reads (a graph
