@@ -103,6 +103,33 @@ def test_epsilon_cycle_terminates():
     assert [w.word for w in res.words] == [f"w{o}" for o in ref[1]]
 
 
+def test_a_token_above_the_final_bound_is_revived_by_the_closure():
+    """Frame 1: the best token's (A) arc costs 10 and is entered first (the running bound starts
+    at 10 + beam), then B's arc (1) sets the final bound 6: A's new token dies where `_emit` put
+    it. B's epsilon arc reaches the same state at 1.5, which must revive it for the only cheap
+    path: the exhaustive search's words and cost, without lattices (tokens left in place) and with
+    them (tokens compacted), and the torch path's."""
+    fst = {
+        "num_states": 6,
+        "start": 0,
+        "final": [math.inf] * 5 + [0.0],
+        "arcs": [
+            (0, 1, 0, 0.0, 1), (0, 2, 0, 0.0, 2), (1, 3, 0, 0.0, 3), (2, 4, 0, 0.0, 4),
+            (4, 0, 1, 0.5, 3), (3, 1, 2, 0.0, 5),
+        ],
+    }  # fmt: skip
+    lp = -np.array([[0, 1, 50, 50], [50, 50, 10, 0], [0, 50, 50, 50]], np.float32)
+    ref = viterbi_reference(fst, lp)
+    assert ref[0] == pytest.approx(1.5) and list(ref[1]) == [1, 2]
+    g = device_graph(fst)
+    for lattice in (False, True):
+        _, (res,) = decode(g, [lp], "compiled", beam=5.0, lattice=lattice)
+        assert -res.score == pytest.approx(1.5)
+        assert [w.word for w in res.words] == ["w1", "w2"]
+    _, (tor,) = decode(g, [lp], "torch", beam=5.0)
+    same(res, tor)
+
+
 def test_mixed_lengths_scale_and_blank_penalty_batch_equals_single():
     """acoustic_scale and blank_penalty as the torch path; lengths 0..8 in one batch; 2 threads."""
     rng = np.random.default_rng(7)

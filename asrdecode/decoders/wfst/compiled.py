@@ -836,14 +836,33 @@ def _emit(
 
 
 @numba.njit(nogil=True, cache=True)
+def _keep_in_place(cut, frame, m, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec_arc, rec_frame, nrec) -> int:
+    """The new tokens below the frame's final bound get a record each; the others (few: `_emit`'s
+    running bound is close to the final one from the start) stay in place, dead (+inf cost, no
+    record), so the map `_emit` filled serves the frame's epsilon closure as it is (an arc there
+    may revive a dead token: it is then a new one). Returns the records."""
+    for j in range(m):
+        if nxt_cost[j] < cut:
+            rec_prev[nrec] = nxt_rec[j]
+            rec_arc[nrec] = nxt_arc[j]
+            rec_frame[nrec] = frame
+            nxt_rec[j] = nrec
+            nrec += 1
+        else:
+            nxt_cost[j] = _F32_INF
+            nxt_rec[j] = -1
+    return nrec
+
+
+@numba.njit(nogil=True, cache=True)
 def _keep(
     cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
     rec_prev, rec_arc, rec_frame, nrec,
-    lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
+    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
 ):  # fmt: skip
-    """Keep the new tokens below the frame's final bound (a record each), mapped for the frame's
-    epsilon closure (the pair table arrives empty); the same for the frame's lattice candidates.
-    Returns (tokens, records, lattice arcs)."""
+    """With lattices: keep the new tokens below the frame's final bound (a record each), in order
+    and mapped for the frame's epsilon closure (the pair table arrives empty); the same for the
+    frame's lattice candidates. Returns (tokens, records, lattice arcs)."""
     k = 0
     for j in range(m):
         d = nxt_state[j]
@@ -868,17 +887,16 @@ def _keep(
         elif lm is None:
             slot[d] = -1
     q = lat0
-    if lattice:
-        for p in range(lat0, nlat):
-            if lat_cost[p] < cut:
-                lat_frame[q] = lat_frame[p]
-                lat_src[q] = lat_src[p]
-                lat_dst[q] = lat_dst[p]
-                lat_arc[q] = lat_arc[p]
-                lat_ac[q] = lat_ac[p]
-                if lm is not None:
-                    lat_lm[q] = lat_lm[p]
-                q += 1
+    for p in range(lat0, nlat):
+        if lat_cost[p] < cut:
+            lat_frame[q] = lat_frame[p]
+            lat_src[q] = lat_src[p]
+            lat_dst[q] = lat_dst[p]
+            lat_arc[q] = lat_arc[p]
+            lat_ac[q] = lat_ac[p]
+            if lm is not None:
+                lat_lm[q] = lat_lm[p]
+            q += 1
     return k, nrec, q
 
 
@@ -902,6 +920,15 @@ def _record_nodes(
 
 
 @numba.njit(nogil=True, cache=True)
+def live_tokens(cost: np.ndarray, n: int) -> int:
+    """The tokens of ``cost[:n]`` below +inf (dead ones: `_keep_in_place`, `prune_histories`)."""
+    live = 0
+    for i in range(n):
+        live += cost[i] < _F32_INF
+    return live
+
+
+@numba.njit(nogil=True, cache=True)
 def prune_histories(state, cost, n, best_at, history_beam) -> int:
     """`PruningOptions.history_beam`: the costs of tokens more than ``history_beam`` above the
     cheapest token at their graph state set to +inf (not expanded); ``best_at`` (float32, one
@@ -913,7 +940,7 @@ def prune_histories(state, cost, n, best_at, history_beam) -> int:
             best_at[s] = cost[i]
     dropped = 0
     for i in range(n):
-        if cost[i] > best_at[state[i]] + history_beam:
+        if cost[i] > best_at[state[i]] + history_beam and cost[i] < _F32_INF:
             cost[i] = _F32_INF
             dropped += 1
     for i in range(n):
@@ -1054,16 +1081,22 @@ def search_advance(
                     size *= 2
                 htab = _new_token_map(size)
                 _map_tokens(slot, htab, lm, U, nxt_state, nxt_u, nxt_pos, m)
-            if lm is not None:
-                _hash_clear(htab, nxt_pos, m)
             # final bound of this frame (as the torch path: best new cost + adaptive beam); keep below it
             cut = best_new + adaptive
             word_cut = best_new + settings.word_beam
-            k, nrec, nlat = _keep(
-                cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
-                rec_prev, rec_arc, rec_frame, nrec,
-                lattice, lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
-            )  # fmt: skip
+            if lattice:  # lattice nodes are numbered by token: the kept tokens compacted, mapped again
+                if lm is not None:
+                    _hash_clear(htab, nxt_pos, m)
+                k, nrec, nlat = _keep(
+                    cut, frame, slot, htab, lm, U, m, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+                    rec_prev, rec_arc, rec_frame, nrec,
+                    lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, lat0, nlat,
+                )  # fmt: skip
+            else:
+                k = m
+                nrec = _keep_in_place(
+                    cut, frame, m, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec_arc, rec_frame, nrec
+                )
             ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
             # the kept new tokens become the current ones
             cur_state, nxt_state = nxt_state, cur_state
@@ -1105,7 +1138,7 @@ def search_advance(
                     _map_tokens(slot, htab, lm, U, cur_state, cur_u, cur_pos, io[0])
         n = io[0]
         stats[STAT_EPS_POPS] += io[4]
-        stats[STAT_TOKENS] += n
+        stats[STAT_TOKENS] += live_tokens(cur_cost, n)
         if lattice:
             k = ctr[C_NODES]
             if node_frame.shape[0] < k + n:
