@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.wfst_graphs import device_graph
 
 from asrdecode.config import DEFAULT_SETUP, build_config, uses_default_setup
+from asrdecode.decoders.wfst import WfstDecoder
 from asrdecode.errors import ConfigError
 from asrdecode.models.loading import resolve_packaged_path
 
@@ -21,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "data" / "demo" / "real"
 GRAPH_CONFIG = "embedded:configs/graph/sphinx-en-us-small.yaml"
 CLIPS = ("ps_goforward", "ps_tidigits_dhd.2934z", "ps_cards_001")  # short clips, 6.3 s in all
+ONE_STATE = {"num_states": 1, "start": 0, "final": [0.0], "arcs": [(0, 1, 1, 0.5, 0)]}
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -65,10 +68,17 @@ def test_default_setup_is_sphinx_on_the_fly():
 def test_other_decoder_on_the_default_setup_keeps_graph_and_drops_foreign_options():
     let = build_config(None, ["decoder.type=let"], default_setup=True).to_dict()["decoder"]
     assert let["type"] == "let" and let["lm"].endswith("en-us.lm.bin") and let["beam"] == 9.5
-    wfst = build_config(None, ["decoder.type=wfst"], default_setup=True).to_dict()["decoder"]
+    cfg = build_config(None, ["decoder.type=wfst"], default_setup=True)
+    wfst = cfg.to_dict()["decoder"]
     assert wfst["graph"].startswith("cache:") and "lm" not in wfst
+    # the preset's LM history pruning, which wfst refuses, is left out too: the decoder can be made
+    assert cfg.decoder.history_beam == 0
+    WfstDecoder(cfg.decoder, graph=device_graph(ONE_STATE), words={1: "a"})
     with pytest.raises(ConfigError, match="decoder.lm"):  # an option the user gives is still checked
         build_config(None, ["decoder.type=wfst", "decoder.lm=x.arpa"], default_setup=True)
+    given = build_config(None, ["decoder.type=wfst", "decoder.history_beam=6"], default_setup=True)
+    with pytest.raises(ConfigError, match="history_beam"):
+        WfstDecoder(given.decoder, graph=device_graph(ONE_STATE), words={1: "a"})
 
 
 def test_print_config_names_the_default():

@@ -79,4 +79,7 @@ def make_decoder(settings: Any, context: DecoderContext) -> Decoder:
 
 
 def decoder_options(name: str) -> list[str]:
-    return [f.name for f in dataclasses.fields(DECODERS[name].config_type)]
+    """The options decoder `name` takes: its config's fields, less those it refuses."""
+    cls = DECODERS[name]
+    refused = getattr(cls, "refused_options", ())
+    return [f.name for f in dataclasses.fields(cls.config_type) if f.name not in refused]

@@ -38,7 +38,7 @@ from helpers.wfst_ref import (  # noqa: F401
 
 from asrdecode.decoders import DECODERS, decoder_config_from_dict
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
-from asrdecode.decoders.wfst.compiled import MAP_SLACK
+from asrdecode.decoders.wfst.compiled import MAP_SLACK, cap_histories
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
 from asrdecode.decoders.workspace import INIT_CAPACITY
 from asrdecode.errors import ConfigError
@@ -138,6 +138,73 @@ def test_history_beam_drops_tokens_and_is_checked(tmp_path):
         WfstOtfDecoder(bad, graph=device_graph(fst), words=WORDS)
     with pytest.raises(ConfigError, match="history_beam"):
         WfstDecoder(WfstConfig(history_beam=2.0), graph=device_graph(fst), words=WORDS)
+
+
+def reference_cap(state: np.ndarray, cost: np.ndarray, cap: int) -> np.ndarray:
+    """`history_max` by sorting: per graph state, the cap cheapest finite costs kept (equal costs:
+    the first in token order), the rest +inf."""
+    out = cost.copy()
+    for s in np.unique(state):
+        idx = np.flatnonzero((state == s) & np.isfinite(cost))
+        order = idx[np.argsort(cost[idx], kind="stable")]
+        out[order[cap:]] = np.inf
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cap_histories_keeps_the_cheapest_per_state(seed):
+    """The compiled `history_max` step against sorting, with dead tokens (+inf) and ties."""
+    rng = np.random.default_rng(seed)
+    n, num_states = int(rng.integers(1, 400)), int(rng.integers(1, 30))
+    state = rng.integers(0, num_states, n).astype(np.int32)
+    cost = rng.integers(0, 8, n).astype(np.float32) + (0 if seed % 2 else rng.random(n).astype(np.float32))
+    cost[rng.random(n) < 0.1] = np.inf
+    for cap in (1, 2, 3, 7):
+        count = np.full(num_states, -1, np.int32)
+        got = cost.copy()
+        dropped = cap_histories(state, got, n, count, cap)
+        want = reference_cap(state, cost, cap)
+        np.testing.assert_array_equal(got, want)
+        assert dropped == int(np.isfinite(cost).sum() - np.isfinite(want).sum())
+        assert (count == -1).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_history_max_equals_the_torch_path_and_bounds_the_tokens(tmp_path, seed):
+    """`history_max` on random graphs and LMs (a word loop, where LM histories meet): the compiled
+    and the torch path give the same 1-best and cost at every cap; a cap above the histories
+    there is the search without it; a cap of 1 drops tokens and expands fewer arcs."""
+    rng = np.random.default_rng(700 + seed)
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, 1)
+    fst = random_wfst(rng, int(rng.integers(3, 6)), 4, 6, eps_forward=True)
+    fst["arcs"] += [(0, i, i, 0.5, 0) for i in range(1, 5)]
+    lp = log_probs(rng, int(rng.integers(6, 10)))
+    opts = {**WIDE, "lm": str(large), "small_lm": str(small)}
+    results = {}
+    for backend in ("compiled", "torch"):
+        for cap in (0, 1, 2, 10**6):
+            cfg = WfstOtfConfig(**opts, **backend_options(backend), history_max=cap)
+            dec = WfstOtfDecoder(cfg, graph=device_graph(fst), words=WORDS)
+            (res,) = run(dec, [lp])
+            results[backend, cap] = (res, dec.last_info["stats"])
+    for cap in (0, 1, 2, 10**6):
+        a, b = results["compiled", cap][0], results["torch", cap][0]
+        assert [w.word for w in a.words] == [w.word for w in b.words]
+        assert a.score == pytest.approx(b.score, abs=1e-3)
+    plain, capped = results["compiled", 0], results["compiled", 1]
+    assert results["compiled", 10**6][0].score == pytest.approx(plain[0].score, abs=1e-5)
+    assert capped[1]["history_pruned"] > 0 and capped[1]["arcs"] < plain[1]["arcs"]
+
+
+def test_history_max_is_checked():
+    """Negative caps, and a cap for plain `wfst` (one token per state): one-line config errors."""
+    fst = {"num_states": 1, "start": 0, "final": [0.0], "arcs": [(0, 1, 1, 0.5, 0)]}
+    with pytest.raises(ConfigError, match="history_max"):
+        WfstDecoder(WfstConfig(history_max=2), graph=device_graph(fst), words=WORDS)
+    with pytest.raises(ConfigError, match="history_max"):
+        WfstDecoder(WfstConfig(history_max=-1), graph=device_graph(fst), words=WORDS)
 
 
 def compiled_tokens_vs_brute_force(tmp_path, rng, arcs, end: int) -> int:

@@ -209,6 +209,7 @@ class LetDecoder:
 
     name: ClassVar[str] = "let"
     config_type: ClassVar[type] = LetConfig
+    refused_options: ClassVar[tuple[str, ...]] = ("history_max",)  # its groups: group_capacity
 
     def __init__(
         self,
@@ -231,6 +232,10 @@ class LetDecoder:
             raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
         if not c.history_beam >= 0:
             raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
+        if c.history_max:  # left out when the default setup is switched to let (`refused_options`)
+            raise ConfigError(
+                "decoder.history_max is wfst-otf's; let's groups keep decoder.group_capacity members"
+            )
         self.config = c
         self.context = context
         # the graph with its word insertion penalty, and best paths -> words, word times and costs

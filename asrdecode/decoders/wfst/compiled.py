@@ -102,7 +102,7 @@ LM_START_STATE = DifferenceLM.START  # the LM state of a search's start token (<
 STAT_FRAMES, STAT_ARCS, STAT_TOKENS, STAT_EPS_POPS, STAT_EPS_LIMIT, STAT_RECORDS = range(6)
 STAT_PRUNE_FRAMES = 6  # frames taken back by the lattice window pruning, over all its calls
 STAT_LM_LOOKUPS = 7  # with an LM: LM lookups that missed the memo
-STAT_HISTORY_PRUNED = 8  # with an LM: tokens dropped by the history beam
+STAT_HISTORY_PRUNED = 8  # with an LM: tokens dropped by the history beam or cap
 NUM_STATS = 9
 
 
@@ -230,7 +230,7 @@ SETTINGS_DTYPE = np.dtype(
         ("beam", np.float32), ("beam_delta", np.float32), ("max_active", np.int64), ("min_active", np.int64),
         ("eps_limit", np.int64), ("lattice_beam", np.float64), ("prune_interval", np.int64),
         ("bucket_width", np.float32), ("capacity", np.int64), ("gc_records", np.int64),
-        ("word_beam", np.float32), ("history_beam", np.float32),
+        ("word_beam", np.float32), ("history_beam", np.float32), ("history_max", np.int64),
     ],
     align=True,
 )  # fmt: skip
@@ -258,6 +258,7 @@ def search_settings(
     rec["bucket_width"], rec["capacity"], rec["gc_records"] = bucket_width, int(capacity), int(gc_records)
     rec["word_beam"] = pruning.word_beam_or_inf
     rec["history_beam"] = pruning.history_beam_or_inf
+    rec["history_max"] = pruning.history_max
     return rec
 
 
@@ -949,6 +950,57 @@ def prune_histories(state, cost, n, best_at, history_beam) -> int:
 
 
 @numba.njit(nogil=True, cache=True)
+def cap_histories(state, cost, n, count, cap) -> int:
+    """`PruningOptions.history_max`: the costs of all but the ``cap`` cheapest tokens at each graph
+    state set to +inf (equal costs: the first in token order kept). ``count``: int32, one entry per
+    graph state, all -1 between calls (with an LM the search's `slot`, which it does not use
+    otherwise). The tokens of the states over the cap are gathered by state (a counting sort) and
+    each group's cap-th cost selected (`kth_smallest`). Returns the tokens dropped."""
+    for i in range(n):
+        if cost[i] < _F32_INF:
+            count[state[i]] += 1  # tokens - 1
+    m = 0
+    groups = 0
+    start = np.empty(n + 1, np.int64)
+    for i in range(n):  # a state over the cap, first seen: its range of the gathered costs
+        s = state[i]
+        c = count[s]
+        if c >= cap and cost[i] < _F32_INF:
+            count[s] = -2 - m  # from here: -2 - (where its next token goes)
+            start[groups] = m
+            groups += 1
+            m += c + 1
+    start[groups] = m
+    gathered = np.empty(m, np.float32)
+    token = np.empty(m, np.int64)
+    for i in range(n):
+        c = count[state[i]]
+        if c <= -2 and cost[i] < _F32_INF:
+            gathered[-2 - c] = cost[i]
+            token[-2 - c] = i
+            count[state[i]] = c - 1
+    dropped = 0
+    select = np.empty(m, np.float32)
+    for g in range(groups):
+        a, b = start[g], start[g + 1]
+        select[: b - a] = gathered[a:b]
+        limit = kth_smallest(select, b - a, cap - 1)
+        below = 0
+        for q in range(a, b):
+            below += gathered[q] < limit
+        for q in range(a, b):  # below the limit, then the first ones at it
+            c = gathered[q]
+            if c < limit or (c == limit and below < cap):
+                below += c == limit
+                continue
+            cost[token[q]] = _F32_INF
+            dropped += 1
+    for i in range(n):
+        count[state[i]] = -1
+    return dropped
+
+
+@numba.njit(nogil=True, cache=True)
 def search_init(states, arcs, start, boost, lm, memo, U, V, slot, settings, lattice, ws, ctr, stats):
     """Start a search: one start token (graph start, LM state <s>; a record with no predecessor,
     frame -1) and its epsilon closure (`search_advance` over no frames). Returns the workspace."""
@@ -1030,6 +1082,9 @@ def search_advance(
                 stats[STAT_HISTORY_PRUNED] += prune_histories(
                     cur_state, cur_cost, n, best_at, settings.history_beam
                 )
+            if lm is not None and settings.history_max > 0:
+                cap = settings.history_max
+                stats[STAT_HISTORY_PRUNED] += cap_histories(cur_state, cur_cost, n, slot, cap)
             # -------------------------------------- cutoff (GetCutoff) of the current tokens
             if scratch.shape[0] < n:
                 scratch = grow(scratch, n)
@@ -1098,6 +1153,7 @@ def search_advance(
                     cut, frame, m, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec_arc, rec_frame, nrec
                 )
             ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
+            stats[STAT_EPS_LIMIT] += m - k
             # the kept new tokens become the current ones
             cur_state, nxt_state = nxt_state, cur_state
             cur_cost, nxt_cost = nxt_cost, cur_cost

@@ -145,7 +145,9 @@ class PruningOptions:
     costs) enter; the rest of the search is unchanged. history_beam (0 = off; the on-the-fly
     decoders, where one graph state holds tokens of several LM histories): before a frame's
     cutoff, a token more than history_beam above the cheapest token at its graph state is
-    dropped (pocketsphinx keeps one history per lexicon-tree node, the best predecessor's)."""
+    dropped (pocketsphinx keeps one history per lexicon-tree node, the best predecessor's);
+    history_max (0 = off; `wfst-otf`): then all but the history_max cheapest tokens at each graph
+    state are dropped (`let`'s groups have their own bound, group_capacity)."""
 
     beam: float = 16.0
     max_active: int = 10000
@@ -154,6 +156,7 @@ class PruningOptions:
     max_epsilon_passes: int = 64
     word_beam: float = 0.0
     history_beam: float = 0.0
+    history_max: int = 0
 
     @property
     def word_beam_or_inf(self) -> float:
@@ -830,6 +833,20 @@ class TokenPassing:
         best = torch.full_like(cost, INF).scatter_reduce_(0, seg, cost, reduce="amin")
         return _where(cost > _take(best, seg) + _const(self.options.history_beam, cost), INF, cost)
 
+    def _cap_histories(self, utt: torch.Tensor, state: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
+        """`PruningOptions.history_max`: the costs with +inf for all but the history_max cheapest
+        tokens of their utterance at their graph state (equal costs: the first in token order)."""
+        group = utt * self.g.num_states + self.graph_state(state)
+        pos = self._arange(len(cost))
+        order = torch.sort(cost, stable=True).indices
+        order = _take(order, torch.sort(_take(group, order), stable=True).indices)
+        grouped = _take(group, order)  # by group, cheapest first within each
+        first = torch.ones_like(grouped, dtype=torch.bool)
+        first[1:] = grouped[1:] != grouped[:-1]
+        start = torch.cummax(_where(first, pos, 0), 0).values
+        rank = torch.empty_like(pos).scatter_(0, order, pos - start)
+        return _where(rank >= self.options.history_max, INF, cost)
+
     def _segment_min(self, utt: torch.Tensor, cost: torch.Tensor, num_utts: int) -> torch.Tensor:
         out = torch.full((num_utts,), INF, dtype=cost.dtype, device=self.device)
         return out.scatter_reduce_(0, utt, cost, reduce="amin", include_self=True)
@@ -918,6 +935,8 @@ class TokenPassing:
         V = ac.shape[1]
         if self.lm is not None and self.options.history_beam_or_inf < INF:
             cost = self._prune_histories(utt, state, cost)
+        if self.lm is not None and self.options.history_max > 0:
+            cost = self._cap_histories(utt, state, cost)
         cut, adaptive = self._cutoff(utt, cost, B, per_utt)
         neg = cut.new_full((1,), -INF)
         alive = cost < _take(torch.cat([cut, neg]), utt)

@@ -102,6 +102,8 @@ class GraphSearchConfig(PruningOptions):
       core.PruningOptions).
     history_beam: on-the-fly decoders: tokens more than this above the cheapest token of their
       graph state (other LM histories) are not expanded (0 = off; see core.PruningOptions).
+    history_max: wfst-otf: at most this many tokens (LM histories) per graph state are expanded,
+      the cheapest (0 = off; see core.PruningOptions).
     backend: auto | torch | compiled (see each decoder's docstring).
     threads: worker threads of the compiled backend (0 = the cores this process may use).
     lattice: keep word lattices (DecodeResult.lattice = a `CompactLattice`; see wfst/lattice.py).
@@ -196,6 +198,9 @@ class WfstDecoder:
 
     name: ClassVar[str] = "wfst"
     config_type: ClassVar[type] = WfstConfig
+    # options of the shared config this decoder refuses (the on-the-fly decoders' LM history
+    # pruning): left out when the default setup's decoder section is switched to this decoder
+    refused_options: ClassVar[tuple[str, ...]] = ("history_beam", "history_max")
 
     def __init__(
         self,
@@ -229,9 +234,16 @@ class WfstDecoder:
             raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
         if not config.history_beam >= 0:
             raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
-        if config.history_beam > 0 and type(self).name == "wfst":
+        if config.history_beam > 0 and "history_beam" in self.refused_options:
             raise ConfigError(
                 "decoder.history_beam prunes LM histories of the on-the-fly decoders (wfst-otf, let); "
+                "wfst keeps one token per graph state"
+            )
+        if config.history_max < 0:
+            raise ConfigError("decoder.history_max must be >= 0 (0 = off)")
+        if config.history_max > 0 and "history_max" in self.refused_options:
+            raise ConfigError(
+                "decoder.history_max bounds the LM histories of wfst-otf; "
                 "wfst keeps one token per graph state"
             )
         if config.kernel not in KERNELS:

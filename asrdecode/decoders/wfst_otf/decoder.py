@@ -85,6 +85,7 @@ class WfstOtfDecoder(WfstDecoder):
 
     name: ClassVar[str] = "wfst-otf"
     config_type: ClassVar[type] = WfstOtfConfig
+    refused_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
