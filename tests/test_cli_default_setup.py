@@ -68,6 +68,8 @@ def test_default_setup_is_sphinx_on_the_fly():
 def test_other_decoder_on_the_default_setup_keeps_graph_and_drops_foreign_options():
     let = build_config(None, ["decoder.type=let"], default_setup=True).to_dict()["decoder"]
     assert let["type"] == "let" and let["lm"].endswith("en-us.lm.bin") and let["beam"] == 9.5
+    # the default's history cap is wfst-otf's (let's groups have group_capacity): left out
+    assert build_config(None, [], default_setup=True).decoder.history_max > 0 and let["history_max"] == 0
     cfg = build_config(None, ["decoder.type=wfst"], default_setup=True)
     wfst = cfg.to_dict()["decoder"]
     assert wfst["graph"].startswith("cache:") and "lm" not in wfst

@@ -10,6 +10,7 @@ search's result) must be lost at some frame. At the first frame where it is not 
 that dropped it, in the search's order (`compiled.search_advance`):
 
 - ``history``: more than the history beam above the cheapest token of its graph state;
+- ``history_max``: not among the history cap's cheapest tokens of its graph state;
 - ``beam``: more than the beam above the frame's best token (Kaldi's GetCutoff);
 - ``max_active``: within the beam, at or above the max_active cut;
 - ``bound``: expanded, but its successor above the new tokens' bound (best new + adaptive beam)
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from asrdecode.decoders.wfst.align import cheaper, exhaustive_config
-from asrdecode.decoders.wfst.compiled import C_TOKENS, CURRENT, get_cutoff, prune_histories
+from asrdecode.decoders.wfst.compiled import C_TOKENS, CURRENT, cap_histories, get_cutoff, prune_histories
 from asrdecode.decoders.wfst.decoder import WfstDecoder
 from asrdecode.decoders.wfst.paths import utterance_costs
 from asrdecode.graph.restrict import WordSequenceGraphs
@@ -160,6 +161,12 @@ def loss_step(settings: Any, before: tuple, prev: tuple | None, new_cost: np.nda
         prune_histories(state, costs, len(costs), best_at, np.float32(hist))
         if c > float(cost[state == s].min()) + hist:
             return {**info, "step": "history", "above_state_best": c - float(cost[state == s].min())}
+    if settings.history_max > 0:
+        count = np.full(int(state.max()) + 1, -1, np.int32)
+        cap_histories(state, costs, len(costs), count, int(settings.history_max))
+        if not np.isfinite(costs[(state == s) & (us == u)]).any():
+            rank = int(np.sum(cost[state == s] < c))
+            return {**info, "step": "history_max", "rank_in_state": rank}
     info["rank"] = int(np.sum(costs < c))
     scratch = np.empty(len(costs), np.float32)
     cut, adaptive = get_cutoff(

@@ -64,11 +64,15 @@ def test_a_search_error_is_lost_at_a_frame_by_the_pruning_that_ran(pruning):
     assert found >= 3  # the cases above are not vacuous
 
 
-def test_on_the_fly_search_follows_the_lm_state(tmp_path):
+@pytest.mark.parametrize(
+    "pruning, allowed",
+    [({"beam": 1.0}, {"beam", "bound", "start"}), ({"beam": 1e9, "history_max": 1}, {"history_max"})],
+)
+def test_on_the_fly_search_follows_the_lm_state(tmp_path, pruning, allowed):
     """`wfst-otf`: the path's LM state and difference are followed too. The best word sequence of the
     composition (graph cost + large - small LM cost, plain-Python ARPA scorers) is never lost by an
-    unpruned search, whose final cost is its cost; a tightly pruned search that ends costlier loses
-    it at some frame."""
+    unpruned search, whose final cost is its cost; a tightly pruned search (a beam, or one LM
+    history per graph state) that ends costlier loses it at some frame, by that pruning."""
     from helpers.otf_ref import WORDS as OTF_WORDS
     from helpers.otf_ref import ArpaScorer, random_arpa
 
@@ -95,7 +99,7 @@ def test_on_the_fly_search_follows_the_lm_state(tmp_path):
         opts = {"lm": str(large), "small_lm": str(small), "threads": 1, "backend": "compiled"}
         opts.update(min_active=0, max_active=10**9)
         wide = WfstOtfDecoder(WfstOtfConfig(**opts, beam=1e9), graph=graph, words=OTF_WORDS)
-        pruned = WfstOtfDecoder(WfstOtfConfig(**opts, beam=1.0), graph=graph, words=OTF_WORDS)
+        pruned = WfstOtfDecoder(WfstOtfConfig(**opts, **pruning), graph=graph, words=OTF_WORDS)
         ac, graphs = costs(wide, lp), WordSequenceGraphs(graph)
         kept = follow_path(wide, ac, list(best_words), graphs)
         assert kept["lost"] is None
@@ -103,5 +107,5 @@ def test_on_the_fly_search_follows_the_lm_state(tmp_path):
         got = follow_path(pruned, ac, list(best_words), graphs)
         if got["search_cost"] > best_cost + 1e-3:
             found += 1
-            assert got["lost"] is not None and got["lost"]["step"] in {"beam", "bound", "start"}
+            assert got["lost"] is not None and got["lost"]["step"] in allowed
     assert found >= 2

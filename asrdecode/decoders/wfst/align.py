@@ -93,6 +93,7 @@ def exhaustive_config(decoder: Any) -> WfstConfig:
         min_active=0,
         word_beam=0.0,
         history_beam=0.0,
+        history_max=0,
         word_insertion_penalty=0.0,
         nbest=1,
         lattice=False,
