@@ -76,7 +76,7 @@ import numba
 import numpy as np
 
 from asrdecode.decoders.wfst.core import PruningOptions
-from asrdecode.decoders.wfst.lattice import prune_window
+from asrdecode.decoders.wfst.lattice import move_arc, prune_window
 from asrdecode.decoders.wfst.paths import BestPath
 from asrdecode.decoders.workspace import (
     INIT_CAPACITY,
@@ -890,13 +890,10 @@ def _keep(
     q = lat0
     for p in range(lat0, nlat):
         if lat_cost[p] < cut:
-            lat_frame[q] = lat_frame[p]
-            lat_src[q] = lat_src[p]
-            lat_dst[q] = lat_dst[p]
-            lat_arc[q] = lat_arc[p]
-            lat_ac[q] = lat_ac[p]
-            if lm is not None:
-                lat_lm[q] = lat_lm[p]
+            if lm is None:
+                move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, None, p, q)
+            else:
+                move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, q)
             q += 1
     return k, nrec, q
 

@@ -111,7 +111,7 @@ def backward_costs(frame, src, dst, cost, emit, beta) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k) -> None:
+def move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k) -> None:
     """Kept arc p moves to position k (k <= p: compaction in place)."""
     lat_frame[k] = lat_frame[p]
     lat_src[k] = lat_src[p]
@@ -273,7 +273,7 @@ def prune_window(
             if s >= n0:
                 used[s - n0] = True
             used[d - n0] = True
-            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
+            move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
             k += 1
     m = n0
     for i in range(n0, n_nodes):
@@ -341,7 +341,7 @@ def prune_final(
         if np.float64(node_cost[s]) + cost[p] + beta[d] <= limit:
             used[s] = True
             used[d] = True
-            _move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
+            move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
             k += 1
     m = 0
     for i in range(n_nodes):
