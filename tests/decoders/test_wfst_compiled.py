@@ -123,7 +123,8 @@ def test_a_token_above_the_final_bound_is_revived_by_the_closure():
     assert ref[0] == pytest.approx(1.5) and list(ref[1]) == [1, 2]
     g = device_graph(fst)
     for lattice in (False, True):
-        _, (res,) = decode(g, [lp], "compiled", beam=5.0, lattice=lattice)
+        dec, (res,) = decode(g, [lp], "compiled", beam=5.0, lattice=lattice)
+        assert dec.last_info["stats"]["epsilon_limit_hit"] == 0
         assert -res.score == pytest.approx(1.5)
         assert [w.word for w in res.words] == ["w1", "w2"]
     _, (tor,) = decode(g, [lp], "torch", beam=5.0)

@@ -1150,7 +1150,6 @@ def search_advance(
                     cut, frame, m, nxt_cost, nxt_rec, nxt_arc, rec_prev, rec_arc, rec_frame, nrec
                 )
             ctr[C_TOKENS], ctr[C_RECORDS], ctr[C_LAT_ARCS] = k, nrec, nlat
-            stats[STAT_EPS_LIMIT] += m - k
             # the kept new tokens become the current ones
             cur_state, nxt_state = nxt_state, cur_state
             cur_cost, nxt_cost = nxt_cost, cur_cost
