@@ -968,25 +968,23 @@ def cap_histories(state, cost, n, count, cap) -> int:
             groups += 1
             m += c + 1
     start[groups] = m
-    gathered = np.empty(m, np.float32)
-    token = np.empty(m, np.int64)
+    select = np.empty(m, np.float32)  # the gathered costs (reordered by the selection)
+    token = np.empty(m, np.int64)  # their tokens, in token order within each state
     for i in range(n):
         c = count[state[i]]
         if c <= -2 and cost[i] < _F32_INF:
-            gathered[-2 - c] = cost[i]
+            select[-2 - c] = cost[i]
             token[-2 - c] = i
             count[state[i]] = c - 1
     dropped = 0
-    select = np.empty(m, np.float32)
     for g in range(groups):
         a, b = start[g], start[g + 1]
-        select[: b - a] = gathered[a:b]
-        limit = kth_smallest(select, b - a, cap - 1)
+        limit = kth_smallest(select[a:b], b - a, cap - 1)
         below = 0
         for q in range(a, b):
-            below += gathered[q] < limit
+            below += cost[token[q]] < limit
         for q in range(a, b):  # below the limit, then the first ones at it
-            c = gathered[q]
+            c = cost[token[q]]
             if c < limit or (c == limit and below < cap):
                 below += c == limit
                 continue
