@@ -7,36 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
-
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name (`cpuinfo`), else the architecture: ratios to a peer such as
-    pocketsphinx move with it (cache sizes differ between the models this shared machine runs on)."""
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cache_sizes() -> dict[str, str]:
-    """Per-core cache sizes by level ("L1d", "L2", ...) from sysfs; empty where it is not readable."""
-    sizes = {}
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = (index / "level").read_text().strip()
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
-        sizes[name] = size
-    return sizes
+from asrdecode.machine import cache_sizes, cpu_model
 
 
 def machine_info(load_at_start: tuple[float, float, float]) -> dict:

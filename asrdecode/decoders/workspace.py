@@ -105,7 +105,7 @@ def prefetch(typingctx, array, index):
     locality); no effect on results, never faults (an index past the end is only an address).
     The searches issue it a few tokens ahead for the graph records a token's arcs start from,
     whose loads otherwise stall at random addresses of a graph larger than the cache, and for the
-    LM memo sets of those arcs' words (a memo larger than L2)."""
+    LM memo sets of those arcs' words (when `compiled.prefetch_pays`)."""
     sig = types.void(array, index)
 
     def codegen(context, builder, signature, args):

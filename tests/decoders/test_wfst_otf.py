@@ -37,11 +37,13 @@ from helpers.wfst_ref import (  # noqa: F401
 )
 
 from asrdecode.decoders import DECODERS, decoder_config_from_dict
-from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.decoders.let import LetConfig, LetDecoder
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder, compiled
 from asrdecode.decoders.wfst.compiled import MAP_SLACK, cap_histories
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
 from asrdecode.decoders.workspace import INIT_CAPACITY
 from asrdecode.errors import ConfigError
+from asrdecode.lm.difference import new_memo
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
 from asrdecode.models.base import ModelOutput
 
@@ -83,6 +85,40 @@ def test_random_graph_and_lms_equal_brute_force(tmp_path, seed, backend):
     assert [w.word for w in res.words] == ref[1]
     # score split: the acoustic part is the path's -log-probs, the rest graph + LM difference
     assert -(res.acoustic_score + res.lm_score) == pytest.approx(ref[0], abs=1e-3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_word_prefetch_is_only_a_hint(tmp_path, monkeypatch, seed):
+    """The prefetch of the LM memo (`wfst-otf`) and of the word-block cache (`let`) for the word
+    arcs of tokens ahead runs only where the table is larger than the L2 cache (`prefetch_pays`,
+    from the settings' `l2_bytes`): with it forced on (L2 unknown) and off (a huge L2) the compiled
+    `wfst-otf` equals brute force, and `let` gives the same words, cost and counters either way."""
+    rng = np.random.default_rng(900 + seed)
+    fst = random_wfst(rng, int(rng.integers(3, 6)), 4, 6, eps_forward=True)
+    fst["arcs"] = [(s, il, ol if il else 0, w, ns) for s, il, ol, w, ns in fst["arcs"]]  # `let`'s words
+    names = list(WORDS.values())
+    large = random_arpa(tmp_path / "large.arpa", rng, names, 3)
+    small = random_arpa(tmp_path / "small.arpa", rng, names, int(rng.integers(1, 3)))
+    lp = log_probs(rng, int(rng.integers(4, 9)))
+    ref = brute_force(fst, lp, ArpaScorer(large), ArpaScorer(small), 1.0, {})
+    opts = {**WIDE, "lm": str(large), "small_lm": str(small)}
+    let_results = []
+    for l2_bytes in (0, 1 << 40):
+        monkeypatch.setattr(compiled, "l2_cache_bytes", lambda l2=l2_bytes: l2)
+        assert compiled.prefetch_pays(new_memo(), l2_bytes) == (l2_bytes == 0)
+        otf = WfstOtfDecoder(WfstOtfConfig(**opts, backend="compiled"), graph=device_graph(fst), words=WORDS)
+        assert otf.search_settings()["l2_bytes"] == l2_bytes
+        (res,) = run(otf, [lp])
+        if ref is None:
+            assert res.score == -math.inf or otf.last_info["not_final"] == [0]
+        else:
+            assert -res.score == pytest.approx(ref[0], abs=1e-3)
+            assert [w.word for w in res.words] == ref[1]
+        let = LetDecoder(LetConfig(**opts, group_capacity=64), graph=device_graph(fst), words=WORDS)
+        assert let.settings["l2_bytes"] == l2_bytes
+        (res,) = run(let, [lp])
+        let_results.append(([w.word for w in res.words], res.score, let.last_info["stats"]))
+    assert let_results[0] == let_results[1]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -174,7 +174,7 @@ class LetSearch(CompiledRunner):
             self.states, self.arcs, ac, beam, int(settings.max_active), int(settings.min_active),
             f32(settings.beam_delta), f32(settings.bucket_width), cap, slot, slot_lm, eps_limit, lm, U,
             w.arrays, w.ctr, w.stats, lattice, lattice_beam, interval, w.lattice, f32(settings.word_beam),
-            hist,
+            hist, int(settings.l2_bytes),
         )  # fmt: skip
         arcs, frames, total, reached, found, state = search.search_best(
             self.states, lm, w.arrays, w.ctr, True

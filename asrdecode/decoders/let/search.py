@@ -58,6 +58,7 @@ from asrdecode.decoders.wfst.compiled import (
     kth_smallest,
     pair_id,
     pairs_room,
+    prefetch_pays,
     prune_pair_window,
     queue_pop,
     running_bound,
@@ -324,7 +325,7 @@ def _word_probe(blk, word, lim, wcache):
 @numba.njit(nogil=True, cache=True, inline="always")
 def _prefetch_word_blocks(arcs, states, s, blk, wcache):
     """Prefetch the word-block cache entries `_word_probe` will read for the word arcs of state
-    `s` from block `blk` (a cache larger than L2; only a hint)."""
+    `s` from block `blk` (when `prefetch_pays`; only a hint)."""
     mask = wcache.shape[0] - 1
     for a in range(states[s].first, states[s].split):
         w = arcs[a].olabel
@@ -386,7 +387,7 @@ def _make_word_block(
 @numba.njit(nogil=True, cache=True)
 def _emit(
     states, arcs, acrow, cut, adaptive, beam, word_beam, slot, slot_lm, frame, cap, lm, n, lattice, ws, ctr,
-    stats,
+    stats, prefetch_words,
 ):  # fmt: skip
     """Emitting arcs of the groups below `cut` (Kaldi ProcessEmitting on groups; capacities are the
     caller's). Arcs without a word carry the source block along (lazy); word arcs carry the
@@ -438,12 +439,13 @@ def _emit(
     wc_mask = wcache.shape[0] - 1
     for i in range(n):
         # as `wfst`'s emitting step: the state record and first arc of groups ahead, and the
-        # word-block cache entries of their word arcs (`_word_probe`'s load), are prefetched
+        # word-block cache entries of their word arcs (`_word_probe`'s load) if that pays
+        # (`prefetch_pays`), are prefetched
         if i + PREFETCH_STATES < n:
             prefetch(states, cur_state[i + PREFETCH_STATES])
         if i + PREFETCH_ARCS < n:
             prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
-        if i + PREFETCH_WORDS < n and cur_cost[i + PREFETCH_WORDS] < cut:
+        if prefetch_words and i + PREFETCH_WORDS < n and cur_cost[i + PREFETCH_WORDS] < cut:
             j = i + PREFETCH_WORDS
             _prefetch_word_blocks(arcs, states, cur_state[j], cur_blk[j], wcache)
         c0 = cur_cost[i]
@@ -1080,14 +1082,16 @@ def search_init(
 @numba.njit(nogil=True, cache=True)
 def search_advance(
     states, arcs, ac, beam, max_active, min_active, beam_delta, bucket_width, cap, slot, slot_lm, eps_limit,
-    lm, U, ws, ctr, stats, lattice, lattice_beam, prune_interval, lat, word_beam, history_beam,
+    lm, U, ws, ctr, stats, lattice, lattice_beam, prune_interval, lat, word_beam, history_beam, l2_bytes,
 ):  # fmt: skip
     """Advance a started search by the frames of ac (float32 [T, V] acoustic costs); with lattices
     each frame's nodes and arcs are kept (`_lattice_frame`). `history_beam` (inf = off): a block's
     members more than it above the block's best are dropped when the block is made (unions and
     word blocks; offsets do not change while a block is shared, so this is `wfst-otf`'s per-frame
-    rule applied once). Returns (workspace, lattice tuple)."""
+    rule applied once). `l2_bytes`: the per-core L2 cache (`prefetch_pays`). Returns (workspace,
+    lattice tuple)."""
     num_states = slot.shape[0]
+    prefetch_words = prefetch_pays(ws[W_WCACHE], l2_bytes)
     member_beam = min(beam, history_beam)  # word blocks: members within it of the best
     for t in range(ac.shape[0]):
         frame = ctr[C_NEXT_FRAME]
@@ -1117,7 +1121,7 @@ def search_advance(
         )
         m, nit, best_new = _emit(
             states, arcs, ac[t], cut, adaptive, member_beam, word_beam, slot, slot_lm, frame, cap, lm, n,
-            lattice, ws, ctr, stats,
+            lattice, ws, ctr, stats, prefetch_words,
         )  # fmt: skip
         most = _max_items(m, ws)
         ws = _grow_all(

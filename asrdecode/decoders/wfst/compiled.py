@@ -89,6 +89,7 @@ from asrdecode.decoders.workspace import (
 from asrdecode.graph.format import DeviceGraph
 from asrdecode.huge_pages import in_huge_pages
 from asrdecode.lm.difference import DifferenceLM, lm_final, memo_fill, memo_get, memo_slot, new_memo
+from asrdecode.machine import l2_cache_bytes
 from asrdecode.numba_status import announce_first_compile, configure_cache
 
 configure_cache()  # before any cached kernel is defined (numba_status)
@@ -231,6 +232,7 @@ SETTINGS_DTYPE = np.dtype(
         ("eps_limit", np.int64), ("lattice_beam", np.float64), ("prune_interval", np.int64),
         ("bucket_width", np.float32), ("capacity", np.int64), ("gc_records", np.int64),
         ("word_beam", np.float32), ("history_beam", np.float32), ("history_max", np.int64),
+        ("l2_bytes", np.int64),
     ],
     align=True,
 )  # fmt: skip
@@ -248,8 +250,8 @@ def search_settings(
     """The settings record the compiled searches read: the pruning (Kaldi's beam, max/min
     active, adaptive-beam delta; the epsilon closure's pop limit, `max_epsilon_passes` x the
     graph's states, at least 1024), the lattice beam and pruning interval, `let`'s bucket width
-    and group capacity, the back-pointer garbage-collection threshold, the word beam and the
-    history beam (inf = off)."""
+    and group capacity, the back-pointer garbage-collection threshold, the word beam, the
+    history beam (inf = off) and cap, and this machine's per-core L2 cache (`prefetch_pays`)."""
     rec = np.rec.array(np.zeros(1, SETTINGS_DTYPE))[0]  # a record: fields as attributes
     rec["beam"], rec["beam_delta"] = pruning.beam, pruning.beam_delta
     rec["max_active"], rec["min_active"] = min(int(pruning.max_active), 2**31 - 1), int(pruning.min_active)
@@ -259,6 +261,7 @@ def search_settings(
     rec["word_beam"] = pruning.word_beam_or_inf
     rec["history_beam"] = pruning.history_beam_or_inf
     rec["history_max"] = pruning.history_max
+    rec["l2_bytes"] = l2_cache_bytes()
     return rec
 
 
@@ -310,7 +313,17 @@ def emitting_arcs(states, cost: np.ndarray, state: np.ndarray, n: int, cut: np.f
 # the argument's type).
 MAP_SLACK = 2  # the frame map's capacity in keys per token at the frame's start
 PREFETCH_STATES, PREFETCH_ARCS = 8, 4  # how many tokens ahead `_emit` prefetches their graph records
-PREFETCH_WORDS = 2  # and, with an LM, the memo sets of their word arcs
+PREFETCH_WORDS = 2  # and, with an LM, the memo sets of their word arcs (`prefetch_pays`)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def prefetch_pays(table: np.ndarray, l2_bytes: int) -> bool:
+    """Whether the searches prefetch the entries of a lookup table (the LM memo, `let`'s word-block
+    cache) they will probe for the word arcs of tokens ahead: only for a table larger than the
+    per-core L2 cache (``l2_bytes``, 0 = unknown). Finding the entries means walking those tokens'
+    arcs early, which costs more than it hides when the table is in L2 anyway (real-speech.md
+    items 16 and 30 measured both sides)."""
+    return table.shape[0] * table.itemsize > l2_bytes
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -568,7 +581,7 @@ def _unmap_tokens(slot, htab, lm, tok_state, tok_pos, n) -> None:
 # ------------------------------------------------------------------ the frame steps
 @numba.njit(nogil=True, cache=True)
 def _closure(
-    states, arcs, boost, lm, memo, U, V, cut, word_cut, frame, slot, htab, eps_limit, lattice,
+    states, arcs, boost, lm, memo, prefetch_words, U, V, cut, word_cut, frame, slot, htab, eps_limit, lattice,
     cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, pair_tab, pair_state, pair_u, io, stats,
 ) -> bool:  # fmt: skip
@@ -587,13 +600,13 @@ def _closure(
     while nq > 0:
         i = queue[nq - 1]
         # with an LM (many more tokens than graph states) the records of the tokens popped next if
-        # nothing is queued meanwhile, as in `_emit`
+        # nothing is queued meanwhile, as in `_emit` (their words' memo sets: `prefetch_pays`)
         if lm is not None:
             if nq > 3:
                 prefetch(states, cur_state[queue[nq - 4]])
             if nq > 2:
                 prefetch(arcs, states[cur_state[queue[nq - 3]]].split)
-            if nq > 1:
+            if prefetch_words and nq > 1:
                 s2 = cur_state[queue[nq - 2]]
                 prefetch_word_sets(arcs, memo, V, cur_u[queue[nq - 2]], states[s2].split, states[s2].end)
         s = cur_state[i]
@@ -735,8 +748,9 @@ def _emit_start(states, arcs, acrow, boost, lm, memo, V, cut, stats, cur_state, 
 
 @numba.njit(nogil=True, cache=True)
 def _emit(
-    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, word_cut, slot, htab, lattice, frame, stats,
-    cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
+    states, arcs, acrow, boost, lm, memo, prefetch_words, U, V, cut, adaptive, word_cut, slot, htab, lattice,
+    frame, stats, cur_state, cur_u, cur_cost, cur_rec, n, nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc,
+    nxt_pos,
     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, nlat, pair_tab, pair_state, pair_u, npair,
     i0, m, best_new, bound,
 ):  # fmt: skip
@@ -752,14 +766,15 @@ def _emit(
     n_boost = boost.shape[0]
     for i in range(i0, n):
         # the state record and the first arc of tokens ahead, with an LM the memo sets of their word
-        # arcs (`memo_get`'s probe): their loads would stall
+        # arcs (`memo_get`'s probe) if that pays (`prefetch_pays`): their loads would stall
         if i + PREFETCH_STATES < n:
             prefetch(states, cur_state[i + PREFETCH_STATES])
         if i + PREFETCH_ARCS < n:
             prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
-        if lm is not None and i + PREFETCH_WORDS < n and cur_cost[i + PREFETCH_WORDS] < cut:
-            s2 = cur_state[i + PREFETCH_WORDS]
-            prefetch_word_sets(arcs, memo, V, cur_u[i + PREFETCH_WORDS], states[s2].first, states[s2].split)
+        ahead = i + PREFETCH_WORDS
+        if lm is not None and prefetch_words and ahead < n and cur_cost[ahead] < cut:
+            s2 = cur_state[ahead]
+            prefetch_word_sets(arcs, memo, V, cur_u[ahead], states[s2].first, states[s2].split)
         c0 = cur_cost[i]
         if not (c0 < cut):
             continue
@@ -1060,6 +1075,9 @@ def search_advance(
     htab = ws[W_HTAB]
     pair_state, pair_u, pair_slot, pair_slot2, pair_tab = ws[LATTICE_PAIRS]
     io = np.empty(6, np.int64)
+    prefetch_words = False
+    if lm is not None:
+        prefetch_words = prefetch_pays(memo, settings.l2_bytes)
     for t in range(-ctr[C_CLOSE], ac.shape[0]):
         if t < 0:  # search_init's start token: only its closure
             frame = np.int64(-1)
@@ -1116,8 +1134,9 @@ def search_advance(
             k, m, best_new, running, nlat = 0, 0, _F32_INF, pre + adaptive, lat0
             while True:
                 k, m, best_new, running, nlat, ctr[C_PAIRS] = _emit(
-                    states, arcs, acrow, boost, lm, memo, U, V, cut, adaptive, pre + settings.word_beam, slot,
-                    htab, lattice, frame, stats, cur_state, cur_u, cur_cost, cur_rec, n,
+                    states, arcs, acrow, boost, lm, memo, prefetch_words, U, V, cut, adaptive,
+                    pre + settings.word_beam, slot, htab, lattice, frame, stats,
+                    cur_state, cur_u, cur_cost, cur_rec, n,
                     nxt_state, nxt_u, nxt_cost, nxt_rec, nxt_arc, nxt_pos,
                     lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, nlat,
                     pair_tab, pair_state, pair_u, ctr[C_PAIRS], k, m, best_new, running,
@@ -1162,8 +1181,8 @@ def search_advance(
         nq = closure_queue(states, cur_state, n, queue)
         io[0], io[1], io[2], io[3], io[4], io[5] = n, ctr[C_RECORDS], ctr[C_LAT_ARCS], nq, 0, ctr[C_PAIRS]
         while not _closure(
-            states, arcs, boost, lm, memo, U, V, cut, word_cut, frame, slot, htab, eps_limit, lattice,
-            cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
+            states, arcs, boost, lm, memo, prefetch_words, U, V, cut, word_cut, frame, slot, htab, eps_limit,
+            lattice, cur_state, cur_u, cur_cost, cur_rec, cur_pos, queue, rec_prev, rec_arc, rec_frame,
             lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, pair_tab, pair_state, pair_u, io, stats,
         ):  # fmt: skip
             top = cur_state[queue[io[3] - 1]]
