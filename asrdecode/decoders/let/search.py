@@ -58,6 +58,7 @@ from asrdecode.decoders.wfst.compiled import (
     kth_smallest,
     pair_id,
     pairs_room,
+    prefetch_frame,
     prefetch_pays,
     prune_pair_window,
     queue_pop,
@@ -1119,6 +1120,7 @@ def search_advance(
             ctr,
             np.array([tokens, n_arcs, 0, 2 * n_words, 2 * n_words * cap, 0, cap, block_arcs], np.int64),
         )
+        prefetch_frame(ac, t + 1)
         m, nit, best_new = _emit(
             states, arcs, ac[t], cut, adaptive, member_beam, word_beam, slot, slot_lm, frame, cap, lm, n,
             lattice, ws, ctr, stats, prefetch_words,

@@ -317,6 +317,17 @@ PREFETCH_WORDS = 2  # and, with an LM, the memo sets of their word arcs (`prefet
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def prefetch_frame(ac: np.ndarray, t: int) -> None:
+    """Prefetch frame t's acoustic costs (one hint per cache line of the row), a frame before the
+    emitting step reads them at the columns of the arcs it crosses: a long utterance's costs are
+    larger than the caches, and those reads are random."""
+    if t < ac.shape[0]:
+        row = ac[t]
+        for col in range(0, row.shape[0], 16):
+            prefetch(row, col)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def prefetch_pays(table: np.ndarray, l2_bytes: int) -> bool:
     """Whether the searches prefetch the entries of a lookup table (the LM memo, `let`'s word-block
     cache) they will probe for the word arcs of tokens ahead: only for a table larger than the
@@ -1128,6 +1139,7 @@ def search_advance(
                 npair, room = ctr[C_PAIRS], n + n_arcs
                 pair_state, pair_u, pair_tab = pairs_room(pair_state, pair_u, pair_tab, U, npair, room)
             acrow = ac[t]
+            prefetch_frame(ac, t + 1)
             pre = _emit_start(
                 states, arcs, acrow, boost, lm, memo, V, cut, stats, cur_state, cur_u, cur_cost, n
             )
