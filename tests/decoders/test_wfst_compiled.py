@@ -261,17 +261,29 @@ def test_backend_selection_and_config(nemo_graphs):  # noqa: F811
 
 @pytest.mark.parametrize("seed", range(4))
 def test_cutoff_matches_kaldi_rule(seed):
+    """`get_cutoff` against Kaldi's rule written out; the large cases (the selection runs in the
+    bucket of the beam that holds the max_active-th cost) include repeated costs, costs at a
+    bucket's edge and dead tokens (+inf)."""
     rng = np.random.default_rng(seed)
-    for n in (1, 5, 29, 300):
+    for n in (1, 5, 29, 300, 5000):
         cost = rng.uniform(0, 20, size=n).astype(np.float32)
+        if n == 5000:
+            cost[: n // 4] = np.round(cost[: n // 4], 1)  # ties
+            cost[n // 4 : n // 2] = np.float32(5.0) * rng.integers(0, 4, size=n // 4)  # edges at beam 5
+            cost[-10:] = np.inf
         scratch = np.empty(n, np.float32)
-        for beam, max_active, min_active in [(5.0, 10, 3), (30.0, 7, 0), (2.0, 100, 12), (8.0, NO_MAX, 0)]:
+        settings = [(5.0, 10, 3), (30.0, 7, 0), (2.0, 100, 12), (8.0, NO_MAX, 0)]
+        if n == 5000:
+            settings += [(5.0, 1000, 0), (5.0, 1249, 0), (20.0, 2000, 200), (1e9, 3000, 0)]
+        for beam, max_active, min_active in settings:
             cut, adaptive = get_cutoff(
                 cost, n, scratch, np.float32(beam), max_active, min_active, np.float32(0.5)
             )
             ref = kaldi_get_cutoff(cost.tolist(), beam, max_active, min_active, 0.5)
             assert cut == pytest.approx(ref[0], abs=1e-4)
             assert adaptive == pytest.approx(ref[1], abs=1e-4)
+            if ref[0] < np.float32(beam) + cost.min():  # max_active decided: one of the costs
+                assert cut in cost
 
 
 def test_compiled_code_is_cached_on_disk(nemo_graphs):  # noqa: F811

@@ -146,6 +146,9 @@ def kth_smallest(buf: np.ndarray, n: int, k: int) -> np.float32:
     return buf[k]
 
 
+CUTOFF_BUCKETS = 256  # slices of the beam `get_cutoff` counts costs in before it selects
+
+
 @numba.njit(nogil=True, cache=True)
 def get_cutoff(
     cost: np.ndarray,
@@ -159,9 +162,10 @@ def get_cutoff(
     """Kaldi FasterDecoder::GetCutoff on ``cost[:n]``: (cutoff, adaptive beam), float32 as the torch path.
 
     The k-th smallest cost decides only when more than k costs lie below ``best + beam``, and
-    then it is the k-th smallest of those: the selection runs on the costs below the beam cut
-    (a fraction of the tokens once the beam prunes), the whole list only for `min_active` when
-    fewer than `min_active` lie below it. The result is the same as selecting over all costs."""
+    then it is the k-th smallest of those: the costs below the beam cut are gathered and counted
+    in `CUTOFF_BUCKETS` equal slices of the beam, and the selection runs only on the slice that
+    holds the k-th (the whole list only for `min_active` when fewer than
+    `min_active` lie below the beam cut). The result is the same as selecting over all costs."""
     best = _F32_INF
     for i in range(n):
         if cost[i] < best:
@@ -175,7 +179,24 @@ def get_cutoff(
             scratch[below] = cost[i]
             below += 1
     if below > max_active:  # else the max_active-th smallest is >= beam_cut: no tighter cut
-        max_cut = kth_smallest(scratch, below, max_active)
+        # the bucket holding it (buckets are monotone in the cost: every cost of a lower bucket is
+        # smaller), then the selection among that bucket's costs only
+        per_bucket = np.float32(CUTOFF_BUCKETS) / beam
+        count = np.zeros(CUTOFF_BUCKETS + 1, np.int64)
+        for i in range(below):
+            count[min(int((scratch[i] - best) * per_bucket), CUTOFF_BUCKETS)] += 1
+        k = max_active
+        b = 0
+        while count[b] <= k:
+            k -= count[b]
+            b += 1
+        m = 0
+        for i in range(below):
+            c = scratch[i]
+            if min(int((c - best) * per_bucket), CUTOFF_BUCKETS) == b:
+                scratch[m] = c
+                m += 1
+        max_cut = kth_smallest(scratch, m, k)
         if max_cut < beam_cut:
             return max_cut, max_cut - best + beam_delta
     min_cut = _F32_INF
