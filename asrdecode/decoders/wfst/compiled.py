@@ -28,9 +28,9 @@ ones a CPU decoder uses (Kaldi's FasterDecoder, prior-art D; paper 000 sec. 2):
 * **cutoff** as Kaldi's ``GetCutoff``: ``best + beam``; with more than ``max_active`` tokens the
   ``max_active``-th smallest cost (0-based) if tighter, with ``min_active`` the ``min_active``-th
   smallest if looser, then the *adaptive beam* ``cutoff - best + beam_delta``. The k-th smallest
-  cost is found by selection (quickselect, what ``std::nth_element`` does), never a sort; an exact
-  value is needed for parity with Kaldi and the torch path, so the approximate bucket cut-off of
-  paper 002 is not used;
+  cost is found by selection (quickselect, what ``std::nth_element`` does, among the costs in the
+  slice of the beam that holds it), never a sort; an exact value is needed for parity with Kaldi
+  and the torch path, so the approximate bucket cut-off of paper 002 is not used;
 * **emitting expansion** from tokens below the cutoff: ``cost = token cost + arc weight +
   ac[t, ilabel-1]`` (``ac = -acoustic_scale * log-probs``, blank penalty applied by the caller,
   exactly as the torch path) ``+ boost[olabel]``. As in Kaldi, the best token is expanded first
