@@ -149,6 +149,13 @@ def kth_smallest(buf: np.ndarray, n: int, k: int) -> np.float32:
 CUTOFF_BUCKETS = 256  # slices of the beam `get_cutoff` counts costs in before it selects
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _cutoff_bucket(c: np.float32, best: np.float32, per_bucket: np.float32) -> int:
+    """The slice of the beam cost ``c`` falls in (`get_cutoff`): monotone in ``c``, the last one
+    also taking costs that round onto the beam's end."""
+    return min(int((c - best) * per_bucket), CUTOFF_BUCKETS)
+
+
 @numba.njit(nogil=True, cache=True)
 def get_cutoff(
     cost: np.ndarray,
@@ -184,7 +191,7 @@ def get_cutoff(
         per_bucket = np.float32(CUTOFF_BUCKETS) / beam
         count = np.zeros(CUTOFF_BUCKETS + 1, np.int64)
         for i in range(below):
-            count[min(int((scratch[i] - best) * per_bucket), CUTOFF_BUCKETS)] += 1
+            count[_cutoff_bucket(scratch[i], best, per_bucket)] += 1
         k = max_active
         b = 0
         while count[b] <= k:
@@ -193,7 +200,7 @@ def get_cutoff(
         m = 0
         for i in range(below):
             c = scratch[i]
-            if min(int((c - best) * per_bucket), CUTOFF_BUCKETS) == b:
+            if _cutoff_bucket(c, best, per_bucket) == b:
                 scratch[m] = c
                 m += 1
         max_cut = kth_smallest(scratch, m, k)
@@ -355,7 +362,7 @@ def prefetch_pays(table: np.ndarray, l2_bytes: int) -> bool:
     per-core L2 cache (``l2_bytes``, 0 = unknown). Finding the entries means walking those tokens'
     arcs early, which costs more than it hides when the table is in L2 anyway (real-speech.md
     items 16 and 30 measured both sides)."""
-    return table.shape[0] * table.itemsize > l2_bytes
+    return table.nbytes > l2_bytes
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -804,6 +811,7 @@ def _emit(
         if i + PREFETCH_ARCS < n:
             prefetch(arcs, states[cur_state[i + PREFETCH_ARCS]].first)
         ahead = i + PREFETCH_WORDS
+        # `lm is not None` first: without an LM numba drops the branch (memo is None there)
         if lm is not None and prefetch_words and ahead < n and cur_cost[ahead] < cut:
             s2 = cur_state[ahead]
             prefetch_word_sets(arcs, memo, V, cur_u[ahead], states[s2].first, states[s2].split)
