@@ -31,6 +31,13 @@ reference that costs less than our words is a search error as well (listed as `r
 forced alignment of our own words costs less than the path the search returned, the search kept
 the words but lost their best alignment: listed as ``alignment gap`` (it changes no word, so no
 verdict).
+With a static graph (`wfst`) whose G was built from an ARPA file, a ``model differs`` row also says
+whether the difference is G's reading of the LM: G takes the cheaper of an explicit n-gram and its
+backoff route (its **cheapest path**), pocketsphinx the n-gram (**exact**; `asrdecode.lm.backoff`).
+Both word sequences' LM costs are read both ways; where, with both read exactly, pocketsphinx's words
+would cost less than ours, the row is marked ``lm_reading`` (printed ``LM``; counted as
+``lm_reading`` in the summary): the graph's backoff reading, not the search or the acoustics, chose
+our words.
 For a search error (`wfst`, `wfst-otf`) it also says where the search lost pocketsphinx's path:
 the frame and the pruning step that dropped it (`asrdecode.bench.search_loss`: history beam, beam,
 max_active, or the bound on the new tokens), row field ``lost``.
@@ -58,6 +65,7 @@ from asrdecode.errors import AsrDecodeError
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.graph.restrict import WordSequenceGraphs
 from asrdecode.io.manifests import read_inputs
+from asrdecode.lm.backoff import BackoffReadings
 from asrdecode.models.base import ModelOutput
 from asrdecode.models.loading import load_model, resolve_packaged_path
 from asrdecode.scoring import score
@@ -86,6 +94,20 @@ def verdict(ours: list[str], theirs: list[str], our_cost: float, their_cost: flo
     if their_cost is None:
         return "unreachable"
     return "search error" if cheaper(their_cost, our_cost) else "model differs"
+
+
+def backoff_bonus(readings: BackoffReadings, words: list[str]) -> float | None:
+    """How much less G's cheapest path charges ``<s> words </s>`` than the LM read exactly (>= 0;
+    None for a word outside the LM)."""
+    if not readings.in_vocabulary(words):
+        return None
+    return readings.exact(words) - readings.cheapest_path(words)
+
+
+def lost_to_lm_reading(our_cost: float, their_cost: float, our_bonus: float, their_bonus: float) -> bool:
+    """Whether pocketsphinx's words, costlier in our model, would cost less than ours if the graph
+    read the LM exactly: each cost with its words' backoff bonus (`backoff_bonus`) taken back."""
+    return cheaper(their_cost + their_bonus, our_cost + our_bonus)
 
 
 def pcm_and_output(model: Any, utt: Any) -> tuple[np.ndarray, ModelOutput]:
@@ -146,6 +168,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
 
     ps_same_lm = Pocketsphinx(lm)
+    readings = None  # the static graph's LM read both ways
+    if not on_the_fly and lm.name.endswith((".arpa", ".arpa.gz", ".lm", ".lm.gz")):
+        try:
+            readings = BackoffReadings.read(lm)
+        except AsrDecodeError as err:
+            print(f"diagnose: no LM-reading check: {err}", file=sys.stderr)
     ps_default = Pocketsphinx(None) if args.default_lm else None
 
     rows, refs = [], {}
@@ -183,6 +211,11 @@ def main(argv: list[str] | None = None) -> None:
         }
         if ref and ref != our_words and cost[2] is not None and cheaper(cost[2], ours_cost):
             row["ref_verdict"] = "search error"
+        if readings is not None and row["verdict"] == "model differs":
+            bonus = [backoff_bonus(readings, words) for words in (our_words, theirs)]
+            if None not in bonus:
+                row["lm_bonus"] = {"asrdecode": bonus[0], "pocketsphinx": bonus[1]}
+                row["lm_reading"] = lost_to_lm_reading(ours_cost, cost[1], bonus[0], bonus[1])
         if row["verdict"] == "search error" and kind != "let":  # where the search lost their path
             followed = follow_words(decoder, output, theirs, graphs)
             if followed is not None and followed["lost"] is not None:
@@ -208,6 +241,8 @@ def main(argv: list[str] | None = None) -> None:
             ).wer
         summary["ref_search_errors"] = sum(1 for r in rows if r.get("ref_verdict") == "search error")
     summary["alignment_gaps"] = sum(1 for r in rows if lost_alignment(r))
+    if readings is not None:
+        summary["lm_reading"] = sum(1 for r in rows if r.get("lm_reading"))
     print("\n" + json.dumps(summary))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
@@ -252,6 +287,15 @@ def print_row(row: dict) -> None:
         else:
             how = ""
         print(f"  LOST pocketsphinx's path at frame {at['frame']}{word}, {at['step']}{how}")
+    if "lm_bonus" in row:
+        b = row["lm_bonus"]
+        what = (
+            "read exactly, pocketsphinx's words would cost less"
+            if row["lm_reading"]
+            else "ours still cost less read exactly"
+        )
+        ours, theirs = b["asrdecode"], b["pocketsphinx"]
+        print(f"  LM   G's backoff bonus: ours {ours:.3f}, pocketsphinx's {theirs:.3f}: {what}")
     if "pocketsphinx_default_lm" in row:
         print(f"  PS*  {row['pocketsphinx_default_lm']}   (pocketsphinx's own LM)")
 

@@ -129,3 +129,110 @@ def exact_bigram(lm: BackoffReadings) -> tuple[BackoffReadings, int]:
                 prob[g] = route
                 raised += 1
     return BackoffReadings(prob, bow), raised
+
+
+def _log10_exact(prob: dict, bow: dict, hist: tuple[str, ...], w: str) -> float:
+    """log10 p(w | hist) by the backoff rule over the tables being edited (`hist` a history)."""
+    total = 0.0
+    while hist + (w,) not in prob:
+        total += bow.get(hist, 0.0)
+        hist = hist[1:]
+    return total + prob[hist + (w,)]
+
+
+def _normalised_bow(prob: dict, bow: dict, hist: tuple[str, ...], words: list[str]) -> float | None:
+    """The log10 backoff weight that makes p(. | hist) sum to one with these explicit `words`
+    (Katz's renormalisation, as after pruning); None where the explicit words leave no mass."""
+    num = 1.0 - sum(10.0 ** prob[hist + (w,)] for w in words)
+    den = 1.0 - sum(10.0 ** _log10_exact(prob, bow, hist[1:], w) for w in words)
+    return math.log10(num / den) if num > 1e-12 and den > 1e-12 else None
+
+
+def _consistent(lm: BackoffReadings) -> tuple[BackoffReadings, int, int]:
+    """Order by order from bigrams up: every explicit n-gram less probable than its backoff route
+    is removed, or raised to the route where it is a history of longer n-grams, and its history's
+    backoff weight renormalised (which only lowers the routes). Returns the LM, removed, raised."""
+    prob, bow = dict(lm.prob), dict(lm.bow)
+    removed = raised = 0
+    for k in range(2, lm.order + 1):
+        children: dict[tuple[str, ...], list[str]] = {}
+        for g in prob:
+            if len(g) == k:
+                children.setdefault(g[:-1], []).append(g[-1])
+        histories = {g[:-1] for g in prob if len(g) == k + 1}
+        for h, words in children.items():
+            if k >= 3:  # the orders below changed: renormalise first
+                b = _normalised_bow(prob, bow, h, words)
+                if b is not None:
+                    bow[h] = b
+            lower = {w: _log10_exact(prob, bow, h[1:], w) for w in words}
+            while True:
+                b = bow.get(h, 0.0)
+                below = [w for w in words if prob[h + (w,)] < b + lower[w] - 1e-9]
+                if not below:
+                    break
+                for w in below:
+                    if h + (w,) in histories:
+                        prob[h + (w,)] = b + lower[w]
+                        raised += 1
+                    else:
+                        del prob[h + (w,)]
+                        removed += 1
+                words = [w for w in words if h + (w,) in prob]
+                b = _normalised_bow(prob, bow, h, words)
+                if b is None:  # no mass left to renormalise: the weight stays (no route undercuts)
+                    break
+                bow[h] = b
+    return BackoffReadings(prob, {g: b for g, b in bow.items() if g in prob}), removed, raised
+
+
+def _shortcuts(lm: BackoffReadings) -> set[tuple[str, ...]]:
+    """Histories that G can skip at a profit: for an explicit n-gram ``h w`` landing in history s,
+    a route that backs off further, reads w at a shorter level and lands in a shorter state, costs
+    less than the n-gram plus the backoff weights from s down to that state (so it undercuts every
+    continuation that backs off from s)."""
+    found = set()
+    for g, p in lm.prob.items():
+        if len(g) < 2:
+            continue
+        h, w = g[:-1], g[-1]
+        s = lm.state(g)
+        route, shorter = -lm.bow.get(h, 0.0), h[1:]
+        while True:
+            if shorter + (w,) in lm.prob:
+                lands = lm.state(shorter + (w,))
+                if len(lands) < len(s):
+                    chain, t = 0.0, s
+                    while len(t) > len(lands):
+                        chain -= lm.bow.get(t, 0.0)
+                        t = lm.state(t[1:])
+                    if -p + chain > route - lm.prob[shorter + (w,)] + 1e-9:
+                        found.add(s)
+            if not shorter:
+                break
+            route -= lm.bow.get(shorter, 0.0)
+            shorter = shorter[1:]
+    return found
+
+
+def exact_readable(lm: BackoffReadings) -> tuple[BackoffReadings, dict[str, int]]:
+    """An LM close to `lm` whose G (epsilon backoff arcs) reads every sentence exactly: its
+    cheapest path is the backoff rule's cost, so a static graph scores it as pocketsphinx does.
+
+    Two ways G undercuts the rule: a backoff route cheaper than an explicit n-gram (removed, or
+    raised to the route where it is a history; `_consistent`), and a route that reads a word at a
+    lower order to land in a shorter history and skip that history's backoff weight later
+    (`_shortcuts`: the longer n-grams of such a history are removed, so it is one no more).
+    Repeated until neither is left. Returns the LM and the counts of removed and raised n-grams."""
+    counts = {"removed": 0, "raised": 0, "history_ngrams_removed": 0}
+    for _ in range(lm.order + 8):
+        lm, removed, raised = _consistent(lm)
+        counts["removed"] += removed
+        counts["raised"] += raised
+        skip = _shortcuts(lm)
+        if not skip:
+            return lm, counts
+        prob = {g: p for g, p in lm.prob.items() if len(g) < 2 or g[:-1] not in skip}
+        counts["history_ngrams_removed"] += len(lm.prob) - len(prob)
+        lm = BackoffReadings(prob, {g: b for g, b in lm.bow.items() if g not in skip and g in prob})
+    raise ValueError("exact_readable: shortcuts left after the rounds (an LM with cyclic histories?)")

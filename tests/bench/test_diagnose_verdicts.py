@@ -1,10 +1,22 @@
 """`asrdecode bench diagnose-pocketsphinx` verdicts: pocketsphinx's words are compared with the cost
 of our words (their forced alignment when it is cheaper than the path the search returned), and a
-search that kept its words but lost their best alignment is counted apart, with no verdict."""
+search that kept its words but lost their best alignment is counted apart, with no verdict; a
+static graph's backoff reading of the LM is checked as the cause of a model difference."""
 
 from __future__ import annotations
 
-from asrdecode.bench.diagnose_pocketsphinx import lost_alignment, verdict, words_cost
+import math
+
+import pytest
+
+from asrdecode.bench.diagnose_pocketsphinx import (
+    backoff_bonus,
+    lost_alignment,
+    lost_to_lm_reading,
+    verdict,
+    words_cost,
+)
+from asrdecode.lm.backoff import BackoffReadings
 
 
 def test_our_words_cost_their_best_path() -> None:
@@ -28,3 +40,23 @@ def test_alignment_gap_is_beyond_rounding() -> None:
     assert lost_alignment(row)
     assert not lost_alignment({"asrdecode_cost": 5000.0, "asrdecode_forced_cost": 4999.999})
     assert not lost_alignment({"asrdecode_cost": 5000.0, "asrdecode_forced_cost": None})
+
+
+def test_lm_reading_takes_each_bonus_back() -> None:
+    # theirs cost 1 more in our model, but G gave our words 3 more of a backoff bonus
+    assert lost_to_lm_reading(100.0, 101.0, 3.0, 0.0)
+    assert not lost_to_lm_reading(100.0, 101.0, 0.5, 0.0)
+    assert not lost_to_lm_reading(100.0, 101.0, 3.0, 2.5)  # both bonuses back: ours still cheaper
+
+
+def test_backoff_bonus_of_an_explicit_bigram_below_its_route(tmp_path) -> None:
+    # "a b" is explicit at log10 -2, its backoff route bow(a) + p(b) at -0.5: G reads the route
+    arpa = tmp_path / "lm.arpa"
+    arpa.write_text(
+        "\\data\\\nngram 1=4\nngram 2=2\n\n\\1-grams:\n-1.0\t</s>\n-99\t<s>\t0.0\n-0.6\ta\t0.0\n"
+        "-0.5\tb\t0.0\n\n\\2-grams:\n-0.1\t<s> a\n-2.0\ta b\n\n\\end\\\n"
+    )
+    readings = BackoffReadings.read(arpa)
+    assert backoff_bonus(readings, ["a", "b"]) == pytest.approx(1.5 * math.log(10.0), abs=1e-6)
+    assert backoff_bonus(readings, ["b", "a"]) == pytest.approx(0.0, abs=1e-9)
+    assert backoff_bonus(readings, ["a", "zebra"]) is None

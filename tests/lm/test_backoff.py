@@ -1,9 +1,13 @@
 """`asrdecode.lm.backoff` against independent references: the cheapest path against the shortest
 path through kaldilm's G (epsilon backoff arcs, OpenFst's composition), the exact reading against
-the plain-Python backoff rule of the tests' helpers; `exact_bigram`'s LM read both ways."""
+the plain-Python backoff rule of the tests' helpers; `exact_bigram`'s and `exact_readable`'s LMs read
+both ways."""
 
 import gzip
+import itertools
+import json
 import math
+from pathlib import Path
 
 import kaldifst
 import kaldilm
@@ -11,7 +15,7 @@ import numpy as np
 import pytest
 from helpers.otf_ref import ArpaScorer, random_arpa
 
-from asrdecode.lm.backoff import BackoffReadings, exact_bigram
+from asrdecode.lm.backoff import BackoffReadings, exact_bigram, exact_readable
 
 WORDS = ["a", "b", "c", "d"]
 
@@ -132,3 +136,40 @@ def test_the_tensor_lm_counts_the_ngrams_below_their_backoff_route(tmp_path, see
     small, _ = exact_bigram(readings)
     exact = BatchedNgramLM.from_arpa(small.write(tmp_path / "small.arpa"), vocab=WORDS, token_ids="words")
     assert exact.ngrams_below_backoff_route() == 0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_exact_readable_is_read_exactly_by_its_g(tmp_path, seed):
+    """Trigram LMs: the new LM's G (kaldilm, shortest paths) equals its exact reading (the tests'
+    backoff rule) on random sentences, and its cheapest path equals its exact reading on every
+    sentence of up to 4 words (brute force)."""
+    rng = np.random.default_rng(seed)
+    lm = BackoffReadings.read(random_arpa(tmp_path / "lm.arpa", rng, WORDS, 3))
+    new, counts = exact_readable(lm)
+    if seed == 0:
+        assert counts["removed"] + counts["raised"] > 0  # the case exists (not vacuous)
+    plain = new.write(tmp_path / "exact.arpa")
+    g, ids = kaldilm_g(plain, tmp_path)
+    scorer = ArpaScorer(plain)
+    for words in sentences(rng):
+        assert new.exact(words) == pytest.approx(scorer.cost(words), abs=1e-4)
+        assert g_cost(g, ids, words) == pytest.approx(new.exact(words), abs=1e-3)
+    for n in range(5):
+        for words in itertools.product(WORDS, repeat=n):
+            assert new.cheapest_path(list(words)) == pytest.approx(new.exact(list(words)), abs=1e-6)
+
+
+def test_exact_readable_sphinx_lm_reads_every_reference_exactly():
+    """The static path's LM (data/lm/sphinx-en-us-72k.arpa.gz): G undercuts the backoff rule on
+    some references of the real sets; after `exact_readable` on none."""
+    root = Path(__file__).resolve().parents[2]
+    lm = BackoffReadings.read(root / "data/lm/sphinx-en-us-72k.arpa.gz")
+    new, _ = exact_readable(lm)
+    before = 0
+    for name in ("demo/real", "real/dev", "real/test", "real/phone-dev", "real/phone-test"):
+        for line in (root / "data" / name / "manifest.jsonl").read_text().splitlines():
+            words = json.loads(line)["text"].split()
+            if words and lm.in_vocabulary(words):
+                before += lm.exact(words) - lm.cheapest_path(words) > 1e-3
+                assert new.cheapest_path(words) == pytest.approx(new.exact(words), abs=1e-6)
+    assert before > 0
