@@ -16,8 +16,9 @@ log-probs and beams, and the default setup's:
   of 4% of the large one's bytes; 1e-6: 30%); beam 10, max_active 10000.
 * ``sphinx``: the default setup (`asrdecode info`): pocketsphinx's en-us HMM scored on the device on
   the tuning sets data/demo/real and data/real/dev, the small HCLG (built into the graph cache on
-  first use) and pocketsphinx's full trigram on the fly; its scales, beam, max_active and history
-  beam (no `wfst` row: a static graph of the full trigram does not build here).
+  first use) and pocketsphinx's full trigram on the fly; its scales, beam, max_active, history
+  beam and (`wfst-otf` only: `let`'s group capacity is its counterpart) history cap (no `wfst` row:
+  a static graph of the full trigram does not build here).
 
 ``--beams``: every row at each of these beams instead of the case's own (`max_active` as the
 case's), a WER-vs-speed curve per decoder; the bucket-queue rows then run at the case's beam only.
@@ -119,8 +120,9 @@ def run_case(
         for cap in args.capacities:
             for width in (0.0, args.bucket_width) if b == beam else (0.0,):
                 cfg = LetConfig(
-                    graph=str(small_graph), lm=str(large_lm), group_capacity=cap, bucket_width=width, **opts
-                )
+                    graph=str(small_graph), lm=str(large_lm), group_capacity=cap, bucket_width=width,
+                    **{k: v for k, v in opts.items() if k != "history_max"},  # its capacity plays that role
+                )  # fmt: skip
                 label = f"let, capacity {cap}, " + (f"bucket queue {width:g}" if width else "exact cut-off")
                 rows.append(run_row(label, LetDecoder(cfg, lm=otf.diff), lp, lengths, shift, blank))
                 rows[-1].update(group_capacity=cap, bucket_width=width)
@@ -178,7 +180,7 @@ def sphinx_inputs() -> tuple:
     options = {
         "acoustic_scale": d.acoustic_scale, "word_insertion_penalty": d.word_insertion_penalty,
         "max_active": d.max_active, "min_active": d.min_active, "history_beam": d.history_beam,
-        "blank": model.blank_id,
+        "history_max": d.history_max, "blank": model.blank_id,
     }  # fmt: skip
     return lp, lengths, refs, model.frame_shift, d, options
 
@@ -196,7 +198,7 @@ def sphinx_static_case(inputs: tuple) -> tuple:
     """The static path's LM on the fly: `wfst` on the static sphinx HCLG (configs/sphinx-en-us.yaml's
     graph, built with data/lm/sphinx-en-us-72k.arpa.gz) against the default setup's small HCLG
     with that graph's ARPA on the fly; the default setup's scales and beam, the static path's
-    max_active, no history beam (`wfst` keeps one token per graph state)."""
+    max_active, no history beam or cap (`wfst` keeps one token per graph state)."""
     from asrdecode.config import build_config
     from asrdecode.graph.cache import resolve_graph_spec
 
@@ -207,8 +209,9 @@ def sphinx_static_case(inputs: tuple) -> tuple:
         build = f"asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out {large}"
         raise SystemExit(f"{large} is missing ({build})")
     arpa = json.loads((large / "meta.json").read_text())["inputs"]["arpa"]["path"]
-    # `wfst` keeps one token per graph state: no history beam
-    options = {**{k: v for k, v in options.items() if k != "history_beam"}, "max_active": static.max_active}
+    # `wfst` keeps one token per graph state: no history beam or cap
+    options = {k: v for k, v in options.items() if k not in ("history_beam", "history_max")}
+    options["max_active"] = static.max_active
     return large, resolve_graph_spec(d.graph), arpa, lp, lengths, refs, shift, d.beam, options
 
 
