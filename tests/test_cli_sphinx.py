@@ -99,3 +99,28 @@ def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
     assert dec.word_beam == 0 and default.word_beam == 0
     assert (graph.silprob, graph.fillprob) == (0.005, 1e-8)
     assert check_arpa(ROOT / graph.arpa).counts[1] > 72000  # every pronounceable word of en-us.lm.bin
+
+
+def test_exact_reading_config_is_the_static_path_with_its_lm_read_exactly():
+    """configs/sphinx-en-us-exact.yaml: `wfst-otf` over the HCLG of the exact-readable LM, the static
+    path's LM on the fly, the static path's scales, penalty and beam (real-speech.md item 33)."""
+    import yaml
+
+    from asrdecode.config import build_config, dataclass_from_dict
+    from asrdecode.decoders.wfst_otf import WfstOtfConfig
+    from asrdecode.graph import GraphBuildConfig
+
+    exact = build_config(ROOT / "configs/sphinx-en-us-exact.yaml").decoder
+    static = build_config(ROOT / "configs/sphinx-en-us.yaml").decoder
+    assert isinstance(exact, WfstOtfConfig)
+    graph = dataclass_from_dict(
+        GraphBuildConfig, yaml.safe_load((ROOT / "configs/graph/sphinx-en-us-exact.yaml").read_text())
+    )
+    static_graph = dataclass_from_dict(
+        GraphBuildConfig, yaml.safe_load((ROOT / "configs/graph/sphinx-en-us.yaml").read_text())
+    )
+    assert graph.arpa == "data/lm/sphinx-en-us-72k-exact.arpa.gz" and exact.lm == static_graph.arpa
+    assert exact.graph == "out/graphs/sphinx-en-us-exact"
+    for key in ("acoustic_scale", "word_insertion_penalty", "beam", "min_active"):
+        assert getattr(exact, key) == getattr(static, key)
+    assert graph.transition_scale == static_graph.transition_scale

@@ -67,7 +67,7 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
         log.warning(
             "decoder.small_lm %s: %d of its n-grams are less probable than their backoff route, which "
             "the graph takes instead, so the search is not %s read exactly (docs/real-speech.md; "
-            "asrdecode.lm.backoff.exact_bigram makes a small LM without this)",
+            "scripts/exact_readable_lm.py writes an LM without this, whose graph reads it exactly)",
             small, below, large,
         )  # fmt: skip
     return lm

@@ -173,3 +173,15 @@ def test_exact_readable_sphinx_lm_reads_every_reference_exactly():
                 before += lm.exact(words) - lm.cheapest_path(words) > 1e-3
                 assert new.cheapest_path(words) == pytest.approx(new.exact(words), abs=1e-6)
     assert before > 0
+
+
+def test_the_shipped_exact_readable_lm_is_the_scripts_output():
+    """data/lm/sphinx-en-us-72k-exact.arpa.gz (configs/graph/sphinx-en-us-exact.yaml) is
+    `exact_readable` of data/lm/sphinx-en-us-72k.arpa.gz, as scripts/exact_readable_lm.py writes it."""
+    root = Path(__file__).resolve().parents[2]
+    made, _ = exact_readable(BackoffReadings.read(root / "data/lm/sphinx-en-us-72k.arpa.gz"))
+    shipped = BackoffReadings.read(root / "data/lm/sphinx-en-us-72k-exact.arpa.gz")
+    assert shipped.prob.keys() == made.prob.keys()
+    assert all(abs(shipped.prob[g] - p) < 1e-6 for g, p in made.prob.items())
+    for g in made.bow.keys() | shipped.bow.keys():  # a weight of 0 is not written
+        assert abs(shipped.bow.get(g, 0.0) - made.bow.get(g, 0.0)) < 1e-6
