@@ -98,6 +98,7 @@ def run_case(
     """Rows of one case at its beam or at each of ``args.beams``: `wfst` on the large-LM graph
     (unless `large_graph` is None), `wfst-otf`, `let` per capacity (exact cut-off, and the bucket
     queue at the case's beam); `extra`: the case's own decoder options (scales, max_active, blank)."""
+    from asrdecode.decoders import decoder_options
     from asrdecode.decoders.let import LetConfig, LetDecoder
     from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
     from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
@@ -105,6 +106,7 @@ def run_case(
     extra = dict(extra or {})
     blank = extra.pop("blank", lp.shape[2] - 1)
     base = {"max_active": 10000, "min_active": 200, "threads": 1, **extra}
+    let_options = set(decoder_options("let"))
     print(f"\n{name}: {len(lp)} utterances, {int(lengths.sum())} frames", flush=True)
     rows = []
     for b in args.beams or [beam]:
@@ -121,7 +123,7 @@ def run_case(
             for width in (0.0, args.bucket_width) if b == beam else (0.0,):
                 cfg = LetConfig(
                     graph=str(small_graph), lm=str(large_lm), group_capacity=cap, bucket_width=width,
-                    **{k: v for k, v in opts.items() if k != "history_max"},  # its capacity plays that role
+                    **{k: v for k, v in opts.items() if k in let_options},  # no history cap: its capacity
                 )  # fmt: skip
                 label = f"let, capacity {cap}, " + (f"bucket queue {width:g}" if width else "exact cut-off")
                 rows.append(run_row(label, LetDecoder(cfg, lm=otf.diff), lp, lengths, shift, blank))
@@ -200,6 +202,7 @@ def sphinx_static_case(inputs: tuple) -> tuple:
     with that graph's ARPA on the fly; the default setup's scales and beam, the static path's
     max_active, no history beam or cap (`wfst` keeps one token per graph state)."""
     from asrdecode.config import build_config
+    from asrdecode.decoders import decoder_options
     from asrdecode.graph.cache import resolve_graph_spec
 
     lp, lengths, refs, shift, d, options = inputs
@@ -209,9 +212,9 @@ def sphinx_static_case(inputs: tuple) -> tuple:
         build = f"asrdecode build-graph --config configs/graph/sphinx-en-us.yaml --out {large}"
         raise SystemExit(f"{large} is missing ({build})")
     arpa = json.loads((large / "meta.json").read_text())["inputs"]["arpa"]["path"]
-    # `wfst` keeps one token per graph state: no history beam or cap
-    options = {k: v for k, v in options.items() if k not in ("history_beam", "history_max")}
-    options["max_active"] = static.max_active
+    # `wfst` keeps one token per graph state: no history beam or cap (the options it refuses)
+    kept = set(decoder_options("wfst")) | {"blank"}
+    options = {**{k: v for k, v in options.items() if k in kept}, "max_active": static.max_active}
     return large, resolve_graph_spec(d.graph), arpa, lp, lengths, refs, shift, d.beam, options
 
 
