@@ -131,20 +131,11 @@ def exact_bigram(lm: BackoffReadings) -> tuple[BackoffReadings, int]:
     return BackoffReadings(prob, bow), raised
 
 
-def _log10_exact(prob: dict, bow: dict, hist: tuple[str, ...], w: str) -> float:
-    """log10 p(w | hist) by the backoff rule over the tables being edited (`hist` a history)."""
-    total = 0.0
-    while hist + (w,) not in prob:
-        total += bow.get(hist, 0.0)
-        hist = hist[1:]
-    return total + prob[hist + (w,)]
-
-
-def _normalised_bow(prob: dict, bow: dict, hist: tuple[str, ...], words: list[str]) -> float | None:
+def _normalised_bow(lm: BackoffReadings, hist: tuple[str, ...], words: list[str]) -> float | None:
     """The log10 backoff weight that makes p(. | hist) sum to one with these explicit `words`
     (Katz's renormalisation, as after pruning); None where the explicit words leave no mass."""
-    num = 1.0 - sum(10.0 ** prob[hist + (w,)] for w in words)
-    den = 1.0 - sum(10.0 ** _log10_exact(prob, bow, hist[1:], w) for w in words)
+    num = 1.0 - sum(10.0 ** lm.prob[hist + (w,)] for w in words)
+    den = 1.0 - sum(10.0 ** lm.word_log10(lm.state(hist[1:]), w) for w in words)
     return math.log10(num / den) if num > 1e-12 and den > 1e-12 else None
 
 
@@ -153,6 +144,7 @@ def _consistent(lm: BackoffReadings) -> tuple[BackoffReadings, int, int]:
     is removed, or raised to the route where it is a history of longer n-grams, and its history's
     backoff weight renormalised (which only lowers the routes). Returns the LM, removed, raised."""
     prob, bow = dict(lm.prob), dict(lm.bow)
+    edited = BackoffReadings(prob, bow)  # reads the tables as they are edited below
     removed = raised = 0
     for k in range(2, lm.order + 1):
         children: dict[tuple[str, ...], list[str]] = {}
@@ -162,10 +154,10 @@ def _consistent(lm: BackoffReadings) -> tuple[BackoffReadings, int, int]:
         histories = {g[:-1] for g in prob if len(g) == k + 1}
         for h, words in children.items():
             if k >= 3:  # the orders below changed: renormalise first
-                b = _normalised_bow(prob, bow, h, words)
+                b = _normalised_bow(edited, h, words)
                 if b is not None:
                     bow[h] = b
-            lower = {w: _log10_exact(prob, bow, h[1:], w) for w in words}
+            lower = {w: edited.word_log10(edited.state(h[1:]), w) for w in words}
             while True:
                 b = bow.get(h, 0.0)
                 below = [w for w in words if prob[h + (w,)] < b + lower[w] - 1e-9]
@@ -179,7 +171,7 @@ def _consistent(lm: BackoffReadings) -> tuple[BackoffReadings, int, int]:
                         del prob[h + (w,)]
                         removed += 1
                 words = [w for w in words if h + (w,) in prob]
-                b = _normalised_bow(prob, bow, h, words)
+                b = _normalised_bow(edited, h, words)
                 if b is None:  # no mass left to renormalise: the weight stays (no route undercuts)
                     break
                 bow[h] = b
