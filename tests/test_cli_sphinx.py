@@ -120,7 +120,8 @@ def test_exact_reading_config_is_the_static_path_with_its_lm_read_exactly():
         GraphBuildConfig, yaml.safe_load((ROOT / "configs/graph/sphinx-en-us.yaml").read_text())
     )
     assert graph.arpa == "data/lm/sphinx-en-us-72k-exact.arpa.gz" and exact.lm == static_graph.arpa
-    assert exact.graph == "out/graphs/sphinx-en-us-exact"
+    assert exact.graph == "cache:configs/graph/sphinx-en-us-exact.yaml"
+    assert static.graph == "cache:configs/graph/sphinx-en-us.yaml"
     for key in ("acoustic_scale", "word_insertion_penalty", "beam", "min_active"):
         assert getattr(exact, key) == getattr(static, key)
     assert graph.transition_scale == static_graph.transition_scale
