@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real English speech: asrdecode (pocketsphinx's HMM on the device + HCLG + `wfst`) vs pocketsphinx.
 
-    .venv/bin/asrdecode bench real-speech                      # every real set; builds the graph
+    .venv/bin/asrdecode bench real-speech                      # every real set; the graph from the cache
     .venv/bin/asrdecode bench real-speech --manifest data/real/test/manifest.jsonl
     .venv/bin/asrdecode bench real-speech --on-the-fly wfst-otf,let   # + the default setup
     .venv/bin/asrdecode bench real-speech --on-the-fly wfst-otf --no-static   # no static graph build
@@ -53,7 +53,7 @@ import soundfile
 
 from asrdecode.bench.harness import machine_info
 from asrdecode.bench.peers import Pocketsphinx
-from asrdecode.graph.cache import load_graph_config
+from asrdecode.graph.cache import cached_graph, load_graph_config
 from asrdecode.scoring import score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +141,12 @@ SETS = {  # manifest -> how it was used
     "data/real/phone-dev/manifest.jsonl": "tuning set (telephone prompts, 8 kHz)",
     "data/real/phone-test/manifest.jsonl": "held out: never used for any choice (telephone prompts, 8 kHz)",
 }
+
+
+def print_stage(name: str, event: str, seconds: float) -> None:
+    """A graph build's stage, as `transcribe` reports it."""
+    if event == "done":
+        print(f"graph build: {name} done in {seconds:.1f} s", flush=True)
 
 
 def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
@@ -265,7 +271,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
     ap.add_argument("--graph-config", type=Path, default=ROOT / "configs/graph/sphinx-en-us.yaml")
-    ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
+    ap.add_argument(
+        "--graph",
+        type=Path,
+        default=None,
+        help="the static graph folder (built there from --graph-config if missing); default: "
+        "--graph-config's graph in the graph cache, built on first use as configs/sphinx-en-us.yaml does",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "out/eval-real-speech")
     ap.add_argument("--json", type=Path, default=ROOT / "out/eval_real_speech.json")
     ap.add_argument("--no-default-lm", action="store_true", help="skip pocketsphinx with its own LM")
@@ -307,6 +319,8 @@ def main(argv: list[str] | None = None) -> None:
         arpa = Path(load_graph_config(args.graph_config).arpa)
         lm = arpa if arpa.is_absolute() else ROOT / arpa
     else:
+        if args.graph is None:
+            args.graph = cached_graph(load_graph_config(args.graph_config), print_stage, on_status=print)
         if not (args.graph / "graph.pt").is_file():
             print(f"building {args.graph} from {args.graph_config} ...", flush=True)
             cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]
