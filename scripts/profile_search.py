@@ -125,13 +125,17 @@ def report(data: Path, annotate: list[str], top: int) -> None:
         ["perf", "script", "-i", str(data), "-F", "pid,ip"], capture_output=True, text=True
     ).stdout
     ips = Counter()
-    pid = None
+    pids = Counter()
     for line in script.splitlines():
         fields = line.split()
         if len(fields) == 2:
-            pid = fields[0]
+            pids[fields[0]] += 1
             ips[int(fields[1], 16)] += 1
     total = sum(ips.values())
+    # the process this script ran in wrote the map (a graph build's child process did not)
+    pid = next((p for p, _ in pids.most_common() if Path(f"/tmp/perf-{p}.map").is_file()), None)
+    if pid is None:
+        sys.exit(f"{data}: no /tmp/perf-<pid>.map of its processes (record it with this script)")
     functions = [line.split() for line in Path(f"/tmp/perf-{pid}.map").read_text().splitlines()]
     code = json.loads(Path(f"/tmp/perf-{pid}.code").read_text())
     for start_hex, size_hex, name in functions:
