@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """WER of a grid of decoder settings on tuning sets, from saved model outputs (acoustic scoring once).
 
-    .venv/bin/python scripts/sweep_decoding.py --graph out/graphs/sphinx-en-us \\
+    .venv/bin/python scripts/sweep_decoding.py \\
         decoder.acoustic_scale=0.0870,0.0952,0.10526,0.1176 decoder.max_active=5000,20000
     .venv/bin/python scripts/sweep_decoding.py --config configs/sphinx-en-us-otf.yaml \\
         --graph cache:embedded:configs/graph/sphinx-en-us-small.yaml decoder.beam=9,11,13   # default setup
@@ -55,7 +55,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--manifest", type=Path, action="append", help="a tuning set (repeatable)")
     ap.add_argument("--config", type=Path, default=ROOT / "configs/sphinx-en-us.yaml")
-    ap.add_argument("--graph", type=Path, default=ROOT / "out/graphs/sphinx-en-us")
+    ap.add_argument(
+        "--graph", type=Path, default=None, help="decoder.graph of every run (default: the config's)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "out/sweep")
     ap.add_argument("--json", type=Path, default=ROOT / "out/sweep.json")
     ap.add_argument("--point", action="append", default=[], help="one setting: 'KEY=V KEY=V' (repeatable)")
@@ -74,7 +76,7 @@ def main() -> None:
     combos = itertools.product(*[v for _, v in grid]) if grid else []  # no grid: no empty setting
     points = [[f"{k}={v}" for k, v in zip(keys, vs, strict=True)] for vs in combos]
     points += [p.split() for p in args.point]
-    base = [f"decoder.graph={args.graph}"]
+    base = [f"decoder.graph={args.graph}"] if args.graph is not None else []
     saved = {}
     for m in manifests:
         name = m.parent.name if m.parent.name != "real" else f"{m.parent.parent.name}-real"
@@ -113,7 +115,9 @@ def main() -> None:
     load = os.getloadavg()
     print(f"load average (1/5/15 min) at the end {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"graph": str(args.graph), "sets": list(saved), "rows": rows}, indent=2))
+    args.json.write_text(
+        json.dumps({"graph": args.graph and str(args.graph), "sets": list(saved), "rows": rows}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from asrdecode.machine import cache_sizes, cpu_model
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def machine_info(load_at_start: tuple[float, float, float]) -> dict:
     """Python, torch, CPU model and caches, usable cores and the load average at the start and now."""
@@ -62,3 +64,19 @@ def write_report(path: str | Path, report: dict) -> Path:
         load = f" (load average at start {start}, at end {end})"
     print(f"\nwrote {out}{load}")
     return out
+
+
+def sphinx_static_graph() -> Path:
+    """The static sphinx HCLG folder the bench cases read: out/graphs/sphinx-en-us if built there,
+    else configs/graph/sphinx-en-us.yaml's folder in the graph cache (configs/sphinx-en-us.yaml
+    builds it there on first use). Nothing is built: a folder without graph.pt means "skip"."""
+    local = ROOT / "out" / "graphs" / "sphinx-en-us"
+    if (local / "graph.pt").is_file():
+        return local
+    from asrdecode.errors import AsrDecodeError
+    from asrdecode.graph.cache import cache_folder, load_graph_config
+
+    try:
+        return cache_folder(load_graph_config(ROOT / "configs" / "graph" / "sphinx-en-us.yaml"))
+    except (AsrDecodeError, OSError):  # its inputs unreadable from here: nothing cached to find
+        return local

@@ -17,7 +17,7 @@ Cases (one graph + one set of log-probs each; every decoder of a case gets the s
   corpus sentences (10% of the letters confused, ``|`` after every word, as a wav2letter /
   wav2vec2 character model emits); WER against those sentences. The TLG reads ``|`` as an
   optional unit between words (build-graph ``word_separator``).
-* ``sphinx``: the pocketsphinx en-us HCLG (out/graphs/sphinx-en-us; runs whenever that graph
+* ``sphinx``: the pocketsphinx en-us HCLG (`harness.sphinx_static_graph`; runs whenever that graph
   exists) with real senone log-likelihoods of data/demo/real (cached in out/bench), scaled by
   1/6.5 as configs/sphinx-en-us.yaml; beam 14, max_active 5000; WER against the transcripts.
 * ``--graph/--logprobs``: your own graph folder and npz (log_probs [B,T,V], lengths).
@@ -73,7 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrdecode.bench.harness import machine_info, write_report
+from asrdecode.bench.harness import machine_info, sphinx_static_graph, write_report
 
 # torch and asrdecode are imported where needed: every row runs in a spawned child process that
 # re-imports this module, and a kaldi-decoder worker should not carry torch's memory.
@@ -620,7 +620,7 @@ def main(argv: list[str] | None = None) -> None:
         name = "20k-word TLG (chars + |, trigram)"
         cases.append(run_case(name, "20k", graph_dir, lp, lengths, 0.04, args, sents, arpa))
         print_case(cases[-1])
-    sphinx_dir = ROOT / "out" / "graphs" / "sphinx-en-us"
+    sphinx_dir = sphinx_static_graph()
     if not args.graph and "sphinx" in args.cases and (sphinx_dir / "HCLG.fst").is_file():
         # pocketsphinx's weights as configs/sphinx-en-us.yaml: acoustic scale 1/6.5 applied to the
         # log-likelihoods for every decoder (no word insertion penalty: Kaldi's graph has none)
@@ -632,7 +632,7 @@ def main(argv: list[str] | None = None) -> None:
         cases.append(run_case(name, "sphinx", sphinx_dir, lp, lengths, 0.01, sub, refs))
         print_case(cases[-1])
     elif not args.graph and "sphinx" in args.cases:
-        print(f"no {sphinx_dir}/HCLG.fst (asrdecode build-graph --config configs/graph/sphinx-en-us.yaml)")
+        print(f"no {sphinx_dir}/HCLG.fst (a first run of configs/sphinx-en-us.yaml builds it); skipped")
 
     report = {
         "machine": machine_info(load_start),

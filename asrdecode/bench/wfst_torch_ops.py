@@ -11,9 +11,9 @@ CUDA-graph capture and stalls the launch queue). This script counts both with
 same on any device) around every `TokenPassing.step` (one frame of a whole batch: expansion,
 pruning, recombination, epsilon closure) on the same inputs as `asrdecode bench wfst`
 (the demo TLG with the NeMo fixture's log-probs; the sphinx en-us HCLG with real senone
-log-likelihoods when out/graphs/sphinx-en-us exists). The peer column is the compiled (numba)
-backend, which launches no torch operation per frame at all: the ratio is meaningless there, so
-the table reports counts, and the sync column names every op that synchronised.
+log-likelihoods when that graph exists: `harness.sphinx_static_graph`). The peer column is the
+compiled (numba) backend, which launches no torch operation per frame at all: the ratio is
+meaningless there, so the table reports counts, and the sync column names every op that synchronised.
 
 The first batch is decoded once unmeasured (capacities grow to fit; an overflowing frame is rerun
 with larger buffers), then the measured pass runs. Prints a table and writes JSON.
@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asrdecode.bench.wfst_decode import BENCH, FIXTURE, ROOT, demo_graph, load_npz, sphinx_loglikes
+from asrdecode.bench.harness import sphinx_static_graph
+from asrdecode.bench.wfst_decode import BENCH, FIXTURE, demo_graph, load_npz, sphinx_loglikes
 from asrdecode.decoders.dispatch_count import DispatchCounter  # noqa: E402
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder  # noqa: E402
 from asrdecode.decoders.wfst.core import TokenPassing  # noqa: E402
@@ -104,14 +105,12 @@ def main(argv: list[str] | None = None) -> None:
         cases.append(
             ("demo TLG (BPE, bigram)", demo_graph(BENCH / "wfst-graph"), lp, lengths, 0.08, 10.0, 10000)
         )
-    sphinx = ROOT / "out" / "graphs" / "sphinx-en-us"
+    sphinx = sphinx_static_graph()
     if "sphinx" in args.cases and (sphinx / "graph.pt").is_file():
         lp, lengths, _ = sphinx_loglikes(BENCH / "sphinx-loglikes.npz")
         cases.append(("sphinx en-us HCLG (real speech)", sphinx, lp, lengths, 0.01, 14.0, 5000))
     elif "sphinx" in args.cases:
-        print(
-            f"no {sphinx}/graph.pt (asrdecode build-graph --config configs/graph/sphinx-en-us.yaml); skipped"
-        )
+        print(f"no {sphinx}/graph.pt (a first run of configs/sphinx-en-us.yaml builds it); skipped")
     result = []
     for name, graph, lp, lengths, shift, beam, max_active in cases:
         rows = [
