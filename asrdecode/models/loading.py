@@ -8,6 +8,7 @@ from asrdecode.errors import ModelError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 REPO_MODELS = Path(__file__).resolve().parent.parent.parent / "data" / "models"
+CHECKOUT = Path(__file__).resolve().parent.parent.parent  # a source checkout: asrdecode/, configs/, data/
 SPHINX_EMBEDDED = {"sphinx-en-us": ("en-us", "en-us")}  # name -> path inside pocketsphinx/model
 
 
@@ -28,7 +29,9 @@ def resolve_packaged_path(value: str) -> str:
     """`embedded:` paths of files that ship with asrdecode or pocketsphinx -> real paths:
     `embedded:sphinx-en-us` = the pocketsphinx acoustic model folder, `embedded:sphinx-en-us/../X` =
     files beside it (`cmudict-en-us.dict`, `en-us.lm.bin`); `embedded:DIR/FILE` = a file under
-    asrdecode's assets (`embedded:configs/sphinx-en-us-otf.yaml`, `embedded:lm/...`). Any other
+    asrdecode's assets (`embedded:configs/sphinx-en-us-otf.yaml`, `embedded:lm/...`). A relative
+    path that is not there from the current folder but is in asrdecode's source checkout (the
+    shipped configs name its `configs/` and `data/` files so) -> that file (`in_checkout`). Any other
     value is returned unchanged."""
     for name in SPHINX_EMBEDDED:
         prefix = f"embedded:{name}"
@@ -42,7 +45,20 @@ def resolve_packaged_path(value: str) -> str:
         if ASSETS.resolve() not in candidate.parents or not candidate.is_file():
             raise ModelError(f"{value}: no such file among asrdecode's assets ({ASSETS})")
         return str(candidate)
-    return value
+    return in_checkout(value)
+
+
+def in_checkout(value: str) -> str:
+    """`value` if it names something from the current folder (or is absolute); else, if asrdecode
+    runs from a source checkout that has it (`configs/...`, `data/...`), that path; else `value`."""
+    try:
+        path = Path(value)
+        if not value or path.is_absolute() or path.exists() or not (CHECKOUT / "pyproject.toml").is_file():
+            return value
+        candidate = CHECKOUT / path
+        return str(candidate) if candidate.exists() else value
+    except (OSError, ValueError):  # not a usable path (a NUL byte, too long): the caller reports it
+        return value
 
 
 def is_sphinx_folder(path: Path) -> bool:
