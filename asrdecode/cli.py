@@ -444,6 +444,8 @@ def info(path: Path | None, debug: bool) -> None:
 def build_progress():
     """A rich display of a graph build: the running stage with a spinner and its elapsed time, then
     one line per finished stage with its seconds (on stderr; plain lines when not a terminal)."""
+    from asrdecode.graph.stages import finished_line
+
     progress = Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
     )
@@ -454,7 +456,7 @@ def build_progress():
             tasks[name] = progress.add_task(f"graph build: {name}", total=None)
         else:
             progress.remove_task(tasks.pop(name))
-            progress.console.print(f"graph build: {name} done in {seconds:.1f} s", highlight=False)
+            progress.console.print(finished_line(name, seconds), highlight=False)
 
     with progress:
         yield on_stage

@@ -190,12 +190,11 @@ class Transcriber:
         graph = getattr(self.cfg.decoder, "graph", None)
         if isinstance(graph, str) and graph.startswith("cache:"):  # built on first use (graph.cache)
             from asrdecode.graph.cache import resolve_graph_spec
+            from asrdecode.graph.stages import report_finished
 
-            def on_stage(name: str, event: str, seconds: float) -> None:
-                if event == "done":
-                    self.on_status(f"graph build: {name} done in {seconds:.1f} s")
-
-            self.cfg.decoder.graph = resolve_graph_spec(graph, on_stage, self.on_status)
+            self.cfg.decoder.graph = resolve_graph_spec(
+                graph, report_finished(self.on_status), self.on_status
+            )
         self.context = context
         self.decoder = make_decoder(self.cfg.decoder, context)
         if self.cfg.output.save_logprobs:

@@ -42,6 +42,7 @@ between two single runs here).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -54,6 +55,7 @@ import soundfile
 from asrdecode.bench.harness import machine_info
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.graph.cache import cached_graph, load_graph_config
+from asrdecode.graph.stages import report_finished
 from asrdecode.scoring import score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,12 +143,6 @@ SETS = {  # manifest -> how it was used
     "data/real/phone-dev/manifest.jsonl": "tuning set (telephone prompts, 8 kHz)",
     "data/real/phone-test/manifest.jsonl": "held out: never used for any choice (telephone prompts, 8 kHz)",
 }
-
-
-def print_stage(name: str, event: str, seconds: float) -> None:
-    """A graph build's stage, as `transcribe` reports it."""
-    if event == "done":
-        print(f"graph build: {name} done in {seconds:.1f} s", flush=True)
 
 
 def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
@@ -320,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
         lm = arpa if arpa.is_absolute() else ROOT / arpa
     else:
         if args.graph is None:
-            args.graph = cached_graph(load_graph_config(args.graph_config), print_stage, on_status=print)
+            say = functools.partial(print, flush=True)
+            args.graph = cached_graph(load_graph_config(args.graph_config), report_finished(say), say)
         if not (args.graph / "graph.pt").is_file():
             print(f"building {args.graph} from {args.graph_config} ...", flush=True)
             cmd = [sys.executable, "-m", "asrdecode.cli", "build-graph", "--config", str(args.graph_config)]

@@ -50,9 +50,12 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
         )
     try:
         large = resolve_packaged_path(config.lm)
-        small = resolve_packaged_path(small)
     except AsrDecodeError as err:
         raise ConfigError(f"decoder.lm: {err}") from None
+    try:
+        small = resolve_packaged_path(small)
+    except AsrDecodeError as err:
+        raise ConfigError(f"decoder.small_lm: {err}") from None
     for key, path in (("lm", large), ("small_lm", small)):
         if not Path(path).is_file():
             raise ConfigError(f"decoder.{key}: {path}: file not found")

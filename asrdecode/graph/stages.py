@@ -15,6 +15,21 @@ from contextlib import contextmanager
 StageCallback = Callable[[str, str, float], None]
 
 
+def finished_line(name: str, seconds: float) -> str:
+    """The line every display prints for a finished stage (`bench first-use` reads it back)."""
+    return f"graph build: {name} done in {seconds:.1f} s"
+
+
+def report_finished(say: Callable[[str], object]) -> StageCallback:
+    """A stage callback that passes each finished stage's line (`finished_line`) to `say`."""
+
+    def on_stage(name: str, event: str, seconds: float) -> None:
+        if event == "done":
+            say(finished_line(name, seconds))
+
+    return on_stage
+
+
 class BuildStages:
     """Times named build stages in order and reports them to `on_stage`."""
 

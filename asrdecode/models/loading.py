@@ -7,8 +7,8 @@ from pathlib import Path
 from asrdecode.errors import ModelError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
-REPO_MODELS = Path(__file__).resolve().parent.parent.parent / "data" / "models"
 CHECKOUT = Path(__file__).resolve().parent.parent.parent  # a source checkout: asrdecode/, configs/, data/
+REPO_MODELS = CHECKOUT / "data" / "models"
 SPHINX_EMBEDDED = {"sphinx-en-us": ("en-us", "en-us")}  # name -> path inside pocketsphinx/model
 
 
