@@ -134,3 +134,36 @@ def test_boost_file_option(tmp_path, graph_dir):
     boost.write_text(f"{word} lots\n")
     proc = wfst(str(AUDIO), graph_dir, "--boost", str(boost), "--out", str(tmp_path / "bad"), check=False)
     assert proc.returncode != 0 and "boost.txt:1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_rescore_lm(tmp_path, graph_dir):
+    """`decoder.rescore_lm`: each transcript is the cheapest of the plain run's 100 best once each
+    gets the new LM read exactly in place of the graph's LM as G reads it (`BackoffReadings`; the
+    graph's ARPA found in its meta.json); a missing LM file is a one-line error."""
+    from helpers.otf_ref import random_arpa
+
+    from asrdecode.lm.backoff import BackoffReadings
+
+    table = (graph_dir / "words.txt").read_text().splitlines()
+    vocab = [w for w, _ in (x.split() for x in table) if not w.startswith(("<", "#"))]
+    new_lm = random_arpa(tmp_path / "new.arpa", np.random.default_rng(0), vocab, 3)
+    plain, rescored = tmp_path / "plain", tmp_path / "rescored"
+    wfst(str(AUDIO), graph_dir, "threads=1", "decoder.nbest=100", "--out", str(plain))
+    wfst(str(AUDIO), graph_dir, "threads=1", f"decoder.rescore_lm={new_lm}", "--out", str(rescored))
+    new, graph = BackoffReadings.read(new_lm), BackoffReadings.read(graph_dir.parent / "lm.arpa")
+    got = {r["utt_id"]: r for r in read_jsonl(rescored / "transcripts.jsonl")}
+    changed = 0
+    for row in read_jsonl(plain / "transcripts.jsonl"):
+        costs = sorted(
+            (-h["score"] + new.exact(h["text"].split()) - graph.cheapest_path(h["text"].split()), h["text"])
+            for h in row["nbest"]
+        )
+        assert got[row["utt_id"]]["score"] == pytest.approx(-costs[0][0], abs=2e-3)
+        if len(costs) == 1 or costs[1][0] - costs[0][0] > 1e-2:
+            assert got[row["utt_id"]]["pred_text"] == costs[0][1]
+        changed += costs[0][1] != row["pred_text"]
+    assert changed  # the new LM changes some transcripts
+    proc = wfst(
+        str(AUDIO), graph_dir, "decoder.rescore_lm=nope.arpa", "--out", str(tmp_path / "x"), check=False
+    )
+    assert proc.returncode != 0 and "decoder.rescore_lm: " in proc.stderr and "Traceback" not in proc.stderr

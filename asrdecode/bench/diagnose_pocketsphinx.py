@@ -168,8 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
 
     ps_same_lm = Pocketsphinx(lm)
-    readings = None  # the static graph's LM read both ways
-    if not on_the_fly and lm.name.endswith((".arpa", ".arpa.gz", ".lm", ".lm.gz")):
+    readings = None  # the static graph's LM read both ways (not needed when rescoring reads it exactly)
+    rescored = getattr(decoder, "rescorer", None) is not None
+    if not on_the_fly and not rescored and lm.name.endswith((".arpa", ".arpa.gz", ".lm", ".lm.gz")):
         try:
             readings = BackoffReadings.read(lm)
         except AsrDecodeError as err:

@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 
 from asrdecode.decoders.wfst.paths import graph_folder
-from asrdecode.errors import AsrDecodeError, ConfigError
+from asrdecode.errors import AsrDecodeError, ConfigError, one_line
 from asrdecode.graph.cache import cache_root
+from asrdecode.lm.backoff import BackoffReadings
 from asrdecode.lm.difference import DifferenceLM
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
+from asrdecode.lm.rescore import NbestRescorer
 
 log = logging.getLogger("asrdecode.decoders")
 
@@ -33,32 +35,40 @@ def small_lm_of(graph_spec: str) -> str:
         return ""
 
 
+def lm_file(key: str, spec: str) -> str:
+    """The file of an LM option (`embedded:` and checkout paths resolved); a one-line ConfigError
+    naming ``decoder.<key>`` if it cannot be found."""
+    from asrdecode.models.loading import resolve_packaged_path
+
+    try:
+        path = resolve_packaged_path(spec)
+    except AsrDecodeError as err:
+        raise ConfigError(f"decoder.{key}: {err}") from None
+    if not Path(path).is_file():
+        raise ConfigError(f"decoder.{key}: {path}: file not found")
+    return path
+
+
+def graph_lm(config: Any, key: str) -> str:
+    """The LM the graph was built with: the config's option `key` (``small_lm``, ``rescore_graph_lm``)
+    or the ARPA recorded in the graph folder's meta.json; a one-line ConfigError if neither."""
+    path = getattr(config, key) or small_lm_of(config.graph)
+    if not path:
+        raise ConfigError(
+            f"decoder.{key}: give the LM the graph was built with (not recorded in the graph folder's "
+            "meta.json)"
+        )
+    return path
+
+
 def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) -> DifferenceLM:
     """The LM difference of a `wfst-otf` or `let` config (its ``lm`` minus its ``small_lm`` or the
     LM recorded with its ``graph``, weighted by its ``lm_scale``) over the graph's words (``words``,
     arc ``olabels``), tables from the LM cache when built before; every problem a one-line
     ConfigError."""
-    from asrdecode.models.loading import resolve_packaged_path
-
     if not config.lm:
         raise ConfigError("decoder.lm: needs the large LM (decoder.lm=ARPA or pocketsphinx .lm.bin)")
-    small = config.small_lm or small_lm_of(config.graph)
-    if not small:
-        raise ConfigError(
-            "decoder.small_lm: give the LM the graph was built with (not recorded in the graph "
-            "folder's meta.json)"
-        )
-    try:
-        large = resolve_packaged_path(config.lm)
-    except AsrDecodeError as err:
-        raise ConfigError(f"decoder.lm: {err}") from None
-    try:
-        small = resolve_packaged_path(small)
-    except AsrDecodeError as err:
-        raise ConfigError(f"decoder.small_lm: {err}") from None
-    for key, path in (("lm", large), ("small_lm", small)):
-        if not Path(path).is_file():
-            raise ConfigError(f"decoder.{key}: {path}: file not found")
+    large, small = lm_file("lm", config.lm), lm_file("small_lm", graph_lm(config, "small_lm"))
     num_ids = max(int(olabels.max(initial=0)), max(words, default=0)) + 1
     try:
         lm = DifferenceLM.from_files(large, small, words, num_ids, config.lm_scale, cache=cache_root() / "lm")
@@ -75,6 +85,30 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
             small, below, large,
         )  # fmt: skip
     return lm
+
+
+def load_rescorer(config: Any) -> NbestRescorer:
+    """The n-best rescorer of a `wfst` / `wfst-otf` config: its ``rescore_lm`` read exactly in place
+    of its ``rescore_graph_lm`` (default: the LM recorded with its ``graph``) as G reads it; every
+    problem a one-line ConfigError naming the option."""
+    if not config.rescore_nbest >= 1:
+        raise ConfigError("decoder.rescore_nbest must be >= 1 (the word sequences rescored)")
+    paths = {"rescore_lm": lm_file("rescore_lm", config.rescore_lm)}
+    paths["rescore_graph_lm"] = lm_file("rescore_graph_lm", graph_lm(config, "rescore_graph_lm"))
+    lms: dict[str, BackoffReadings] = {}
+    for key, path in paths.items():
+        if key == "rescore_graph_lm" and Path(path).resolve() == Path(paths["rescore_lm"]).resolve():
+            lms[key] = lms["rescore_lm"]
+            continue
+        try:
+            lms[key] = BackoffReadings.read(path)
+        except AsrDecodeError as err:
+            raise ConfigError(f"decoder.{key}: {err}") from None
+        except (UnicodeDecodeError, OSError, EOFError) as err:
+            raise ConfigError(
+                f"decoder.{key}: {path}: not a readable ARPA file ({one_line(err, 80)})"
+            ) from None
+    return NbestRescorer(lms["rescore_lm"], lms["rescore_graph_lm"], config.rescore_scale)
 
 
 FUSION_TOKEN_IDS = ("ngpu", "words")

@@ -81,20 +81,26 @@ class BackoffReadings:
         """The lowest cost of ``<s> words </s>`` over G's paths, each word read at any backoff level."""
         frontier = {self.state(("<s>",)): 0.0}
         for w in [*words, "</s>"]:
-            nxt: dict[tuple[str, ...], float] = {}
-            for hist, cost in frontier.items():
-                h, acc = hist, cost
-                while True:
-                    if h + (w,) in self.prob:
-                        dst, c = self.state(h + (w,)), acc - self.prob[h + (w,)]
-                        if c < nxt.get(dst, math.inf):
-                            nxt[dst] = c
-                    if not h:
-                        break
-                    acc -= self.bow.get(h, 0.0)
-                    h = self.state(h[1:])
-            frontier = nxt
+            frontier = self.cheapest_step(frontier, w)
         return min(frontier.values()) * LN10
+
+    def cheapest_step(self, frontier: dict[tuple[str, ...], float], w: str) -> dict[tuple[str, ...], float]:
+        """One word of `cheapest_path`'s Viterbi pass over G: from each state of `frontier` (G state ->
+        lowest cost so far, -log10 p), `w` read at every backoff level (G's epsilon arcs), into the
+        states it ends in with their lowest costs."""
+        nxt: dict[tuple[str, ...], float] = {}
+        for hist, cost in frontier.items():
+            h, acc = hist, cost
+            while True:
+                if h + (w,) in self.prob:
+                    dst, c = self.state(h + (w,)), acc - self.prob[h + (w,)]
+                    if c < nxt.get(dst, math.inf):
+                        nxt[dst] = c
+                if not h:
+                    break
+                acc -= self.bow.get(h, 0.0)
+                h = self.state(h[1:])
+        return nxt
 
     def write(self, path: str | Path) -> Path:
         """As an ARPA file (gzip when `path` ends in .gz, with no timestamp: the same bytes each run)."""

@@ -12,7 +12,9 @@ the decoding graph's LM costs kept.
 For the on-the-fly decoders (`wfst-otf`, `let`) the model is the small-LM graph composed with the
 LM difference D; D's cost depends on the word sequence only, so the composed best path of a
 transcript is the graph's best path for it plus ``lm_scale * (large - small)`` of its words and
-``</s>`` (`difference.path_lm_cost`, the searches' own float32 steps).
+``</s>`` (`difference.path_lm_cost`, the searches' own float32 steps). With n-best rescoring
+(``decoder.rescore_lm``) the model is the rescored one: the words' rescoring cost is added too
+(`WfstDecoder.rescore_costs`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def force_align(
         )
         if complete and lm is not None:
             d = path_lm_cost(lm, [int(i) for i in ids if i is not None], True)
+            result.score -= d
+            result.lm_score -= d
+        if complete and getattr(decoder, "rescorer", None) is not None:  # the n-best rescoring's share
+            d = decoder.rescore_costs([list(words)])[0]
+            complete = math.isfinite(d)
             result.score -= d
             result.lm_score -= d
         results.append(result if complete else None)

@@ -449,6 +449,35 @@ class StateLattice:
     def num_arcs(self) -> int:
         return int(len(self.src))
 
+    def best_path_of(self, word_ids: list[int]) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The cheapest path of the lattice that outputs exactly `word_ids` (graph word ids), as
+        (graph arc indices, the frame of each: an emitting arc's is the frame it reads, an epsilon
+        arc's the last frame read, as the searches' back pointers give them; total cost with the
+        final cost), or None if no path outputs them (`word_path_kernel`)."""
+        words = np.asarray(word_ids, dtype=np.int64)
+        if self.num_nodes == 0 or not self.final:
+            return None
+        best, back_arc, back_k = word_path_kernel(
+            self.src, self.dst, self.ilabel, self.olabel, self.graph + self.acoustic, self.node_frame,
+            words, self.num_arcs + 1,
+        )  # fmt: skip
+        k = len(words)
+        end, total = -1, math.inf
+        for node, fin in self.final.items():
+            if best[node, k] + fin < total:
+                end, total = node, float(best[node, k] + fin)
+        if end < 0:
+            return None
+        path: list[int] = []
+        node = end
+        while back_arc[node, k] >= 0 and len(path) <= self.num_arcs:
+            a = int(back_arc[node, k])
+            path.append(a)
+            node, k = int(self.src[a]), int(back_k[node, k])
+        path.reverse()
+        idx = np.asarray(path, dtype=np.int64)
+        return self.arc[idx].astype(np.int64), self.node_frame[self.dst[idx]].astype(np.int64), total
+
     def to_kaldi_text(self, utt_id: str) -> str:
         """Kaldi text form of a state-level ``Lattice``: `utt-id`, then `src dst ilabel olabel
         graph,acoustic` per arc and `node graph,acoustic` per final node, then a blank line."""
@@ -816,6 +845,73 @@ def build_lattice(
         alpha=alpha[ids],
         beta=beta[ids],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the best path of a given word sequence (n-best rescoring reads the path of its new best)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _relax_word_arc(i, src, dst, olabel, cost, words, best, back_arc, back_k) -> bool:
+    """Relax arc i for every word position its source node holds: an arc without a word keeps
+    the position, an arc with the position's next word moves one on. Whether anything improved."""
+    s, d, w = src[i], dst[i], olabel[i]
+    n_words = len(words)
+    changed = False
+    for k in range(n_words + 1):
+        c = best[s, k]
+        if c == np.inf:
+            continue
+        if w == 0:
+            nk = k
+        elif k < n_words and words[k] == w:
+            nk = k + 1
+        else:
+            continue
+        nc = c + cost[i]
+        if nc < best[d, nk]:
+            best[d, nk] = nc
+            back_arc[d, nk] = i
+            back_k[d, nk] = k
+            changed = True
+    return changed
+
+
+@numba.njit(cache=True, nogil=True)
+def word_path_kernel(src, dst, ilabel, olabel, cost, node_frame, words, max_passes):
+    """Lowest cost of reaching each (node, words read) pair from node 0 over the arcs of a
+    StateLattice (arcs sorted by source node; nodes in frame order after node 0), with back
+    pointers: frame by frame, the frame's epsilon arcs relaxed to a fixed point (at most
+    `max_passes` passes), then its emitting arcs into the next frame."""
+    n_nodes, n_arcs = len(node_frame), len(src)
+    best = np.full((n_nodes, len(words) + 1), np.inf)
+    back_arc = np.full((n_nodes, len(words) + 1), -1, np.int64)
+    back_k = np.full((n_nodes, len(words) + 1), -1, np.int64)
+    if n_nodes == 0:
+        return best, back_arc, back_k
+    best[0, 0] = 0.0
+    n0, a0 = 0, 0
+    while n0 < n_nodes:
+        n1 = n0 + 1
+        while n1 < n_nodes and node_frame[n1] == node_frame[n0]:
+            n1 += 1
+        a1 = a0
+        while a1 < n_arcs and src[a1] < n1:
+            a1 += 1
+        for _ in range(max_passes):
+            changed = False
+            for i in range(a0, a1):
+                if ilabel[i] == 0 and _relax_word_arc(
+                    i, src, dst, olabel, cost, words, best, back_arc, back_k
+                ):
+                    changed = True
+            if not changed:
+                break
+        for i in range(a0, a1):
+            if ilabel[i] != 0:
+                _relax_word_arc(i, src, dst, olabel, cost, words, best, back_arc, back_k)
+        n0, a0 = n1, a1
+    return best, back_arc, back_k
 
 
 # ---------------------------------------------------------------------------------------------
