@@ -168,3 +168,30 @@ def test_bad_options_are_one_line_errors(tmp_path, options, message):
         WfstDecoder(WfstConfig(backend="compiled", **opts), graph=device_graph(fst), words=WORDS)
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
+
+
+def test_unreadable_hypotheses_keep_the_search_result(tmp_path, caplog):
+    """A new LM that can read none of the lattice's word sequences (a vocabulary without the
+    graph's words, no <unk>): the search's result stays, with a one-line warning and a count."""
+    rng = np.random.default_rng(11)
+    (tmp_path / "other.arpa").write_text(
+        "\\data\\\nngram 1=3\n\n\\1-grams:\n-99 <s>\n-0.5 zz\n-0.5 </s>\n\n\\end\\\n"
+    )
+    _, graph_path = lms(tmp_path, rng)
+    while True:
+        fst, lp, seqs = graph_and_frames(rng)
+        if () not in seqs:
+            break
+    plain = WfstDecoder(
+        WfstConfig(backend="compiled", threads=1, **OPEN), graph=device_graph(fst), words=WORDS
+    )
+    cfg = WfstConfig(
+        backend="compiled", threads=1, rescore_lm=str(tmp_path / "other.arpa"),
+        rescore_graph_lm=str(graph_path), **OPEN,
+    )  # fmt: skip
+    dec = WfstDecoder(cfg, graph=device_graph(fst), words=WORDS)
+    a = plain.decode(model_output(lp))[0]
+    b = dec.decode(model_output(lp))[0]
+    assert (b.text, b.score) == (a.text, a.score)
+    assert dec.last_info["rescore_unreadable"] == 1
+    assert "decoder.rescore_lm: no hypothesis" in caplog.text

@@ -552,14 +552,22 @@ class WfstDecoder:
             (i for i in range(len(hyps)) if np.isfinite(added[i])), key=lambda i: (hyps[i][1] + added[i], i)
         )
         if not order:
+            self.last_info["rescore_unreadable"] = self.last_info.get("rescore_unreadable", 0) + 1
+            log.warning(
+                "decoder.rescore_lm: no hypothesis of an utterance is in its vocabulary (and it has no "
+                "<unk>); that utterance keeps the search's result"
+            )
             return False
-        best = order[0]
-        res = results[b]
-        changed = hyps[best][0] != [w.word for w in res.words]
-        if changed:
-            found = lat.state_lattice.best_path_of([self.word_ids[w] for w in hyps[best][0]])
-            if found is None:
+        best, res = order[0], results[b]
+        own = [w.word for w in res.words]
+        changed = hyps[best][0] != own
+        found = lat.state_lattice.best_path_of([self.word_ids[w] for w in hyps[best][0]]) if changed else None
+        if changed and found is None:  # every lattice sequence has a path: kept as searched if not
+            log.warning("decoder.rescore_lm: no lattice path for the rescored words; the search's kept")
+            changed, best = False, next((i for i in order if hyps[i][0] == own), -1)
+            if best < 0:
                 return False
+        if changed and found is not None:
             arcs, frames, total = found
             new = self._path_result(BestPath(arcs, frames, total, reached_final), boost, blank, shift)
             new.lattice, new.nbest = res.lattice, res.nbest
