@@ -62,13 +62,6 @@ class NbestRescorer:
             out.append(self.scale * diff * LN10 if math.isfinite(diff) else math.inf)
         return out
 
-    def rescore(self, hyps: list[tuple[list[str], float]]) -> list[tuple[int, float]]:
-        """(index into `hyps`, new cost) of each (words, search cost) the new LM can read, cheapest
-        first (ties in the given order)."""
-        added = self.added_costs([w for w, _ in hyps])
-        scored = [(i, cost + a) for i, ((_, cost), a) in enumerate(zip(hyps, added, strict=True))]
-        return sorted((s for s in scored if math.isfinite(s[1])), key=lambda s: (s[1], s[0]))
-
     def _advance(self, reading: Reading, word: str) -> Reading:
         """One word further: the new LM's state and log10 p by the backoff rule, and G's frontier
         (every G state the words can end in, with its cheapest cost; `BackoffReadings.cheapest_step`)."""
