@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ps_same_lm = Pocketsphinx(lm)
     readings = None  # the static graph's LM read both ways (not needed when rescoring reads it exactly)
-    rescored = getattr(decoder, "rescorer", None) is not None
+    rescored = getattr(decoder, "rescoring", None) is not None
     if not on_the_fly and not rescored and lm.name.endswith((".arpa", ".arpa.gz", ".lm", ".lm.gz")):
         try:
             readings = BackoffReadings.read(lm)

@@ -88,7 +88,7 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
 
 
 def load_rescorer(config: Any) -> NbestRescorer:
-    """The n-best rescorer of a `wfst` / `wfst-otf` config: its ``rescore_lm`` read exactly in place
+    """The n-best rescorer of a WFST decoder config: its ``rescore_lm`` read exactly in place
     of its ``rescore_graph_lm`` (default: the LM recorded with its ``graph``) as G reads it; every
     problem a one-line ConfigError naming the option."""
     if not config.rescore_nbest >= 1:

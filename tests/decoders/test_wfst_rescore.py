@@ -1,4 +1,4 @@
-"""N-best LM rescoring of `wfst` and `wfst-otf` (``decoder.rescore_lm``) against independent
+"""N-best LM rescoring of `wfst`, `wfst-otf` and `let` (``decoder.rescore_lm``) against independent
 references on tiny random WFSTs with random ARPA LMs:
 
 * with no pruning and every word sequence rescored, the result is the sequence that minimises
@@ -7,8 +7,9 @@ references on tiny random WFSTs with random ARPA LMs:
   LMs), with that total as its score, and its word times and score split are the forced
   alignment's of those words;
 * `StateLattice.best_path_of` gives each sequence's exhaustive best cost, None for one not in it;
-* `wfst-otf` takes back what its search added: with an exact-readable (unigram) small LM and the
-  large LM as the rescoring LM, rescoring changes no cost;
+* the on-the-fly decoders take back what their search added: their rescored result is the
+  exhaustive minimum of graph cost + new LM exact - small LM as G reads it, and with an
+  exact-readable (unigram) small LM and the large LM as the rescoring LM no cost changes;
 * bad options and LM files are one-line ConfigErrors naming the option.
 """
 
@@ -21,6 +22,7 @@ from helpers.otf_ref import random_arpa, unigram_arpa
 from helpers.wfst_graphs import V, device_graph, log_probs
 from helpers.wfst_ref import all_word_sequences, random_wfst, single_thread  # noqa: F401
 
+from asrdecode.decoders.let import LetConfig, LetDecoder
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.align import force_align
 from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 WORDS = {i: f"w{i}" for i in range(1, 5)}
 WIP = 0.3
 OPEN = {"beam": 1e9, "max_active": 2**30, "min_active": 0, "lattice_beam": 1e9}
+ON_THE_FLY = {"wfst-otf": (WfstOtfConfig, WfstOtfDecoder), "let": (LetConfig, LetDecoder)}
 
 
 def model_output(lp: np.ndarray) -> ModelOutput:
@@ -90,6 +93,32 @@ def test_rescored_result_is_the_exhaustive_minimum(tmp_path, seed, backend):
     assert res.score == pytest.approx(forced.score, abs=2e-3)
 
 
+@pytest.mark.parametrize("kind", sorted(ON_THE_FLY))
+@pytest.mark.parametrize("seed", range(6))
+def test_on_the_fly_rescored_result_is_the_exhaustive_minimum(tmp_path, seed, kind):
+    """An on-the-fly decoder (random small bigram graph LM on the fly to a random trigram) rescored
+    by a third LM: the result is the minimum over every word sequence of its exhaustive graph cost
+    + the on-the-fly difference (large - small, both exact) + the rescoring cost (new exact - small
+    as G reads it) - what the search added, i.e. graph cost + new exact - small cheapest path."""
+    config_type, decoder_type = ON_THE_FLY[kind]
+    rng = np.random.default_rng(200 + seed)
+    new_path, small_path = lms(tmp_path, rng)
+    large_path = random_arpa(tmp_path / "large.arpa", rng, list(WORDS.values()), 3)
+    new, small = BackoffReadings.read(new_path), BackoffReadings.read(small_path)
+    fst, lp, seqs = graph_and_frames(rng)
+    totals = {s: c + added(new, small, [WORDS[w] for w in s]) for s, c in seqs.items()}
+    ranked = sorted(totals.items(), key=lambda x: x[1])
+    if ranked[1][1] - ranked[0][1] < 1e-3:
+        pytest.skip("two sequences tie")
+    cfg = config_type(
+        backend="compiled", threads=1, lm=str(large_path), small_lm=str(small_path), rescore_lm=str(new_path),
+        rescore_graph_lm=str(small_path), rescore_nbest=1000, **OPEN,
+    )  # fmt: skip
+    res = decoder_type(cfg, graph=device_graph(fst), words=WORDS).decode(model_output(lp))[0]
+    assert [w.word for w in res.words] == [WORDS[w] for w in ranked[0][0]]
+    assert -res.score == pytest.approx(ranked[0][1], abs=2e-3)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_best_path_of_each_word_sequence(seed):
     rng = np.random.default_rng(50 + seed)
@@ -107,19 +136,21 @@ def test_best_path_of_each_word_sequence(seed):
     assert lat.best_path_of(list(missing)) is None
 
 
+@pytest.mark.parametrize("kind", sorted(ON_THE_FLY))
 @pytest.mark.parametrize("seed", range(4))
-def test_otf_search_share_is_taken_back(tmp_path, seed):
-    """wfst-otf over a graph of its unigram small LM (read exactly by its G) with the large LM on
-    the fly: the search already charged the large LM read exactly, so rescoring with the large LM
-    adds nothing and keeps the words and costs."""
+def test_on_the_fly_share_is_taken_back(tmp_path, seed, kind):
+    """An on-the-fly decoder over a graph of its unigram small LM (read exactly by its G) with the
+    large LM on the fly: the search already charged the large LM read exactly, so rescoring with
+    the large LM adds nothing and keeps the words and costs."""
+    config_type, decoder_type = ON_THE_FLY[kind]
     rng = np.random.default_rng(80 + seed)
     large = random_arpa(tmp_path / "large.arpa", rng, list(WORDS.values()), 3)
     small = unigram_arpa(tmp_path / "small.arpa", [list(WORDS.values())])
     fst, lp, _ = graph_and_frames(rng)
     base = dict(backend="compiled", threads=1, lm=str(large), small_lm=str(small), nbest=4, **OPEN)
-    plain = WfstOtfDecoder(WfstOtfConfig(**base), graph=device_graph(fst), words=WORDS)
-    rescored = WfstOtfDecoder(
-        WfstOtfConfig(**base, rescore_lm=str(large), rescore_graph_lm=str(small)),
+    plain = decoder_type(config_type(**base), graph=device_graph(fst), words=WORDS)
+    rescored = decoder_type(
+        config_type(**base, rescore_lm=str(large), rescore_graph_lm=str(small)),
         graph=device_graph(fst),
         words=WORDS,
     )

@@ -43,7 +43,14 @@ from asrdecode.decoders.wfst.compiled import CompiledRunner, as_costs, search_se
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.decoder import GraphSearchConfig
 from asrdecode.decoders.wfst.lattice import backward_costs, collapse_kernel
-from asrdecode.decoders.wfst.paths import BestPath, GraphPaths, attach_lattices, blank_column, utterance_costs
+from asrdecode.decoders.wfst.paths import (
+    BestPath,
+    GraphPaths,
+    NbestRescoring,
+    attach_lattices,
+    blank_column,
+    utterance_costs,
+)
 from asrdecode.decoders.workspace import INIT_CAPACITY, lattice_records
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
@@ -246,6 +253,7 @@ class LetDecoder:
             lm = load_difference_lm(c, self.paths.words, self.paths.olabel)
         self.search = LetSearch(self.paths.graph, lm, c.group_capacity, c.threads)
         self.path_lm = self.search.lm  # `DifferenceLM.arrays()`, as `wfst-otf`'s
+        self.rescoring = NbestRescoring.for_config(c, self.paths)
         if c.prune_interval < 0 or c.lattice_beam < 0:
             raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
         self.settings = c.search_settings(
@@ -314,6 +322,11 @@ class LetDecoder:
             density = attach_lattices(results, lats, c.lattice, c.nbest, output.frame_shift)
             if density is not None:
                 self.last_info["lattice_density"] = density
+            if self.rescoring is not None:
+                boosts = [{} for _ in results]
+                self.rescoring.apply(
+                    results, lats, boosts, blank, output.frame_shift, not_final, self.path_lm, self.last_info
+                )
         if total[S.S_EPS_LIMIT]:
             log.warning("let: epsilon closure hit its limit (negative-cost epsilon cycle in the graph?)")
         return results

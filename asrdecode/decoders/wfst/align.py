@@ -14,7 +14,7 @@ LM difference D; D's cost depends on the word sequence only, so the composed bes
 transcript is the graph's best path for it plus ``lm_scale * (large - small)`` of its words and
 ``</s>`` (`difference.path_lm_cost`, the searches' own float32 steps). With n-best rescoring
 (``decoder.rescore_lm``) the model is the rescored one: the words' rescoring cost is added too
-(`WfstDecoder.rescore_costs`).
+(`paths.NbestRescoring.costs`).
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def force_align(
             d = path_lm_cost(lm, [int(i) for i in ids if i is not None], True)
             result.score -= d
             result.lm_score -= d
-        if complete and getattr(decoder, "rescorer", None) is not None:  # the n-best rescoring's share
-            d = decoder.rescore_costs([list(words)])[0]
+        rescoring = getattr(decoder, "rescoring", None)
+        if complete and rescoring is not None:  # the n-best rescoring's share
+            d = rescoring.costs([list(words)], lm)[0]
             complete = math.isfinite(d)
             result.score -= d
             result.lm_score -= d
@@ -104,6 +105,7 @@ def exhaustive_config(decoder: Any) -> WfstConfig:
         word_insertion_penalty=0.0,
         nbest=1,
         lattice=False,
+        rescore_lm="",  # the rescoring's share is added to the restricted search's cost here
         threads=1,
     )
     return WfstConfig(**shared)

@@ -68,6 +68,7 @@ from asrdecode.decoders.wfst.lattice import (
 from asrdecode.decoders.wfst.paths import (
     BestPath,
     GraphPaths,
+    NbestRescoring,
     acoustic_costs,
     attach_lattices,
     blank_column,
@@ -75,7 +76,6 @@ from asrdecode.decoders.wfst.paths import (
 )
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
-from asrdecode.lm.difference import path_lm_cost
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
 
@@ -112,6 +112,12 @@ class GraphSearchConfig(PruningOptions):
     lattice_beam: lattices keep every arc on a path within this cost of the best path (Kaldi's
       --lattice-beam); prune_interval: the search's lattice arcs are pruned every this many
       frames (Kaldi's --prune-interval; the result does not depend on it, memory does).
+    rescore_lm: an ARPA LM (plain or .gz) that rescores the lattice's ``rescore_nbest`` best word
+      sequences after the search (`paths.NbestRescoring`, `asrdecode.lm.rescore`: the graph's LM
+      reading taken back, this LM read exactly put in, scaled by ``rescore_scale``); '' = none.
+      The 1-best, its word times and scores and the n-best become the rescored ones; lattices are
+      written as searched. rescore_graph_lm: the ARPA the graph was built with (default: the one
+      recorded in the graph folder's meta.json by `asrdecode build-graph`).
     """
 
     graph: str = ""
@@ -125,11 +131,15 @@ class GraphSearchConfig(PruningOptions):
     nbest: int = 1
     lattice_beam: float = 8.0
     prune_interval: int = 25
+    rescore_lm: str = ""
+    rescore_graph_lm: str = ""
+    rescore_nbest: int = 100
+    rescore_scale: float = 1.0
 
     @property
     def want_lattice(self) -> bool:
-        """Whether the search keeps lattices (for `lattice` or an n-best)."""
-        return self.lattice or self.nbest > 1
+        """Whether the search keeps lattices (for `lattice`, an n-best or rescoring)."""
+        return self.lattice or self.nbest > 1 or bool(self.rescore_lm)
 
     def search_settings(self, num_states: int, **extra: Any) -> np.record:
         """The compiled searches' settings record (`compiled.search_settings`) for a graph of
@@ -155,12 +165,6 @@ class WfstConfig(GraphSearchConfig):
       non-blocking copies, double-buffered (paper 001 sec. 3, item 2). Ignored on the CPU.
     kernel: auto | torch | triton: the emitting-arc expansion of the torch backend as tensor ops or
       one fused Triton kernel (wfst/kernels.py); auto = triton on CUDA, torch elsewhere.
-    rescore_lm: an ARPA LM (plain or .gz) that rescores the lattice's ``rescore_nbest`` best word
-      sequences after the search (`asrdecode.lm.rescore`: the graph's LM reading taken back, this LM
-      read exactly put in, scaled by ``rescore_scale``); '' = no rescoring. The 1-best, its word
-      times and scores and the n-best become the rescored ones; lattices are written as searched.
-    rescore_graph_lm: the ARPA the graph was built with (default: the one recorded in the graph
-      folder's meta.json by `asrdecode build-graph`).
     """
 
     boost: dict = field(default_factory=dict)
@@ -168,15 +172,6 @@ class WfstConfig(GraphSearchConfig):
     cuda_graphs: bool = False
     pinned_copies: bool = False
     kernel: str = "auto"
-    rescore_lm: str = ""
-    rescore_graph_lm: str = ""
-    rescore_nbest: int = 100
-    rescore_scale: float = 1.0
-
-    @property
-    def want_lattice(self) -> bool:
-        """Whether the search keeps lattices (for `lattice`, an n-best or rescoring)."""
-        return self.lattice or self.nbest > 1 or bool(self.rescore_lm)
 
     def search_options(self, device: torch.device | str = "cpu") -> SearchOptions:
         """The search options for a torch search on `device` (device switches resolved)."""
@@ -266,11 +261,7 @@ class WfstDecoder:
             raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None
         self.path_lm: tuple | None = None  # `DifferenceLM.arrays()` of an on-the-fly LM (`wfst-otf`)
-        self.rescorer = None
-        if config.rescore_lm:
-            from asrdecode.decoders.lms import load_rescorer  # lms reads graph folders (wfst.paths)
-
-            self.rescorer = load_rescorer(config)
+        self.rescoring = NbestRescoring.for_config(config, self.paths)
         self._records: np.ndarray | None = None
         self._device_note_logged = False
         self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
@@ -493,7 +484,7 @@ class WfstDecoder:
         """Word lattice (and n-best) of each utterance from its search arcs and nodes (either
         backend): exact lattice-beam pruning, then determinization (wfst/lattice.py); `lats`:
         the lattices when already built (by the compiled search's workers). With ``rescore_lm``
-        the results are then rescored (`_rescore`)."""
+        the results are then rescored (`paths.NbestRescoring`)."""
         not_final = self._not_final if not_final is None else not_final
         # search arcs kept until the end (after window pruning): the lattice's memory
         self.last_info["lattice_search_arcs"] = sum(len(d[0]) for d in data if d[0] is not None)
@@ -505,79 +496,10 @@ class WfstDecoder:
         density = attach_lattices(results, lats, self.config.lattice, self.config.nbest, frame_shift)
         if density is not None:
             self.last_info["lattice_density"] = density
-        if self.rescorer is not None:
-            changed = [
-                self._rescore(results, b, lat, tables[b], blank, frame_shift, b not in not_final)
-                for b, lat in enumerate(lats)
-            ]
-            self.last_info["rescored_changed"] = sum(changed)
-
-    def rescore_costs(self, sequences: list[list[str]], reached_final: bool = True) -> list[float]:
-        """What n-best rescoring adds to each word sequence's search cost (inf: the new LM cannot
-        read it): the rescorer's ``scale * (exact_new - cheapest_graph)``, minus the same scale of
-        what an on-the-fly search added (`wfst-otf`'s LM difference, with ``</s>`` if the path ends
-        in a final state). Zeros without ``rescore_lm``."""
-        if self.rescorer is None:
-            return [0.0] * len(sequences)
-        added = self.rescorer.added_costs(sequences)
-        if self.path_lm is not None:  # what the search added on the fly is taken back too
-            for i, words in enumerate(sequences):
-                ids = [self.word_ids[w] for w in words]
-                added[i] -= self.rescorer.scale * path_lm_cost(self.path_lm, ids, reached_final)
-        return added
-
-    def _rescore(
-        self,
-        results: list[DecodeResult],
-        b: int,
-        lat: CompactLattice | None,
-        boost: dict[int, float],
-        blank: int,
-        shift: float,
-        reached_final: bool,
-    ) -> bool:
-        """N-best LM rescoring of result `b` (`asrdecode.lm.rescore`) from its word lattice: the
-        ``rescore_nbest`` best word sequences get the rescorer's added cost, minus the on-the-fly
-        LM's share the search added (`wfst-otf`); the cheapest becomes the result, its path read
-        from the state lattice (`StateLattice.best_path_of`), its scores with the added cost.
-        Returns whether the words changed."""
-        c = self.config
-        if lat is None or lat.state_lattice is None:
-            return False
-        hyps = lat.nbest(max(c.rescore_nbest, c.nbest))
-        if not hyps:
-            return False
-        added = self.rescore_costs([w for w, _ in hyps], reached_final)
-        order = sorted(
-            (i for i in range(len(hyps)) if np.isfinite(added[i])), key=lambda i: (hyps[i][1] + added[i], i)
-        )
-        if not order:
-            self.last_info["rescore_unreadable"] = self.last_info.get("rescore_unreadable", 0) + 1
-            log.warning(
-                "decoder.rescore_lm: no hypothesis of an utterance is in its vocabulary (and it has no "
-                "<unk>); that utterance keeps the search's result"
+        if self.rescoring is not None:
+            self.rescoring.apply(
+                results, lats, tables, blank, frame_shift, not_final, self.path_lm, self.last_info
             )
-            return False
-        best, res = order[0], results[b]
-        own = [w.word for w in res.words]
-        changed = hyps[best][0] != own
-        found = lat.state_lattice.best_path_of([self.word_ids[w] for w in hyps[best][0]]) if changed else None
-        if changed and found is None:  # every lattice sequence has a path: kept as searched if not
-            log.warning("decoder.rescore_lm: no lattice path for the rescored words; the search's kept")
-            changed, best = False, next((i for i in order if hyps[i][0] == own), -1)
-            if best < 0:
-                return False
-        if changed and found is not None:
-            arcs, frames, total = found
-            new = self._path_result(BestPath(arcs, frames, total, reached_final), boost, blank, shift)
-            new.lattice, new.nbest = res.lattice, res.nbest
-            results[b] = res = new
-        res.score -= added[best]
-        if res.lm_score is not None:
-            res.lm_score -= added[best]
-        if c.nbest > 1:
-            res.nbest = [(hyps[i][0], -(hyps[i][1] + added[i])) for i in order[: c.nbest]]
-        return changed
 
     def word_lattice(
         self,

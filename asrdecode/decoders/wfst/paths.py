@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from asrdecode.graph.format import DeviceGraph, find_graph_file
 from asrdecode.graph.symbols import read_symbols
 from asrdecode.io.lines import read_lines
 from asrdecode.lm.difference import DifferenceLM, lm_final_costs, path_lm_cost
+from asrdecode.lm.rescore import NbestRescorer
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst")
@@ -340,3 +342,114 @@ def attach_lattices(
         if nbest > 1:
             res.nbest = [(w, -c) for w, c in lat.nbest(nbest)] if lat is not None else []
     return sum(density) / len(density) if density else None
+
+
+class NbestRescoring:
+    """N-best LM rescoring after a WFST search (`wfst`, `wfst-otf`, `let`; ``decoder.rescore_lm``,
+    `asrdecode.lm.rescore`): each utterance's ``rescore_nbest`` best word sequences from its word
+    lattice get the rescorer's added cost, minus what an on-the-fly search added for them (its LM
+    difference, at the same scale); the cheapest becomes the result, its path read from the state
+    lattice (`StateLattice.best_path_of`) and its scores shifted by the added cost."""
+
+    def __init__(self, rescorer: NbestRescorer, paths: GraphPaths, rescore_nbest: int, nbest: int) -> None:
+        self.rescorer, self.paths = rescorer, paths
+        self.rescore_nbest, self.nbest = rescore_nbest, nbest
+
+    @classmethod
+    def for_config(cls, config: Any, paths: GraphPaths) -> NbestRescoring | None:
+        """The rescoring of a decoder config (None without ``rescore_lm``); one-line ConfigErrors."""
+        if not config.rescore_lm:
+            return None
+        from asrdecode.decoders.lms import load_rescorer  # lms imports this module
+
+        return cls(load_rescorer(config), paths, config.rescore_nbest, config.nbest)
+
+    def costs(
+        self, sequences: list[list[str]], path_lm: tuple | None, reached_final: bool = True
+    ) -> list[float]:
+        """What rescoring adds to each word sequence's search cost (inf: the new LM cannot read
+        it): the rescorer's ``scale * (exact_new - cheapest_graph)`` minus the same scale of the
+        on-the-fly LM difference `path_lm` adds along it (with ``</s>`` if the path ends final)."""
+        added = self.rescorer.added_costs(sequences)
+        if path_lm is not None:
+            for i, words in enumerate(sequences):
+                ids = [self.paths.word_ids[w] for w in words]
+                added[i] -= self.rescorer.scale * path_lm_cost(path_lm, ids, reached_final)
+        return added
+
+    def apply(
+        self,
+        results: list[DecodeResult],
+        lattices: list[CompactLattice | None],
+        boosts: list[dict[int, float]],
+        blank: int,
+        shift: float,
+        not_final: list[int],
+        path_lm: tuple | None,
+        info: dict,
+    ) -> None:
+        """Rescore every result that has a lattice, in place; counts in `info`: ``rescored_changed``
+        (words changed), ``rescore_unreadable`` (no hypothesis the new LM reads: the search's kept)."""
+        changed = unreadable = 0
+        for b, lat in enumerate(lattices):
+            outcome = self._one(results, b, lat, boosts[b] if b < len(boosts) else {}, blank, shift,
+                                b not in not_final, path_lm)  # fmt: skip
+            changed += outcome == "changed"
+            unreadable += outcome == "unreadable"
+        info["rescored_changed"] = changed
+        if unreadable:
+            info["rescore_unreadable"] = unreadable
+            log.warning(
+                "decoder.rescore_lm: no hypothesis of %d utterance(s) is in its vocabulary (and it has no "
+                "<unk>); they keep the search's result",
+                unreadable,
+            )
+
+    def _one(
+        self,
+        results: list[DecodeResult],
+        b: int,
+        lat: CompactLattice | None,
+        boost: dict[int, float],
+        blank: int,
+        shift: float,
+        reached_final: bool,
+        path_lm: tuple | None,
+    ) -> str:
+        if lat is None or lat.state_lattice is None:
+            return "none"
+        hyps = lat.nbest(max(self.rescore_nbest, self.nbest))
+        if not hyps:
+            return "none"
+        added = self.costs([w for w, _ in hyps], path_lm, reached_final)
+        order = sorted(
+            (i for i in range(len(hyps)) if np.isfinite(added[i])), key=lambda i: (hyps[i][1] + added[i], i)
+        )
+        if not order:
+            return "unreadable"
+        best, res = order[0], results[b]
+        own = [w.word for w in res.words]
+        changed = hyps[best][0] != own
+        found = (
+            lat.state_lattice.best_path_of([self.paths.word_ids[w] for w in hyps[best][0]])
+            if changed
+            else None
+        )
+        if changed and found is None:  # every lattice sequence has a path: kept as searched if not
+            log.warning("decoder.rescore_lm: no lattice path for the rescored words; the search's kept")
+            changed, best = False, next((i for i in order if hyps[i][0] == own), -1)
+            if best < 0:
+                return "none"
+        if changed and found is not None:
+            arcs, frames, total = found
+            new = self.paths.result(
+                BestPath(arcs, frames, total, reached_final), boost, blank, shift, path_lm
+            )
+            new.lattice, new.nbest = res.lattice, res.nbest
+            results[b] = res = new
+        res.score -= added[best]
+        if res.lm_score is not None:
+            res.lm_score -= added[best]
+        if self.nbest > 1:
+            res.nbest = [(hyps[i][0], -(hyps[i][1] + added[i])) for i in order[: self.nbest]]
+        return "changed" if changed else "kept"
