@@ -20,6 +20,11 @@ fastest round (its rounds' seconds are in the JSON) for comparisons on a noisy m
     .venv/bin/python scripts/sweep_decoding.py --config asrdecode/assets/configs/sphinx-en-us-otf.yaml \
         --graph cache:embedded:configs/graph/sphinx-en-us-small.yaml --rounds 2 \
         --point "decoder.beam=11" --point "decoder.beam=10 decoder.graph=out/graphs/small-deferred"
+
+A point's upper-case ``NAME=VALUE`` words are environment variables of its runs, not overrides:
+``--point "decoder.threads=1" --point "PYTHONPATH=/tmp/wt decoder.threads=1"`` times a scratch
+worktree's code against the checkout's, alternated (the fastest rounds are also printed as a
+ratio to the first setting's).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,14 +47,31 @@ TUNING = [
 HELD_OUT = [ROOT / "data/real/test", ROOT / "data/real/phone-test"]
 
 
-def transcribe(source: Path, out: Path, config: Path, overrides: list[str]) -> dict:
+ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=")
+
+
+def split_point(words: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A point's words as (config overrides, environment variables: the upper-case NAME=VALUE)."""
+    env = dict(w.split("=", 1) for w in words if ENV_WORD.match(w))
+    return [w for w in words if not ENV_WORD.match(w)], env
+
+
+def transcribe(source: Path, out: Path, config: Path, overrides: list[str], env: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(source), "--config", str(config)]
     proc = subprocess.run(
-        [*cmd, *overrides, "--out", str(out), "--overwrite"], capture_output=True, text=True
+        [*cmd, *overrides, "--out", str(out), "--overwrite"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     if proc.returncode != 0:
         sys.exit(f"asrdecode transcribe failed:\n{proc.stderr}")
     return json.loads((out / "report.json").read_text())
+
+
+def label(row: dict) -> str:
+    """A setting as given: its environment words, then its overrides."""
+    return " ".join([*(f"{k}={v}" for k, v in row["env"].items()), *row["overrides"]])
 
 
 def main() -> None:
@@ -83,14 +106,19 @@ def main() -> None:
         out = args.out / name / "model"
         transcribe(m, out, args.config, [*base, "output.save_logprobs=true"])
         saved[name] = out / "logprobs"
-    rows = [{"overrides": overrides, "sets": {}, "round_seconds": []} for overrides in points]
+    rows = []
+    for words in points:
+        overrides, env = split_point(words)
+        rows.append({"overrides": overrides, "env": env, "sets": {}, "round_seconds": []})
+    load = os.getloadavg()
+    print(f"load average (1/5/15 min) at the start {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}", flush=True)
     for _ in range(args.rounds):
         for row in rows:
             errors = words = 0
             seconds = 0.0
             for name, logprobs in saved.items():
                 overrides = [*base, *row["overrides"]]
-                report = transcribe(logprobs, args.out / name / "point", args.config, overrides)
+                report = transcribe(logprobs, args.out / name / "point", args.config, overrides, row["env"])
                 counts = report["scoring"]
                 row["sets"][name] = report["wer"]
                 seconds += report["stage_seconds"]["decode"]
@@ -101,17 +129,17 @@ def main() -> None:
             row["pooled_wer"] = errors / words
             sets = "  ".join(f"{n} {w:6.1%}" for n, w in row["sets"].items())
             print(
-                f"{' '.join(row['overrides']):<60} {sets}  pooled {row['pooled_wer']:6.1%}  "
-                f"decode {seconds:.1f} s",
+                f"{label(row):<60} {sets}  pooled {row['pooled_wer']:6.1%}  decode {seconds:.1f} s",
                 flush=True,
             )
     if args.rounds > 1:
-        print("\nfastest round of each:")
+        print("\nfastest round of each (and its ratio to the first setting's):")
         for row in rows:
             rounds = " / ".join(f"{t:.1f}" for t in row["round_seconds"])
-            print(f"{' '.join(row['overrides']):<60} {row['decode_seconds']:.1f} s  (rounds {rounds})")
+            ratio = row["decode_seconds"] / max(rows[0]["decode_seconds"], 1e-9)
+            print(f"{label(row):<60} {row['decode_seconds']:.1f} s  x{ratio:.2f}  (rounds {rounds})")
     best = min(rows, key=lambda r: r["pooled_wer"])
-    print(f"\nbest pooled: {' '.join(best['overrides'])} ({best['pooled_wer']:.1%})")
+    print(f"\nbest pooled: {label(best)} ({best['pooled_wer']:.1%})")
     load = os.getloadavg()
     print(f"load average (1/5/15 min) at the end {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)

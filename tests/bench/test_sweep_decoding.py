@@ -1,5 +1,5 @@
-"""scripts/sweep_decoding.py: grid settings and `--point` settings decoded in alternated `--rounds`,
-each keeping its fastest round, from one model run per tuning set."""
+"""scripts/sweep_decoding.py: grid settings and `--point` settings (with environment words) decoded in
+alternated `--rounds`, each keeping its fastest round, from one model run per tuning set."""
 
 from __future__ import annotations
 
@@ -23,14 +23,19 @@ def test_points_and_rounds(tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "scripts/sweep_decoding.py"), "--config", "configs/wfst.yaml"]
     cmd += ["--graph", "cache:configs/graph/demo-ctc-bpe-tlg.yaml", "--manifest", str(manifest)]
     cmd += ["--out", str(tmp_path / "o"), "--json", str(out), "--rounds", "2"]
-    cmd += ["--point", "decoder.beam=12 decoder.max_active=300", "decoder.beam=16"]
+    cmd += ["--point", "decoder.beam=12 decoder.max_active=300", "--point", "SWEEP_MARK=1 decoder.beam=14"]
+    cmd += ["decoder.beam=16"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert [r["overrides"] for r in report["rows"]] == [
         ["decoder.beam=16"],
         ["decoder.beam=12", "decoder.max_active=300"],
+        ["decoder.beam=14"],
     ]
+    # upper-case NAME=VALUE words of a point are its runs' environment, not overrides
+    assert [r["env"] for r in report["rows"]] == [{}, {}, {"SWEEP_MARK": "1"}]
+    assert "x1.00" in proc.stdout and "SWEEP_MARK=1 decoder.beam=14" in proc.stdout
     for r in report["rows"]:
         assert len(r["round_seconds"]) == 2 and r["decode_seconds"] == min(r["round_seconds"])
         assert r["pooled_wer"] >= 0.0 and set(r["sets"]) == {"tuning"}
