@@ -196,6 +196,8 @@ class Transcriber:
                 graph, report_finished(self.on_status), self.on_status
             )
         self.context = context
+        if getattr(self.cfg.decoder, "rescore_lm", ""):
+            self.on_status(f"reading the rescoring LM {self.cfg.decoder.rescore_lm}")
         self.decoder = make_decoder(self.cfg.decoder, context)
         if self.cfg.output.save_logprobs:
             from asrdecode.io.manifests import write_logprobs_meta
