@@ -226,3 +226,17 @@ def test_unreadable_hypotheses_keep_the_search_result(tmp_path, caplog):
     assert (b.text, b.score) == (a.text, a.score)
     assert dec.last_info["rescore_unreadable"] == 1
     assert "decoder.rescore_lm: no hypothesis" in caplog.text
+
+
+def test_word_path_memory_follows_the_lattice():
+    """A chain of N word arcs reading N words: every node has one possible count of words read, so
+    the kernel keeps N + 1 entries, not (N + 1) x (N + 1); the path is the chain."""
+    from asrdecode.decoders.wfst.lattice import word_path_kernel
+
+    n = 500
+    src, dst = np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64)
+    ilabel, olabel = np.ones(n, np.int64), np.ones(n, np.int64)
+    cost, frame = np.full(n, 0.5), np.arange(-1, n, dtype=np.int64)
+    best, back_arc, _, lo, hi, off = word_path_kernel(src, dst, ilabel, olabel, cost, frame, olabel, n + 1)
+    assert off[-1] == n + 1 and list(lo) == list(range(n + 1)) and list(hi) == list(range(n + 1))
+    assert best[off[n]] == pytest.approx(0.5 * n) and back_arc[off[n]] == n - 1

@@ -457,23 +457,29 @@ class StateLattice:
         words = np.asarray(word_ids, dtype=np.int64)
         if self.num_nodes == 0 or not self.final:
             return None
-        best, back_arc, back_k = word_path_kernel(
+        best, back_arc, back_k, lo, hi, off = word_path_kernel(
             self.src, self.dst, self.ilabel, self.olabel, self.graph + self.acoustic, self.node_frame,
             words, self.num_arcs + 1,
         )  # fmt: skip
+
+        def slot(node: int, k: int) -> int:  # the (node, words read) pair's entry, -1 if outside the band
+            return int(off[node] + k - lo[node]) if lo[node] <= k <= hi[node] else -1
+
         k = len(words)
         end, total = -1, math.inf
         for node, fin in self.final.items():
-            if best[node, k] + fin < total:
-                end, total = node, float(best[node, k] + fin)
+            j = slot(node, k)
+            if j >= 0 and best[j] + fin < total:
+                end, total = node, float(best[j] + fin)
         if end < 0:
             return None
         path: list[int] = []
-        node = end
-        while back_arc[node, k] >= 0 and len(path) <= self.num_arcs:
-            a = int(back_arc[node, k])
+        node, j = end, slot(end, k)
+        while back_arc[j] >= 0 and len(path) <= self.num_arcs:
+            a = int(back_arc[j])
             path.append(a)
-            node, k = int(self.src[a]), int(back_k[node, k])
+            node, k = int(self.src[a]), int(back_k[j])
+            j = slot(node, k)
         path.reverse()
         idx = np.asarray(path, dtype=np.int64)
         return self.arc[idx].astype(np.int64), self.node_frame[self.dst[idx]].astype(np.int64), total
@@ -851,15 +857,56 @@ def build_lattice(
 # the best path of a given word sequence (n-best rescoring reads the path of its new best)
 
 
+@numba.njit(cache=True, nogil=True)
+def _frame_groups(src, node_frame) -> tuple[np.ndarray, np.ndarray]:
+    """The first node and the first arc of each frame's nodes (nodes in frame order after node 0,
+    arcs sorted by source node), with one end entry each."""
+    n_nodes, n_arcs = len(node_frame), len(src)
+    node_start = [0]
+    arc_start = [0]
+    n0, a0 = 0, 0
+    while n0 < n_nodes:
+        n1 = n0 + 1
+        while n1 < n_nodes and node_frame[n1] == node_frame[n0]:
+            n1 += 1
+        a1 = a0
+        while a1 < n_arcs and src[a1] < n1:
+            a1 += 1
+        node_start.append(n1)
+        arc_start.append(a1)
+        n0, a0 = n1, a1
+    return np.array(node_start, np.int64), np.array(arc_start, np.int64)
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
-def _relax_word_arc(i, src, dst, olabel, cost, words, best, back_arc, back_k) -> bool:
+def _relax_band(i, src, dst, olabel, n_words, lo, hi) -> bool:
+    """Widen the band of word counts of arc i's destination by its source's (clipped at n_words)."""
+    s, d = src[i], dst[i]
+    if lo[s] > n_words:
+        return False
+    w = 1 if olabel[i] > 0 else 0
+    nlo, nhi = lo[s] + w, min(hi[s] + w, n_words)
+    if nlo > nhi:
+        return False
+    changed = False
+    if nlo < lo[d]:
+        lo[d] = nlo
+        changed = True
+    if nhi > hi[d]:
+        hi[d] = nhi
+        changed = True
+    return changed
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _relax_word_arc(i, src, dst, olabel, cost, words, lo, hi, off, best, back_arc, back_k) -> bool:
     """Relax arc i for every word position its source node holds: an arc without a word keeps
     the position, an arc with the position's next word moves one on. Whether anything improved."""
     s, d, w = src[i], dst[i], olabel[i]
     n_words = len(words)
     changed = False
-    for k in range(n_words + 1):
-        c = best[s, k]
+    for k in range(lo[s], hi[s] + 1):
+        c = best[off[s] + k - lo[s]]
         if c == np.inf:
             continue
         if w == 0:
@@ -869,10 +916,11 @@ def _relax_word_arc(i, src, dst, olabel, cost, words, best, back_arc, back_k) ->
         else:
             continue
         nc = c + cost[i]
-        if nc < best[d, nk]:
-            best[d, nk] = nc
-            back_arc[d, nk] = i
-            back_k[d, nk] = k
+        j = off[d] + nk - lo[d]
+        if nc < best[j]:
+            best[j] = nc
+            back_arc[j] = i
+            back_k[j] = k
             changed = True
     return changed
 
@@ -882,36 +930,52 @@ def word_path_kernel(src, dst, ilabel, olabel, cost, node_frame, words, max_pass
     """Lowest cost of reaching each (node, words read) pair from node 0 over the arcs of a
     StateLattice (arcs sorted by source node; nodes in frame order after node 0), with back
     pointers: frame by frame, the frame's epsilon arcs relaxed to a fixed point (at most
-    `max_passes` passes), then its emitting arcs into the next frame."""
-    n_nodes, n_arcs = len(node_frame), len(src)
-    best = np.full((n_nodes, len(words) + 1), np.inf)
-    back_arc = np.full((n_nodes, len(words) + 1), -1, np.int64)
-    back_k = np.full((n_nodes, len(words) + 1), -1, np.int64)
-    if n_nodes == 0:
-        return best, back_arc, back_k
-    best[0, 0] = 0.0
-    n0, a0 = 0, 0
-    while n0 < n_nodes:
-        n1 = n0 + 1
-        while n1 < n_nodes and node_frame[n1] == node_frame[n0]:
-            n1 += 1
-        a1 = a0
-        while a1 < n_arcs and src[a1] < n1:
-            a1 += 1
+    `max_passes` passes), then its emitting arcs into the next frame. Only the pairs whose count
+    lies between the fewest and the most words of any path to the node are kept (a first pass
+    finds that band ``lo..hi`` per node), so memory follows the lattice, not nodes x words.
+    Returns (best, back arc, back position) over the kept pairs, ``lo``, ``hi`` and each node's
+    offset into them."""
+    n_nodes, n_words = len(node_frame), len(words)
+    node_start, arc_start = _frame_groups(src, node_frame)
+    lo = np.full(n_nodes, n_words + 1, np.int64)
+    hi = np.full(n_nodes, -1, np.int64)
+    if n_nodes:
+        lo[0] = hi[0] = 0
+    for g in range(len(node_start) - 1):
+        a0, a1 = arc_start[g], arc_start[g + 1]
+        for _ in range(max_passes):
+            changed = False
+            for i in range(a0, a1):
+                if ilabel[i] == 0 and _relax_band(i, src, dst, olabel, n_words, lo, hi):
+                    changed = True
+            if not changed:
+                break
+        for i in range(a0, a1):
+            if ilabel[i] != 0:
+                _relax_band(i, src, dst, olabel, n_words, lo, hi)
+    off = np.zeros(n_nodes + 1, np.int64)
+    for n in range(n_nodes):
+        off[n + 1] = off[n] + max(hi[n] - lo[n] + 1, 0)
+    best = np.full(off[n_nodes], np.inf)
+    back_arc = np.full(off[n_nodes], -1, np.int64)
+    back_k = np.full(off[n_nodes], -1, np.int64)
+    if n_nodes:
+        best[0] = 0.0
+    for g in range(len(node_start) - 1):
+        a0, a1 = arc_start[g], arc_start[g + 1]
         for _ in range(max_passes):
             changed = False
             for i in range(a0, a1):
                 if ilabel[i] == 0 and _relax_word_arc(
-                    i, src, dst, olabel, cost, words, best, back_arc, back_k
+                    i, src, dst, olabel, cost, words, lo, hi, off, best, back_arc, back_k
                 ):
                     changed = True
             if not changed:
                 break
         for i in range(a0, a1):
             if ilabel[i] != 0:
-                _relax_word_arc(i, src, dst, olabel, cost, words, best, back_arc, back_k)
-        n0, a0 = n1, a1
-    return best, back_arc, back_k
+                _relax_word_arc(i, src, dst, olabel, cost, words, lo, hi, off, best, back_arc, back_k)
+    return best, back_arc, back_k, lo, hi, off
 
 
 # ---------------------------------------------------------------------------------------------
