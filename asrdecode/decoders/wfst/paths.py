@@ -392,7 +392,7 @@ class NbestRescoring:
         (words changed), ``rescore_unreadable`` (no hypothesis the new LM reads: the search's kept)."""
         changed = unreadable = 0
         for b, lat in enumerate(lattices):
-            outcome = self._one(results, b, lat, boosts[b] if b < len(boosts) else {}, blank, shift,
+            outcome = self._one(results, b, lat, boosts[b], blank, shift,
                                 b not in not_final, path_lm)  # fmt: skip
             changed += outcome == "changed"
             unreadable += outcome == "unreadable"
@@ -430,23 +430,18 @@ class NbestRescoring:
         best, res = order[0], results[b]
         own = [w.word for w in res.words]
         changed = hyps[best][0] != own
-        found = (
-            lat.state_lattice.best_path_of([self.paths.word_ids[w] for w in hyps[best][0]])
-            if changed
-            else None
-        )
-        if changed and found is None:  # every lattice sequence has a path: kept as searched if not
-            log.warning("decoder.rescore_lm: no lattice path for the rescored words; the search's kept")
-            changed, best = False, next((i for i in order if hyps[i][0] == own), -1)
-            if best < 0:
-                return "none"
-        if changed and found is not None:
-            arcs, frames, total = found
-            new = self.paths.result(
-                BestPath(arcs, frames, total, reached_final), boost, blank, shift, path_lm
-            )
-            new.lattice, new.nbest = res.lattice, res.nbest
-            results[b] = res = new
+        if changed:
+            found = lat.state_lattice.best_path_of([self.paths.word_ids[w] for w in hyps[best][0]])
+            if found is None:  # every lattice sequence has a path: kept as searched if not
+                log.warning("decoder.rescore_lm: no lattice path for the rescored words; the search's kept")
+                changed, best = False, next((i for i in order if hyps[i][0] == own), -1)
+                if best < 0:
+                    return "none"
+            else:
+                path = BestPath(*found, reached_final)
+                new = self.paths.result(path, boost, blank, shift, path_lm)
+                new.lattice, new.nbest = res.lattice, res.nbest
+                results[b] = res = new
         res.score -= added[best]
         if res.lm_score is not None:
             res.lm_score -= added[best]
