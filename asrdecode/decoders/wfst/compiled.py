@@ -76,7 +76,7 @@ import numba
 import numpy as np
 
 from asrdecode.decoders.wfst.core import PruningOptions
-from asrdecode.decoders.wfst.lattice import move_arc, prune_window
+from asrdecode.decoders.wfst.lattice import compact_arcs, prune_window
 from asrdecode.decoders.wfst.paths import BestPath
 from asrdecode.decoders.workspace import (
     INIT_CAPACITY,
@@ -942,14 +942,10 @@ def _keep(
             k += 1
         elif lm is None:
             slot[d] = -1
-    q = lat0
-    for p in range(lat0, nlat):
-        if lat_cost[p] < cut:
-            if lm is None:
-                move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, None, p, q)
-            else:
-                move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, q)
-            q += 1
+    if lm is None:
+        q = compact_arcs(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, None, lat_cost, cut, lat0, nlat)
+    else:
+        q = compact_arcs(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, lat_cost, cut, lat0, nlat)
     return k, nrec, q
 
 

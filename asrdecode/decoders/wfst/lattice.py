@@ -111,25 +111,22 @@ def backward_costs(frame, src, dst, cost, emit, beta) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k) -> None:
-    """Kept arc p moves to position k (k <= p: compaction in place)."""
-    lat_frame[k] = lat_frame[p]
-    lat_src[k] = lat_src[p]
-    lat_dst[k] = lat_dst[p]
-    lat_arc[k] = lat_arc[p]
-    lat_ac[k] = lat_ac[p]
-    if lat_lm is not None:
-        lat_lm[k] = lat_lm[p]
-
-
-@numba.njit(cache=True, nogil=True)
-def _arc_cost(arcs, boost, a, ac) -> float:
-    """Graph + acoustic (+ word boost) cost of a kept search arc."""
-    c = np.float64(arcs[a].weight) + np.float64(ac)
-    ol = arcs[a].olabel
-    if ol > 0 and ol < boost.shape[0]:
-        c += np.float64(boost[ol])
-    return c
+def compact_arcs(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, score, limit, lo, hi) -> int:
+    """Keep the arcs p in [lo, hi) with ``score[p] < limit``, moved in order to lo, lo+1, ...
+    (compaction in place; `lat_lm` None without an on-the-fly LM); returns the end of the kept
+    arcs. One call per range, not per arc: numba reference-counts a call's array arguments."""
+    k = lo
+    for p in range(lo, hi):
+        if score[p] < limit:
+            lat_frame[k] = lat_frame[p]
+            lat_src[k] = lat_src[p]
+            lat_dst[k] = lat_dst[p]
+            lat_arc[k] = lat_arc[p]
+            lat_ac[k] = lat_ac[p]
+            if lat_lm is not None:
+                lat_lm[k] = lat_lm[p]
+            k += 1
+    return k
 
 
 @numba.njit(cache=True, nogil=True)
@@ -143,13 +140,19 @@ def _map_frame_arcs(
     p_lo = _first_of_frame(node_frame, n_nodes, g - 1)
     p_hi = _fill_slots(lo_slot, node_frame, node_state, n_nodes, g - 1, p_lo, True)
     _fill_slots(hi_slot, node_frame, node_state, n_nodes, g, p_hi, True)
+    n_boost = boost.shape[0]
     for p in range(a_lo, a_hi):
         a = lat_arc[p]
         e = arcs[a].column >= 0
         emit[p] = e
         src[p] = lo_slot[lat_src[p]] if e else hi_slot[lat_src[p]]
         dst[p] = hi_slot[lat_dst[p]]
-        c = _arc_cost(arcs, boost, a, lat_ac[p])
+        # graph + acoustic (+ word boost) cost; written out here, not called: a call with the
+        # arrays as arguments costs numba a reference count on `boost` per arc
+        c = np.float64(arcs[a].weight) + np.float64(lat_ac[p])
+        ol = arcs[a].olabel
+        if ol > 0 and ol < n_boost:
+            c += np.float64(boost[ol])
         if lat_lm is not None:
             c += np.float64(lat_lm[p])
         cost[p] = c
@@ -262,19 +265,19 @@ def prune_window(
     used = np.zeros(n_nodes - n0, np.bool_)
     for i in range(n0, n_nodes):
         used[i - n0] = node_frame[i] == last_frame
-    k = a0
-    for p in range(a0, n_arcs):
+    for p in range(a0, n_arcs):  # cost[p] becomes the arc's extra cost (inf: a node is gone)
         s = src[p]
         d = dst[p]
-        if s < 0 or d < 0:
-            continue
-        extra = np.float64(node_cost[s]) + cost[p] + np.float64(node_extra[d]) - np.float64(node_cost[d])
+        extra = np.inf
+        if s >= 0 and d >= 0:
+            extra = np.float64(node_cost[s]) + cost[p] + np.float64(node_extra[d]) - np.float64(node_cost[d])
         if extra <= limit:
             if s >= n0:
                 used[s - n0] = True
             used[d - n0] = True
-            move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
-            k += 1
+        cost[p] = extra
+    keep_below = np.nextafter(limit, np.inf)
+    k = compact_arcs(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, cost, keep_below, a0, n_arcs)
     m = n0
     for i in range(n0, n_nodes):
         if used[i - n0]:
@@ -332,17 +335,18 @@ def prune_final(
     used = np.zeros(n_nodes, np.bool_)
     for i in range(n_nodes):
         used[i] = node_frame[i] == last_frame
-    k = 0
-    for p in range(n_arcs):
+    for p in range(n_arcs):  # cost[p] becomes the arc's best total (inf: a node is gone)
         s = src[p]
         d = dst[p]
-        if s < 0 or d < 0:
-            continue
-        if np.float64(node_cost[s]) + cost[p] + beta[d] <= limit:
+        total = np.inf
+        if s >= 0 and d >= 0:
+            total = np.float64(node_cost[s]) + cost[p] + beta[d]
+        if total <= limit:
             used[s] = True
             used[d] = True
-            move_arc(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, p, k)
-            k += 1
+        cost[p] = total
+    keep_below = np.nextafter(limit, np.inf)
+    k = compact_arcs(lat_frame, lat_src, lat_dst, lat_arc, lat_ac, lat_lm, cost, keep_below, 0, n_arcs)
     m = 0
     for i in range(n_nodes):
         if used[i]:
@@ -982,6 +986,36 @@ def word_path_kernel(src, dst, ilabel, olabel, cost, node_frame, words, max_pass
 # word lattice: pruned determinization in the lattice semiring (module doc, step 3)
 
 _QUANT = 1e-4  # residual weights are compared (hashed) at this resolution, as Kaldi's delta
+# unit strings inside the determinization: bytes of big-endian int32 (units are positive, so the
+# bytes order like the integer tuples)
+_UNIT_DTYPE = np.dtype(">i4")
+UNIT_BYTES = _UNIT_DTYPE.itemsize
+
+
+def _shared_units(a: bytes, b: bytes) -> int:
+    """The number of leading units two unit strings share (binary search over prefix slices)."""
+    n = min(len(a), len(b)) // UNIT_BYTES
+    if a[: UNIT_BYTES * n] == b[: UNIT_BYTES * n]:
+        return n
+    lo, hi = 0, n  # a and b share lo units, not hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[: UNIT_BYTES * mid] == b[: UNIT_BYTES * mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _unit_tuples(strings: list[bytes]) -> list[tuple[int, ...]]:
+    """Unit strings (bytes) as tuples of ints, decoded at once."""
+    flat = np.frombuffer(b"".join(strings), _UNIT_DTYPE).tolist()
+    out, k = [], 0
+    for b in strings:
+        n = len(b) // UNIT_BYTES
+        out.append(tuple(flat[k : k + n]))
+        k += n
+    return out
 
 
 def _better(a: tuple, b: tuple) -> bool:
@@ -1058,17 +1092,38 @@ def collapse_kernel(out_ptr, dst, ilabel, olabel, graph, acoustic, alpha, beta, 
     f_a = np.zeros(ne)
     f_s = np.zeros(ne, np.int64)
     f_l = np.zeros(ne, np.int64)
+    # the queue: a binary min-heap of node ids, written out here (no heapq, no helper calls: numba
+    # reference-counts a list or array argument on every call); `touched`: the nodes labelled
+    heap = np.empty(max(n, 1), np.int64)
+    touched = np.empty(max(n, 1), np.int64)
     for e in range(ne):
         u = entries[e]
         base = alpha[u]
         stamp[u] = e
         lab_g[u] = 0.0
         lab_a[u] = 0.0
-        touched = [u]
-        heap = [u]
+        touched[0] = u
+        n_touched = 1
+        heap[0] = u
+        n_heap = 1
         inq[u] = e
-        while len(heap) > 0:
-            x = heapq.heappop(heap)
+        while n_heap > 0:
+            x = heap[0]  # pop the lowest node id
+            n_heap -= 1
+            if n_heap > 0:
+                last = heap[n_heap]
+                j = 0
+                while True:
+                    c = 2 * j + 1
+                    if c >= n_heap:
+                        break
+                    if c + 1 < n_heap and heap[c + 1] < heap[c]:
+                        c += 1
+                    if heap[c] >= last:
+                        break
+                    heap[j] = heap[c]
+                    j = c
+                heap[j] = last
             inq[x] = -1
             for i in range(out_ptr[x], out_ptr[x + 1]):
                 y = dst[i]
@@ -1102,16 +1157,26 @@ def collapse_kernel(out_ptr, dst, ilabel, olabel, graph, acoustic, alpha, beta, 
                         continue
                 else:
                     stamp[y] = e
-                    touched.append(y)
+                    touched[n_touched] = y
+                    n_touched += 1
                 lab_g[y] = g
                 lab_a[y] = a
                 pred_node[y] = x
                 pred_arc[y] = i
-                if inq[y] != e:
+                if inq[y] != e:  # push y
                     inq[y] = e
-                    heapq.heappush(heap, y)
+                    j = n_heap
+                    n_heap += 1
+                    while j > 0:
+                        parent = (j - 1) >> 1
+                        if heap[parent] <= y:
+                            break
+                        heap[j] = heap[parent]
+                        j = parent
+                    heap[j] = y
         best_x = -1
-        for x in touched:
+        for t in range(n_touched):
+            x = touched[t]
             if fin[x] < np.inf and base + lab_g[x] + lab_a[x] + fin[x] <= limit:
                 g = lab_g[x] + fin[x]
                 a = lab_a[x]
@@ -1122,8 +1187,8 @@ def collapse_kernel(out_ptr, dst, ilabel, olabel, graph, acoustic, alpha, beta, 
         if best_x >= 0:
             units, f_s[e], f_l[e] = _path_units(best_x, u, pred_node, pred_arc, ilabel, 0, units, n_units)
             n_units += f_l[e]
-        for x in touched:
-            stamp[x] = -1
+        for t in range(n_touched):
+            stamp[touched[t]] = -1
     return o_u[:m], o_w[:m], o_v[:m], o_g[:m], o_a[:m], o_s[:m], o_l[:m], f_g, f_a, f_s, f_l, units[:n_units]
 
 
@@ -1150,20 +1215,36 @@ def _collapse(lat: StateLattice, beam: float) -> tuple[list[int], dict[int, list
         lat.graph.astype(np.float64), lat.acoustic.astype(np.float64), alpha.astype(np.float64),
         beta.astype(np.float64), fin, entries, limit,
     )  # fmt: skip
-    units_l = units.tolist()
-    # one arc per (entry, word, destination): the best (any other path of it is worse)
-    best_arc: dict[tuple[int, int, int], tuple] = {}
-    for u, w, v, g, a, s, ln in zip(*(x.tolist() for x in (o_u, o_w, o_v, o_g, o_a, o_s, o_l)), strict=True):
-        k = (u, w, v)
-        cand = (g, a, tuple(units_l[s : s + ln]))
-        if k not in best_arc or _better(cand, best_arc[k][2:]):
-            best_arc[k] = (w, v, *cand)
+    # unit strings as big-endian int32 bytes (`UNIT_BYTES` per unit): concatenated, sliced, hashed
+    # and compared without a Python object per unit, in the order of the unit tuples
+    ub = units.astype(_UNIT_DTYPE).tobytes()
+    # one arc per (entry, word, destination): the best (any other path of it is worse); sorted by
+    # (entry, word, destination), then total, graph cost and length, the first of a key is the
+    # best unless the next one ties on all three (then the units decide, `_better`)
+    total = o_g + o_a
+    order = np.lexsort((o_l, o_g, total, o_v, o_w, o_u))
+    su, sw, sv, sg, sa, ss, sl, st = (x[order] for x in (o_u, o_w, o_v, o_g, o_a, o_s, o_l, total))
+    same_key = (su[1:] == su[:-1]) & (sw[1:] == sw[:-1]) & (sv[1:] == sv[:-1])
+    first = np.concatenate([[True], ~same_key]) if len(su) else np.zeros(0, np.bool_)
+    tied = same_key & (st[1:] == st[:-1]) & (sg[1:] == sg[:-1]) & (sl[1:] == sl[:-1])
     entry_list = entries.tolist()
     word_arcs: dict[int, list[tuple]] = {u: [] for u in entry_list}
-    for k in sorted(best_arc):
-        word_arcs[k[0]].append(best_arc[k])
+    rows = zip(*(x.tolist() for x in (su, sw, sv, sg, sa, ss, sl, first)), strict=True)
+    tied_l = tied.tolist()
+    in_tie = False  # the arc ties with its key's first on total, graph cost and length
+    for i, (u, w, v, g, a, s, ln, is_first) in enumerate(rows):
+        if not (is_first or (in_tie and tied_l[i - 1])):
+            in_tie = False
+            continue
+        arc = (w, v, g, a, ub[UNIT_BYTES * s : UNIT_BYTES * (s + ln)])
+        if is_first:
+            word_arcs[u].append(arc)
+        elif _better(arc[2:], word_arcs[u][-1][2:]):
+            word_arcs[u][-1] = arc  # the same cost and length: the smaller units
+        in_tie = True
+    f_gl, f_al = f_g.tolist(), f_a.tolist()
     finals = {
-        u: (f_g[e], f_a[e], tuple(units_l[f_s[e] : f_s[e] + f_l[e]]))
+        u: (f_gl[e], f_al[e], ub[UNIT_BYTES * f_s[e] : UNIT_BYTES * (f_s[e] + f_l[e])])
         for e, u in enumerate(entry_list)
         if np.isfinite(f_g[e])
     }
@@ -1196,7 +1277,7 @@ def determinize(lat: StateLattice, beam: float | None = None, max_states: int = 
     def key_of(elements: list[tuple]) -> tuple:
         return tuple((u, round(g / _QUANT), round(a / _QUANT), units) for u, g, a, units in elements)
 
-    start_elems = [(0, 0.0, 0.0, ())]
+    start_elems = [(0, 0.0, 0.0, b"")]
     ids: dict[tuple, int] = {key_of(start_elems): 0}
     subsets: list[list[tuple]] = [start_elems]
     forward = [0.0]
@@ -1232,10 +1313,8 @@ def determinize(lat: StateLattice, beam: float | None = None, max_states: int = 
             # the units all destinations share: the common prefix of the lexicographically
             # smallest and largest strings is that of all of them
             strings = [t[2] for t in targets.values()]
-            lo, hi = min(strings), max(strings)
-            k, shortest = 0, min(len(lo), len(hi))
-            while k < shortest and lo[k] == hi[k]:
-                k += 1
+            lo = min(strings)
+            k = UNIT_BYTES * _shared_units(lo, max(strings))
             prefix = lo[:k]
             new_elems = sorted((v, g - top[0], a - top[1], units[k:]) for v, (g, a, units) in targets.items())
             arc_fwd = fwd + top[0] + top[1]
@@ -1339,7 +1418,7 @@ def _trim(
         for i in adj.get(s, ()):
             d = arcs[i][1]
             if d not in times:
-                times[d] = times[s] + len(arcs[i][5])
+                times[d] = times[s] + len(arcs[i][5]) // UNIT_BYTES
                 stack.append(d)
     used = sorted(times, key=lambda s: (times[s], s))
     new_id = {s: k for k, s in enumerate(used)}
@@ -1347,6 +1426,8 @@ def _trim(
         (i for i in keep if arcs[i][0] in new_id and arcs[i][1] in new_id),
         key=lambda i: (new_id[arcs[i][0]], new_id[arcs[i][1]], arcs[i][2]),
     )
+    final_states = [s for s in kept_finals if s in new_id]
+    unit_tuples = _unit_tuples([arcs[i][5] for i in keep] + [kept_finals[s][2] for s in final_states])
     return CompactLattice(
         num_states=len(used),
         src=np.array([new_id[arcs[i][0]] for i in keep], dtype=np.int64),
@@ -1354,8 +1435,11 @@ def _trim(
         word=np.array([arcs[i][2] for i in keep], dtype=np.int64),
         graph=np.array([arcs[i][3] for i in keep], dtype=np.float64),
         acoustic=np.array([arcs[i][4] for i in keep], dtype=np.float64),
-        units=[arcs[i][5] for i in keep],
-        final={new_id[s]: w for s, w in kept_finals.items() if s in new_id},
+        units=unit_tuples[: len(keep)],
+        final={
+            new_id[s]: (kept_finals[s][0], kept_finals[s][1], unit_tuples[len(keep) + j])
+            for j, s in enumerate(final_states)
+        },
         times=np.array([times[s] for s in used], dtype=np.int64),
         num_frames=lat.num_frames,
         words=lat.words,
