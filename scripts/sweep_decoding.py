@@ -57,7 +57,9 @@ def split_point(words: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def transcribe(source: Path, out: Path, config: Path, overrides: list[str], env: dict | None = None) -> dict:
-    cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(source), "--config", str(config)]
+    # -P: the working directory is not put first on sys.path, so a point's PYTHONPATH decides which
+    # asrdecode runs (else `-m` run from the checkout would always import the checkout's)
+    cmd = [sys.executable, "-P", "-m", "asrdecode.cli", "transcribe", str(source), "--config", str(config)]
     proc = subprocess.run(
         [*cmd, *overrides, "--out", str(out), "--overwrite"],
         capture_output=True,
