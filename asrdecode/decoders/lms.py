@@ -16,9 +16,9 @@ from asrdecode.decoders.wfst.paths import graph_folder
 from asrdecode.errors import AsrDecodeError, ConfigError, one_line
 from asrdecode.graph.cache import cache_root
 from asrdecode.lm.backoff import BackoffReadings
-from asrdecode.lm.difference import DifferenceLM
+from asrdecode.lm.difference import DifferenceLM, ngram_lm_from_file
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
-from asrdecode.lm.rescore import NbestRescorer
+from asrdecode.lm.rescore import NbestRescorer, rescoring_vocabulary
 
 log = logging.getLogger("asrdecode.decoders")
 
@@ -88,27 +88,25 @@ def load_difference_lm(config: Any, words: dict[int, str], olabels: np.ndarray) 
 
 
 def load_rescorer(config: Any) -> NbestRescorer:
-    """The n-best rescorer of a WFST decoder config: its ``rescore_lm`` read exactly in place
-    of its ``rescore_graph_lm`` (default: the LM recorded with its ``graph``) as G reads it; every
+    """The n-best rescorer of a WFST decoder config: its ``rescore_lm`` (an ARPA or a pocketsphinx
+    binary LM, read into compact tables over the graph LM's words) read exactly in place of its
+    ``rescore_graph_lm`` (default: the LM recorded with its ``graph``; an ARPA) as G reads it; every
     problem a one-line ConfigError naming the option."""
     if not config.rescore_nbest >= 1:
         raise ConfigError("decoder.rescore_nbest must be >= 1 (the word sequences rescored)")
-    paths = {"rescore_lm": lm_file("rescore_lm", config.rescore_lm)}
-    paths["rescore_graph_lm"] = lm_file("rescore_graph_lm", graph_lm(config, "rescore_graph_lm"))
-    lms: dict[str, BackoffReadings] = {}
-    for key, path in paths.items():
-        if key == "rescore_graph_lm" and Path(path).resolve() == Path(paths["rescore_lm"]).resolve():
-            lms[key] = lms["rescore_lm"]
-            continue
-        try:
-            lms[key] = BackoffReadings.read(path)
-        except AsrDecodeError as err:
-            raise ConfigError(f"decoder.{key}: {err}") from None
-        except (UnicodeDecodeError, OSError, EOFError) as err:
-            raise ConfigError(
-                f"decoder.{key}: {path}: not a readable ARPA file ({one_line(err, 80)})"
-            ) from None
-    return NbestRescorer(lms["rescore_lm"], lms["rescore_graph_lm"], config.rescore_scale)
+    new_path = lm_file("rescore_lm", config.rescore_lm)
+    graph_path = lm_file("rescore_graph_lm", graph_lm(config, "rescore_graph_lm"))
+    key = "rescore_graph_lm"
+    try:
+        graph = BackoffReadings.read(graph_path)
+        key = "rescore_lm"
+        new = ngram_lm_from_file(new_path, rescoring_vocabulary(graph), cache=cache_root() / "lm")
+    except AsrDecodeError as err:
+        raise ConfigError(f"decoder.{key}: {err}") from None
+    except (UnicodeDecodeError, OSError, EOFError, ValueError) as err:
+        path = graph_path if key == "rescore_graph_lm" else new_path
+        raise ConfigError(f"decoder.{key}: {path}: not a readable LM file ({one_line(err, 80)})") from None
+    return NbestRescorer(new, graph, config.rescore_scale)
 
 
 FUSION_TOKEN_IDS = ("ngpu", "words")

@@ -31,7 +31,8 @@ Building the tables of a large LM takes seconds to tens of seconds for a trigram
 n-grams (ARPA text parsing dominates; pocketsphinx's binary trie is decoded without it).
 `from_files` with a `cache` folder stores the finished tables as one safetensors file keyed by the
 SHA-256 of both LM files and of the vocabulary, so later runs load them in about a second
-(safetensors: reading runs no code; an unreadable file is rebuilt).
+(safetensors: reading runs no code; an unreadable file is rebuilt). `ngram_lm_from_file` does the
+same for one LM (n-best rescoring's new LM).
 """
 
 from __future__ import annotations
@@ -137,19 +138,18 @@ class DifferenceLM:
         over the graph's word ids; with `cache`, the finished tables are loaded from / saved to that
         folder (module docstring)."""
         vocab = word_vocabulary(words, num_ids)
-        path = _cache_file(cache, large, small, vocab) if cache is not None else None
-        if path is not None and path.is_file():
-            try:
-                return _load_tables(path, vocab, lm_scale)
-            except Exception as err:  # a damaged cache entry is rebuilt
-                log.warning("%s: cannot read cached LM tables (%s); rebuilding", path, err)
+        path = _cache_file(cache, "difference", (large, small), vocab) if cache is not None else None
+        loaded = _load_cached(path, vocab)
+        if loaded is not None:
+            lms, maps = loaded
+            return cls(lms["large"], lms["small"], lm_scale, maps)
         lm = cls(
             BatchedNgramLM.from_file(large, vocab),
             BatchedNgramLM.from_file(small, vocab),
             lm_scale,
         )
         if path is not None:
-            _save_tables(lm, path)
+            _save_tables(path, {"large": lm.large, "small": lm.small}, {k: getattr(lm, k) for k in _MAPS})
         return lm
 
     def check_words(
@@ -249,30 +249,38 @@ _BUFFERS = (
 )  # fmt: skip
 
 
-def _cache_file(cache: str | Path, large: str | Path, small: str | Path, vocab: list[str]) -> Path:
-    digest = hashlib.sha256(f"difference-lm v{_CACHE_FORMAT}".encode())
-    for path in (large, small):
+def ngram_lm_from_file(path: str | Path, vocab: list[str], cache: str | Path | None = None) -> BatchedNgramLM:
+    """One LM from its file (ARPA or pocketsphinx's binary trie, `BatchedNgramLM.from_file`) over
+    `vocab`; with `cache`, its tables are loaded from / saved to that folder as the difference
+    LM's are (module docstring)."""
+    entry = _cache_file(cache, "ngram", (path,), vocab) if cache is not None else None
+    loaded = _load_cached(entry, vocab)
+    if loaded is not None:
+        return loaded[0]["lm"]
+    lm = BatchedNgramLM.from_file(path, vocab)
+    if entry is not None:
+        _save_tables(entry, {"lm": lm}, {})
+    return lm
+
+
+def _cache_file(cache: str | Path, kind: str, files: tuple[str | Path, ...], vocab: list[str]) -> Path:
+    """The cache entry of `kind` ("difference", "ngram") for the contents of `files` and `vocab`."""
+    digest = hashlib.sha256(f"{kind}-lm v{_CACHE_FORMAT}".encode())
+    for path in files:
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
     digest.update("\n".join(vocab).encode())
-    return Path(cache) / f"difference-{digest.hexdigest()[:24]}.safetensors"
+    return Path(cache) / f"{kind}-{digest.hexdigest()[:24]}.safetensors"
 
 
-def _save_tables(lm: DifferenceLM, path: Path) -> None:
-    """Both LMs' buffers and the union maps in one safetensors file (written atomically)."""
+def _save_tables(path: Path, lms: dict[str, BatchedNgramLM], arrays: dict[str, np.ndarray]) -> None:
+    """The named LMs' buffers and the named arrays in one safetensors file (written atomically)."""
     from safetensors.torch import save_file
 
-    tensors = {
-        f"{side}.{b}": getattr(getattr(lm, side), b).cpu().contiguous()
-        for side in ("large", "small")
-        for b in _BUFFERS
-    }
-    tensors.update({k: torch.from_numpy(getattr(lm, k)) for k in _MAPS})
-    meta = {
-        side: {"vocab_size": m.vocab_size, "order": m.order, "info": m.info}
-        for side, m in (("large", lm.large), ("small", lm.small))
-    }
+    tensors = {f"{side}.{b}": getattr(m, b).cpu().contiguous() for side, m in lms.items() for b in _BUFFERS}
+    tensors.update({k: torch.from_numpy(a) for k, a in arrays.items()})
+    meta = {side: {"vocab_size": m.vocab_size, "order": m.order, "info": m.info} for side, m in lms.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_target(path) as tmp:
@@ -281,23 +289,32 @@ def _save_tables(lm: DifferenceLM, path: Path) -> None:
         log.warning("%s: cannot cache the LM tables (%s)", path, err.strerror or err)
 
 
-def _load_tables(path: Path, vocab: list[str], lm_scale: float) -> DifferenceLM:
+def _load_cached(path: Path | None, vocab: list[str]) -> tuple[dict[str, BatchedNgramLM], dict] | None:
+    """The LMs and arrays of a cache entry (None: no cache, no entry, or a damaged one, which is
+    then rebuilt)."""
+    if path is None or not path.is_file():
+        return None
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads(f.metadata()["asrdecode"])
-        t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
-    lms = {
-        side: BatchedNgramLM(
-            meta[side]["vocab_size"],
-            meta[side]["order"],
-            *(t[f"{side}.{b}"] for b in _BUFFERS),
-            vocab=vocab,
-            info=meta[side]["info"],
-        )
-        for side in ("large", "small")
-    }
-    return DifferenceLM(lms["large"], lms["small"], lm_scale, {k: t[k].numpy() for k in _MAPS})
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["asrdecode"])
+            t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+        lms = {
+            side: BatchedNgramLM(
+                m["vocab_size"],
+                m["order"],
+                *(t[f"{side}.{b}"] for b in _BUFFERS),
+                vocab=vocab,
+                info=m["info"],
+            )  # fmt: skip
+            for side, m in meta.items()
+        }
+        arrays = {k: v.numpy() for k, v in t.items() if "." not in k}
+    except Exception as err:  # a damaged cache entry is rebuilt
+        log.warning("%s: cannot read cached LM tables (%s); rebuilding", path, err)
+        return None
+    return lms, arrays
 
 
 def _tables(lm: BatchedNgramLM) -> tuple:

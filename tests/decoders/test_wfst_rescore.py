@@ -14,6 +14,7 @@ references on tiny random WFSTs with random ARPA LMs:
 """
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,14 +167,24 @@ def test_on_the_fly_share_is_taken_back(tmp_path, seed, kind):
     assert [s for _, s in b.nbest] == pytest.approx([s for _, s in a.nbest], abs=1e-3)
 
 
+def arpa_of_unigrams(path: Path, prob: dict[str, float]) -> Path:
+    """A unigram ARPA file of word -> log10 p."""
+    lines = [f"{p} {w}" for w, p in prob.items()]
+    path.write_text(f"\\data\\\nngram 1={len(lines)}\n\n\\1-grams:\n" + "\n".join(lines) + "\n\n\\end\\\n")
+    return path
+
+
 def test_unknown_words_read_as_unk_or_dropped(tmp_path):
-    from asrdecode.lm.rescore import NbestRescorer
+    from asrdecode.lm.ngram_tensor import BatchedNgramLM
+    from asrdecode.lm.rescore import NbestRescorer, rescoring_vocabulary
 
     g = BackoffReadings({("a",): -0.5, ("b",): -0.7, ("</s>",): -0.3, ("<s>",): -99.0}, {})
-    no_unk = BackoffReadings({("a",): -0.4, ("</s>",): -0.2, ("<s>",): -99.0}, {})
-    with_unk = BackoffReadings({**no_unk.prob, ("<unk>",): -2.0}, {})
-    assert NbestRescorer(no_unk, g).added_costs([["a", "b"], ["a"]])[0] == math.inf
-    got = NbestRescorer(with_unk, g).added_costs([["a", "b"], ["a", "zzz"]])
+    vocab = rescoring_vocabulary(g)
+    no_unk = arpa_of_unigrams(tmp_path / "no_unk.arpa", {"<s>": -99.0, "a": -0.4, "</s>": -0.2})
+    with_unk = arpa_of_unigrams(tmp_path / "unk.arpa", {"<s>": -99.0, "a": -0.4, "</s>": -0.2, "<unk>": -2.0})
+    rescorer = NbestRescorer(BatchedNgramLM.from_file(no_unk, vocab), g)
+    assert rescorer.added_costs([["a", "b"], ["a"]])[0] == math.inf
+    got = NbestRescorer(BatchedNgramLM.from_file(with_unk, vocab), g).added_costs([["a", "b"], ["a", "zzz"]])
     want = (0.4 + 2.0 + 0.2 - (0.5 + 0.7 + 0.3)) * math.log(10)
     assert got[0] == pytest.approx(want)
     # a word the graph LM does not know (a noise word of the lexicon) is in neither reading

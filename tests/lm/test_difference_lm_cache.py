@@ -1,6 +1,6 @@
-"""The on-disk cache of the difference LM's tables (`DifferenceLM.from_files(cache=...)`): a second
-load reads the file and gives the same tables and costs as building from the ARPA files; other
-ARPA contents are another entry; a damaged entry is rebuilt."""
+"""The on-disk cache of the difference LM's tables (`DifferenceLM.from_files(cache=...)`) and of one
+LM's (`ngram_lm_from_file`): a second load reads the file and gives the same tables and costs as
+building from the ARPA files; other ARPA contents are another entry; a damaged entry is rebuilt."""
 
 import logging
 from pathlib import Path
@@ -54,3 +54,26 @@ def test_cached_tables_equal_built_tables(tmp_path, caplog):
         again = DifferenceLM.from_files(LARGE, SMALL, w, n, 0.7, cache=tmp_path)
     assert "cannot read cached LM tables" in caplog.text
     same(built, again)
+
+
+def test_one_lm_cached_as_the_difference_is(tmp_path, caplog):
+    """`ngram_lm_from_file` (n-best rescoring's new LM): the same cache, its own entry."""
+    from asrdecode.lm.difference import ngram_lm_from_file
+    from asrdecode.lm.ngram_tensor import BatchedNgramLM
+
+    vocab = [*words().values(), "zzz-not-in-the-lm"]
+    built = BatchedNgramLM.from_file(LARGE, vocab)
+    first = ngram_lm_from_file(LARGE, vocab, cache=tmp_path)
+    (entry,) = list(tmp_path.glob("ngram-*.safetensors"))
+    loaded = ngram_lm_from_file(LARGE, vocab, cache=tmp_path)
+    for lm in (first, loaded):
+        assert (lm.vocab, lm.order, lm.vocab_size) == (vocab, built.order, built.vocab_size)
+        for name, buf in built.named_buffers():
+            assert torch.equal(buf, dict(lm.named_buffers())[name]), name
+    ngram_lm_from_file(LARGE, vocab[:-1], cache=tmp_path)  # another vocabulary: another entry
+    assert len(list(tmp_path.glob("ngram-*.safetensors"))) == 2
+    entry.write_bytes(b"not a safetensors file")
+    with caplog.at_level(logging.WARNING):
+        again = ngram_lm_from_file(LARGE, vocab, cache=tmp_path)
+    assert "cannot read cached LM tables" in caplog.text
+    assert torch.equal(again.arc_weight, built.arc_weight)
