@@ -60,7 +60,9 @@ class NbestRescorer:
     def __init__(self, lm: BatchedNgramLM, graph_lm: BackoffReadings, scale: float = 1.0) -> None:
         self.lm, self.graph_lm, self.scale = lm, graph_lm, float(scale)
         self.ids = {w: i for i, w in enumerate(lm.vocab or [])}
-        self.unknown = self.ids.get(UNKNOWN_WORD, -1)
+        if UNKNOWN_WORD not in self.ids:
+            raise ValueError("the new LM must be read over rescoring_vocabulary(graph_lm)")
+        self.unknown = self.ids[UNKNOWN_WORD]
 
     def added_costs(self, sequences: list[list[str]]) -> list[float]:
         """The cost each word sequence gets on top of its search cost (inf: the new LM cannot read
