@@ -419,14 +419,16 @@ def score(
 @click.argument("path", type=click.Path(path_type=Path), required=False)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def info(path: Path | None, debug: bool) -> None:
-    """Describe a model (.nemo / embedded:NAME), a graph folder or a data set (folder, manifest,
-    Kaldi dir, log-probs); with no PATH, the default setup of `transcribe` and its cache.
+    """Describe a model (.nemo / embedded:NAME), a graph folder, an n-gram LM (ARPA, pocketsphinx
+    .lm.bin) or a data set (folder, manifest, Kaldi dir, log-probs); with no PATH, the default
+    setup of `transcribe` and its cache.
 
     \b
     Examples:
       asrdecode info
       asrdecode info embedded:demo_ctc_bpe
       asrdecode info data/demo/real
+      asrdecode info data/lm/sphinx-en-us-72k.arpa.gz
     """
     from asrdecode.info import describe, describe_default_setup
 

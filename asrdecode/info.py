@@ -79,8 +79,57 @@ def describe_default_setup() -> dict:
     return info
 
 
+def is_lm_file(path: Path) -> bool:
+    """An n-gram LM file: pocketsphinx's binary trie, or text (plain or gzip) whose first line is
+    ARPA's ``\\data\\``."""
+    from asrdecode.lm.arpa import open_text
+    from asrdecode.lm.sphinx_trie import is_sphinx_trie
+
+    if not path.is_file():
+        return False
+    if is_sphinx_trie(path):
+        return True
+    try:
+        with open_text(path) as fh:
+            for line in fh:
+                if line.strip():
+                    return line.strip() == "\\data\\"
+    except (OSError, UnicodeDecodeError, EOFError):
+        return False
+    return False
+
+
+def describe_lm(path: Path) -> dict:
+    """An n-gram LM: order, n-grams per order, vocabulary, and what reads it (read whole, so a
+    malformed file is a one-line error naming it)."""
+    from asrdecode.lm.arpa import check_arpa
+    from asrdecode.lm.sphinx_trie import is_sphinx_trie, read_trie_lm
+
+    if is_sphinx_trie(path):
+        trie = read_trie_lm(path)
+        kind, vocab = "pocketsphinx binary trie LM", trie.vocab
+        counts = {k + 1: len(table.words) for k, table in enumerate(trie.orders)}
+        use = "decoder.lm (wfst-otf, let) and decoder.rescore_lm; build-graph needs it as ARPA first"
+        use += " (scripts/export_sphinx_lm.py)"
+    else:
+        summary = check_arpa(path)
+        kind, vocab, counts = "ARPA LM", summary.vocab, summary.counts
+        use = "build-graph (arpa), decoder.lm / small_lm (wfst-otf, let), decoder.rescore_lm"
+    words = [w for w in vocab if w not in ("<s>", "</s>", "<unk>")]
+    unk = "with <unk>" if "<unk>" in vocab else "no <unk>: a word outside it has probability 0"
+    return {
+        "kind": kind,
+        "file": f"{path} ({path.stat().st_size / 1e6:.1f} MB)",
+        "order": str(max(counts, default=0)),
+        "n-grams": ", ".join(f"{n:,} {k}-grams" for k, n in sorted(counts.items())),
+        "vocabulary": f"{len(words):,} words, {unk}",
+        "read by": use,
+    }
+
+
 def describe(path: str) -> dict:
-    """Model (.nemo or embedded:NAME), graph folder (graph.pt / graph.safetensors) or data set."""
+    """Model (.nemo or embedded:NAME), graph folder (graph.pt / graph.safetensors), n-gram LM (ARPA,
+    pocketsphinx .lm.bin) or data set."""
     if path.startswith("embedded:") or path.endswith(".nemo"):
         from asrdecode.models.loading import load_model, resolve_model_path
 
@@ -92,4 +141,6 @@ def describe(path: str) -> dict:
         from asrdecode.graph import describe_graph
 
         return describe_graph(path)
+    if is_lm_file(Path(path)):
+        return describe_lm(Path(path))
     return describe_dataset(path)

@@ -209,6 +209,30 @@ def test_info_model_and_dataset(manifest):
     assert "6" in proc.stdout and "jsonl" in proc.stdout.lower()
 
 
+def test_info_lm_files(tmp_path):
+    """`info` on an ARPA file and on pocketsphinx's binary LM: order, counts, vocabulary; a damaged
+    one is a one-line error naming it."""
+    from asrdecode.lm.arpa import check_arpa
+    from asrdecode.lm.sphinx_trie import read_trie_lm
+    from asrdecode.models.loading import resolve_packaged_path
+
+    arpa = Path(__file__).resolve().parents[1] / "data/demo/graph/lm.arpa"
+    counts = check_arpa(arpa).counts
+    proc = run("info", str(arpa))
+    assert "ARPA LM" in proc.stdout and "order" in proc.stdout
+    assert f"{counts[1]:,} 1-grams" in proc.stdout and f"{counts[3]:,} 3-grams" in proc.stdout
+    binary = Path(resolve_packaged_path("embedded:sphinx-en-us/../en-us.lm.bin"))
+    trie = read_trie_lm(binary)
+    proc = run("info", str(binary))
+    assert "pocketsphinx binary trie LM" in proc.stdout
+    assert f"{len(trie.orders[1].words):,} 2-grams" in proc.stdout
+    bad = tmp_path / "bad.arpa"
+    bad.write_text("\\data\\\nngram 1=3\n\n\\1-grams:\n-1.0 a\n\\end\\\n")
+    proc = run("info", str(bad), check=False)
+    assert proc.returncode != 0 and "bad.arpa:" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_resume_after_kill_minus_9(tmp_path):
     wavs = sorted(AUDIO.glob("*.wav"))
     lines = []
