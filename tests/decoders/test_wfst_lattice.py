@@ -214,6 +214,64 @@ def test_word_lattice_holds_each_sequences_best_path(seed, backend):
         assert lat.times[d] == end and start == lat.times[s] and 0 <= start <= end <= len(lp)
 
 
+def lattice_paths_with_spans(lat) -> list[tuple[tuple, float, list]]:
+    """Every complete path of a word lattice: (word ids, total cost, [(word, first frame, end
+    frame)] of its word arcs; a unit-less arc spans its start frame)."""
+    out = []
+    by_src: dict[int, list[int]] = {}
+    for i in range(lat.num_arcs):
+        by_src.setdefault(int(lat.src[i]), []).append(i)
+
+    def walk(s: int, cost: float, arcs: list) -> None:
+        if s in lat.final:
+            g, a, _ = lat.final[s]
+            out.append((tuple(w for w, _, _ in arcs), cost + g + a, arcs))
+        for i in by_src.get(s, ()):
+            w, start = int(lat.word[i]), int(lat.times[s])
+            span = [(w, start, start + max(len(lat.units[i]), 1))] if w else []
+            walk(int(lat.dst[i]), cost + lat.graph[i] + lat.acoustic[i], arcs + span)
+
+    if lat.num_states:
+        walk(0, 0.0, [])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_word_confidences_are_frame_posteriors_by_enumeration(seed):
+    """Each word's confidence = the highest, over its frames, of the summed posteriors of the
+    lattice arcs with that word covering the frame (C_max; a path's probability exp(-cost)
+    normalised over every complete path, counted once per such arc on it), by enumerating the word
+    lattice's paths; the hypothesis is the decoder's 1-best. These random graphs have word arcs
+    without frames (they cover their start frame), so a path can count twice: clipped at 1."""
+    rng = np.random.default_rng(1300 + seed)
+    fst = random_wfst(rng, int(rng.integers(3, 7)), V, 5, eps_forward=True)
+    lp = log_probs(rng, int(rng.integers(2, 6)))
+    _, res = decode_lattice(fst, lp, "compiled", lattice_beam=8.0)
+    lat = res.lattice
+    if lat is None or not res.words:
+        return
+    paths = lattice_paths_with_spans(lat)
+    low = min(c for _, c, _ in paths)
+    weight = [math.exp(low - c) for _, c, _ in paths]
+    z = sum(weight)
+    names = [w.word for w in res.words]
+    ids = {name: i for i, name in WORDS.items()}
+    hyp = min((c, arcs) for words, c, arcs in paths if words == tuple(ids[n] for n in names))[1]
+    want = []
+    for w, first, end in hyp:
+        at = [
+            sum(p * sum(v == w and a0 <= t < a1 for v, a0, a1 in arcs)
+                for p, (_, _, arcs) in zip(weight, paths, strict=True)) / z
+            for t in range(first, end)
+        ]  # fmt: skip
+        want.append(min(max(at), 1.0))
+    got = lat.word_confidences(names)
+    assert got == pytest.approx(want, abs=1e-6)
+    assert [w.confidence for w in res.words] == pytest.approx(want, abs=1e-6)
+    assert all(0.0 <= c <= 1.0 for c in got)
+    assert lat.word_confidences([*names, "no-such-word"]) is None  # no such path
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_concatenated_lattices_hold_every_pair_of_paths(seed):
     """Lattices of consecutive segments joined (`concatenate`, as for inputs decoded in segments):

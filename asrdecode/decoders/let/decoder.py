@@ -47,6 +47,7 @@ from asrdecode.decoders.wfst.paths import (
     BestPath,
     GraphPaths,
     NbestRescoring,
+    attach_confidences,
     attach_lattices,
     blank_column,
     utterance_costs,
@@ -327,6 +328,7 @@ class LetDecoder:
                 self.rescoring.apply(
                     results, lats, boosts, blank, output.frame_shift, not_final, self.path_lm, self.last_info
                 )
+            attach_confidences(results, lats)
         if total[S.S_EPS_LIMIT]:
             log.warning("let: epsilon closure hit its limit (negative-cost epsilon cycle in the graph?)")
         return results

@@ -70,6 +70,7 @@ from asrdecode.decoders.wfst.paths import (
     GraphPaths,
     NbestRescoring,
     acoustic_costs,
+    attach_confidences,
     attach_lattices,
     blank_column,
     utterance_costs,
@@ -500,6 +501,7 @@ class WfstDecoder:
             self.rescoring.apply(
                 results, lats, tables, blank, frame_shift, not_final, self.path_lm, self.last_info
             )
+        attach_confidences(results, lats)
 
     def word_lattice(
         self,

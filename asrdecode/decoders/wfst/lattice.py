@@ -598,6 +598,110 @@ class CompactLattice:
         self._fst = fst
         return fst
 
+    def arc_posteriors(self) -> np.ndarray:
+        """Each arc's posterior: the probability mass of the paths through it, path probabilities
+        ``exp(-total cost)`` normalised over all complete paths (forward-backward in the log
+        semiring over the lattice's costs, which carry the search's acoustic scale, as Kaldi's
+        ``lattice-arc-post --acoustic-scale``). All zeros without a complete path."""
+        n, m = self.num_states, self.num_arcs
+        post = np.zeros(m)
+        if n == 0 or not self.final:
+            return post
+        cost = (np.asarray(self.graph, np.float64) + np.asarray(self.acoustic, np.float64)).tolist()
+        src, dst = self.src.tolist(), self.dst.tolist()
+        order = _topological_order([(s, d) for s, d in zip(src, dst, strict=True)], _by_source(src, n), n)
+        if order is None:  # a determinized lattice is acyclic; anything else gets no confidences
+            return post
+        out_arcs = _by_source(src, n)
+        fwd = [-math.inf] * n
+        fwd[0] = 0.0
+        for s in order:
+            for i in out_arcs[s]:
+                fwd[dst[i]] = _log_add(fwd[dst[i]], fwd[s] - cost[i])
+        bwd = [-math.inf] * n
+        for s, (g, a, _) in self.final.items():
+            bwd[s] = -(g + a)
+        for s in reversed(order):
+            for i in out_arcs[s]:
+                bwd[s] = _log_add(bwd[s], bwd[dst[i]] - cost[i])
+        total = bwd[0]
+        if not math.isfinite(total):
+            return post
+        for i in range(m):
+            post[i] = math.exp(min(fwd[src[i]] - cost[i] + bwd[dst[i]] - total, 0.0))
+        return post
+
+    def path_of(self, names: list[str]) -> list[int] | None:
+        """The word arcs (indices) of the cheapest complete path reading the word sequence `names`
+        (epsilon arcs, word 0, skipped over); None if the lattice has no such path."""
+        n, k_max = self.num_states, len(names)
+        if n == 0 or not self.final:
+            return None
+        src, dst = self.src.tolist(), self.dst.tolist()
+        order = _topological_order([(a, b) for a, b in zip(src, dst, strict=True)], _by_source(src, n), n)
+        if order is None:
+            return None
+        cost = (np.asarray(self.graph, np.float64) + np.asarray(self.acoustic, np.float64)).tolist()
+        label = [self.words.get(int(w), str(int(w))) if w else "" for w in self.word.tolist()]
+        out_arcs = _by_source(src, n)
+        best: dict[tuple[int, int], tuple[float, int, tuple[int, int] | None]] = {(0, 0): (0.0, -1, None)}
+        for s in order:  # (state, words read) -> (cost, arc in, previous pair)
+            for k in range(k_max + 1):
+                here = best.get((s, k))
+                if here is None:
+                    continue
+                for i in out_arcs[s]:
+                    if label[i] == "":
+                        nxt = (dst[i], k)
+                    elif k < k_max and label[i] == names[k]:
+                        nxt = (dst[i], k + 1)
+                    else:
+                        continue
+                    c = here[0] + cost[i]
+                    if nxt not in best or c < best[nxt][0]:
+                        best[nxt] = (c, i, (s, k))
+        ends = [(best[(f, k_max)][0] + g + a, f) for f, (g, a, _) in self.final.items() if (f, k_max) in best]
+        if not ends:
+            return None
+        pair: tuple[int, int] | None = (min(ends)[1], k_max)
+        arcs = []
+        while pair is not None and best[pair][1] >= 0:
+            _, i, prev = best[pair]
+            if label[i]:
+                arcs.append(i)
+            pair = prev
+        return arcs[::-1]
+
+    def word_confidences(self, names: list[str]) -> list[float] | None:
+        """Confidence of each word of the hypothesis `names`: over the frames of its arc on the
+        hypothesis' path (`path_of`), the highest summed posterior of the lattice arcs with that
+        word covering the frame (Wessel et al. 2001's frame-based word posterior, C_max; Kaldi's
+        ``lattice-to-ctm-conf`` gives sausage posteriors instead). Spans are the arcs' own (the
+        frames between word labels), so they are compared within the lattice. None if the lattice
+        has no path for the hypothesis."""
+        path = self.path_of(names)
+        if path is None:
+            return None
+        post = self.arc_posteriors()
+        units_len = [len(u) for u in self.units]
+        times, word = self.times.tolist(), self.word.tolist()
+        by_word: dict[int, list[tuple[int, int, float]]] = {}
+        for i in range(self.num_arcs):
+            if word[i]:
+                start = times[self.src[i]]
+                by_word.setdefault(word[i], []).append((start, start + max(units_len[i], 1), float(post[i])))
+        out = []
+        for i in path:
+            first = times[self.src[i]]
+            end = first + max(units_len[i], 1)
+            cover = np.zeros(end - first)
+            for a0, a1, p in by_word[word[i]]:
+                lo, hi = max(a0, first), min(a1, end)
+                if lo < hi:
+                    cover[lo - first : hi - first] += p
+            out.append(float(min(cover.max(), 1.0)))
+        return out
+
     def nbest(self, n: int) -> list[tuple[list[str], float]]:
         """Up to n distinct word sequences with their total cost, best first (n shortest paths of
         the deterministic word lattice)."""
@@ -1342,6 +1446,23 @@ def _empty(lat: StateLattice, beam: float) -> CompactLattice:
     return CompactLattice(
         0, none, none, none, np.zeros(0), np.zeros(0), [], {}, none, lat.num_frames, lat.words, beam, lat
     )
+
+
+def _by_source(src: list[int], num_states: int) -> list[list[int]]:
+    """Each state's outgoing arc indices."""
+    out: list[list[int]] = [[] for _ in range(num_states)]
+    for i, s in enumerate(src):
+        out[s].append(i)
+    return out
+
+
+def _log_add(x: float, y: float) -> float:
+    """log(exp(x) + exp(y))."""
+    if x < y:
+        x, y = y, x
+    if y == -math.inf:
+        return x
+    return x + math.log1p(math.exp(y - x))
 
 
 def _topological_order(arcs: list[tuple], by_src: list[list[int]], num_states: int) -> list[int] | None:

@@ -344,6 +344,18 @@ def attach_lattices(
     return sum(density) / len(density) if density else None
 
 
+def attach_confidences(results: list[DecodeResult], lattices: list[CompactLattice | None]) -> None:
+    """Each result word's confidence from its utterance's word lattice
+    (`CompactLattice.word_confidences`); words of results without a lattice, or whose words the
+    lattice has no path for, keep none."""
+    for res, lat in zip(results, lattices, strict=True):
+        if lat is None or not res.words:
+            continue
+        confidences = lat.word_confidences([w.word for w in res.words])
+        for w, conf in zip(res.words, confidences or [], strict=False):
+            w.confidence = conf
+
+
 class NbestRescoring:
     """N-best LM rescoring after a WFST search (`wfst`, `wfst-otf`, `let`; ``decoder.rescore_lm``,
     `asrdecode.lm.rescore`): each utterance's ``rescore_nbest`` best word sequences from its word
