@@ -645,11 +645,11 @@ class CompactLattice:
         label = [self.words.get(int(w), str(int(w))) if w else "" for w in self.word.tolist()]
         out_arcs = _by_source(src, n)
         best: dict[tuple[int, int], tuple[float, int, tuple[int, int] | None]] = {(0, 0): (0.0, -1, None)}
+        counts: list[set[int]] = [set() for _ in range(n)]  # the word counts each state is reached with
+        counts[0].add(0)
         for s in order:  # (state, words read) -> (cost, arc in, previous pair)
-            for k in range(k_max + 1):
-                here = best.get((s, k))
-                if here is None:
-                    continue
+            for k in sorted(counts[s]):
+                here = best[(s, k)]
                 for i in out_arcs[s]:
                     if label[i] == "":
                         nxt = (dst[i], k)
@@ -660,6 +660,7 @@ class CompactLattice:
                     c = here[0] + cost[i]
                     if nxt not in best or c < best[nxt][0]:
                         best[nxt] = (c, i, (s, k))
+                        counts[nxt[0]].add(nxt[1])
         ends = [(best[(f, k_max)][0] + g + a, f) for f, (g, a, _) in self.final.items() if (f, k_max) in best]
         if not ends:
             return None
