@@ -30,7 +30,8 @@ Lattices (``decoder.lattice`` or ``nbest > 1``; `asrdecode.decoders.wfst.lattice
 lattice-beam pruning gives a state-level lattice, determinized in the lattice semiring into a
 word lattice in Kaldi's CompactLattice form (``DecodeResult.lattice``, a `CompactLattice`: graph
 and acoustic cost and the unit string per word arc, so word start/end frames); n-best = the n
-best paths of that deterministic word lattice. Its 1-best is the decoder's 1-best.
+best paths of that deterministic word lattice. Its 1-best is the decoder's 1-best. Each result
+word gets a confidence from it (`CompactLattice.word_confidences`: frame-based word posteriors).
 
 Streaming (paper 001 sec. 3.1): `init_streams`, `decode_chunk`, `finalize`; each stream's tokens
 are saved in a state buffer between chunks (gather by stream id, scatter back), so chunked
