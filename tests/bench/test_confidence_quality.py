@@ -42,3 +42,22 @@ def test_alignment_and_nce(tmp_path: Path) -> None:
     assert "6 words, 66.7% correct" in proc.stdout
     assert f"{sum(correct) / 4:.3f} correct / {sum(wrong) / 2:.3f} wrong" in proc.stdout
     assert f"NCE {nce:.3f}" in proc.stdout
+
+
+def test_fit_recovers_a_known_calibration() -> None:
+    """`fit_calibration` on labels drawn from sigmoid(a + b * logit(conf)) finds a and b."""
+    import importlib.util
+    import random
+
+    script = ROOT / "scripts/confidence_quality.py"
+    spec = importlib.util.spec_from_file_location("confidence_quality", script)
+    cq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cq)
+    rng = random.Random(0)
+    pairs = []
+    for _ in range(20000):
+        conf = rng.random()
+        p = 1 / (1 + math.exp(-(-0.7 + 0.4 * cq.logit(conf))))
+        pairs.append((conf, rng.random() < p))
+    a, b = cq.fit_calibration(pairs)
+    assert abs(a + 0.7) < 0.08 and abs(b - 0.4) < 0.05

@@ -40,6 +40,7 @@ from asrdecode.decoders.wfst.lattice import (
     write_kaldi_text,
     write_word_fst,
 )
+from asrdecode.decoders.wfst.paths import CONFIDENCE_CLIP
 from asrdecode.graph import GraphBuildConfig, build_graph
 from asrdecode.models.base import ModelOutput
 
@@ -270,6 +271,11 @@ def test_word_confidences_are_frame_posteriors_by_enumeration(seed):
     assert [w.confidence for w in res.words] == pytest.approx(want, abs=1e-6)
     assert all(0.0 <= c <= 1.0 for c in got)
     assert lat.word_confidences([*names, "no-such-word"]) is None  # no such path
+    # a calibration (`confidence_bias`, `confidence_slope`): sigmoid(bias + slope * logit(posterior))
+    _, cal = decode_lattice(fst, lp, "compiled", lattice_beam=8.0, confidence_bias=-0.5, confidence_slope=0.4)
+    for w, raw in zip(cal.words, want, strict=True):
+        p = min(max(raw, CONFIDENCE_CLIP), 1 - CONFIDENCE_CLIP)
+        assert w.confidence == pytest.approx(1 / (1 + math.exp(0.5 - 0.4 * math.log(p / (1 - p)))), abs=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(8))

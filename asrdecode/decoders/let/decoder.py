@@ -328,7 +328,7 @@ class LetDecoder:
                 self.rescoring.apply(
                     results, lats, boosts, blank, output.frame_shift, not_final, self.path_lm, self.last_info
                 )
-            attach_confidences(results, lats)
+            attach_confidences(results, lats, c.confidence_bias, c.confidence_slope)
         if total[S.S_EPS_LIMIT]:
             log.warning("let: epsilon closure hit its limit (negative-cost epsilon cycle in the graph?)")
         return results

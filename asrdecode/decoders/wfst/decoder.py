@@ -120,6 +120,9 @@ class GraphSearchConfig(PruningOptions):
       The 1-best, its word times and scores and the n-best become the rescored ones; lattices are
       written as searched. rescore_graph_lm: the ARPA the graph was built with (default: the one
       recorded in the graph folder's meta.json by `asrdecode build-graph`).
+    confidence_bias, confidence_slope: the word confidences from the lattice are calibrated as
+      ``sigmoid(bias + slope * logit(posterior))`` (`paths.attach_confidences`; 0 and 1 = the raw
+      posteriors), fitted by logistic regression with scripts/confidence_quality.py --fit.
     """
 
     graph: str = ""
@@ -137,6 +140,8 @@ class GraphSearchConfig(PruningOptions):
     rescore_graph_lm: str = ""
     rescore_nbest: int = 100
     rescore_scale: float = 1.0
+    confidence_bias: float = 0.0
+    confidence_slope: float = 1.0
 
     @property
     def want_lattice(self) -> bool:
@@ -502,7 +507,7 @@ class WfstDecoder:
             self.rescoring.apply(
                 results, lats, tables, blank, frame_shift, not_final, self.path_lm, self.last_info
             )
-        attach_confidences(results, lats)
+        attach_confidences(results, lats, self.config.confidence_bias, self.config.confidence_slope)
 
     def word_lattice(
         self,

@@ -6,6 +6,7 @@ lattice arcs and nodes made into a word lattice and n-best."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -344,16 +345,33 @@ def attach_lattices(
     return sum(density) / len(density) if density else None
 
 
-def attach_confidences(results: list[DecodeResult], lattices: list[CompactLattice | None]) -> None:
+# calibrated confidences: the posterior is clipped to [CONFIDENCE_CLIP, 1 - CONFIDENCE_CLIP]
+# before its logit
+CONFIDENCE_CLIP = 1e-4
+
+
+def calibrated_confidence(posterior: float, bias: float, slope: float) -> float:
+    """``sigmoid(bias + slope * logit(posterior))``: a logistic calibration of a word posterior
+    (Kaldi's `steps/conf/` fits one with more features); bias 0 and slope 1 keep the posterior."""
+    if bias == 0.0 and slope == 1.0:
+        return posterior
+    p = min(max(posterior, CONFIDENCE_CLIP), 1.0 - CONFIDENCE_CLIP)
+    z = bias + slope * math.log(p / (1.0 - p))
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+def attach_confidences(
+    results: list[DecodeResult], lattices: list[CompactLattice | None], bias: float = 0.0, slope: float = 1.0
+) -> None:
     """Each result word's confidence from its utterance's word lattice
-    (`CompactLattice.word_confidences`); words of results without a lattice, or whose words the
-    lattice has no path for, keep none."""
+    (`CompactLattice.word_confidences`, then `calibrated_confidence`); words of results without a
+    lattice, or whose words the lattice has no path for, keep none."""
     for res, lat in zip(results, lattices, strict=True):
         if lat is None or not res.words:
             continue
         confidences = lat.word_confidences([w.word for w in res.words])
         for w, conf in zip(res.words, confidences or [], strict=False):
-            w.confidence = conf
+            w.confidence = calibrated_confidence(conf, bias, slope)
 
 
 class NbestRescoring:
