@@ -142,6 +142,10 @@ class DifferenceLM:
         loaded = _load_cached(path, vocab)
         if loaded is not None:
             lms, maps = loaded
+            lms["large"].info["path"], lms["small"].info["path"] = (
+                str(large),
+                str(small),
+            )  # not the first builder's
             return cls(lms["large"], lms["small"], lm_scale, maps)
         lm = cls(
             BatchedNgramLM.from_file(large, vocab),
@@ -256,7 +260,9 @@ def ngram_lm_from_file(path: str | Path, vocab: list[str], cache: str | Path | N
     entry = _cache_file(cache, "ngram", (path,), vocab) if cache is not None else None
     loaded = _load_cached(entry, vocab)
     if loaded is not None:
-        return loaded[0]["lm"]
+        lm = loaded[0]["lm"]
+        lm.info["path"] = str(path)  # this file, not the first builder's copy of the same contents
+        return lm
     lm = BatchedNgramLM.from_file(path, vocab)
     if entry is not None:
         _save_tables(entry, {"lm": lm}, {})

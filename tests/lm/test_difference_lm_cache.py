@@ -43,6 +43,13 @@ def test_cached_tables_equal_built_tables(tmp_path, caplog):
     same(built, first)
     same(built, loaded)
     assert loaded.lm_scale == 0.7
+    # the same contents under another name: the same entry, reporting the file it was asked for
+    same_copy = tmp_path / "same-large.arpa"
+    same_copy.write_text(LARGE.read_text())
+    assert DifferenceLM.from_files(same_copy, SMALL, w, n, 0.7, cache=tmp_path).large.info["path"] == str(
+        same_copy
+    )
+    assert len(list(tmp_path.glob("difference-*.safetensors"))) == 1
     # another ARPA content: another entry
     copy = tmp_path / "large-copy.arpa"
     copy.write_text(LARGE.read_text().replace("\\end\\", "\\end\\\n"))
@@ -70,6 +77,7 @@ def test_one_lm_cached_as_the_difference_is(tmp_path, caplog):
         assert (lm.vocab, lm.order, lm.vocab_size) == (vocab, built.order, built.vocab_size)
         for name, buf in built.named_buffers():
             assert torch.equal(buf, dict(lm.named_buffers())[name]), name
+    assert loaded.info["path"] == str(LARGE)
     ngram_lm_from_file(LARGE, vocab[:-1], cache=tmp_path)  # another vocabulary: another entry
     assert len(list(tmp_path.glob("ngram-*.safetensors"))) == 2
     entry.write_bytes(b"not a safetensors file")
