@@ -93,6 +93,10 @@ def test_wfst_lattices_and_manifest_boost(tmp_path, graph_dir):
         assert " ".join(words[w] for w in best[0]) == row["pred_text"]
         assert -best[1] == pytest.approx(row["score"], abs=2e-3)
         assert row["lattice_density"] == pytest.approx(len(arcs) / len(best[2]), abs=1e-3)
+        # every word has a lattice confidence, also in the CTM's sixth column
+        assert all(0.0 <= w["conf"] <= 1.0 for w in row["words"])
+    ctm = [line.split() for line in (out / "hyp.ctm").read_text().splitlines()]
+    assert ctm and all(len(f) == 6 and 0.0 <= float(f[5]) <= 1.0 for f in ctm)
     assert report["lattice_density"] == pytest.approx(
         sum(r["lattice_density"] for r in rows.values()) / len(rows)
     )
