@@ -529,6 +529,7 @@ class CompactLattice:
     state_lattice: StateLattice | None = None
     frame_shift: float = 0.0  # seconds per frame (set by the decoder)
     _fst: Any = field(default=None, repr=False)
+    _walk: Any = field(default=None, repr=False)
 
     @property
     def num_arcs(self) -> int:
@@ -598,6 +599,18 @@ class CompactLattice:
         self._fst = fst
         return fst
 
+    def _walk_order(self) -> tuple[list[int], list[int], list[float], list[list[int]], list[int] | None]:
+        """(src, dst, total cost per arc, each state's arcs, states in topological order; None if
+        the arcs have a cycle) as Python lists, built once per lattice."""
+        if self._walk is None:
+            n = self.num_states
+            src, dst = self.src.tolist(), self.dst.tolist()
+            cost = (np.asarray(self.graph, np.float64) + np.asarray(self.acoustic, np.float64)).tolist()
+            out_arcs = _by_source(src, n)
+            order = _topological_order(list(zip(src, dst, strict=True)), out_arcs, n)
+            self._walk = (src, dst, cost, out_arcs, order)
+        return self._walk
+
     def arc_posteriors(self) -> np.ndarray:
         """Each arc's posterior: the probability mass of the paths through it, path probabilities
         ``exp(-total cost)`` normalised over all complete paths (forward-backward in the log
@@ -607,12 +620,9 @@ class CompactLattice:
         post = np.zeros(m)
         if n == 0 or not self.final:
             return post
-        cost = (np.asarray(self.graph, np.float64) + np.asarray(self.acoustic, np.float64)).tolist()
-        src, dst = self.src.tolist(), self.dst.tolist()
-        order = _topological_order([(s, d) for s, d in zip(src, dst, strict=True)], _by_source(src, n), n)
+        src, dst, cost, out_arcs, order = self._walk_order()
         if order is None:  # a determinized lattice is acyclic; anything else gets no confidences
             return post
-        out_arcs = _by_source(src, n)
         fwd = [-math.inf] * n
         fwd[0] = 0.0
         for s in order:
@@ -637,13 +647,10 @@ class CompactLattice:
         n, k_max = self.num_states, len(names)
         if n == 0 or not self.final:
             return None
-        src, dst = self.src.tolist(), self.dst.tolist()
-        order = _topological_order([(a, b) for a, b in zip(src, dst, strict=True)], _by_source(src, n), n)
+        _, dst, cost, out_arcs, order = self._walk_order()
         if order is None:
             return None
-        cost = (np.asarray(self.graph, np.float64) + np.asarray(self.acoustic, np.float64)).tolist()
         label = [self.words.get(int(w), str(int(w))) if w else "" for w in self.word.tolist()]
-        out_arcs = _by_source(src, n)
         best: dict[tuple[int, int], tuple[float, int, tuple[int, int] | None]] = {(0, 0): (0.0, -1, None)}
         counts: list[set[int]] = [set() for _ in range(n)]  # the word counts each state is reached with
         counts[0].add(0)
