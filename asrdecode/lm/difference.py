@@ -23,6 +23,15 @@ token keeps recombination keyed on (graph state, U state), exactly the pairs (gr
 state, large state) that can differ. When the small LM is a pruned copy of the large one, U is
 the large LM's histories.
 
+**Histories that change no cost are merged** (`merge_equivalent_histories`): a U state whose
+difference equals its backoff's for every word and at ``</s>`` (no backoff weight of its own, no
+explicit n-gram whose difference differs: e.g. one of pocketsphinx's 2M bigram histories without
+a trigram) has the same future as the longest proper suffix in U, so the maps send each LM's next
+state to the longest suffix in R, the U states that do change a cost (closed under prefixes, so
+that the longest R suffix of ``h w`` is that of ``r(h) w``). Tokens whose histories differ only
+outside R then recombine: the search is as exact as before (up to float rounding where both LMs
+have the same backoff weight) with fewer tokens.
+
 Lookups: torch (`step`, batched sparse lookups, any device) and numba (`lm_step` on the
 `arrays()` tuples, for the compiled search). The large LM's tables stay where they are built
 (host memory); only the lookups' answers enter the search.
@@ -73,11 +82,12 @@ def word_vocabulary(words: dict[int, str], num_ids: int) -> list[str]:
 _MAPS = ("large_of", "small_of", "union_of_large", "union_of_small", "union_order")
 
 
-def union_maps(large: BatchedNgramLM, small: BatchedNgramLM) -> dict[str, np.ndarray]:
+def union_maps(large: BatchedNgramLM, small: BatchedNgramLM, merge: bool = True) -> dict[str, np.ndarray]:
     """The union U of both LMs' histories (module docstring) as maps: U state -> each LM's state
     (longest suffix), each LM's state -> U state, and the history length of each U state. U is
     numbered by (length, tokens): the root, BOS, then longer histories (vectorised over arrays
-    of histories, `BatchedNgramLM.history_array`)."""
+    of histories, `BatchedNgramLM.history_array`). With `merge`, the LM -> U maps lead to merged
+    histories (`merge_equivalent_histories`)."""
     hl, hs = large.history_array(), small.history_array()
     width = max(hl.shape[1], hs.shape[1])
     rows = np.full((len(hl) + len(hs), width), HISTORY_PAD, dtype=np.int64)
@@ -89,13 +99,74 @@ def union_maps(large: BatchedNgramLM, small: BatchedNgramLM) -> dict[str, np.nda
     rank = np.empty_like(by_length)
     rank[by_length] = np.arange(len(by_length))
     hist, inverse = hist[by_length], rank[inverse.reshape(-1)]
-    return {
+    maps = {
         "large_of": large.history_index().longest(hist),
         "small_of": small.history_index().longest(hist),
         "union_of_large": inverse[: len(hl)],
         "union_of_small": inverse[len(hl) :],
         "union_order": lengths[by_length].astype(np.int64),
     }
+    return merge_equivalent_histories(large, small, maps, hist) if merge else maps
+
+
+def merge_equivalent_histories(
+    large: BatchedNgramLM, small: BatchedNgramLM, maps: dict[str, np.ndarray], hist: np.ndarray
+) -> dict[str, np.ndarray]:
+    """`maps` with each LM's states sent to the longest suffix in R, the union states whose
+    difference is not their backoff's (module docstring); `hist`: the union states' histories.
+    U states outside R stay (``large_of`` / ``small_of`` are unchanged) but no lookup leads there."""
+    iL, iS = large.history_index(), small.history_index()
+    ul, us, order = maps["union_of_large"], maps["union_of_small"], maps["union_order"]
+
+    def union_state(grams: np.ndarray) -> np.ndarray:  # rows that are histories of U
+        sl, ss = iL.walk(grams), iS.walk(grams)
+        return np.where(sl >= 0, ul[np.maximum(sl, 0)], us[np.maximum(ss, 0)])
+
+    suffix = np.full_like(hist, HISTORY_PAD)
+    suffix[:, :-1] = hist[:, 1:]
+    pl, ps = ul[iL.longest(suffix)], us[iS.longest(suffix)]
+    parent = np.where(order[pl] >= order[ps], pl, ps)  # the longest proper suffix in U
+    parent[0] = 0
+    lo, so = maps["large_of"], maps["small_of"]
+    own_l = large.state_order.numpy()[lo] == order
+    own_s = small.state_order.numpy()[so] == order
+    backoff = np.where(own_s, small.backoff_weight.numpy()[so], 0) - np.where(
+        own_l, large.backoff_weight.numpy()[lo], 0
+    )
+    final = small.final_weight.numpy()[so] - large.final_weight.numpy()[lo]
+    keep = (backoff != 0) | (final != final[parent])
+    keep[: BatchedNgramLM.BOS + 1] = True  # the root and the start state
+    lg, sm = _tables(large), _tables(small)
+    for lm, to_union in ((large, ul), (small, us)):  # the explicit n-grams of each state
+        off = lm.arc_offsets.numpy()
+        src = to_union[np.repeat(np.arange(len(off) - 1), np.diff(off))]
+        _mark_changed(lg, sm, lo, so, parent, src, lm.arc_token.numpy(), keep)
+    for k in range(int(order.max()), 1, -1):  # closed under prefixes, longest first
+        rows = np.flatnonzero(keep & (order == k))
+        prefix = hist[rows].copy()
+        prefix[:, k - 1] = HISTORY_PAD
+        keep[union_state(prefix)] = True
+    merged = np.arange(len(order))
+    for k in range(1, int(order.max()) + 1):  # by length: a parent is resolved before its children
+        rows = np.flatnonzero(order == k)
+        merged[rows] = np.where(keep[rows], rows, merged[parent[rows]])
+    return {**maps, "union_of_large": merged[ul], "union_of_small": merged[us]}
+
+
+@numba.njit(nogil=True, cache=True)
+def _mark_changed(lg, sm, large_of, small_of, parent, states, tokens, keep) -> None:
+    """keep[u] for each explicit n-gram (states[i], tokens[i]) whose difference is not the one of
+    the same word from u's parent (the searches' float32 lookups)."""
+    for i in range(states.shape[0]):
+        u = states[i]
+        if keep[u]:
+            continue
+        w = tokens[i]
+        p = parent[u]
+        here = ngram_lookup(sm, small_of[u], w)[0] - ngram_lookup(lg, large_of[u], w)[0]
+        there = ngram_lookup(sm, small_of[p], w)[0] - ngram_lookup(lg, large_of[p], w)[0]
+        if here != there:
+            keep[u] = True
 
 
 class DifferenceLM:
@@ -246,7 +317,9 @@ class DifferenceLM:
         return lms + self.state_bytes()
 
 
-_CACHE_FORMAT = 2  # 2: pocketsphinx trie LMs restricted to the vocabulary and renormalised
+# per kind; 2: pocketsphinx trie LMs restricted to the vocabulary and renormalised; difference 3:
+# histories that change no cost merged (`merge_equivalent_histories`)
+_CACHE_FORMAT = {"difference": 3, "ngram": 2}
 _BUFFERS = (
     "arc_offsets", "arc_token", "arc_next", "arc_weight", "root_weight", "root_next",
     "backoff_state", "backoff_weight", "final_weight", "state_order",
@@ -271,7 +344,7 @@ def ngram_lm_from_file(path: str | Path, vocab: list[str], cache: str | Path | N
 
 def _cache_file(cache: str | Path, kind: str, files: tuple[str | Path, ...], vocab: list[str]) -> Path:
     """The cache entry of `kind` ("difference", "ngram") for the contents of `files` and `vocab`."""
-    digest = hashlib.sha256(f"{kind}-lm v{_CACHE_FORMAT}".encode())
+    digest = hashlib.sha256(f"{kind}-lm v{_CACHE_FORMAT[kind]}".encode())
     for path in files:
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):

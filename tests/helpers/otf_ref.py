@@ -128,9 +128,14 @@ def history_pruned_search(
     return best
 
 
-def random_arpa(path: Path, rng: np.random.Generator, words: list[str], order: int) -> Path:
+def random_arpa(
+    path: Path, rng: np.random.Generator, words: list[str], order: int, bare: float = 0.0
+) -> Path:
     """A random (unnormalised, valid) ARPA of `order` over `words`: every unigram, some bigrams
-    (also from <s> and to </s>), trigrams extending some of the bigrams."""
+    (also from <s> and to </s>), trigrams extending some of the bigrams. With `bare`, that share of
+    the bigrams (when order 3) has backoff weight 0 (log10 1) and, in turn, no trigram (as most of
+    pocketsphinx's bigrams: histories whose every cost is their backoff's), its trigrams, or only
+    a trigram to </s>."""
     grams: list[dict] = [{}, {}, {}]
     for w in [*words, "</s>"]:
         grams[0][(w,)] = (-rng.uniform(0.2, 2), -rng.uniform(0, 1))
@@ -144,6 +149,13 @@ def random_arpa(path: Path, rng: np.random.Generator, words: list[str], order: i
             if w != "</s>":
                 for _ in range(2):
                     grams[2][(h, w, str(rng.choice([*words, "</s>"])))] = (-rng.uniform(0.1, 1.5), 0.0)
+        if bare > 0:
+            for i, (h, w) in enumerate(b for b in list(grams[1]) if b[1] != "</s>" and rng.random() < bare):
+                grams[1][(h, w)] = (grams[1][(h, w)][0], 0.0)
+                if i % 3 != 1:
+                    grams[2] = {g: v for g, v in grams[2].items() if g[:2] != (h, w)}
+                if i % 3 == 2:
+                    grams[2][(h, w, "</s>")] = (-rng.uniform(0.1, 1.5), 0.0)
     lines = ["\\data\\"] + [f"ngram {k}={len(grams[k - 1])}" for k in range(1, order + 1)]
     for k in range(1, order + 1):
         lines += ["", f"\\{k}-grams:"]

@@ -57,6 +57,59 @@ def test_difference_lm_sentences_equal_brute_force(tmp_path):
         assert total + float(lm_final(arrays, u)) == pytest.approx(want, abs=1e-4)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_histories_that_change_no_cost_are_merged(tmp_path, seed):
+    """Union states whose every difference is their backoff's (here bigrams without trigrams and
+    with backoff weight 1) are merged into it: every word sequence up to four words costs what the
+    ARPA scorer says and what the unmerged maps give (torch and numba lookups), the final states
+    differ only where merged, and fewer states are reached."""
+    import itertools
+
+    from asrdecode.lm.difference import union_maps
+
+    rng = np.random.default_rng(40 + seed)
+    large = random_arpa(tmp_path / "large.arpa", rng, WORDS[:5], 3, bare=0.5)
+    small = random_arpa(tmp_path / "small.arpa", rng, WORDS[:5], 1 + seed % 2)
+    lms = [BatchedNgramLM.from_arpa(p, vocab=WORDS[:5]) for p in (large, small)]
+    merged, plain = DifferenceLM(*lms, 0.7), DifferenceLM(*lms, 0.7, maps=union_maps(*lms, merge=False))
+    big, little = ArpaScorer(large), ArpaScorer(small)
+    reached = {"merged": set(), "plain": set()}
+    for n in range(5):
+        for ids in itertools.product(range(5), repeat=n):
+            words = [WORDS[i] for i in ids]
+            want = 0.7 * (big.cost(words) - little.cost(words))
+            for name, diff in (("merged", merged), ("plain", plain)):
+                arrays, u, total = diff.arrays(), diff.START, 0.0
+                for w in ids:
+                    c, u = lm_step(arrays, u, w)
+                    total += float(c)
+                reached[name].add(u)
+                assert total + float(lm_final(arrays, u)) == pytest.approx(want, abs=1e-4)
+                assert diff.sentence_cost(list(ids)) == pytest.approx(want, abs=1e-4)
+    assert len(reached["merged"]) < len(reached["plain"])
+
+
+def test_merged_histories_keep_the_prefixes_of_kept_ones(tmp_path):
+    """History (a) changes no cost (backoff weight 1, its one bigram as likely as the unigram), but
+    (a b) has a trigram: (a) must stay a state, else "a b c" would lose its trigram."""
+    large = tmp_path / "large.arpa"
+    large.write_text(
+        "\\data\\\nngram 1=5\nngram 2=3\nngram 3=1\n\n\\1-grams:\n-0.6 </s>\n-99 <s> -0.5\n"
+        "-0.5 a 0.0\n-0.7 b -0.3\n-0.9 c -0.2\n\n\\2-grams:\n-0.2 <s> a -0.1\n-0.7 a b -0.4\n"
+        "-0.3 b c -0.1\n\n\\3-grams:\n-0.05 a b c\n\n\\end\\\n"
+    )
+    small = tmp_path / "small.arpa"
+    small.write_text(
+        "\\data\\\nngram 1=5\n\n\\1-grams:\n-0.7 </s>\n-99 <s>\n-0.6 a\n-0.6 b\n-0.6 c\n\n\\end\\\n"
+    )
+    vocab = ["a", "b", "c"]
+    diff = DifferenceLM(*(BatchedNgramLM.from_arpa(p, vocab=vocab) for p in (large, small)))
+    big, little = ArpaScorer(large), ArpaScorer(small)
+    for ids in ([0, 1, 2], [1, 0, 1, 2], [0, 0, 1, 2], [2, 0, 1, 2, 2]):
+        words = [vocab[i] for i in ids]
+        assert diff.sentence_cost(ids) == pytest.approx(big.cost(words) - little.cost(words), abs=1e-4)
+
+
 def test_lookups_are_batched_without_host_reads(tmp_path):
     """`score` and the difference LM's `step` / `final_cost` are one fixed op sequence whatever the
     batch (what the torch search needs to stay free of host reads and capturable), none syncing."""
