@@ -198,7 +198,13 @@ class Transcriber:
         self.context = context
         if getattr(self.cfg.decoder, "rescore_lm", ""):
             self.on_status(f"reading the rescoring LM {self.cfg.decoder.rescore_lm}")
+        on_the_fly_lm = getattr(self.cfg.decoder, "lm", "")
+        if on_the_fly_lm:  # wfst-otf, let: seconds to tens of seconds when the tables are built
+            self.on_status(f"reading the LM {on_the_fly_lm} (its tables are built on first use, then cached)")
+        start = time.perf_counter()
         self.decoder = make_decoder(self.cfg.decoder, context)
+        if on_the_fly_lm:
+            self.on_status(f"LM tables ready in {time.perf_counter() - start:.1f} s")
         if self.cfg.output.save_logprobs:
             from asrdecode.io.manifests import write_logprobs_meta
 

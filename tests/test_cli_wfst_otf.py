@@ -24,13 +24,16 @@ def graphs(tmp_path_factory) -> Path:
 
 def test_wfst_otf_cli_equals_kaldi_on_the_large_lm_graph(tmp_path, graphs):
     out = tmp_path / "otf"
-    run(
+    proc = run(
         "transcribe", str(AUDIO), "--model", str(MODEL), "--decoder", "wfst-otf",
         f"decoder.graph={graphs / 'small'}", f"decoder.lm={graphs / 'large.arpa'}", "decoder.beam=30",
         "threads=1", "--save-logprobs", "decoder.lattice=true", "decoder.lattice_beam=3", "--out", str(out),
     )  # fmt: skip
     rows = {r["utt_id"]: r for r in read_jsonl(out / "transcripts.jsonl")}
     assert len(rows) == 6
+    # reading the large LM (its tables built, or loaded from the cache) is announced and timed
+    said = proc.stdout + proc.stderr
+    assert f"reading the LM {graphs / 'large.arpa'}" in said and "LM tables ready in" in said
     # lattices (paper 002's exact lattices of the composed search): one archive for the run, one
     # OpenFst word acceptor per utterance; each lattice's best path is the transcript
     lattices = read_kaldi_text((out / "lattices" / "lat.ark.txt").read_text())
