@@ -292,7 +292,8 @@ def test_history_beam_equals_its_plain_search(tmp_path, seed):
     fst = random_wfst(rng, int(rng.integers(3, 6)), 4, 6, eps_forward=True)
     fst["arcs"] = [(s, il, ol if il else 0, w, ns) for s, il, ol, w, ns in fst["arcs"]]
     names = list(OTF_WORDS.values())
-    large = random_trigram(tmp_path / "large.arpa", rng, names, 3)
+    # on odd seeds histories that change no cost, which the difference LM merges (group members)
+    large = random_trigram(tmp_path / "large.arpa", rng, names, 3, bare=0.6 * (seed % 2))
     small = random_trigram(tmp_path / "small.arpa", rng, names, int(rng.integers(1, 3)))
     lp = log_probs(rng, int(rng.integers(6, 12)))
     for history_beam in (0.1, 0.5, 1e6):
