@@ -419,6 +419,9 @@ def test_config_errors(toy):
         LetDecoder(LetConfig(graph=g, small_lm=s))
     with pytest.raises(ConfigError, match="not found"):
         LetDecoder(LetConfig(graph=g, lm=s + ".missing", small_lm=s))
+    # a wfst-otf config (the default setup's file) switched to let names the override that fixes it
+    with pytest.raises(ConfigError, match=r"add decoder\.history_max=0\)$"):
+        LetDecoder(LetConfig(graph=g, lm=s, small_lm=s, history_max=8))
     cfg = decoder_config_from_dict({"type": "let", "lm": s, "group_capacity": 3, "bucket_width": 0.5})
     assert isinstance(cfg, LetConfig) and cfg.group_capacity == 3
     with pytest.raises(ConfigError):

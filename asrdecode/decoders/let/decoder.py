@@ -242,7 +242,8 @@ class LetDecoder:
             raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
         if c.history_max:  # left out when the default setup is switched to let (`refused_options`)
             raise ConfigError(
-                "decoder.history_max is wfst-otf's; let's groups keep decoder.group_capacity members"
+                "decoder.history_max is wfst-otf's; let's groups keep decoder.group_capacity members "
+                "(switching a wfst-otf config to let: add decoder.history_max=0)"
             )
         self.config = c
         self.context = context
