@@ -99,23 +99,29 @@ def union_maps(large: BatchedNgramLM, small: BatchedNgramLM, merge: bool = True)
     rank = np.empty_like(by_length)
     rank[by_length] = np.arange(len(by_length))
     hist, inverse = hist[by_length], rank[inverse.reshape(-1)]
+    indexes = large.history_index(), small.history_index()
     maps = {
-        "large_of": large.history_index().longest(hist),
-        "small_of": small.history_index().longest(hist),
+        "large_of": indexes[0].longest(hist),
+        "small_of": indexes[1].longest(hist),
         "union_of_large": inverse[: len(hl)],
         "union_of_small": inverse[len(hl) :],
         "union_order": lengths[by_length].astype(np.int64),
     }
-    return merge_equivalent_histories(large, small, maps, hist) if merge else maps
+    return merge_equivalent_histories(large, small, maps, hist, indexes) if merge else maps
 
 
 def merge_equivalent_histories(
-    large: BatchedNgramLM, small: BatchedNgramLM, maps: dict[str, np.ndarray], hist: np.ndarray
+    large: BatchedNgramLM,
+    small: BatchedNgramLM,
+    maps: dict[str, np.ndarray],
+    hist: np.ndarray,
+    indexes: tuple,
 ) -> dict[str, np.ndarray]:
     """`maps` with each LM's states sent to the longest suffix in R, the union states whose
-    difference is not their backoff's (module docstring); `hist`: the union states' histories.
-    U states outside R stay (``large_of`` / ``small_of`` are unchanged) but no lookup leads there."""
-    iL, iS = large.history_index(), small.history_index()
+    difference is not their backoff's (module docstring); `hist`: the union states' histories,
+    `indexes`: both LMs' `history_index()`. U states outside R stay (``large_of`` / ``small_of``
+    are unchanged) but no lookup leads there."""
+    iL, iS = indexes
     ul, us, order = maps["union_of_large"], maps["union_of_small"], maps["union_order"]
 
     def union_state(grams: np.ndarray) -> np.ndarray:  # rows that are histories of U
