@@ -335,7 +335,8 @@ def transcribe(
     "--compare",
     "compare_path",
     type=click.Path(path_type=Path),
-    help="A second run's hypotheses: both are scored, and compared utterance by utterance.",
+    help="A second run's hypotheses: both are scored and compared utterance by utterance, with a "
+    "paired bootstrap interval of the WER difference.",
 )
 @click.option(
     "--plot",
@@ -354,7 +355,7 @@ def score(
       asrdecode score --ref data/demo/real/manifest.jsonl --hyp out/real/transcripts.jsonl --worst 3
       asrdecode score --ref REF --hyp out/a/transcripts.jsonl --compare out/b/transcripts.jsonl --plot wer.png
     """
-    from asrdecode.scoring import read_transcripts
+    from asrdecode.scoring import compare_paired, read_transcripts
     from asrdecode.scoring import score as run_score
 
     refs = read_transcripts(ref_path, field="text")
@@ -384,15 +385,9 @@ def score(
     out_console.print(table)
     per_run = {name: {u["utt_id"]: u for u in r.to_dict()["per_utterance"]} for name, r in reports.items()}
     if compare_path is not None:
-        a, b = per_run.values()
-        shared = sorted(set(a) & set(b))
-        better = sum(a[u]["wer"] < b[u]["wer"] for u in shared)
-        worse = sum(a[u]["wer"] > b[u]["wer"] for u in shared)
-        out_console.print(
-            f"per utterance ({len(shared)} in both): {hyp_path} lower WER on {better}, "
-            f"{compare_path} lower on {worse}, equal on {len(shared) - better - worse}",
-            highlight=False,
-        )
+        paired = compare_paired(report, reports[str(compare_path)])
+        out_console.print(paired.summary(str(hyp_path), str(compare_path)), highlight=False)
+        d["compared_with"] = {"hypotheses": str(compare_path), **paired.to_dict()}
     if plot_path is not None:
         from asrdecode.bench.plots import plot_wer_distributions
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jiwer
+import numpy as np
 
 from asrdecode.errors import InputError
 
@@ -245,6 +246,81 @@ def score(
         extra=extra,
         utterances=utts,
         normalization={"lowercase": lowercase, "remove_punctuation": remove_punctuation},
+    )
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Two runs on the same references, utterance by utterance (a against b).
+
+    ``better``/``worse``/``equal``: utterances where a has fewer / more / as many word errors as b.
+    ``wer_difference``: a's corpus WER minus b's. ``low``/``high``: its ``level`` interval over
+    bootstrap resamples of the utterances; ``probability_better``: the share of resamples in which
+    a has fewer errors than b (Bisani and Ney's probability of improvement)."""
+
+    utterances: int
+    better: int
+    worse: int
+    equal: int
+    wer_difference: float
+    low: float
+    high: float
+    probability_better: float
+    level: float
+    rounds: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def summary(self, a: str, b: str) -> str:
+        """One line: the per-utterance counts and the WER difference with its interval, in points."""
+        return (
+            f"per utterance ({self.utterances}): {a} fewer errors on {self.better}, {b} on {self.worse}, "
+            f"equal on {self.equal}; WER difference {self.wer_difference * 100:+.1f} points, "
+            f"{self.level:.0%} interval [{self.low * 100:+.1f}, {self.high * 100:+.1f}], "
+            f"{a} better in {self.probability_better:.0%} of resamples"
+        )
+
+
+def compare_paired(
+    a: ScoreReport, b: ScoreReport, rounds: int = 10000, level: float = 0.95, seed: int = 0
+) -> PairedComparison:
+    """Paired comparison of two runs scored against the same references (utterances matched by
+    id; those scored in only one run are left out). The interval is the paired bootstrap of
+    Bisani and Ney (ICASSP 2004, "Bootstrap estimates for confidence intervals in ASR performance
+    evaluation"): ``rounds`` times, draw as many utterances as there are, with replacement, and take
+    the difference of the two corpus WERs over the draw (both runs on the same draw); the interval
+    holds the middle ``level`` of those differences. Seeded: the same inputs give the same result."""
+    if rounds < 1 or not 0.0 < level < 1.0:
+        raise ValueError(f"compare_paired: rounds={rounds} must be >= 1 and level={level} in (0, 1)")
+    theirs = {u.utt_id: u for u in b.utterances}
+    pairs = [(u, theirs[u.utt_id]) for u in a.utterances if u.utt_id in theirs]
+    for ua, ub in pairs:
+        if ua.ref != ub.ref:
+            raise ValueError(f"compare_paired: utterance {ua.utt_id} has two different references")
+    errors_a = np.array([ua.errors for ua, _ in pairs], dtype=np.int64)
+    errors_b = np.array([ub.errors for _, ub in pairs], dtype=np.int64)
+    words = np.array([ua.ref_words for ua, _ in pairs], dtype=np.int64)
+    n = len(pairs)
+    if n == 0:
+        return PairedComparison(0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, level, rounds)
+    diff = errors_a - errors_b
+    draws = np.random.default_rng(seed).integers(0, n, size=(rounds, n))
+    drawn_diff = diff[draws].sum(axis=1)
+    drawn_words = np.maximum(words[draws].sum(axis=1), 1)
+    rates = np.sort(drawn_diff / drawn_words)
+    tail = (1.0 - level) / 2.0
+    return PairedComparison(
+        utterances=n,
+        better=int((diff < 0).sum()),
+        worse=int((diff > 0).sum()),
+        equal=int((diff == 0).sum()),
+        wer_difference=float(diff.sum() / max(int(words.sum()), 1)),
+        low=float(np.quantile(rates, tail)),
+        high=float(np.quantile(rates, 1.0 - tail)),
+        probability_better=float((drawn_diff < 0).mean()),
+        level=level,
+        rounds=rounds,
     )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
+import numpy as np
 import pytest
 
 from asrdecode.errors import InputError
-from asrdecode.scoring import normalize_text, read_transcripts, score
+from asrdecode.scoring import compare_paired, normalize_text, read_transcripts, score
 
 
 def test_one_sub_one_del():
@@ -105,3 +107,48 @@ def test_read_transcripts_errors_name_file_and_line(tmp_path, content, problem):
     assert str(p) + problem in str(e.value)
     with pytest.raises(InputError, match="no such file"):
         read_transcripts(tmp_path / "nope")
+
+
+def _exact_bootstrap(errors_a, errors_b, words, level):
+    """Every one of the n^n equally likely resamples, enumerated: the WER differences' quantiles
+    (numpy's default interpolation over the sorted list) and the share where a has fewer errors."""
+    n = len(words)
+    rates, better = [], 0
+    for draw in itertools.product(range(n), repeat=n):
+        d = sum(errors_a[i] - errors_b[i] for i in draw)
+        rates.append(d / max(sum(words[i] for i in draw), 1))
+        better += d < 0
+    tail = (1 - level) / 2
+    return float(np.quantile(rates, tail)), float(np.quantile(rates, 1 - tail)), better / n**n
+
+
+def test_paired_comparison_counts_and_bootstrap_against_enumeration():
+    refs = {"u1": "a b c d", "u2": "e f", "u3": "g h i", "u4": "j"}
+    a = score(refs, {"u1": "a b c d", "u2": "e x", "u3": "g", "u4": "j"})  # errors 0 1 2 0
+    b = score(refs, {"u1": "a x c", "u2": "e f", "u3": "g h", "u4": "j k l"})  # errors 2 0 1 2
+    cmp = compare_paired(a, b, rounds=200_000, level=0.8)
+    assert (cmp.utterances, cmp.better, cmp.worse, cmp.equal) == (4, 2, 2, 0)
+    assert cmp.wer_difference == pytest.approx(a.wer - b.wer) == pytest.approx((3 - 5) / 10)
+    low, high, p_better = _exact_bootstrap([0, 1, 2, 0], [2, 0, 1, 2], [4, 2, 3, 1], 0.8)
+    assert cmp.low == pytest.approx(low, abs=0.02) and cmp.high == pytest.approx(high, abs=0.02)
+    assert cmp.probability_better == pytest.approx(p_better, abs=0.005)
+    back = compare_paired(b, a, rounds=200_000, level=0.8)
+    assert (back.better, back.worse) == (2, 2) and back.wer_difference == pytest.approx(-cmp.wer_difference)
+    assert compare_paired(a, b, rounds=1000) == compare_paired(a, b, rounds=1000)  # seeded
+    assert "a fewer errors on 2, b on 2, equal on 0; WER difference -20.0 points" in cmp.summary("a", "b")
+
+
+def test_paired_comparison_of_identical_runs_and_unshared_utterances():
+    refs = {"u1": "a b", "u2": "c d"}
+    a = score(refs, {"u1": "a", "u2": "c d"})
+    same = compare_paired(a, a)
+    assert (same.better, same.worse, same.equal) == (0, 0, 2)
+    assert (same.wer_difference, same.low, same.high) == (0, 0, 0)
+    assert same.probability_better == 0.0
+    b = score({"u1": "a b"}, {"u1": "a b"})  # only u1 in both: u2 left out
+    only = compare_paired(a, b)
+    assert (only.utterances, only.worse, only.wer_difference) == (1, 1, 0.5)
+    with pytest.raises(ValueError, match="different references"):
+        compare_paired(a, score({"u1": "x y", "u2": "c d"}, {}))
+    with pytest.raises(ValueError, match="rounds"):
+        compare_paired(a, a, rounds=0)

@@ -21,7 +21,10 @@ asrdecode runs `asrdecode transcribe` with `configs/sphinx-en-us.yaml`, twice: w
 everywhere (`threads=1 model.threads=1 decoder.threads=1`, like for like with pocketsphinx) and
 with senone scoring and the search on all cores (`model.threads=0 decoder.threads=0`: Python
 threads over chunks of frames and over utterances; torch's own intra-op pool stays at one thread).
-All are scored with `asrdecode.scoring` (jiwer) against the same references.
+All are scored with `asrdecode.scoring` (jiwer) against the same references, and every asrdecode
+row is compared with each pocketsphinx row utterance by utterance: fewer / more / as many errors,
+and the WER difference with a 95% paired bootstrap interval over the utterances
+(`scoring.compare_paired`; on a set of 17 recordings a 1-point difference is well inside it).
 RTFx = audio seconds / wall seconds of the work each decoder does per utterance (front end,
 acoustic scoring, search), measured the same way for all: one-time costs (model and graph
 loading, asrdecode's warm-up batch that loads the compiled search, pocketsphinx's Decoder()) and
@@ -56,7 +59,7 @@ from asrdecode.bench.harness import machine_info
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.graph.cache import cached_graph, load_graph_config
 from asrdecode.graph.stages import report_finished
-from asrdecode.scoring import score
+from asrdecode.scoring import PairedComparison, compare_paired, score
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,10 +196,12 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
         "repeats": args.repeats,
         "rows": {},
     }
+    peer_scores = {name: score(refs, run["hyps"]) for name, run in peers.items()}
     for name, run in ours.items():
         stages = run["report"]["stage_seconds"]
         seconds = sum(stages[k] for k in ("features", "model", "decode"))
         run_score = score(refs, run["hyps"])
+        paired = {peer: compare_paired(run_score, peer_score) for peer, peer_score in peer_scores.items()}
         result["rows"][name] = {
             "wer": run_score.wer,
             "cer": run_score.cer,
@@ -208,9 +213,10 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
             "config": str(runs[name][0]),
             "overrides": [*runs[name][2], *args.overrides],
             "seconds_per_repeat": chosen[name][1],
+            "paired": {peer: c.to_dict() for peer, c in paired.items()},
         }
     for name, run in peers.items():
-        run_score = score(refs, run["hyps"])
+        run_score = peer_scores[name]
         rtfx = audio / run["decode_seconds"]
         result["rows"][name] = {
             "wer": run_score.wer,
@@ -246,6 +252,9 @@ def print_set(result: dict) -> None:
         print(
             f"{name:<26}{r['wer']:>8.1%}{r['cer']:>8.1%}{r['rtfx']:>9.1f}{r['rtfx_vs_pocketsphinx']:>7.2f}x"
         )
+    for name, r in result["rows"].items():
+        for peer, c in r.get("paired", {}).items():
+            print(PairedComparison(**c).summary(name, peer))
     width = max(len(u["id"]) for u in result["per_utterance"])
     for item in result["per_utterance"]:
         print(f"{item['id']:<{width}}  REF {item['ref']}")

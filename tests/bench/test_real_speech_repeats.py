@@ -34,7 +34,7 @@ def test_repeats_must_be_positive(capsys) -> None:
         main(["--repeats", "0"])
 
 
-def test_no_static_runs_only_the_on_the_fly_rows_and_builds_no_graph(tmp_path, monkeypatch) -> None:
+def test_no_static_runs_only_the_on_the_fly_rows_and_builds_no_graph(tmp_path, monkeypatch, capsys) -> None:
     """RTFx 6.25 (10 s of audio in 1.6 s) against pocketsphinx's 5: 1.25x."""
     calls: dict[str, list] = {"asrdecode": [], "pocketsphinx": []}
 
@@ -64,7 +64,14 @@ def test_no_static_runs_only_the_on_the_fly_rows_and_builds_no_graph(tmp_path, m
     ]
     assert [(c, g) for c, g, _ in calls["asrdecode"]] == [(None, None)]  # the default setup
     assert calls["pocketsphinx"] == [ROOT / "data/lm/sphinx-en-us-72k.arpa.gz", None]
-    assert result["rows"]["asrdecode wfst-otf, full LM"]["rtfx_vs_pocketsphinx"] == pytest.approx(1.25)
+    row = result["rows"]["asrdecode wfst-otf, full LM"]
+    assert row["rtfx_vs_pocketsphinx"] == pytest.approx(1.25)
+    # compared per utterance with each peer (the fake run leaves all but one utterance empty)
+    paired = row["paired"]["pocketsphinx, its own LM"]
+    assert paired["utterances"] == result["utterances"] == 14
+    assert paired["better"] + paired["worse"] + paired["equal"] == 14 and paired["equal"] >= 1
+    assert paired["low"] <= paired["wer_difference"] <= paired["high"]
+    assert "full LM fewer errors on" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no asrdecode row"):
         main(["--no-static", "--manifest", str(manifest), "--json", str(out)])
     assert Path(out).is_file()
