@@ -23,6 +23,7 @@ from rich.table import Table
 
 from asrdecode import __version__
 from asrdecode.errors import AsrDecodeError
+from asrdecode.gc_pause import paused_while_loading
 
 console = Console(stderr=True)
 out_console = Console()
@@ -178,6 +179,7 @@ def read_boost_file(path: Path) -> dict[str, float]:
     help="Also write the run's events (status, progress, skipped files, report) as JSON lines.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
+@paused_while_loading()
 def transcribe(
     input_path,
     log_file,

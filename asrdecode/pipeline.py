@@ -20,6 +20,7 @@ import torch
 from asrdecode.config import RunConfig
 from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError
+from asrdecode.gc_pause import loading_done
 from asrdecode.models.base import ModelOutput
 
 STAGES = ("load", "features", "model", "decode")
@@ -353,6 +354,7 @@ class Transcriber:
             except BaseException:
                 self.writer.close()
                 raise
+        loading_done()  # a collector paused by the command resumes, with the loaded objects frozen
         start = time.perf_counter()
         interrupted = False
         try:
