@@ -275,10 +275,10 @@ class PairedComparison:
     def summary(self, a: str, b: str) -> str:
         """One line: the per-utterance counts and the WER difference with its interval, in points."""
         return (
-            f"per utterance ({self.utterances}): {a} fewer errors on {self.better}, {b} on {self.worse}, "
-            f"equal on {self.equal}; WER difference {self.wer_difference * 100:+.1f} points, "
-            f"{self.level:.0%} interval [{self.low * 100:+.1f}, {self.high * 100:+.1f}], "
-            f"{a} better in {self.probability_better:.0%} of resamples"
+            f"{a} against {b}, per utterance ({self.utterances}): fewer errors on {self.better}, more on "
+            f"{self.worse}, as many on {self.equal}; WER difference {self.wer_difference * 100:+.1f} "
+            f"points, {self.level:.0%} interval [{self.low * 100:+.1f}, {self.high * 100:+.1f}]; fewer "
+            f"errors in {self.probability_better:.0%} of resamples"
         )
 
 
