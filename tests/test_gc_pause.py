@@ -4,6 +4,7 @@ frozen, while it decodes; it is never left paused (errors, --print-config)."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 from click.testing import CliRunner
@@ -23,12 +24,21 @@ def collector_restored():
         gc.enable()
 
 
-def test_paused_until_loading_done_then_frozen():
+class _Node:
+    pass
+
+
+def test_paused_until_loading_done_then_garbage_collected_and_the_rest_frozen():
     gc.unfreeze()
     with gc_pause.paused_while_loading():
         assert not gc.isenabled()
         kept = [[i] for i in range(1000)]
+        cycle = _Node()
+        cycle.me = cycle
+        gone = weakref.ref(cycle)
+        del cycle
         gc_pause.loading_done()
+        assert gone() is None  # the cycle made while paused was collected, not frozen
         assert gc.isenabled() and gc.get_freeze_count() >= len(kept)
         gc_pause.loading_done()  # a second call does nothing
     assert gc.isenabled()
