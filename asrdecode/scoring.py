@@ -249,6 +249,9 @@ def score(
     )
 
 
+BOOTSTRAP_BLOCK = 1 << 22  # utterance draws per block of resamples (`compare_paired`): 32 MB of indices
+
+
 @dataclass(frozen=True)
 class PairedComparison:
     """Two runs on the same references, utterance by utterance (a against b).
@@ -305,10 +308,15 @@ def compare_paired(
     if n == 0:
         return PairedComparison(0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, level, rounds)
     diff = errors_a - errors_b
-    draws = np.random.default_rng(seed).integers(0, n, size=(rounds, n))
-    drawn_diff = diff[draws].sum(axis=1)
-    drawn_words = np.maximum(words[draws].sum(axis=1), 1)
-    rates = np.sort(drawn_diff / drawn_words)
+    rng = np.random.default_rng(seed)
+    drawn_diff = np.empty(rounds, np.int64)
+    drawn_words = np.empty(rounds, np.int64)
+    block = max(1, BOOTSTRAP_BLOCK // n)  # resamples drawn at once: memory bounded for any set size
+    for r in range(0, rounds, block):
+        draws = rng.integers(0, n, size=(min(block, rounds - r), n))
+        drawn_diff[r : r + len(draws)] = diff[draws].sum(axis=1)
+        drawn_words[r : r + len(draws)] = words[draws].sum(axis=1)
+    rates = np.sort(drawn_diff / np.maximum(drawn_words, 1))
     tail = (1.0 - level) / 2.0
     return PairedComparison(
         utterances=n,

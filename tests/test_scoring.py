@@ -153,3 +153,16 @@ def test_paired_comparison_of_identical_runs_and_unshared_utterances():
         compare_paired(a, score({"u1": "x y", "u2": "c d"}, {}))
     with pytest.raises(ValueError, match="rounds"):
         compare_paired(a, a, rounds=0)
+
+
+def test_paired_comparison_in_blocks_equals_one_block(monkeypatch):
+    """The resamples are drawn in blocks (bounded memory on large sets); the result does not depend
+    on the block size."""
+    import asrdecode.scoring as scoring
+
+    refs = {f"u{i}": "a b c" for i in range(7)}
+    a = score(refs, {f"u{i}": "a b c" if i % 2 else "a" for i in range(7)})
+    b = score(refs, {f"u{i}": "a x c" for i in range(7)})
+    whole = compare_paired(a, b, rounds=1000)
+    monkeypatch.setattr(scoring, "BOOTSTRAP_BLOCK", 7 * 3)  # three resamples per block
+    assert compare_paired(a, b, rounds=1000) == whole
