@@ -84,7 +84,11 @@ def test_cli_sweep_and_score_plot(three_clips, tmp_path):
     refs = read_transcripts(three_clips, field="text")
     b.write_text("".join(json.dumps({"utt_id": u, "pred_text": t}) + "\n" for u, t in refs.items()))
     out = cli("score", "--ref", str(three_clips), "--hyp", str(a), "--compare", str(b),
-              "--plot", str(tmp_path / "wer.png"), "--worst", "0")  # fmt: skip
+              "--plot", str(tmp_path / "wer.png"), "--worst", "0",
+              "--json", str(tmp_path / "s.json"))  # fmt: skip
+    compared = json.loads((tmp_path / "s.json").read_text())["compared_with"]
+    assert compared["hypotheses"] == str(b) and compared["utterances"] == 3 and compared["better"] == 0
+    assert compared["low"] <= compared["wer_difference"] <= compared["high"]
     assert "0.00%" in out
     flat = " ".join(out.split())
     assert f"{a} against {b}, per utterance (3): fewer errors on 0" in flat and "interval [" in flat
