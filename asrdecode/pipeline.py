@@ -354,7 +354,7 @@ class Transcriber:
             except BaseException:
                 self.writer.close()
                 raise
-        loading_done()  # a collector paused by the command resumes, with the loaded objects frozen
+        loading_done()  # a collector paused by the command: loading's garbage collected, the rest frozen
         start = time.perf_counter()
         interrupted = False
         try:
