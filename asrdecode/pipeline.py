@@ -206,6 +206,7 @@ class Transcriber:
         self.decoder = make_decoder(self.cfg.decoder, context)
         if on_the_fly_lm:
             self.on_status(f"LM tables ready in {time.perf_counter() - start:.1f} s")
+        self.defer_scores = self._scores_deferred()
         if self.cfg.output.save_logprobs:
             from asrdecode.io.manifests import write_logprobs_meta
 
@@ -216,6 +217,24 @@ class Transcriber:
                 self.units,
                 {"model": self.cfg.model.path},
             )
+
+    def _scores_deferred(self) -> bool:
+        """Whether the model's scores are left to the decoder's workers (`DeferredScores`): the
+        model can defer them (``deferred_output``), the decoder takes them on this device, and no
+        log-probs are to be saved."""
+        takes = getattr(self.decoder, "takes_deferred_scores", None)
+        return (
+            self.model is not None
+            and hasattr(self.model, "deferred_output")
+            and takes is not None
+            and takes(self.device)
+            and not self.cfg.output.save_logprobs
+        )
+
+    def _forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> ModelOutput:
+        if self.defer_scores:
+            return self.model.deferred_output(feats, feat_lens)
+        return self.model.forward_features(feats, feat_lens)
 
     def _resolve_auto_decoder(self, natural: str) -> None:
         """`decoder.type: auto` → the model's natural decoder (ctc-greedy / transducer-greedy)."""
@@ -233,8 +252,8 @@ class Transcriber:
         batch, lengths = pad_batch(waves, self.device)
         with self.timer.stage("features"):
             feats, feat_lens = self.model.features(batch, lengths)
-        with self.timer.stage("model"):
-            out = self.model.forward_features(feats, feat_lens)
+        with self.timer.stage("model"):  # deferred scores: made in the decode stage
+            out = self._forward(feats, feat_lens)
         return out
 
     def _warm_up(self) -> None:
@@ -243,7 +262,7 @@ class Transcriber:
             return
         sr = self.model.sample_rate
         with torch.inference_mode():
-            out = self.model.forward_features(
+            out = self._forward(
                 *self.model.features(
                     torch.zeros(1, sr, device=self.device), torch.tensor([sr], device=self.device)
                 )
@@ -531,6 +550,8 @@ class Transcriber:
             "audio_hours_this_run": audio / 3600,
             "wall_seconds": self.stats.wall_seconds,
             "stage_seconds": stage_seconds,
+            # the model's scores made by the decoder's workers: their time is in the decode stage
+            "scores_deferred": bool(getattr(self, "defer_scores", False)),
             "rtfx": audio / self.stats.wall_seconds if self.stats.wall_seconds > 0 and audio else None,
             "rtfx_compute": audio / compute if compute > 0 else None,
             "rtfx_per_stage": rtfx,

@@ -64,7 +64,19 @@ def test_goforward_decodes_with_sphinx_hclg(tmp_path):
     times = [(w["start"], w["end"]) for w in row["words"]]
     assert all(a < b for a, b in times) and all(times[i][1] <= times[i + 1][0] + 1e-6 for i in range(3))
     assert times[0][0] >= 0.0 and times[-1][1] <= row["duration"] + 0.05
-    assert json.loads((out / "report.json").read_text())["decoder"] == "wfst"
+    report = json.loads((out / "report.json").read_text())
+    assert report["decoder"] == "wfst"
+    # the senone scores were made by the search's worker, not for the batch up front; saving the
+    # log-probs makes them up front, with the same transcript
+    assert report["scores_deferred"] is True
+    run(
+        "transcribe", str(audio), "--model", "embedded:sphinx-en-us", "--decoder", "wfst",
+        f"decoder.graph={graph}", "decoder.acoustic_scale=0.1538", "threads=1",
+        "output.save_logprobs=true", "--out", str(tmp_path / "saved"),
+    )  # fmt: skip
+    (saved,) = read_jsonl(tmp_path / "saved" / "transcripts.jsonl")
+    assert saved["pred_text"] == row["pred_text"] and saved["words"] == row["words"]
+    assert json.loads((tmp_path / "saved" / "report.json").read_text())["scores_deferred"] is False
 
 
 def test_shipped_sphinx_configs_map_pocketsphinx_defaults():

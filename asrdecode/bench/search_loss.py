@@ -189,9 +189,8 @@ def follow_words(decoder: Any, output: Any, words: list[str], graphs: WordSequen
     if any(i is None for i in ids):
         return None
     rows, convert = utterance_costs(
-        output.log_probs, [int(output.lengths[0])], decoder._blank_column(output),
-        decoder.config.acoustic_scale, decoder.config.blank_penalty,
-    )  # fmt: skip
+        output, decoder._blank_column(output), decoder.config.acoustic_scale, decoder.config.blank_penalty
+    )
     got = follow_path(decoder, np.ascontiguousarray(convert(rows[0])), [int(i) for i in ids], graphs)
     if got is not None and got["lost"] is not None and got["lost"]["word"] < len(words):
         got["lost"]["in_word"] = words[got["lost"]["word"]]

@@ -3,10 +3,41 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
+
+
+@dataclass
+class DeferredScores:
+    """Log-probs not made yet: made one utterance at a time, by whoever needs them.
+
+    inputs: the model's input frames of each utterance (e.g. [T_b, D] features), frames first.
+    columns: V, the columns of the log-probs.
+    score: ``score(inputs[b], out)`` writes utterance b's [T_b, V] float32 log-probs into ``out``;
+        callable from any thread.
+
+    A decoder that searches the utterances of a batch on worker threads scores each one there,
+    right before its search: scoring and searching overlap across utterances instead of one
+    waiting for the other at every batch, no padded [B, T, V] tensor is made (a batch of telephone
+    prompts padded to 240 s of 5,126 senones is 490 MB), and each worker's memory is one
+    utterance's scores, reused.
+    """
+
+    inputs: list[torch.Tensor]
+    columns: int
+    score: Callable[[torch.Tensor, torch.Tensor], None]
+
+    def materialize(self) -> torch.Tensor:
+        """The [B, T, V] log-probs (padding frames 0), as a model's ``forward_features`` gives them."""
+        t = max((x.shape[0] for x in self.inputs), default=0)
+        device = self.inputs[0].device if self.inputs else torch.device("cpu")
+        out = torch.zeros(len(self.inputs), t, self.columns, dtype=torch.float32, device=device)
+        for b, x in enumerate(self.inputs):
+            self.score(x, out[b, : x.shape[0]])
+        return out
 
 
 @dataclass
@@ -20,6 +51,8 @@ class ModelOutput:
     blank_id: index of the CTC blank column (NeMo: the last one), or -1 if none.
     units: the output vocabulary without blank, index i = column i.
     encoder_out: [B, T, D] encoder states (transducers) or None.
+    deferred: the log-probs not made yet (`DeferredScores`; log_probs is then None): given only to
+        a decoder that takes them (``takes_deferred_scores``).
     """
 
     log_probs: torch.Tensor | None
@@ -29,6 +62,19 @@ class ModelOutput:
     units: list[str]
     encoder_out: torch.Tensor | None = None
     extra: dict = field(default_factory=dict)
+    deferred: DeferredScores | None = None
+
+    @property
+    def columns(self) -> int:
+        """V, the log-probs' columns (made or deferred); 0 without either."""
+        if self.log_probs is not None:
+            return int(self.log_probs.shape[-1])
+        return self.deferred.columns if self.deferred is not None else 0
+
+    @property
+    def has_scores(self) -> bool:
+        """Log-probs made or deferred."""
+        return self.log_probs is not None or self.deferred is not None
 
 
 class AcousticModel(Protocol):

@@ -49,7 +49,7 @@ from torch import nn
 
 from asrdecode.errors import AsrDecodeError, ModelError
 from asrdecode.features.sphinx_mfcc import SphinxFeConfig, SphinxMFCC
-from asrdecode.models.base import ModelOutput, RecycledOutput
+from asrdecode.models.base import DeferredScores, ModelOutput, RecycledOutput
 from asrdecode.models.sphinx_io import (
     read_feat_params,
     read_mdef,
@@ -679,6 +679,37 @@ class SphinxAcousticModel(nn.Module):
             units=self.units,
             extra={"topn": self.topn},
         )
+
+    def deferred_output(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
+        """`forward_features` deferred (`DeferredScores`): each utterance's valid feature frames and
+        `score_frames`, for a decoder that scores each utterance on the worker thread that then
+        searches it (``takes_deferred_scores``). The same scores, made one utterance at a time."""
+        t = feats.shape[2]
+        counts = [min(int(n), t) for n in feat_lengths.tolist()]
+        inputs = [feats[b, :, :n].T for b, n in enumerate(counts)]
+        mode = torch.is_inference_mode_enabled()  # thread-local: carried into the workers
+
+        def score(x: torch.Tensor, out: torch.Tensor) -> None:
+            with torch.inference_mode(mode):
+                self.score_frames(x, out)
+
+        return ModelOutput(
+            log_probs=None,
+            lengths=feat_lengths.to(torch.int64),
+            frame_shift=self.frame_shift,
+            blank_id=self.blank_id,
+            units=self.units,
+            extra={"topn": self.topn},
+            deferred=DeferredScores(inputs, self.num_senones, score),
+        )
+
+    def score_frames(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """[N, D] features (one utterance's) -> their [N, n_senones] senone log-likelihoods written
+        into ``out`` (float32), ``chunk_frames`` at a time on the calling thread."""
+        x = x.contiguous()
+        step = self.chunk_frames
+        for k, piece in enumerate(packed_pieces([x.shape[0]], step, out[None])):
+            self._score_chunk(x[k * step : (k + 1) * step], piece)
 
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
         feats, n = self.features(waveforms, lengths)

@@ -27,7 +27,7 @@ WIDE = {"beam": math.inf, "max_active": 2**31 - 1, "min_active": 0}
 def costs(decoder: WfstDecoder, lp: np.ndarray) -> np.ndarray:
     lp_t = torch.from_numpy(lp[None])
     out = ModelOutput(lp_t, torch.tensor([len(lp)]), 0.01, -1, [])
-    rows, convert = utterance_costs(lp_t, [len(lp)], decoder._blank_column(out), 1.0, 0.0)
+    rows, convert = utterance_costs(out, decoder._blank_column(out), 1.0, 0.0)
     return np.ascontiguousarray(convert(rows[0]))
 
 

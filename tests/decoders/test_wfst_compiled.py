@@ -188,7 +188,7 @@ def test_utterance_costs_equal_the_costs_of_the_whole_batch(dtype):
     lp = torch.from_numpy(rng.normal(-5, 3, (3, 9, V)).astype(np.float32)).to(dtype)
     lp[1, 4:] = float("nan")  # padding
     lengths = [9, 4, 12]
-    rows, costs = utterance_costs(lp, lengths, V - 1, 0.3, 0.7)
+    rows, costs = utterance_costs(ModelOutput(lp, torch.tensor(lengths), 0.04, V - 1, []), V - 1, 0.3, 0.7)
     whole = acoustic_costs(lp, V - 1, 0.3, 0.7).numpy()
     assert [len(r) for r in rows] == [9, 4, 9]
     for b, r in enumerate(rows):

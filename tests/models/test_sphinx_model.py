@@ -4,6 +4,7 @@ evaluation, top-N vs full mixtures, batching, loading and malformed model folder
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -290,6 +291,34 @@ def test_model_output_batch_equals_single(models) -> None:
     for b in range(2):
         single = model(parts[b][None], lens[b : b + 1])
         torch.testing.assert_close(out.log_probs[b, : n[b]], single.log_probs[0], atol=2e-3, rtol=0)
+
+
+@pytest.mark.parametrize("topn", [4, 0])
+def test_deferred_output_scores_each_utterance_as_forward_features(data, goforward, topn: int) -> None:
+    """`deferred_output`: each utterance's valid feature frames and a scorer callable from any
+    thread (the decoder's workers, outside inference mode while the batch was made inside it). The
+    scores equal `forward_features`' within float32 rounding (the frames are chunked per utterance,
+    not packed across utterances, so a matmul may sum in another order)."""
+    feats, n = goforward
+    model = SphinxAcousticModel(data, topn=topn, chunk_frames=16)
+    batch = torch.cat([feats, feats.flip(1), feats]).transpose(1, 2)
+    lengths = torch.cat([n - 37, n, n - 5])
+    with torch.inference_mode():
+        want = model.forward_features(batch, lengths)
+        out = model.deferred_output(batch, lengths)
+    assert out.log_probs is None and out.columns == model.num_senones == want.columns
+    assert out.lengths.tolist() == lengths.tolist() and out.units == want.units
+    assert (out.frame_shift, out.blank_id, out.extra) == (want.frame_shift, want.blank_id, want.extra)
+    inputs = out.deferred.inputs
+    assert [x.shape for x in inputs] == [(c, 39) for c in lengths.tolist()]
+    got = torch.empty(3, int(lengths.max()), model.num_senones)
+    with ThreadPoolExecutor(2) as pool:  # as the decoder's workers: not in inference mode
+        list(pool.map(lambda b: out.deferred.score(inputs[b], got[b, : len(inputs[b])]), range(3)))
+    for b, c in enumerate(lengths.tolist()):
+        torch.testing.assert_close(got[b, :c], want.log_probs[b, :c], atol=2e-3, rtol=0)
+    full = out.deferred.materialize()  # the same utterances scored the same way: the same numbers
+    for b, c in enumerate(lengths.tolist()):
+        assert torch.equal(full[b, :c], got[b, :c]) and not full[b, c:].any()
 
 
 @pytest.mark.parametrize("topn", [4, 0])

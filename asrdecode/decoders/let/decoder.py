@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM, new_memo, zeros_on_cache_lines
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("asrdecode.decoders.let")
 
@@ -267,17 +270,22 @@ class LetDecoder:
         if c.want_lattice:  # the lattice kernels compile at their first use
             announce_first_compile("let: lattices", backward_costs, collapse_kernel)
 
+    def takes_deferred_scores(self, device: torch.device) -> bool:
+        """Whether `decode` takes deferred scores (`DeferredScores`) on `device`: on the CPU, where
+        its worker threads score each utterance before searching it."""
+        return device.type == "cpu"
+
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         from asrdecode.decoders.let import search as S
 
-        if output.log_probs is None:
+        if not output.has_scores:
             raise ValueError("let needs log-probs; this model produced none")
         reader, c = self.paths, self.config
-        reader.check_columns(output.log_probs.shape[-1])
+        reader.check_columns(output.columns)
         blank = blank_column(output, reader.graph.meta, self.context)
-        T = output.log_probs.shape[1]
-        lengths = [min(int(x), T) for x in output.lengths.tolist()]
-        rows, costs = utterance_costs(output.log_probs, lengths, blank, c.acoustic_scale, c.blank_penalty)
+        buffer = self.search.score_buffer
+        rows, costs = utterance_costs(output, blank, c.acoustic_scale, c.blank_penalty, buffer)
+        lengths = [r.shape[0] for r in rows]
         want_lattice = c.want_lattice
         lats: list[Any] = [None] * len(rows)
         lm, arcs, beam = self.search.lm, self.search.arcs, c.lattice_beam

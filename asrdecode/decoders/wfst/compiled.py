@@ -1489,6 +1489,14 @@ class CompiledRunner(ABC):
             maps[name] = np.full(size, fill, dtype=dtype)
         return maps[name]
 
+    def score_buffer(self, size: int) -> np.ndarray:
+        """A thread's float32 buffer of at least `size` entries (uninitialised), kept and grown: an
+        utterance's deferred scores, made by the worker that searches it."""
+        buf = getattr(self._local, "scores", None)
+        if buf is None or buf.shape[0] < size:
+            buf = self._local.scores = np.empty(size, np.float32)
+        return buf
+
     def thread_workspace(self, make: Callable[[], Any]) -> Any:
         """This thread's workspace (made by `make` on first use)."""
         w = getattr(self._local, "workspace", None)

@@ -350,13 +350,7 @@ class WfstDecoder:
         return self._compiled
 
     def _decode_compiled(
-        self,
-        log_probs: torch.Tensor,
-        lengths: list[int],
-        tables: list[dict[int, float]],
-        oov: list[str],
-        blank: int,
-        shift: float,
+        self, output: ModelOutput, tables: list[dict[int, float]], oov: list[str], blank: int
     ) -> list[DecodeResult]:
         from asrdecode.decoders.wfst.compiled import (
             NUM_STATS,
@@ -372,7 +366,8 @@ class WfstDecoder:
 
         search = self.compiled_search()
         c = self.config
-        rows, costs = utterance_costs(log_probs, lengths, blank, c.acoustic_scale, c.blank_penalty)
+        shift = output.frame_shift
+        rows, costs = utterance_costs(output, blank, c.acoustic_scale, c.blank_penalty, search.score_buffer)
         boosts = [dense_boost(t) for t in tables]
         want_lattice = c.want_lattice
         lats: list[CompactLattice | None] = [None] * len(rows)
@@ -426,18 +421,25 @@ class WfstDecoder:
         )
 
     # ------------------------------------------------------------------ offline
+    def takes_deferred_scores(self, device: torch.device) -> bool:
+        """Whether `decode` takes a model output with deferred scores (`DeferredScores`) on
+        `device`: on the CPU with the compiled backend, whose worker threads score each utterance
+        before searching it."""
+        return device.type == "cpu" and self.backend_for(device) == "compiled"
+
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
-        if output.log_probs is None:
+        if not output.has_scores:
             raise ValueError("wfst needs log-probs; this model produced none")
-        self.paths.check_columns(output.log_probs.shape[-1])
-        lp = output.log_probs
-        device = lp.device
-        B, T, V = lp.shape
+        self.paths.check_columns(output.columns)
+        device = output.lengths.device
         blank = self._blank_column(output)
         lengths = [int(x) for x in output.lengths.tolist()]
-        tables, oov = self._boosts(output.extra.get("boost") if output.extra else None, B)
+        tables, oov = self._boosts(output.extra.get("boost") if output.extra else None, len(lengths))
         if self.backend_for(device) == "compiled":
-            return self._decode_compiled(lp, lengths, tables, oov, blank, output.frame_shift)
+            return self._decode_compiled(output, tables, oov, blank)
+        lp = output.log_probs if output.log_probs is not None else output.deferred.materialize()
+        device = lp.device
+        B, T, V = lp.shape
         ac = self._ac_costs(lp, blank)
         graph = self.graph_on(device)
         boost = self._boost_table(tables, device)

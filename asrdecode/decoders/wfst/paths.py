@@ -82,23 +82,50 @@ def _from_fst(path: Path) -> DeviceGraph:
 
 
 def acoustic_costs(
-    log_probs: torch.Tensor, blank: int, acoustic_scale: float, blank_penalty: float
+    log_probs: torch.Tensor,
+    blank: int,
+    acoustic_scale: float,
+    blank_penalty: float,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """-acoustic_scale * (log-probs with the blank penalty), float32."""
+    """-acoustic_scale * (log-probs with the blank penalty), float32; into ``out`` when given (which
+    may be ``log_probs`` itself)."""
     lp = log_probs.float()
     if blank_penalty and blank >= 0:
-        lp = lp.clone()
+        lp = lp.clone() if out is None else out.copy_(lp)
         lp[..., blank] -= blank_penalty
-    return lp * (-acoustic_scale)
+    return torch.mul(lp, -acoustic_scale, out=out)
 
 
 def utterance_costs(
-    log_probs: torch.Tensor, lengths: list[int], blank: int, acoustic_scale: float, blank_penalty: float
+    output: ModelOutput,
+    blank: int,
+    acoustic_scale: float,
+    blank_penalty: float,
+    buffer: Callable[[int], np.ndarray] | None = None,
 ) -> tuple[list[torch.Tensor], Callable[[torch.Tensor], np.ndarray]]:
-    """The compiled searches' input: each utterance's valid frames of the log-probs (views of them
-    on the host; padding frames are never converted) and the function that makes one utterance's
-    `acoustic_costs` array (float32 [T, V]), called by the search's worker threads."""
-    lp = log_probs.detach().to("cpu")
+    """The compiled searches' input: one row per utterance and the function that makes one
+    utterance's `acoustic_costs` array (float32 [T, V]) from its row, called by the search's
+    worker threads. With log-probs the rows are views of each utterance's valid frames on the host
+    (padding frames are never converted). With deferred scores (`DeferredScores`) they are the
+    utterances' model inputs, scored by the worker into ``buffer(numel)`` (that thread's float32
+    buffer, kept between utterances) and converted there in place."""
+    lengths = [int(n) for n in output.lengths.tolist()]
+    deferred = output.deferred
+    if output.log_probs is None and deferred is not None:
+        columns = deferred.columns
+
+        def scored(inputs: torch.Tensor) -> np.ndarray:
+            numel = inputs.shape[0] * columns
+            memory = torch.from_numpy(buffer(numel)) if buffer is not None else torch.empty(numel)
+            frames = memory[:numel].view(inputs.shape[0], columns)
+            deferred.score(inputs, frames)
+            return acoustic_costs(frames, blank, acoustic_scale, blank_penalty, out=frames).numpy()
+
+        return list(deferred.inputs), scored
+    if output.log_probs is None:
+        raise ValueError("the WFST decoders need log-probs; this model produced none")
+    lp = output.log_probs.detach().to("cpu")
     T = lp.shape[1]
     rows = [lp[b, : min(n, T)] for b, n in enumerate(lengths)]
 

@@ -157,12 +157,12 @@ class WfstOtfDecoder(WfstDecoder):
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         want_lattice = self.config.want_lattice
-        lp = output.log_probs
-        if want_lattice and lp is not None and self.backend_for(lp.device) == "torch":
+        device = output.lengths.device
+        if want_lattice and output.has_scores and self.backend_for(device) == "torch":
             raise ConfigError(LATTICE_BACKEND)
         results = super().decode(output)
         if self.last_info["stats"]["backend"] == "torch":
-            lm = self.lm_on(output.log_probs.device)
+            lm = self.lm_on(device)
             if isinstance(lm, HostLookupLM):
                 self.last_info["stats"]["lm_lookups"] = lm.take_stats()
         return results
