@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 from helpers.wfst_ref import nemo_log_probs, single_thread  # noqa: F401
@@ -21,10 +22,12 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 PRUNING = {"beam": 14.0, "max_active": 10**6, "min_active": 0}
 
 
-def outputs() -> tuple[ModelOutput, ModelOutput, list[str]]:
+def outputs(lengths: list[int] | None = None) -> tuple[ModelOutput, ModelOutput, list[str]]:
     """The NeMo fixture's log-probs made up front, the same deferred (each utterance's valid
-    frames as its input; scoring copies them, recording the scoring thread), and that record."""
-    lp, lengths, _ = nemo_log_probs()
+    frames as its input; scoring copies them, recording the scoring thread), and that record;
+    `lengths` (frames per utterance) cut the fixture's utterances shorter."""
+    lp, lengths_np, _ = nemo_log_probs()
+    lengths = lengths_np if lengths is None else np.minimum(lengths_np, lengths)
     made = ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, 128, [])
     scored_on: list[str] = []
     lock = threading.Lock()
@@ -108,3 +111,12 @@ def test_materialize_pads_with_zeros():
     assert full.shape == made.log_probs.shape and len(scored_on) == full.shape[0]
     for b, n in enumerate(made.lengths.tolist()):
         assert torch.equal(full[b, :n], made.log_probs[b, :n]) and not full[b, n:].any()
+
+
+def test_utterances_of_zero_and_one_frame(nemo_graphs):  # noqa: F811
+    """An input shorter than a frame has no frames to score: the same (empty) result either way."""
+    dec = WfstDecoder(WfstConfig(graph=str(nemo_graphs["compact"]), threads=2, **PRUNING))
+    made, deferred, scored_on = outputs([0, 1, 1000, 0, 7, 1000])
+    want = dec.decode(made)
+    same_results(want, dec.decode(deferred))
+    assert want[0].words == [] and want[3].words == [] and len(scored_on) == 6
