@@ -104,9 +104,13 @@ def _report_table(report: dict) -> Table:
     table.add_row("RTFx (wall, warm)", fmt(report.get("rtfx"), "{:.1f}"))
     per = report.get("rtfx_per_stage", {})
     secs = report.get("stage_seconds", {})
-    table.add_row(
-        "RTFx per stage", ", ".join(f"{k} {fmt(per.get(k), '{:.0f}')} ({secs.get(k, 0):.2f}s)" for k in per)
-    )
+    stages = [
+        "model: in decode"  # deferred scores: each search worker scores its utterance
+        if k == "model" and report.get("scores_deferred")
+        else f"{k} {fmt(per.get(k), '{:.0f}')} ({secs.get(k, 0):.2f}s)"
+        for k in per
+    ]
+    table.add_row("RTFx per stage", ", ".join(stages))
     for w in report.get("workers") or []:
         table.add_row(
             f"worker {w['worker']}",

@@ -46,7 +46,7 @@ def test_goforward_decodes_with_sphinx_hclg(tmp_path):
     audio.mkdir()
     shutil.copy(CLIP, audio / CLIP.name)
     out = tmp_path / "out"
-    run(
+    printed = run(
         "transcribe",
         str(audio),
         "--model",
@@ -69,7 +69,8 @@ def test_goforward_decodes_with_sphinx_hclg(tmp_path):
     # the senone scores were made by the search's worker, not for the batch up front; saving the
     # log-probs makes them up front, with the same transcript
     assert report["scores_deferred"] is True
-    run(
+    assert "model: in decode" in " ".join(printed.stdout.replace("│", " ").split())  # a wrapped cell
+    saved_run = run(
         "transcribe", str(audio), "--model", "embedded:sphinx-en-us", "--decoder", "wfst",
         f"decoder.graph={graph}", "decoder.acoustic_scale=0.1538", "threads=1",
         "output.save_logprobs=true", "--out", str(tmp_path / "saved"),
@@ -77,6 +78,7 @@ def test_goforward_decodes_with_sphinx_hclg(tmp_path):
     (saved,) = read_jsonl(tmp_path / "saved" / "transcripts.jsonl")
     assert saved["pred_text"] == row["pred_text"] and saved["words"] == row["words"]
     assert json.loads((tmp_path / "saved" / "report.json").read_text())["scores_deferred"] is False
+    assert "model: in decode" not in " ".join(saved_run.stdout.replace("│", " ").split())
 
 
 def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
