@@ -671,14 +671,7 @@ class SphinxAcousticModel(nn.Module):
         else:
             for k, start in enumerate(starts):
                 self._score_chunk(packed[start : start + step], pieces[k])
-        return ModelOutput(
-            log_probs=scores,
-            lengths=feat_lengths.to(torch.int64),
-            frame_shift=self.frame_shift,
-            blank_id=self.blank_id,
-            units=self.units,
-            extra={"topn": self.topn},
-        )
+        return self._make_output(feat_lengths, log_probs=scores)
 
     def deferred_output(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         """`forward_features` deferred (`DeferredScores`): each utterance's valid feature frames and
@@ -693,14 +686,23 @@ class SphinxAcousticModel(nn.Module):
             with torch.inference_mode(mode):
                 self.score_frames(x, out)
 
+        return self._make_output(feat_lengths, deferred=DeferredScores(inputs, self.num_senones, score))
+
+    def _make_output(
+        self,
+        feat_lengths: torch.Tensor,
+        log_probs: torch.Tensor | None = None,
+        deferred: DeferredScores | None = None,
+    ) -> ModelOutput:
+        """This model's output for utterances of `feat_lengths` frames: scores made or deferred."""
         return ModelOutput(
-            log_probs=None,
+            log_probs=log_probs,
             lengths=feat_lengths.to(torch.int64),
             frame_shift=self.frame_shift,
             blank_id=self.blank_id,
             units=self.units,
             extra={"topn": self.topn},
-            deferred=DeferredScores(inputs, self.num_senones, score),
+            deferred=deferred,
         )
 
     def score_frames(self, x: torch.Tensor, out: torch.Tensor) -> None:
