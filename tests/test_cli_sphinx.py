@@ -3,45 +3,16 @@ pocketsphinx recording `goforward` (its transcript is the independent reference)
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from helpers.cli import read_jsonl, run
+from helpers.sphinx_graph import GOFORWARD, ROOT, tiny_sphinx_hclg
 
-ROOT = Path(__file__).resolve().parent.parent
-CLIP = ROOT / "data" / "demo" / "real" / "ps_goforward.wav"
-# a unigram over a few words: the acoustic model must pick the right ones and their order
-ARPA = """\\data\\
-ngram 1=10
-
-\\1-grams:
--0.8 </s>
--99 <s>
--1.0 go
--1.0 forward
--1.0 ten
--1.0 meters
--1.0 back
--1.0 two
--1.0 four
--1.0 forty
-
-\\end\\
-"""
+CLIP = GOFORWARD
 
 
 def test_goforward_decodes_with_sphinx_hclg(tmp_path):
-    (tmp_path / "lm.arpa").write_text(ARPA)
-    graph = tmp_path / "hclg"
-    run(
-        "build-graph",
-        "kind=hclg-sphinx",
-        f"arpa={tmp_path / 'lm.arpa'}",
-        "acoustic_model=embedded:sphinx-en-us",
-        "lexicon=embedded:sphinx-en-us/../cmudict-en-us.dict",
-        "--out",
-        str(graph),
-    )
+    graph = tiny_sphinx_hclg(tmp_path)
     audio = tmp_path / "audio"
     audio.mkdir()
     shutil.copy(CLIP, audio / CLIP.name)

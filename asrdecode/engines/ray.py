@@ -66,6 +66,7 @@ class ShardResult:
     seconds: float
     stage_seconds: dict[str, float]
     boost_oov: list[str] = field(default_factory=list)
+    scores_deferred: bool = False  # the worker's search threads scored the utterances
 
 
 class ShardWorker:
@@ -112,6 +113,7 @@ class ShardWorker:
             seconds=time.perf_counter() - start,
             stage_seconds=dict(t.timer.seconds),
             boost_oov=sorted(t.boost_oov),
+            scores_deferred=t.defer_scores,
         )
 
 
@@ -264,4 +266,5 @@ def _write_shard(t: Transcriber, result: ShardResult, start: float) -> None:
     for name, seconds in result.stage_seconds.items():
         t.timer.seconds[name] = t.timer.seconds.get(name, 0.0) + seconds
     t.boost_oov.update(result.boost_oov)
+    t.defer_scores = getattr(t, "defer_scores", False) or result.scores_deferred
     t._report_progress(start)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import soundfile as sf
+from helpers.sphinx_graph import GOFORWARD, tiny_sphinx_hclg
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nemo"
 MODEL = FIX / "ctc_bpe.nemo"
@@ -136,3 +138,22 @@ def test_a_dead_workers_shard_goes_to_a_new_worker(manifest, local_run, tmp_path
     assert (tmp_path / "died").exists() and any("a worker died" in s for s in statuses)
     assert report["decoded_this_run"] == 30 and report["failed"] == 1
     assert same_transcripts(tmp_path / "out", local_run)
+
+
+def test_workers_whose_search_threads_score_say_so(tmp_path):
+    """The sphinx model with `wfst` on CPU workers: each worker's search threads score its
+    utterances (deferred scores), and the driver's report says so."""
+    graph = tiny_sphinx_hclg(tmp_path)
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    for name in ("a.wav", "b.wav", "c.wav"):
+        shutil.copy(GOFORWARD, audio / name)
+    out = tmp_path / "out"
+    proc = cli(
+        "transcribe", str(audio), "--model", "embedded:sphinx-en-us", "--decoder", "wfst",
+        f"decoder.graph={graph}", "decoder.acoustic_scale=0.1538", "batch.max_utterances=1",
+        "--engine", "ray", "--workers", "2", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert [r["pred_text"] for r in rows(out)] == ["go forward ten meters"] * 3
+    assert json.loads((out / "report.json").read_text())["scores_deferred"] is True
