@@ -20,7 +20,8 @@ otherwise, one thread, its front end re-initialised before each utterance
 asrdecode runs `asrdecode transcribe` with `configs/sphinx-en-us.yaml`, twice: with one thread
 everywhere (`threads=1 model.threads=1 decoder.threads=1`, like for like with pocketsphinx) and
 with senone scoring and the search on all cores (`model.threads=0 decoder.threads=0`: Python
-threads over chunks of frames and over utterances; torch's own intra-op pool stays at one thread).
+threads over utterances, each scoring the utterance it then searches, docs/design.md; torch's own
+intra-op pool stays at one thread).
 All are scored with `asrdecode.scoring` (jiwer) against the same references, and every asrdecode
 row is compared with each pocketsphinx row utterance by utterance: fewer / more / as many errors,
 and the WER difference with a 95% paired bootstrap interval over the utterances
