@@ -18,6 +18,8 @@ class DeferredScores:
     columns: V, the columns of the log-probs.
     score: ``score(inputs[b], out)`` writes utterance b's [T_b, V] float32 log-probs into ``out``;
         callable from any thread.
+    score_wide: the same on all of the model's own threads (None: the model has none), for an
+        utterance scored while nothing else runs: one whose search is the batch's critical path.
 
     A decoder that searches the utterances of a batch on worker threads scores each one there,
     right before its search: scoring and searching overlap across utterances instead of one
@@ -29,6 +31,7 @@ class DeferredScores:
     inputs: list[torch.Tensor]
     columns: int
     score: Callable[[torch.Tensor, torch.Tensor], None]
+    score_wide: Callable[[torch.Tensor, torch.Tensor], None] | None = None
 
     def materialize(self) -> torch.Tensor:
         """The [B, T, V] log-probs (padding frames 0), as a model's ``forward_features`` gives them."""

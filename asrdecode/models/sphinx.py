@@ -655,22 +655,7 @@ class SphinxAcousticModel(nn.Module):
             if n < t:
                 scores[i, n:] = 0.0
         packed = x.index_select(0, rows)
-        step = self.chunk_frames
-        starts = range(0, len(rows), step)
-        pieces = packed_pieces(counts, step, scores)
-        if self.threads > 1 and len(starts) > 1 and x.device.type == "cpu":
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sphinx-scoring")
-            mode = torch.is_inference_mode_enabled()  # thread-local: carried into the workers
-
-            def score(k: int) -> None:
-                with torch.inference_mode(mode):
-                    self._score_chunk(packed[starts[k] : starts[k] + step], pieces[k])
-
-            list(self._pool.map(score, range(len(starts))))
-        else:
-            for k, start in enumerate(starts):
-                self._score_chunk(packed[start : start + step], pieces[k])
+        self._score_pieces(packed, packed_pieces(counts, self.chunk_frames, scores), self.threads)
         return self._make_output(feat_lengths, log_probs=scores)
 
     def deferred_output(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
@@ -686,7 +671,12 @@ class SphinxAcousticModel(nn.Module):
             with torch.inference_mode(mode):
                 self.score_frames(x, out)
 
-        return self._make_output(feat_lengths, deferred=DeferredScores(inputs, self.num_senones, score))
+        def score_wide(x: torch.Tensor, out: torch.Tensor) -> None:
+            with torch.inference_mode(mode):
+                self.score_frames(x, out, self.threads)
+
+        deferred = DeferredScores(inputs, self.num_senones, score, score_wide)
+        return self._make_output(feat_lengths, deferred=deferred)
 
     def _make_output(
         self,
@@ -705,13 +695,30 @@ class SphinxAcousticModel(nn.Module):
             deferred=deferred,
         )
 
-    def score_frames(self, x: torch.Tensor, out: torch.Tensor) -> None:
+    def score_frames(self, x: torch.Tensor, out: torch.Tensor, threads: int = 1) -> None:
         """[N, D] features (one utterance's) -> their [N, n_senones] senone log-likelihoods written
-        into ``out`` (float32), ``chunk_frames`` at a time on the calling thread."""
-        x = x.contiguous()
+        into ``out`` (float32), ``chunk_frames`` at a time: on the calling thread, or with
+        ``threads`` > 1 on the model's pool."""
+        self._score_pieces(x.contiguous(), packed_pieces([x.shape[0]], self.chunk_frames, out[None]), threads)
+
+    def _score_pieces(self, packed: torch.Tensor, pieces: list[Runs], threads: int) -> None:
+        """Score packed frames [N, D] ``chunk_frames`` at a time into their runs (`packed_pieces`),
+        on the model's thread pool when ``threads`` > 1 (each chunk's arithmetic unchanged; the
+        calling thread's inference mode carried into the pool's)."""
         step = self.chunk_frames
-        for k, piece in enumerate(packed_pieces([x.shape[0]], step, out[None])):
-            self._score_chunk(x[k * step : (k + 1) * step], piece)
+        if threads > 1 and len(pieces) > 1 and packed.device.type == "cpu":
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sphinx-scoring")
+            mode = torch.is_inference_mode_enabled()  # thread-local: carried into the workers
+
+            def score(k: int) -> None:
+                with torch.inference_mode(mode):
+                    self._score_chunk(packed[k * step : (k + 1) * step], pieces[k])
+
+            list(self._pool.map(score, range(len(pieces))))
+        else:
+            for k, piece in enumerate(pieces):
+                self._score_chunk(packed[k * step : (k + 1) * step], piece)
 
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
         feats, n = self.features(waveforms, lengths)

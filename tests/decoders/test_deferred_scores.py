@@ -37,10 +37,14 @@ def outputs(lengths: list[int] | None = None) -> tuple[ModelOutput, ModelOutput,
             scored_on.append(threading.current_thread().name)
         out.copy_(x)
 
+    def score_wide(x: torch.Tensor, out: torch.Tensor) -> None:
+        with lock:
+            scored_on.append("wide " + threading.current_thread().name)
+        out.copy_(x)
+
     inputs = [torch.from_numpy(lp[b, :n].copy()) for b, n in enumerate(lengths)]
-    deferred = ModelOutput(
-        None, torch.from_numpy(lengths), 0.08, 128, [], deferred=DeferredScores(inputs, lp.shape[2], score)
-    )
+    scores = DeferredScores(inputs, lp.shape[2], score, score_wide)
+    deferred = ModelOutput(None, torch.from_numpy(lengths), 0.08, 128, [], deferred=scores)
     return made, deferred, scored_on
 
 
@@ -120,3 +124,21 @@ def test_utterances_of_zero_and_one_frame(nemo_graphs):  # noqa: F811
     want = dec.decode(made)
     same_results(want, dec.decode(deferred))
     assert want[0].words == [] and want[3].words == [] and len(scored_on) == 6
+
+
+def test_the_critical_utterance_is_scored_up_front_on_all_threads(nemo_graphs):  # noqa: F811
+    """With two workers, an utterance longer than all the others together is the batch's critical
+    path: it is scored before the search starts, by the model on all its threads (``score_wide``,
+    from the calling thread), the others by the workers. The same results; a batch without such an
+    utterance has every utterance scored by the workers (above)."""
+    dec = WfstDecoder(WfstConfig(graph=str(nemo_graphs["compact"]), threads=2, **PRUNING))
+    made, deferred, scored_on = outputs([1000, 3, 4, 0, 5, 2])
+    longest = int(made.lengths.argmax())
+    assert made.lengths[longest] > made.lengths.sum() - made.lengths[longest]
+    same_results(dec.decode(made), dec.decode(deferred))
+    assert scored_on[0] == "wide " + threading.main_thread().name
+    assert len(scored_on) == 6 and all(name.startswith("wfst_") for name in scored_on[1:])
+    one = WfstDecoder(WfstConfig(graph=str(nemo_graphs["compact"]), threads=1, **PRUNING))
+    made, deferred, scored_on = outputs([1000, 3, 4, 0, 5, 2])
+    same_results(one.decode(made), one.decode(deferred))
+    assert not any(name.startswith("wide") for name in scored_on)  # one worker: no critical path

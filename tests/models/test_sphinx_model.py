@@ -316,6 +316,10 @@ def test_deferred_output_scores_each_utterance_as_forward_features(data, goforwa
         list(pool.map(lambda b: out.deferred.score(inputs[b], got[b, : len(inputs[b])]), range(3)))
     for b, c in enumerate(lengths.tolist()):
         torch.testing.assert_close(got[b, :c], want.log_probs[b, :c], atol=2e-3, rtol=0)
+    wide = torch.empty_like(got)
+    for b in range(3):  # on all the model's threads: each chunk's arithmetic unchanged
+        out.deferred.score_wide(inputs[b], wide[b, : len(inputs[b])])
+        assert torch.equal(wide[b, : len(inputs[b])], got[b, : len(inputs[b])])
     full = out.deferred.materialize()  # the same utterances scored the same way: the same numbers
     for b, c in enumerate(lengths.tolist()):
         assert torch.equal(full[b, :c], got[b, :c]) and not full[b, c:].any()

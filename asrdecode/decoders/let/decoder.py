@@ -283,8 +283,8 @@ class LetDecoder:
         reader, c = self.paths, self.config
         reader.check_columns(output.columns)
         blank = blank_column(output, reader.graph.meta, self.context)
-        buffer = self.search.score_buffer
-        rows, costs = utterance_costs(output, blank, c.acoustic_scale, c.blank_penalty, buffer)
+        buffer, threads = self.search.score_buffer, self.search.threads
+        rows, costs = utterance_costs(output, blank, c.acoustic_scale, c.blank_penalty, buffer, threads)
         lengths = [r.shape[0] for r in rows]
         want_lattice = c.want_lattice
         lats: list[Any] = [None] * len(rows)

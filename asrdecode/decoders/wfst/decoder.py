@@ -367,7 +367,9 @@ class WfstDecoder:
         search = self.compiled_search()
         c = self.config
         shift = output.frame_shift
-        rows, costs = utterance_costs(output, blank, c.acoustic_scale, c.blank_penalty, search.score_buffer)
+        rows, costs = utterance_costs(
+            output, blank, c.acoustic_scale, c.blank_penalty, search.score_buffer, search.threads
+        )
         boosts = [dense_boost(t) for t in tables]
         want_lattice = c.want_lattice
         lats: list[CompactLattice | None] = [None] * len(rows)

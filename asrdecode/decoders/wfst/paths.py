@@ -103,26 +103,42 @@ def utterance_costs(
     acoustic_scale: float,
     blank_penalty: float,
     buffer: Callable[[int], np.ndarray] | None = None,
+    threads: int = 1,
 ) -> tuple[list[torch.Tensor], Callable[[torch.Tensor], np.ndarray]]:
     """The compiled searches' input: one row per utterance and the function that makes one
     utterance's `acoustic_costs` array (float32 [T, V]) from its row, called by the search's
     worker threads. With log-probs the rows are views of each utterance's valid frames on the host
     (padding frames are never converted). With deferred scores (`DeferredScores`) they are the
     utterances' model inputs, scored by the worker into ``buffer(numel)`` (that thread's float32
-    buffer, kept between utterances) and converted there in place."""
+    buffer, kept between utterances) and converted there in place; except an utterance whose search
+    is the batch's critical path on ``threads`` workers (longer than the others' frames over
+    ``threads`` - 1): it is scored here, up front, on all the model's threads (``score_wide``),
+    while nothing else runs."""
     lengths = [int(n) for n in output.lengths.tolist()]
     deferred = output.deferred
     if output.log_probs is None and deferred is not None:
         columns = deferred.columns
+        rows = list(deferred.inputs)
+        ahead: dict[int, np.ndarray] = {}  # id(row) -> its costs, made up front
+        counts = [r.shape[0] for r in rows]
+        if threads > 1 and deferred.score_wide is not None and rows:
+            top = max(range(len(rows)), key=counts.__getitem__)
+            if counts[top] * (threads - 1) > sum(counts) - counts[top]:
+                made = torch.empty(counts[top], columns)
+                deferred.score_wide(rows[top], made)
+                made = acoustic_costs(made, blank, acoustic_scale, blank_penalty, out=made)
+                ahead[id(rows[top])] = made.numpy()
 
         def scored(inputs: torch.Tensor) -> np.ndarray:
+            if id(inputs) in ahead:
+                return ahead.pop(id(inputs))
             numel = inputs.shape[0] * columns
             memory = torch.from_numpy(buffer(numel)) if buffer is not None else torch.empty(numel)
             frames = memory[:numel].view(inputs.shape[0], columns)
             deferred.score(inputs, frames)
             return acoustic_costs(frames, blank, acoustic_scale, blank_penalty, out=frames).numpy()
 
-        return list(deferred.inputs), scored
+        return rows, scored
     if output.log_probs is None:
         raise ValueError("the WFST decoders need log-probs; this model produced none")
     lp = output.log_probs.detach().to("cpu")
