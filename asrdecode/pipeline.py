@@ -138,6 +138,7 @@ class Transcriber:
         self.stats = RunStats()
         self.boost_oov: set[str] = set()  # boost words the decoder's vocabulary does not have
         self.workers: list[dict] = []  # engine.type=ray: one summary per worker
+        self.defer_scores = False  # the model's scores left to the decoder's workers (`_load`)
 
     # ----------------------------------------------------------------- setup
     def _open(self) -> None:
@@ -551,7 +552,7 @@ class Transcriber:
             "wall_seconds": self.stats.wall_seconds,
             "stage_seconds": stage_seconds,
             # the model's scores made by the decoder's workers: their time is in the decode stage
-            "scores_deferred": bool(getattr(self, "defer_scores", False)),
+            "scores_deferred": self.defer_scores,
             "rtfx": audio / self.stats.wall_seconds if self.stats.wall_seconds > 0 and audio else None,
             "rtfx_compute": audio / compute if compute > 0 else None,
             "rtfx_per_stage": rtfx,

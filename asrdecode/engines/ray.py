@@ -266,5 +266,5 @@ def _write_shard(t: Transcriber, result: ShardResult, start: float) -> None:
     for name, seconds in result.stage_seconds.items():
         t.timer.seconds[name] = t.timer.seconds.get(name, 0.0) + seconds
     t.boost_oov.update(result.boost_oov)
-    t.defer_scores = getattr(t, "defer_scores", False) or result.scores_deferred
+    t.defer_scores = t.defer_scores or result.scores_deferred
     t._report_progress(start)

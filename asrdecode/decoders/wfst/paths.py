@@ -114,7 +114,6 @@ def utterance_costs(
     is the batch's critical path on ``threads`` workers (longer than the others' frames over
     ``threads`` - 1): it is scored here, up front, on all the model's threads (``score_wide``),
     while nothing else runs."""
-    lengths = [int(n) for n in output.lengths.tolist()]
     deferred = output.deferred
     if output.log_probs is None and deferred is not None:
         columns = deferred.columns
@@ -143,7 +142,7 @@ def utterance_costs(
         raise ValueError("the WFST decoders need log-probs; this model produced none")
     lp = output.log_probs.detach().to("cpu")
     T = lp.shape[1]
-    rows = [lp[b, : min(n, T)] for b, n in enumerate(lengths)]
+    rows = [lp[b, : min(int(n), T)] for b, n in enumerate(output.lengths.tolist())]
 
     def costs(frames: torch.Tensor) -> np.ndarray:
         return acoustic_costs(frames, blank, acoustic_scale, blank_penalty).contiguous().numpy()
