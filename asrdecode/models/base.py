@@ -20,6 +20,9 @@ class DeferredScores:
         callable from any thread.
     score_wide: the same on all of the model's own threads (None: the model has none), for an
         utterance scored while nothing else runs: one whose search is the batch's critical path.
+    chunk: frames that ``score`` can take at a time with the arithmetic of a whole utterance
+        (parts starting at multiples of it give the same scores bit for bit; 0: whole utterances
+        only), so that a search can have an utterance scored part by part as it goes.
 
     A decoder that searches the utterances of a batch on worker threads scores each one there,
     right before its search: scoring and searching overlap across utterances instead of one
@@ -32,6 +35,7 @@ class DeferredScores:
     columns: int
     score: Callable[[torch.Tensor, torch.Tensor], None]
     score_wide: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+    chunk: int = 0
 
     def materialize(self) -> torch.Tensor:
         """The [B, T, V] log-probs (padding frames 0), as a model's ``forward_features`` gives them."""

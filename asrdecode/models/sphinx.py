@@ -675,7 +675,7 @@ class SphinxAcousticModel(nn.Module):
             with torch.inference_mode(mode):
                 self.score_frames(x, out, self.threads)
 
-        deferred = DeferredScores(inputs, self.num_senones, score, score_wide)
+        deferred = DeferredScores(inputs, self.num_senones, score, score_wide, self.chunk_frames)
         return self._make_output(feat_lengths, deferred=deferred)
 
     def _make_output(

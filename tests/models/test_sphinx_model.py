@@ -323,6 +323,12 @@ def test_deferred_output_scores_each_utterance_as_forward_features(data, goforwa
     full = out.deferred.materialize()  # the same utterances scored the same way: the same numbers
     for b, c in enumerate(lengths.tolist()):
         assert torch.equal(full[b, :c], got[b, :c]) and not full[b, c:].any()
+    assert out.deferred.chunk == 16
+    for b, c in enumerate(lengths.tolist()):  # in parts starting at multiples of `chunk`: the same
+        parts = torch.empty(c, model.num_senones)
+        for lo in range(0, c, 32):
+            out.deferred.score(inputs[b][lo : lo + 32], parts[lo : lo + 32])
+        assert torch.equal(parts, got[b, :c])
 
 
 @pytest.mark.parametrize("topn", [4, 0])

@@ -45,11 +45,13 @@ from asrdecode.decoders.wfst.decoder import GraphSearchConfig
 from asrdecode.decoders.wfst.lattice import backward_costs, collapse_kernel
 from asrdecode.decoders.wfst.paths import (
     BestPath,
+    CostChunks,
     GraphPaths,
     NbestRescoring,
     attach_confidences,
     attach_lattices,
     blank_column,
+    cost_parts,
     utterance_costs,
 )
 from asrdecode.decoders.workspace import INIT_CAPACITY, lattice_records
@@ -153,17 +155,17 @@ class LetSearch(CompiledRunner):
     def warm_up(self) -> None:
         self._decode(self.warm_up_costs(1), search_settings(PruningOptions(1.0, 10, 1, 0.5, 1), 1))
 
-    def decode_one(self, ac: np.ndarray, settings: np.record, lattice: bool = False) -> LetPath:
-        """1-best of one utterance; ac: float32 [T, V] acoustic costs (-acoustic_scale * log-probs).
+    def decode_one(self, ac: np.ndarray | CostChunks, settings: np.record, lattice: bool = False) -> LetPath:
+        """1-best of one utterance; ac: float32 [T, V] acoustic costs (-acoustic_scale * log-probs),
+        or `CostChunks` made part by part as the search goes.
         With `lattice` the path carries the utterance's lattice data (settings' lattice beam)."""
         self.ensure_compiled()
         return self._decode(ac, settings, lattice)
 
-    def _decode(self, ac: np.ndarray, settings: np.record, lattice: bool = False) -> LetPath:
+    def _decode(self, ac: np.ndarray | CostChunks, settings: np.record, lattice: bool = False) -> LetPath:
         from asrdecode.decoders.let import search
 
         w = self.thread_workspace(LetWorkspace)
-        ac = as_costs(ac)
         slot = self.state_map("slot", self.num_states)
         slot_lm = self.state_map("slot_lm", self.diff.num_states)
         f32 = np.float32
@@ -181,12 +183,13 @@ class LetSearch(CompiledRunner):
             eps_limit, lm, U, w.arrays, w.ctr, w.stats, int(settings.gc_records), lattice, lattice_beam,
             interval, w.lattice,
         )  # fmt: skip
-        w.arrays, w.lattice = search.search_advance(
-            self.states, self.arcs, ac, beam, int(settings.max_active), int(settings.min_active),
-            f32(settings.beam_delta), f32(settings.bucket_width), cap, slot, slot_lm, eps_limit, lm, U,
-            w.arrays, w.ctr, w.stats, lattice, lattice_beam, interval, w.lattice, f32(settings.word_beam),
-            hist, int(settings.l2_bytes),
-        )  # fmt: skip
+        for part in cost_parts(ac):
+            w.arrays, w.lattice = search.search_advance(
+                self.states, self.arcs, as_costs(part), beam, int(settings.max_active),
+                int(settings.min_active), f32(settings.beam_delta), f32(settings.bucket_width), cap, slot,
+                slot_lm, eps_limit, lm, U, w.arrays, w.ctr, w.stats, lattice, lattice_beam, interval,
+                w.lattice, f32(settings.word_beam), hist, int(settings.l2_bytes),
+            )  # fmt: skip
         arcs, frames, total, reached, found, state = search.search_best(
             self.states, lm, w.arrays, w.ctr, True
         )

@@ -77,7 +77,7 @@ import numpy as np
 
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.lattice import compact_arcs, prune_window
-from asrdecode.decoders.wfst.paths import BestPath
+from asrdecode.decoders.wfst.paths import BestPath, CostChunks, cost_parts
 from asrdecode.decoders.workspace import (
     INIT_CAPACITY,
     WorkspaceLayout,
@@ -1646,14 +1646,20 @@ class CompiledSearch(CompiledRunner):
         return CompiledPath(arcs, frames, float(total), bool(reached), bool(found), stats, lm_state=int(u))
 
     def decode_one(
-        self, ac: np.ndarray, boost: np.ndarray | None, settings: np.record, lattice: bool = False
+        self,
+        ac: np.ndarray | CostChunks,
+        boost: np.ndarray | None,
+        settings: np.record,
+        lattice: bool = False,
     ) -> CompiledPath:
-        """1-best (and lattice data) of one utterance; ac: float32 [T, V] acoustic costs."""
+        """1-best (and lattice data) of one utterance; ac: float32 [T, V] acoustic costs, or
+        `CostChunks` made part by part as the search goes."""
         w = self.thread_workspace(lambda: self.new_workspace())
         w.lattice = lattice
         boost = boost if boost is not None else np.zeros(0, np.float32)
         self.begin(w, boost, settings)
-        self._advance(w, ac, boost, settings)
+        for part in cost_parts(ac):
+            self._advance(w, part, boost, settings)
         path = self.best(w)
         if lattice:
             path.lattice = w.lattice_data()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,9 @@ from asrdecode.lm.rescore import NbestRescorer
 from asrdecode.models.base import ModelOutput
 
 log = logging.getLogger("asrdecode.decoders.wfst")
+
+# frames of deferred scores made at once for a search (`CostChunks`): 2.6 MB of 5,126 senones
+SEARCH_CHUNK_FRAMES = 128
 
 
 def graph_folder(spec: str) -> Path | None:
@@ -97,6 +100,29 @@ def acoustic_costs(
     return torch.mul(lp, -acoustic_scale, out=out)
 
 
+class CostChunks:
+    """One utterance's acoustic costs (float32 [T, V]) made ``chunk`` frames at a time, as its
+    search reaches them (`cost_parts`): each part is scored into the worker's buffer
+    (``buffer(chunk * V)``, kept between utterances) and converted there in place, so that the
+    search reads costs still in the cache and a worker holds one part's scores, not an utterance's.
+    ``chunk`` is a multiple of the model's scoring chunk (`DeferredScores.chunk`), so each frame is
+    scored with the arithmetic of a whole utterance."""
+
+    def __init__(self, inputs: torch.Tensor, make: Callable[[torch.Tensor], np.ndarray], chunk: int) -> None:
+        self.inputs, self.make, self.chunk = inputs, make, chunk
+        self.shape = (inputs.shape[0],)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        frames = self.inputs.shape[0]
+        for lo in range(0, max(frames, 1), self.chunk):  # no frames: one empty part
+            yield self.make(self.inputs[lo : lo + self.chunk])
+
+
+def cost_parts(ac: np.ndarray | CostChunks) -> Iterable[np.ndarray]:
+    """The parts a search advances through in turn: a `CostChunks`' parts, or the whole array."""
+    return ac if isinstance(ac, CostChunks) else (ac,)
+
+
 def utterance_costs(
     output: ModelOutput,
     blank: int,
@@ -104,16 +130,15 @@ def utterance_costs(
     blank_penalty: float,
     buffer: Callable[[int], np.ndarray] | None = None,
     threads: int = 1,
-) -> tuple[list[torch.Tensor], Callable[[torch.Tensor], np.ndarray]]:
+) -> tuple[list[torch.Tensor], Callable[[torch.Tensor], np.ndarray | CostChunks]]:
     """The compiled searches' input: one row per utterance and the function that makes one
-    utterance's `acoustic_costs` array (float32 [T, V]) from its row, called by the search's
-    worker threads. With log-probs the rows are views of each utterance's valid frames on the host
-    (padding frames are never converted). With deferred scores (`DeferredScores`) they are the
-    utterances' model inputs, scored by the worker into ``buffer(numel)`` (that thread's float32
-    buffer, kept between utterances) and converted there in place; except an utterance whose search
-    is the batch's critical path on ``threads`` workers (longer than the others' frames over
-    ``threads`` - 1): it is scored here, up front, on all the model's threads (``score_wide``),
-    while nothing else runs."""
+    utterance's acoustic costs from its row, called by the search's worker threads. With log-probs
+    the rows are views of each utterance's valid frames on the host (padding frames are never
+    converted) and the costs an array (float32 [T, V]). With deferred scores (`DeferredScores`)
+    the rows are the utterances' model inputs and the costs `CostChunks`, scored by the worker as
+    its search goes; except an utterance whose search is the batch's critical path on ``threads``
+    workers (longer than the others' frames over ``threads`` - 1): it is scored here, up front, on
+    all the model's threads (``score_wide``), while nothing else runs."""
     deferred = output.deferred
     if output.log_probs is None and deferred is not None:
         columns = deferred.columns
@@ -127,15 +152,19 @@ def utterance_costs(
                 deferred.score_wide(rows[top], made)
                 made = acoustic_costs(made, blank, acoustic_scale, blank_penalty, out=made)
                 ahead[id(rows[top])] = made.numpy()
+        chunk = deferred.chunk * max(1, SEARCH_CHUNK_FRAMES // deferred.chunk) if deferred.chunk else 0
 
-        def scored(inputs: torch.Tensor) -> np.ndarray:
-            if id(inputs) in ahead:
-                return ahead.pop(id(inputs))
+        def part(inputs: torch.Tensor) -> np.ndarray:
             numel = inputs.shape[0] * columns
             memory = torch.from_numpy(buffer(numel)) if buffer is not None else torch.empty(numel)
             frames = memory[:numel].view(inputs.shape[0], columns)
             deferred.score(inputs, frames)
             return acoustic_costs(frames, blank, acoustic_scale, blank_penalty, out=frames).numpy()
+
+        def scored(inputs: torch.Tensor) -> np.ndarray | CostChunks:
+            if id(inputs) in ahead:
+                return ahead.pop(id(inputs))
+            return CostChunks(inputs, part, chunk) if chunk else part(inputs)
 
         return rows, scored
     if output.log_probs is None:
