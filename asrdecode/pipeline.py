@@ -19,6 +19,7 @@ import torch
 
 from asrdecode.config import RunConfig
 from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
+from asrdecode.decoders.base import PendingDecode, start_decode
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError
 from asrdecode.gc_pause import loading_done
 from asrdecode.models.base import ModelOutput
@@ -388,8 +389,7 @@ class Transcriber:
                     self._warm_up()
                 self.on_progress({"total": len(self.todo), "done": 0, "audio_seconds": 0.0, "elapsed": 0.0})
                 batch = self.cfg.batch
-                for utts in plan_batches(self.todo, batch.max_seconds, batch.max_utterances):
-                    self._run_batch(utts, start)
+                self._run_batches(plan_batches(self.todo, batch.max_seconds, batch.max_utterances), start)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -420,23 +420,33 @@ class Transcriber:
 
     def _decode(self, out: ModelOutput, utts) -> list[DecodeResult]:
         """The decoder on one batch of model outputs (with the utterances' boost lists)."""
+        return self._start_decode(out, utts).result()
+
+    def _start_decode(self, out: ModelOutput, utts) -> PendingDecode:
+        """`_decode` started (`start_decode`): its ``result()`` waits for the batch's results."""
         windows = out.extra.get("windows")  # buffered transducer output: a row per window
         if any(u.boost for u in utts):
             boosts = [u.boost for u in utts]
             out.extra["boost"] = [boosts[b] for b in windows.owner] if windows is not None else boosts
         with self.timer.stage("decode"):
-            results: list[DecodeResult] = self.decoder.decode(out)
-            if windows is not None:
-                results = windows.merge(results, self.context.words_of)
-        offset = float(out.extra.get("time_offset", 0.0))
-        if offset:  # outputs that run behind the audio and past its end (buffered inference)
-            limits = out.extra.get("time_limit") or [float("inf")] * len(results)
-            for result, limit in zip(results, limits, strict=True):
-                for w in result.words:
-                    w.start = min(max(w.start + offset, 0.0), limit)
-                    w.end = min(max(w.end + offset, 0.0), limit)
-        self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
-        return results
+            pending = start_decode(self.decoder, out)
+
+        def collect() -> list[DecodeResult]:
+            with self.timer.stage("decode"):
+                results: list[DecodeResult] = pending.result()
+                if windows is not None:
+                    results = windows.merge(results, self.context.words_of)
+            offset = float(out.extra.get("time_offset", 0.0))
+            if offset:  # outputs that run behind the audio and past its end (buffered inference)
+                limits = out.extra.get("time_limit") or [float("inf")] * len(results)
+                for result, limit in zip(results, limits, strict=True):
+                    for w in result.words:
+                        w.start = min(max(w.start + offset, 0.0), limit)
+                        w.end = min(max(w.end + offset, 0.0), limit)
+            self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
+            return results
+
+        return PendingDecode(collect, pending.cancel)
 
     def _write(self, utts, results: list[DecodeResult], seconds: list[float], extras=None) -> None:
         self.writer.write_results(
@@ -445,12 +455,19 @@ class Transcriber:
         self.stats.decoded += len(utts)
         self.stats.audio_seconds += sum(seconds)
 
-    def _decode_and_write(self, utts, out: ModelOutput, seconds: list[float]) -> None:
-        results = self._decode(out, utts)
-        extras = self._write_lattices(utts, results)
-        if self.cfg.output.save_logprobs and out.log_probs is not None:
-            self._save_logprobs(utts, out)
-        self._write(utts, results, seconds, extras)
+    def _start_decode_and_write(self, utts, out: ModelOutput, seconds: list[float]) -> PendingDecode:
+        """The batch's decode started; ``result()`` waits for it and writes its results."""
+        pending = self._start_decode(out, utts)
+
+        def write() -> list[DecodeResult]:
+            results = pending.result()
+            extras = self._write_lattices(utts, results)
+            if self.cfg.output.save_logprobs and out.log_probs is not None:
+                self._save_logprobs(utts, out)
+            self._write(utts, results, seconds, extras)
+            return results
+
+        return PendingDecode(write, pending.cancel)
 
     def _segment_seconds(self) -> float:
         """The longest input decoded whole: ``batch.segment_seconds``, but no more than a batch
@@ -499,12 +516,38 @@ class Transcriber:
                 extras = self._write_lattices([utt], [joined])
         self._write([utt], [joined], [wave.shape[0] / rate], extras)
 
+    def _run_batches(self, batches: list[list], start: float) -> None:
+        """Decode the batches in order, each started before the one before it is written: while
+        the decoder's workers search a batch (and the next one queues behind it), this thread
+        writes the batch before and reads the next, so that no worker waits between batches
+        (decoders that decode on the calling thread run as one batch after another). Whatever is
+        still queued when the run stops is dropped, not decoded."""
+        pending: PendingDecode | None = None
+        try:
+            for utts in batches:
+                previous, pending = pending, self._start_batch(utts, start)
+                if previous is not None:
+                    previous.result()
+            if pending is not None:
+                last, pending = pending, None
+                last.result()
+        finally:
+            if pending is not None:
+                pending.cancel()
+
     def _run_batch(self, utts, start: float) -> None:
+        self._start_batch(utts, start).result()
+
+    def _start_batch(self, utts, start: float) -> PendingDecode:
+        """Read one batch and start decoding it; ``result()`` waits for it, writes its results,
+        decodes its long inputs in segments and reports progress."""
         with self.timer.stage("load"):
             if self.logprob_input:
                 utts, mats = self._load_logprob_batch(utts)
             else:
                 utts, waves = self._load_batch(utts)
+        pending: PendingDecode | None = None
+        long: list[int] = []
         if utts and self.logprob_input:
             lengths = torch.tensor([m.shape[0] for m in mats], dtype=torch.int64)
             padded = torch.nn.utils.rnn.pad_sequence(mats, batch_first=True).to(self.device)
@@ -512,20 +555,27 @@ class Transcriber:
             seconds = [
                 self._duration(u) or m.shape[0] * self.frame_shift for u, m in zip(utts, mats, strict=True)
             ]
-            self._decode_and_write(utts, out, seconds)
+            pending = self._start_decode_and_write(utts, out, seconds)
         elif utts:
             rate = self.model.sample_rate
             limit = self._segment_seconds() * rate
-            long = {i for i, w in enumerate(waves) if limit > 0 and w.shape[0] > limit}
+            long = [i for i, w in enumerate(waves) if limit > 0 and w.shape[0] > limit]
             short = [i for i in range(len(utts)) if i not in long]
             if short:
                 kept = [waves[i] for i in short]
-                self._decode_and_write(
+                pending = self._start_decode_and_write(
                     [utts[i] for i in short], self._model_output(kept), [w.shape[0] / rate for w in kept]
                 )
-            for i in sorted(long):
+
+        def finish() -> list[DecodeResult]:
+            if pending is not None:
+                pending.result()
+            for i in long:
                 self._decode_in_segments(utts[i], waves[i])
-        self._report_progress(start)
+            self._report_progress(start)
+            return []
+
+        return PendingDecode(finish, pending.cancel if pending is not None else lambda: None)
 
     def report(self, interrupted: bool = False) -> dict:
         """report.json: counts, hours, WER/CER over all finished utterances, RTFx per stage."""

@@ -110,3 +110,69 @@ def test_exact_reading_config_is_the_static_path_with_its_lm_read_exactly():
     for key in ("acoustic_scale", "word_insertion_penalty", "beam", "min_active"):
         assert getattr(exact, key) == getattr(static, key)
     assert graph.transition_scale == static_graph.transition_scale
+
+
+def test_batches_queue_on_the_search_workers(tmp_path, monkeypatch):
+    """With two search workers each batch is started before the one before it is collected and
+    written (its utterances queue behind that batch's on the same workers, and the next batch is
+    read meanwhile); the results are those of one batch after another. When starting a batch
+    fails, the one queued before it is cancelled, not left running."""
+    from click.testing import CliRunner
+
+    from asrdecode.cli import main
+    from asrdecode.decoders.base import PendingDecode
+    from asrdecode.decoders.wfst import WfstDecoder
+
+    graph = tiny_sphinx_hclg(tmp_path)
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    for k in range(3):
+        shutil.copy(CLIP, audio / f"clip{k}.wav")
+    events: list[str] = []
+    start = WfstDecoder.start
+
+    def recording_start(self, output):
+        pending = start(self, output)
+        k = sum(e.startswith("start") for e in events)
+        events.append(f"start {k}")
+
+        def result():
+            events.append(f"result {k}")
+            return pending.result()
+
+        def cancel():
+            events.append(f"cancel {k}")
+            pending.cancel()
+
+        return PendingDecode(result, cancel)
+
+    monkeypatch.setattr(WfstDecoder, "start", recording_start)
+    args = [
+        "transcribe", str(audio), "--model", "embedded:sphinx-en-us", "--decoder", "wfst",
+        f"decoder.graph={graph}", "decoder.acoustic_scale=0.1538", "threads=1", "decoder.threads=2",
+        "batch.max_utterances=1",
+    ]  # fmt: skip
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert events[:2] == ["start 0", "result 0"]  # the warm-up
+    assert events[2:] == ["start 1", "start 2", "result 1", "start 3", "result 2", "result 3"]
+    rows = read_jsonl(tmp_path / "out" / "transcripts.jsonl")
+    assert [r["pred_text"] for r in rows] == ["go forward ten meters"] * 3
+
+    from asrdecode.pipeline import Transcriber
+
+    start_batch, calls = Transcriber._start_batch, []
+
+    def failing_second(self, utts, began):
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return start_batch(self, utts, began)
+
+    monkeypatch.setattr(Transcriber, "_start_batch", failing_second)
+    events.clear()
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "stopped")])
+    assert result.exit_code != 0 and events[2:] == ["start 1", "cancel 1"]
+    assert not (tmp_path / "stopped" / "transcripts.jsonl").exists() or not read_jsonl(
+        tmp_path / "stopped" / "transcripts.jsonl"
+    )

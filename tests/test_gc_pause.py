@@ -56,18 +56,18 @@ def test_resumed_when_the_block_fails_and_left_alone_when_already_disabled():
 
 def test_transcribe_loads_paused_and_decodes_collecting(tmp_path, monkeypatch):
     seen = {}
-    load, run_batch = Transcriber._load, Transcriber._run_batch
+    load, start_batch = Transcriber._load, Transcriber._start_batch
 
     def recording_load(self):
         seen["loading"] = gc.isenabled()
         load(self)
 
-    def recording_run_batch(self, utts, start):
+    def recording_start_batch(self, utts, start):
         seen["decoding"] = gc.isenabled()
-        run_batch(self, utts, start)
+        return start_batch(self, utts, start)
 
     monkeypatch.setattr(Transcriber, "_load", recording_load)
-    monkeypatch.setattr(Transcriber, "_run_batch", recording_run_batch)
+    monkeypatch.setattr(Transcriber, "_start_batch", recording_start_batch)
     result = CliRunner().invoke(
         main, ["transcribe", str(AUDIO), "--model", str(MODEL), "--out", str(tmp_path / "o")]
     )

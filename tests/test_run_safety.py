@@ -43,7 +43,7 @@ if point == "model-load":
 elif point in ("mid-batch", "pause"):
     import time
     import asrdecode.pipeline as pipeline
-    real_decode = pipeline.Transcriber._decode
+    real_decode = pipeline.Transcriber._start_decode
     def _decode(self, out, utts):
         if count():
             if point == "mid-batch":
@@ -51,7 +51,7 @@ elif point in ("mid-batch", "pause"):
             while not os.path.exists(os.environ["ASRDECODE_TEST_GO"]):
                 time.sleep(0.05)
         return real_decode(self, out, utts)
-    pipeline.Transcriber._decode = _decode
+    pipeline.Transcriber._start_decode = _decode
 elif point in ("half-line", "between-files"):
     import asrdecode.io.writers as writers
     real_append = writers.OutputWriter._append
@@ -172,13 +172,14 @@ def test_killed_run_resumes_to_the_same_transcripts(tmp_path, reference, point, 
 
 
 def test_second_run_on_the_same_folder_is_refused(tmp_path, reference):
-    """While a run holds the folder (paused in its third batch), a second run, also with
-    --overwrite, is refused with one line; the first then finishes with every utterance once."""
+    """While a run holds the folder (paused starting its fourth batch, two batches written: each
+    batch is written once the next one is started), a second run, also with --overwrite, is
+    refused with one line; the first then finishes with every utterance once."""
     manifest, expected = reference
     out = tmp_path / "out"
     go = tmp_path / "go"
     first = subprocess.Popen(
-        [sys.executable, "-c", FAULTS, "pause", "3", *transcribe_args(manifest, out)],
+        [sys.executable, "-c", FAULTS, "pause", "4", *transcribe_args(manifest, out)],
         env={**ENV, "ASRDECODE_TEST_GO": str(go)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

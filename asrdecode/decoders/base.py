@@ -66,3 +66,27 @@ class Decoder(Protocol):
     config_type: ClassVar[type]
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]: ...
+
+
+@dataclass
+class PendingDecode:
+    """A batch being decoded (`start_decode`): ``result()`` waits for its results, ``cancel()``
+    drops the work no worker has started."""
+
+    result: Callable[[], list[DecodeResult]]
+    cancel: Callable[[], None] = lambda: None
+
+    @classmethod
+    def done(cls, results: list[DecodeResult]) -> PendingDecode:
+        return cls(lambda: results)
+
+
+def start_decode(decoder: Decoder, output: ModelOutput) -> PendingDecode:
+    """Start decoding a batch. A decoder whose workers take batches from a queue (``start``: the
+    compiled WFST searches on the CPU) returns at once, the batch queued behind the one before,
+    so that the caller can read the next batch while this one is decoded and no worker waits
+    between batches; any other decodes it here, now."""
+    start = getattr(decoder, "start", None)
+    if start is not None:
+        return start(output)
+    return PendingDecode.done(decoder.decode(output))

@@ -12,6 +12,7 @@ The first test in a fresh checkout compiles the numba code (~15 s, cached in __p
 """
 
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -157,8 +158,8 @@ def test_mixed_lengths_scale_and_blank_penalty_batch_equals_single():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_run_batch_prepares_and_finishes_each_utterance_in_its_worker(threads):
-    """`CompiledRunner.run_batch`: `prepare` makes each utterance's costs and `finish(result, index)`
+def test_submit_batch_prepares_and_finishes_each_utterance_in_its_worker(threads):
+    """`CompiledRunner.submit_batch`: `prepare` makes each utterance's costs and `finish(result, index)`
     runs once per utterance after its search (the decoders build word lattices there); results
     come back in input order whatever the thread count."""
     rng = np.random.default_rng(5)
@@ -166,17 +167,60 @@ def test_run_batch_prepares_and_finishes_each_utterance_in_its_worker(threads):
     settings = search_settings(PruningOptions(beam=16.0, max_active=NO_MAX, min_active=0), 1)
     lps = [log_probs(rng, n) for n in (4, 9, 1, 6)]
     seen: dict[int, object] = {}
-    got = search.decode_batch(
+    got = search.submit(
         [torch.from_numpy(lp) for lp in lps],
         [np.zeros(0, np.float32)] * len(lps),
         settings,
         prepare=lambda t: (-t).numpy(),
         finish=lambda path, i: seen.setdefault(i, path),
-    )
+    ).result()
     want = [search.decode_one(-lp, np.zeros(0, np.float32), settings) for lp in lps]
     assert sorted(seen) == [0, 1, 2, 3] and all(seen[i] is got[i] for i in seen)
     for a, b in zip(got, want, strict=True):
         assert a.total == b.total and np.array_equal(a.arcs, b.arcs)
+
+
+def test_batches_queue_behind_each_other_and_cancel_drops_the_unstarted():
+    """`CompiledRunner.submit_batch` returns at once: a second batch queues behind the first on the
+    same workers (a worker done with the first takes the second's utterances before the first's
+    results are collected), each batch's results in its own input order; `cancel` drops the
+    utterances no worker has started."""
+    rng = np.random.default_rng(6)
+    search = CompiledSearch(device_graph(random_wfst(rng, 6, V, 5)), threads=2)
+    settings = search_settings(PruningOptions(beam=16.0, max_active=NO_MAX, min_active=0), 1)
+    none = np.zeros(0, np.float32)
+    first = [log_probs(rng, n) for n in (12, 3)]
+    second = [log_probs(rng, n) for n in (5, 8, 2)]
+    release = threading.Event()
+
+    def held(lp: np.ndarray) -> np.ndarray:  # the first batch's longest waits for `release`
+        if lp is first[0]:
+            assert release.wait(30)
+        return -lp
+
+    a = search.submit(first, [none] * 2, settings, prepare=held)
+    b = search.submit(second, [none] * 3, settings, prepare=lambda lp: -lp)
+    got_b = b.result()  # on the other worker, while the first batch's longest is held
+    assert not a.futures[0].done()
+    release.set()
+    got_a = a.result()
+    for got, lps in ((got_a, first), (got_b, second)):
+        for p, lp in zip(got, lps, strict=True):
+            want = search.decode_one(-lp, none, settings)
+            assert p.total == want.total and np.array_equal(p.arcs, want.arcs)
+    gate, running = threading.Event(), threading.Semaphore(0)
+
+    def gated(lp: np.ndarray) -> np.ndarray:
+        running.release()
+        assert gate.wait(30)
+        return -lp
+
+    c = search.submit(second + first, [none] * 5, settings, prepare=gated)
+    assert running.acquire(timeout=30) and running.acquire(timeout=30)  # one on each worker
+    c.cancel()  # the other three never start
+    gate.set()
+    assert [f.cancelled() for f in c.futures] == [True, False, True, False, True]  # longest first
+    assert all(f.result().found for f in c.futures if not f.cancelled())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.base import DecoderContext, DecodeResult, PendingDecode
 from asrdecode.decoders.lms import load_difference_lm
-from asrdecode.decoders.wfst.compiled import CompiledRunner, as_costs, search_settings
+from asrdecode.decoders.wfst.compiled import CompiledRunner, PendingBatch, as_costs, search_settings
 from asrdecode.decoders.wfst.core import PruningOptions
 from asrdecode.decoders.wfst.decoder import GraphSearchConfig
 from asrdecode.decoders.wfst.lattice import backward_costs, collapse_kernel
@@ -198,7 +198,7 @@ class LetSearch(CompiledRunner):
         data = w.lattice_data() if lattice else None
         return LetPath(arcs, frames, float(total), bool(reached), bool(found), stats, int(state), data)
 
-    def decode_batch(
+    def submit(
         self,
         acs: list,
         settings: np.record,
@@ -206,10 +206,11 @@ class LetSearch(CompiledRunner):
         lattice: bool = False,
         prepare: Callable[[Any], np.ndarray] | None = None,
         finish: Callable[[Any, int], None] | None = None,
-    ) -> list[LetPath]:
-        """Decode utterances on `threads` workers (default: the search's), longest first
-        (`prepare`, `finish`: as `CompiledRunner.run_batch`)."""
-        return self.run_batch(
+    ) -> PendingBatch:
+        """Decode utterances on `threads` workers (default: the search's), longest first, queued
+        behind any batch submitted before (`prepare`, `finish`: as `CompiledRunner.submit_batch`);
+        the paths from ``.result()``."""
+        return self.submit_batch(
             lambda ac: self.decode_one(ac, settings, lattice),
             acs,
             threads=threads,
@@ -279,8 +280,11 @@ class LetDecoder:
         return device.type == "cpu"
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
-        from asrdecode.decoders.let import search as S
+        return self.start(output).result()
 
+    def start(self, output: ModelOutput) -> PendingDecode:
+        """`decode` without waiting (`start_decode`): the batch is queued on the search's workers
+        behind any batch started before."""
         if not output.has_scores:
             raise ValueError("let needs log-probs; this model produced none")
         reader, c = self.paths, self.config
@@ -297,9 +301,19 @@ class LetDecoder:
             if p.found:
                 lats[b] = self.paths.pair_lattice(p.lattice, lengths[b], lm, {}, p.reached_final, beam, arcs)
 
-        paths = self.search.decode_batch(
+        pending = self.search.submit(
             rows, self.settings, lattice=want_lattice, prepare=costs, finish=finish if want_lattice else None
         )
+        return PendingDecode(
+            lambda: self._results(pending.result(), lats, blank, output.frame_shift), pending.cancel
+        )
+
+    def _results(self, paths: list[LetPath], lats: list[Any], blank: int, shift: float) -> list[DecodeResult]:
+        """A batch's results from its paths (and the lattices its workers built); sets `last_info`."""
+        from asrdecode.decoders.let import search as S
+
+        reader, c = self.paths, self.config
+        want_lattice = c.want_lattice
         results = []
         not_final = []
         for b, p in enumerate(paths):
@@ -308,7 +322,7 @@ class LetDecoder:
                 continue
             if not p.reached_final:
                 not_final.append(b)
-            results.append(reader.result(p, {}, blank, output.frame_shift, self.search.lm))
+            results.append(reader.result(p, {}, blank, shift, self.search.lm))
         total = np.sum([p.stats for p in paths], axis=0) if paths else np.zeros(S.NUM_STATS, np.int64)
         self.last_info = {
             "stats": {
@@ -332,13 +346,13 @@ class LetDecoder:
         if want_lattice:
             self.last_info["stats"]["lattice_prune_frames"] = int(total[S.S_PRUNE_FRAMES])
             self.last_info["lattice_search_arcs"] = sum(len(p.lattice[0]) for p in paths)
-            density = attach_lattices(results, lats, c.lattice, c.nbest, output.frame_shift)
+            density = attach_lattices(results, lats, c.lattice, c.nbest, shift)
             if density is not None:
                 self.last_info["lattice_density"] = density
             if self.rescoring is not None:
                 boosts = [{} for _ in results]
                 self.rescoring.apply(
-                    results, lats, boosts, blank, output.frame_shift, not_final, self.path_lm, self.last_info
+                    results, lats, boosts, blank, shift, not_final, self.path_lm, self.last_info
                 )
             attach_confidences(results, lats, c.confidence_bias, c.confidence_slope)
         if total[S.S_EPS_LIMIT]:

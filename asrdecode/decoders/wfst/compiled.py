@@ -68,7 +68,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -1435,6 +1435,24 @@ _NO_COSTS = np.empty(0, np.float32)
 _warm: set[str] = set()
 
 
+class PendingBatch:
+    """A batch of utterances submitted to a runner's workers (`CompiledRunner.submit_batch`):
+    `result` waits for their results (in input order), `cancel` drops those not started."""
+
+    def __init__(self, futures: list[Future] | None = None, done: list | None = None) -> None:
+        self.futures = futures or []
+        self.done = done
+
+    def result(self) -> list:
+        if self.done is None:
+            self.done = [f.result() for f in self.futures]
+        return self.done
+
+    def cancel(self) -> None:
+        for f in self.futures:
+            f.cancel()
+
+
 class CompiledRunner(ABC):
     """The host side every compiled search shares (`wfst`, `wfst-otf`, `let`): the graph as
     records, per-thread scratch (state maps, a workspace reused from utterance to utterance),
@@ -1504,7 +1522,7 @@ class CompiledRunner(ABC):
             w = self._local.workspace = make()
         return w
 
-    def run_batch(
+    def submit_batch(
         self,
         decode_one: Callable[..., Any],
         acs: list,
@@ -1512,12 +1530,15 @@ class CompiledRunner(ABC):
         threads: int = 0,
         prepare: Callable[[Any], np.ndarray] | None = None,
         finish: Callable[[Any, int], None] | None = None,
-    ):
+    ) -> PendingBatch:
         """``decode_one(ac, *items)`` for each utterance on `threads` workers (default: the
-        search's), longest first; results in input order. With `prepare`, `acs` are its inputs
-        (anything with a shape, frames first) and each worker makes its utterance's costs. With
-        `finish`, the worker then calls ``finish(result, index)`` (e.g. building the utterance's
-        word lattice while the other workers search)."""
+        search's), longest first, queued behind the utterances of any batch submitted before (a
+        worker that finishes its last utterance of one batch takes the next batch's first);
+        `PendingBatch.result` waits for them and gives them in input order. With one worker the
+        batch is decoded here, now. With `prepare`, `acs` are its inputs (anything with a shape,
+        frames first) and each worker makes its utterance's costs. With `finish`, the worker then
+        calls ``finish(result, index)`` (e.g. building the utterance's word lattice while the
+        other workers search)."""
         self.ensure_compiled()
         threads = threads or self.threads
         rows = list(zip(acs, *per_item, strict=True)) if per_item else [(a,) for a in acs]
@@ -1530,14 +1551,14 @@ class CompiledRunner(ABC):
             return result
 
         if threads <= 1 or len(acs) <= 1:
-            return [task(i) for i in range(len(rows))]
+            return PendingBatch(done=[task(i) for i in range(len(rows))])
         if self._pool is None or self._pool._max_workers != threads:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
             self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=self.label)
         order = sorted(range(len(acs)), key=lambda i: -acs[i].shape[0])
         futures = {i: self._pool.submit(task, i) for i in order}
-        return [futures[i].result() for i in range(len(acs))]
+        return PendingBatch(futures=[futures[i] for i in range(len(acs))])
 
     def close(self) -> None:
         if self._pool is not None:
@@ -1665,7 +1686,7 @@ class CompiledSearch(CompiledRunner):
             path.lattice = w.lattice_data()
         return path
 
-    def decode_batch(
+    def submit(
         self,
         acs: list[np.ndarray],
         boosts: list[np.ndarray | None],
@@ -1674,10 +1695,11 @@ class CompiledSearch(CompiledRunner):
         threads: int = 0,
         prepare: Callable[[Any], np.ndarray] | None = None,
         finish: Callable[[Any, int], None] | None = None,
-    ) -> list[CompiledPath]:
-        """Decode utterances on `threads` workers (default: the search's), longest first
-        (`prepare`, `finish`: as `run_batch`)."""
-        return self.run_batch(
+    ) -> PendingBatch:
+        """Decode utterances on `threads` workers (default: the search's), longest first, queued
+        behind any batch submitted before (`prepare`, `finish`: as `submit_batch`); the paths from
+        ``.result()``."""
+        return self.submit_batch(
             lambda ac, boost: self.decode_one(ac, boost, settings, lattice),
             acs,
             boosts,

@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.base import DecoderContext, DecodeResult, PendingDecode
 from asrdecode.decoders.wfst.compiled import dense_boost
 from asrdecode.decoders.wfst.core import (
     BoostTable,
@@ -349,21 +349,10 @@ class WfstDecoder:
             self._compiled = CompiledSearch(self.graph_cpu, self.config.threads)
         return self._compiled
 
-    def _decode_compiled(
+    def _start_compiled(
         self, output: ModelOutput, tables: list[dict[int, float]], oov: list[str], blank: int
-    ) -> list[DecodeResult]:
-        from asrdecode.decoders.wfst.compiled import (
-            NUM_STATS,
-            STAT_ARCS,
-            STAT_EPS_LIMIT,
-            STAT_EPS_POPS,
-            STAT_FRAMES,
-            STAT_HISTORY_PRUNED,
-            STAT_LM_LOOKUPS,
-            STAT_PRUNE_FRAMES,
-            STAT_TOKENS,
-        )
-
+    ) -> PendingDecode:
+        """The batch queued on the compiled search's workers; its results made when collected."""
         search = self.compiled_search()
         c = self.config
         shift = output.frame_shift
@@ -381,9 +370,39 @@ class WfstDecoder:
                 reached = not p.found or p.reached_final
                 lats[b] = self.word_lattice(p.lattice, len(rows[b]), tables[b], reached)
 
-        paths = search.decode_batch(
+        pending = search.submit(
             rows, boosts, self.search_settings(), lattice=want_lattice, prepare=costs, finish=finish
         )
+        return PendingDecode(
+            lambda: self._compiled_results(pending.result(), rows, tables, oov, blank, shift, lats),
+            pending.cancel,
+        )
+
+    def _compiled_results(
+        self,
+        paths: list,
+        rows: list,
+        tables: list[dict[int, float]],
+        oov: list[str],
+        blank: int,
+        shift: float,
+        lats: list[CompactLattice | None],
+    ) -> list[DecodeResult]:
+        """A batch's results from the compiled search's paths (and the lattices its workers built);
+        sets `last_info`."""
+        from asrdecode.decoders.wfst.compiled import (
+            NUM_STATS,
+            STAT_ARCS,
+            STAT_EPS_LIMIT,
+            STAT_EPS_POPS,
+            STAT_FRAMES,
+            STAT_HISTORY_PRUNED,
+            STAT_LM_LOOKUPS,
+            STAT_PRUNE_FRAMES,
+            STAT_TOKENS,
+        )
+
+        want_lattice = self.config.want_lattice
         self._not_final = [b for b, p in enumerate(paths) if p.found and not p.reached_final]
         results = [
             self._path_result(p, tables[b], blank, shift)
@@ -430,6 +449,11 @@ class WfstDecoder:
         return device.type == "cpu" and self.backend_for(device) == "compiled"
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
+        return self.start(output).result()
+
+    def start(self, output: ModelOutput) -> PendingDecode:
+        """`decode` without waiting (`start_decode`): with the compiled backend the batch is queued
+        on the search's workers behind any batch started before."""
         if not output.has_scores:
             raise ValueError("wfst needs log-probs; this model produced none")
         self.paths.check_columns(output.columns)
@@ -438,7 +462,7 @@ class WfstDecoder:
         lengths = [int(x) for x in output.lengths.tolist()]
         tables, oov = self._boosts(output.extra.get("boost") if output.extra else None, len(lengths))
         if self.backend_for(device) == "compiled":
-            return self._decode_compiled(output, tables, oov, blank)
+            return self._start_compiled(output, tables, oov, blank)
         lp = output.log_probs if output.log_probs is not None else output.deferred.materialize()
         device = lp.device
         B, T, V = lp.shape
@@ -479,7 +503,7 @@ class WfstDecoder:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if search.stats["epsilon_limit_hit"]:
             log.warning("wfst: epsilon closure hit max_epsilon_passes; raise decoder.max_epsilon_passes")
-        return results
+        return PendingDecode.done(results)
 
     def _attach_lattices(
         self,

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.base import DecoderContext, PendingDecode
 from asrdecode.decoders.lms import load_difference_lm
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder
@@ -155,17 +155,19 @@ class WfstOtfDecoder(WfstDecoder):
     def _new_search(self, graph: SearchGraph, device: torch.device, want_lattice: bool) -> TokenPassing:
         return TokenPassing(graph, self._search_options(device), None, lm=self.lm_on(device))
 
-    def decode(self, output: ModelOutput) -> list[DecodeResult]:
+    def start(self, output: ModelOutput) -> PendingDecode:
         want_lattice = self.config.want_lattice
         device = output.lengths.device
         if want_lattice and output.has_scores and self.backend_for(device) == "torch":
             raise ConfigError(LATTICE_BACKEND)
-        results = super().decode(output)
-        if self.last_info["stats"]["backend"] == "torch":
-            lm = self.lm_on(device)
-            if isinstance(lm, HostLookupLM):
-                self.last_info["stats"]["lm_lookups"] = lm.take_stats()
-        return results
+        pending = super().start(output)
+        if self.backend_for(device) == "compiled":
+            return pending
+        results = pending.result()  # the torch backend: decoded by now
+        lm = self.lm_on(device)
+        if isinstance(lm, HostLookupLM):
+            self.last_info["stats"]["lm_lookups"] = lm.take_stats()
+        return PendingDecode.done(results)
 
     def word_lattice(
         self, data: tuple, num_frames: int, boost: dict[int, float], reached_final: bool
