@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -76,6 +76,27 @@ class RunStats:
         self.segmented += other.segmented
         self.segmented_without_lattice += other.segmented_without_lattice
         self.audio_seconds += other.audio_seconds
+
+
+def one_ahead(started: Iterable[PendingDecode]) -> Iterator[list[DecodeResult]]:
+    """The results of batches started in turn (`start_decode`), each collected once the next one
+    has been started: while a decoder's workers search a batch (and the next one queues behind
+    it), the caller writes the batch before and reads the next, so that no worker waits between
+    batches (a decoder that decodes on the calling thread runs one batch after another). A batch
+    started but not collected when the caller stops (an error, an interrupt) is cancelled: what no
+    worker has started is dropped."""
+    pending: PendingDecode | None = None
+    try:
+        for batch in started:
+            previous, pending = pending, batch
+            if previous is not None:
+                yield previous.result()
+        if pending is not None:
+            last, pending = pending, None
+            yield last.result()
+    finally:
+        if pending is not None:
+            pending.cancel()
 
 
 def words_of_units(units: list[str]) -> Callable[[list[int]], list[tuple[str, int, int]]]:
@@ -489,10 +510,18 @@ class Transcriber:
         per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // seconds)))
         parts: list[DecodeResult] = []
         log_probs: list[np.ndarray] = []
-        for k in range(0, len(pieces), per_batch):
-            out = self._model_output(pieces[k : k + per_batch])
-            parts += self._decode(out, [utt] * out.lengths.shape[0])
-            if self.cfg.output.save_logprobs and out.log_probs is not None:
+        outs: list[ModelOutput | None] = []
+
+        def started() -> Iterator[PendingDecode]:
+            for k in range(0, len(pieces), per_batch):
+                out = self._model_output(pieces[k : k + per_batch])
+                outs.append(out)
+                yield self._start_decode(out, [utt] * out.lengths.shape[0])
+
+        for i, results in enumerate(one_ahead(started())):
+            parts += results
+            out, outs[i] = outs[i], None
+            if self.cfg.output.save_logprobs and out is not None and out.log_probs is not None:
                 lp = out.log_probs.float().cpu().numpy()
                 log_probs += [lp[j, : int(out.lengths[j])] for j in range(lp.shape[0])]
         if log_probs:
@@ -517,23 +546,10 @@ class Transcriber:
         self._write([utt], [joined], [wave.shape[0] / rate], extras)
 
     def _run_batches(self, batches: list[list], start: float) -> None:
-        """Decode the batches in order, each started before the one before it is written: while
-        the decoder's workers search a batch (and the next one queues behind it), this thread
-        writes the batch before and reads the next, so that no worker waits between batches
-        (decoders that decode on the calling thread run as one batch after another). Whatever is
-        still queued when the run stops is dropped, not decoded."""
-        pending: PendingDecode | None = None
-        try:
-            for utts in batches:
-                previous, pending = pending, self._start_batch(utts, start)
-                if previous is not None:
-                    previous.result()
-            if pending is not None:
-                last, pending = pending, None
-                last.result()
-        finally:
-            if pending is not None:
-                pending.cancel()
+        """Decode the batches in order, each started before the one before it is written
+        (`one_ahead`)."""
+        for _ in one_ahead(self._start_batch(utts, start) for utts in batches):
+            pass
 
     def _run_batch(self, utts, start: float) -> None:
         self._start_batch(utts, start).result()

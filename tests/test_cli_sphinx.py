@@ -176,3 +176,51 @@ def test_batches_queue_on_the_search_workers(tmp_path, monkeypatch):
     assert not (tmp_path / "stopped" / "transcripts.jsonl").exists() or not read_jsonl(
         tmp_path / "stopped" / "transcripts.jsonl"
     )
+
+
+def test_segments_of_a_long_input_queue_on_the_search_workers(tmp_path, monkeypatch):
+    """A long input's segments are decoded in batches that queue as whole inputs' do (each started
+    before the one before is collected); the joined transcript is that of one worker."""
+    import numpy as np
+    import soundfile as sf
+    from click.testing import CliRunner
+
+    from asrdecode.cli import main
+    from asrdecode.decoders.base import PendingDecode
+    from asrdecode.decoders.wfst import WfstDecoder
+
+    graph = tiny_sphinx_hclg(tmp_path)
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    wave, rate = sf.read(CLIP, dtype="int16")
+    sf.write(audio / "long.wav", np.concatenate([wave] * 4), rate)
+    events: list[str] = []
+    start = WfstDecoder.start
+
+    def recording_start(self, output):
+        pending = start(self, output)
+        events.append("start")
+
+        def result():
+            events.append("result")
+            return pending.result()
+
+        return PendingDecode(result, pending.cancel)
+
+    monkeypatch.setattr(WfstDecoder, "start", recording_start)
+    texts = []
+    for threads in (1, 2):
+        out = tmp_path / f"out{threads}"
+        args = [
+            "transcribe", str(audio), "--model", "embedded:sphinx-en-us", "--decoder", "wfst",
+            f"decoder.graph={graph}", "decoder.acoustic_scale=0.1538", "threads=1",
+            f"decoder.threads={threads}", "batch.segment_seconds=3", "batch.max_seconds=3", "--out", str(out),
+        ]  # fmt: skip
+        events.clear()
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        (row,) = read_jsonl(out / "transcripts.jsonl")
+        texts.append(row["pred_text"])
+        segments = events.count("start") - 1  # the warm-up's
+        assert segments >= 3 and events[2:5] == ["start", "start", "result"]
+    assert texts[0] == texts[1] and texts[0].count("forward") == 4
