@@ -551,9 +551,6 @@ class Transcriber:
         for _ in one_ahead(self._start_batch(utts, start) for utts in batches):
             pass
 
-    def _run_batch(self, utts, start: float) -> None:
-        self._start_batch(utts, start).result()
-
     def _start_batch(self, utts, start: float) -> PendingDecode:
         """Read one batch and start decoding it; ``result()`` waits for it, writes its results,
         decodes its long inputs in segments and reports progress."""

@@ -100,8 +100,7 @@ class ShardWorker:
         t.writer, t.stats, t.boost_oov = ShardOutput(), RunStats(), set()
         t.timer.seconds = dict.fromkeys(STAGES, 0.0)
         start = time.perf_counter()
-        for batch in plan_batches(utts, t.cfg.batch.max_seconds, t.cfg.batch.max_utterances):
-            t._run_batch(batch, start)
+        t._run_batches(plan_batches(utts, t.cfg.batch.max_seconds, t.cfg.batch.max_utterances), start)
         out: ShardOutput = t.writer
         return ShardResult(
             out.records,
