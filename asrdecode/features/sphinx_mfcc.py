@@ -471,9 +471,26 @@ class SphinxMFCC(nn.Module):
         return (logspec @ self.dct.T).to(torch.float32), n_frames
 
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, S] waveforms in [-1, 1] -> ([B, T, D] float32 features, [B] frame counts)."""
+        """[B, S] waveforms in [-1, 1] -> ([B, T, D] float32 features, [B] frame counts; padding 0).
+        Each utterance is computed from its own samples alone, so that its features are the same
+        bit for bit whatever else is in the batch and however long the padding (as pocketsphinx,
+        one file at a time): batched, the transforms' row grouping and the CMN sums over the padded
+        length move the last float digits."""
+        lengths = lengths.to(device=waveforms.device, dtype=torch.int64)
+        n_frames = self.num_frames(lengths)
+        if waveforms.shape[0] == 1 and int(lengths[0]) == waveforms.shape[1]:
+            return self._features(waveforms, lengths), n_frames
+        t = int(n_frames.max()) if n_frames.numel() else 0
+        out = torch.zeros(waveforms.shape[0], t, self.feature_dim, device=waveforms.device)
+        for b, n in enumerate(lengths.tolist()):
+            one = self._features(waveforms[b : b + 1, :n], lengths[b : b + 1])
+            out[b, : one.shape[1]] = one[0]
+        return out, n_frames
+
+    def _features(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The features of a batch computed together ([B, T, D] float32)."""
         cep, n_frames = self.cepstra(waveforms, lengths)
-        return self.dynamic_features(cep, n_frames), n_frames
+        return self.dynamic_features(cep, n_frames)
 
     def dynamic_features(self, cep: torch.Tensor, n_frames: torch.Tensor) -> torch.Tensor:
         """Cepstra [B, T, ncep] -> CMN + ``feat`` ([B, T, D])."""

@@ -118,6 +118,8 @@ def test_goforward_model_parameters_match_reference_mfc() -> None:
 
 
 def test_batch_equals_single_and_padding_is_zero() -> None:
+    """Each utterance's features are those it gets alone, bit for bit (whatever its batchmates and
+    padding: a transcript does not depend on the other files of a run); padding frames are 0."""
     fe = SphinxMFCC(SphinxFeConfig.from_feat_params(EN_US_FEAT_PARAMS))
     wav = read_raw("goforward.raw")
     parts = [wav[:20000], wav[6000:17000], wav[30000:30300]]  # the last is shorter than a window
@@ -131,9 +133,12 @@ def test_batch_equals_single_and_padding_is_zero() -> None:
     for i, p in enumerate(parts):
         single, n1 = fe(p[None], lens[i : i + 1])
         assert int(n1[0]) == int(n[i])
-        torch.testing.assert_close(feats[i, : n[i]], single[0], atol=1e-4, rtol=0)
+        assert torch.equal(feats[i, : n[i]], single[0])
         if n[i] < feats.shape[1]:
             assert feats[i, n[i] :].abs().max().item() == 0
+    longer = torch.cat([batch, torch.full((len(parts), 777), 0.5)], 1)  # more padding, not zeros
+    assert torch.equal(fe(longer, lens)[0], feats)
+    assert torch.equal(fe(batch[[2, 0]], lens[[2, 0]])[0][1], feats[0])  # other batchmates
 
 
 @pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
