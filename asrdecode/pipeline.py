@@ -439,12 +439,9 @@ class Transcriber:
             }
         )
 
-    def _decode(self, out: ModelOutput, utts) -> list[DecodeResult]:
-        """The decoder on one batch of model outputs (with the utterances' boost lists)."""
-        return self._start_decode(out, utts).result()
-
     def _start_decode(self, out: ModelOutput, utts) -> PendingDecode:
-        """`_decode` started (`start_decode`): its ``result()`` waits for the batch's results."""
+        """The decoder started on one batch of model outputs (with the utterances' boost lists;
+        `start_decode`): its ``result()`` waits for the batch's results."""
         windows = out.extra.get("windows")  # buffered transducer output: a row per window
         if any(u.boost for u in utts):
             boosts = [u.boost for u in utts]
