@@ -478,8 +478,6 @@ class SphinxMFCC(nn.Module):
         length move the last float digits."""
         lengths = lengths.to(device=waveforms.device, dtype=torch.int64)
         n_frames = self.num_frames(lengths)
-        if waveforms.shape[0] == 1 and int(lengths[0]) == waveforms.shape[1]:
-            return self._features(waveforms, lengths), n_frames
         t = int(n_frames.max()) if n_frames.numel() else 0
         out = torch.zeros(waveforms.shape[0], t, self.feature_dim, device=waveforms.device)
         for b, n in enumerate(lengths.tolist()):

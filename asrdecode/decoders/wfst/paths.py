@@ -110,7 +110,6 @@ class CostChunks:
 
     def __init__(self, inputs: torch.Tensor, make: Callable[[torch.Tensor], np.ndarray], chunk: int) -> None:
         self.inputs, self.make, self.chunk = inputs, make, chunk
-        self.shape = (inputs.shape[0],)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         frames = self.inputs.shape[0]
