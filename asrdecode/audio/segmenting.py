@@ -34,8 +34,7 @@ def segment_bounds(
         return [(0, n)]
     x = wave.detach().cpu().numpy() if isinstance(wave, torch.Tensor) else np.asarray(wave)
     hop = max(1, rate // 100)
-    frames = n // hop
-    energy = np.square(x[: frames * hop].astype(np.float64)).reshape(frames, hop).mean(axis=1)
+    energy = frame_energy(x, hop)
     width = max(1, int(round(quiet_seconds * 100)))
     smooth = np.convolve(
         energy, np.ones(width) / width, mode="same"
@@ -51,6 +50,19 @@ def segment_bounds(
         start = cut
     bounds.append((start, n))
     return bounds
+
+
+def frame_energy(x: np.ndarray, hop: int, block_frames: int = 1 << 11) -> np.ndarray:
+    """Mean square (float64) of each whole ``hop``-sample frame of ``x``, made ``block_frames``
+    frames at a time: the float64 copy of the samples is one block's (2.6 MB at 10 ms frames of 16
+    kHz audio), not the recording's (460 MB an hour), and each frame's value is the same."""
+    frames = x.shape[0] // hop
+    energy = np.empty(frames, np.float64)
+    for lo in range(0, frames, block_frames):
+        hi = min(lo + block_frames, frames)
+        block = x[lo * hop : hi * hop].astype(np.float64).reshape(hi - lo, hop)
+        energy[lo:hi] = np.square(block, out=block).mean(axis=1)
+    return energy
 
 
 def join_results(parts: list[DecodeResult], offsets: list[float], frame_shift: float) -> DecodeResult:
