@@ -5,6 +5,7 @@ Every failure becomes AudioError("path: problem") so the pipeline can log it and
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import struct
@@ -20,6 +21,12 @@ from asrdecode.io.manifests import Utterance
 #: A segment may run this far past the end of its file (manifest durations are rounded); the
 #: read is then cut at the end of the file. Kaldi's extract-segments uses 0.5 s as well.
 MAX_OVERSHOOT_SECONDS = 0.5
+#: Frames read (and down-mixed) at a time: 8 MB of float32 stereo.
+READ_BLOCK_FRAMES = 1 << 20
+#: Resampling runs over pieces of this many seconds of input (with the filter's context on both
+#: sides): the same samples as one call over the whole recording up to float rounding, with the
+#: temporaries of a piece, and for each utterance the same whatever else is in its batch.
+RESAMPLE_PIECE_SECONDS = 30
 
 
 def load_audio(utt: Utterance) -> tuple[np.ndarray, int]:
@@ -87,23 +94,29 @@ def _read_span(f: sf.SoundFile, utt: Utterance, path: str) -> tuple[np.ndarray, 
             n = frames - start
     if start:
         f.seek(start)
-    data = f.read(n, dtype="float32", always_2d=True)
-    got = data.shape[0]
+    mono = np.empty(n, np.float32)
+    got = 0
+    while got < n:  # block by block: the temporaries are a block's, whatever the recording's length
+        data = f.read(min(READ_BLOCK_FRAMES, n - got), dtype="float32", always_2d=True)
+        k = data.shape[0]
+        if k == 0:
+            break
+        if utt.channel is not None:
+            block = data[:, utt.channel]
+        elif channels == 1:
+            block = data[:, 0]
+        else:
+            block = data.mean(axis=1, dtype=np.float64)
+        if not np.isfinite(block).all():
+            raise AudioError(f"{path}: contains NaN or infinite sample values")
+        mono[got : got + k] = block
+        got += k
     # Compressed formats may report an estimated length; allow a small shortfall, not a cut file.
     if got < n - max(n // 100, int(0.02 * sr)):
         raise AudioError(f"{path}: truncated or corrupt: expected {n} samples, could read {got}")
     if got == 0:
         raise AudioError(f"{path}: contains no audio samples (empty or truncated file)")
-    if utt.channel is not None:
-        mono = data[:, utt.channel]
-    elif channels == 1:
-        mono = data[:, 0]
-    else:
-        mono = data.mean(axis=1, dtype=np.float64).astype(np.float32)
-    mono = np.ascontiguousarray(mono, dtype=np.float32)
-    if not np.isfinite(mono).all():
-        raise AudioError(f"{path}: contains NaN or infinite sample values")
-    return mono, sr
+    return (mono if got == n else mono[:got].copy()), sr
 
 
 def _check_wav_complete(path: str) -> None:
@@ -159,21 +172,17 @@ def resample_batch(
     device: torch.device | str | None = None,
     names: Sequence[str] | None = None,
 ) -> list[torch.Tensor | AudioError]:
-    """Resample 1-D waveforms to `target_sr` on `device`, one torchaudio call per distinct input rate.
+    """Resample 1-D waveforms to `target_sr` on `device`, each on its own (`resample`).
 
     Returns one entry per input: a float32 tensor on the device, or, when that utterance could not
     be resampled, an AudioError naming names[i] (the caller reports it and drops the utterance).
     """
-    import torchaudio.functional as AF  # noqa: N812  (heavy import, only needed here)
-
     dev = torch.device(device) if device is not None else torch.device("cpu")
     n = len(waves)
     if len(rates) != n or (names is not None and len(names) != n):
         raise ValueError("waves, rates and names must have the same length")
     label = list(names) if names is not None else [f"utterance {i}" for i in range(n)]
-    out: list[torch.Tensor | AudioError | None] = [None] * n
-    tensors: list[torch.Tensor | None] = [None] * n
-    groups: dict[int, list[int]] = {}
+    out: list[torch.Tensor | AudioError] = []
     for i, (w, r) in enumerate(zip(waves, rates, strict=True)):
         try:
             t = torch.as_tensor(w, dtype=torch.float32)
@@ -182,33 +191,50 @@ def resample_batch(
             rate = int(r)
             if rate <= 0 or rate != r:
                 raise ValueError(f"invalid sample rate {r!r}")
-            tensors[i] = t.to(dev)
+            out.append(resample(t.to(dev), rate, target_sr))
         except Exception as e:
-            out[i] = AudioError(f"{label[i]}: cannot resample to {target_sr} Hz: {one_line(e)}")
-            continue
-        if rate == target_sr:
-            out[i] = tensors[i]
-        else:
-            groups.setdefault(rate, []).append(i)
-
-    for rate, idx in groups.items():
-        lens = [tensors[i].shape[0] for i in idx]
-        try:
-            padded = torch.zeros(len(idx), max(lens), dtype=torch.float32, device=dev)
-            for row, i in enumerate(idx):
-                padded[row, : lens[row]] = tensors[i]
-            res = AF.resample(padded, rate, target_sr)
-            for row, i in enumerate(idx):
-                out[i] = res[row, : math.ceil(lens[row] * target_sr / rate)].contiguous()
-        except Exception:
-            # Isolate the failing utterance(s): redo this group one at a time.
-            for i in idx:
-                try:
-                    out[i] = AF.resample(tensors[i].unsqueeze(0), rate, target_sr)[0]
-                except Exception as e:
-                    out[i] = AudioError(
-                        f"{label[i]}: cannot resample from {rate} Hz to {target_sr} Hz: {one_line(e)}"
-                    )
-    return out  # type: ignore[return-value]  (every slot is filled above)
+            out.append(AudioError(f"{label[i]}: cannot resample to {target_sr} Hz: {one_line(e)}"))
+    return out
 
 
+def resample(wave: torch.Tensor, rate: int, target_sr: int) -> torch.Tensor:
+    """A 1-D float32 waveform from `rate` to `target_sr` Hz: torchaudio's band-limited sinc
+    resampling (its defaults), ``ceil(len * target_sr / rate)`` samples. A recording longer than
+    `RESAMPLE_PIECE_SECONDS` is resampled piece by piece, each piece with the filter's reach of
+    input on both sides (zeros past the ends, as torchaudio pads), so that the temporaries stay a
+    piece's: the same samples as one call up to float rounding (the convolution's summation order
+    depends on its length)."""
+    if rate == target_sr:
+        return wave
+    g = math.gcd(rate, target_sr)
+    o, m = rate // g, target_sr // g  # o input samples make m output samples
+    n = wave.shape[0]
+    total = -(-n * m // o)
+    step = o * max(1, RESAMPLE_PIECE_SECONDS * rate // o)
+    kernel = _resampler(rate, target_sr, wave.device)
+    # the filter reaches `width` (torchaudio's lowpass_filter_width 6, rolloff 0.99) plus one period
+    width = math.ceil(6 * o / (min(o, m) * 0.99))
+    reach = o * (-(-(width + o) // o) + 1)
+    if n <= step:
+        y = kernel(wave[None])[0]
+        if y.shape[0] < total:  # torchaudio's length rounds down now and then: its zeros past the end
+            y = kernel(torch.nn.functional.pad(wave, (0, reach))[None])[0]
+        return y[:total]
+    out = torch.empty(total, dtype=wave.dtype, device=wave.device)
+    for lo in range(0, n, step):
+        a, b = max(0, lo - reach), min(n, lo + step + reach)
+        x = wave[a:b]
+        if b == n:  # the zeros torchaudio pads the recording's end with
+            x = torch.nn.functional.pad(x, (0, reach))
+        first = lo // o * m
+        skip, keep = (lo - a) // o * m, min(step // o * m, total - first)
+        out[first : first + keep] = kernel(x[None])[0, skip : skip + keep]
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _resampler(rate: int, target_sr: int, device: torch.device) -> torch.nn.Module:
+    """torchaudio's `Resample` (its kernel made once per pair of rates and device)."""
+    import torchaudio.transforms as T  # noqa: N812  (heavy import, only needed here)
+
+    return T.Resample(rate, target_sr, dtype=torch.float32).to(device)  # its kernel as `AF.resample` makes it

@@ -146,3 +146,64 @@ def test_resample_failure_is_reported_for_that_utterance_only():
     assert isinstance(out[0], torch.Tensor) and out[0].shape == (1600,)
     assert isinstance(out[1], AudioError) and "b.wav" in str(out[1]) and "sample rate" in str(out[1])
     assert isinstance(out[2], AudioError) and "c.wav" in str(out[2])
+
+
+def test_reading_in_blocks_gives_the_samples_of_one_read(tmp_path, monkeypatch):
+    """Blocks of 1,000 frames (down-mixed, channel picked, spans cut) give the samples of reading
+    the span at once; a NaN in a later block is still found."""
+    import asrdecode.audio.loading as loading
+
+    rng = np.random.default_rng(3)
+    data = rng.uniform(-0.9, 0.9, (4567, 3)).astype(np.float32)
+    p = tmp_path / "three.wav"
+    sf.write(p, data, 8000, subtype="FLOAT")
+    whole = {
+        "mix": data.mean(axis=1, dtype=np.float64).astype(np.float32),
+        "ch2": data[:, 2],
+    }
+    monkeypatch.setattr(loading, "READ_BLOCK_FRAMES", 1000)
+    np.testing.assert_array_equal(load_audio(utt(p))[0], whole["mix"])
+    np.testing.assert_array_equal(load_audio(utt(p, channel=2))[0], whole["ch2"])
+    span = load_audio(utt(p, offset=0.1, duration=0.4))[0]  # frames 800 .. 4000
+    np.testing.assert_array_equal(span, whole["mix"][800:4000])
+    data[3500, 1] = np.nan
+    sf.write(p, data, 8000, subtype="FLOAT")
+    assert_audio_error(utt(p), "NaN")
+
+
+def test_long_recording_resampled_in_pieces(monkeypatch):
+    """A recording longer than a piece is resampled piece by piece: every call of the kernel gets a
+    piece and its context, not the recording; the samples equal one torchaudio call up to float
+    rounding, the length is ceil(len * 16000 / rate); one shorter than a piece is that call's
+    samples exactly."""
+    import torchaudio.functional as AF  # noqa: N812
+
+    import asrdecode.audio.loading as loading
+
+    monkeypatch.setattr(loading, "RESAMPLE_PIECE_SECONDS", 1)
+    g = torch.Generator().manual_seed(0)
+    made = loading._resampler
+
+    def watched(rate: int, seen: list[int]):
+        kernel = made(rate, 16000, torch.device("cpu"))
+
+        def call(x: torch.Tensor) -> torch.Tensor:
+            seen.append(x.shape[-1])
+            return kernel(x)
+
+        return lambda *_: call
+
+    for rate in (8000, 22050, 44100, 12345):
+        longest: list[int] = []
+        monkeypatch.setattr(loading, "_resampler", watched(rate, longest))
+        for n in (int(rate * 5.3) + 7, rate // 2 + 3):
+            x = torch.randn(n, generator=g) * 0.1
+            got = loading.resample(x, rate, 16000)
+            want = AF.resample(x[None], rate, 16000)[0]
+            assert got.shape[0] == math.ceil(n * 16000 / rate)
+            k = min(len(want), len(got))
+            if n > rate:
+                torch.testing.assert_close(got[:k], want[:k], atol=1e-6, rtol=0)
+                assert max(longest) < n / 2  # pieces of about a second, not the 5.3 s
+            else:
+                assert torch.equal(got[:k], want[:k])
