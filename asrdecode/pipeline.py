@@ -299,8 +299,8 @@ class Transcriber:
 
         good, waves, rates = [], [], []
         for utt in utts:
-            try:
-                wave, rate = load_audio(utt)
+            try:  # a long input comes resampled as it is read, a short one is resampled below
+                wave, rate = load_audio(utt, target_sr=self.model.sample_rate)
             except AudioError as err:
                 self._fail(utt, str(err))
                 continue

@@ -9,7 +9,7 @@ import functools
 import math
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -29,11 +29,15 @@ READ_BLOCK_FRAMES = 1 << 20
 RESAMPLE_PIECE_SECONDS = 30
 
 
-def load_audio(utt: Utterance) -> tuple[np.ndarray, int]:
+def load_audio(utt: Utterance, target_sr: int | None = None) -> tuple[np.ndarray, int]:
     """Read utt's span [offset, offset + duration) as (float32 mono samples, sample rate).
 
-    Multi-channel audio is averaged, or `utt.channel` is kept. Raises AudioError naming the file
-    for a missing, empty, truncated, corrupt or non-audio file, or a span outside the file.
+    Multi-channel audio is averaged, or `utt.channel` is kept. With `target_sr`, a span longer than
+    a resampling piece (`RESAMPLE_PIECE_SECONDS`) at another rate comes resampled to `target_sr`,
+    resampled as it is read (`resample`'s pieces: its samples), so that the file's own samples are
+    never all in memory; a shorter one comes at the file's rate, for `resample_batch` on the device.
+    Raises AudioError naming the file for a missing, empty, truncated, corrupt or non-audio file, or
+    a span outside the file.
     """
     if utt.error:
         raise AudioError(utt.error)
@@ -48,7 +52,7 @@ def load_audio(utt: Utterance) -> tuple[np.ndarray, int]:
         raise AudioError(f"{path}: empty file (0 bytes)")
     try:
         with sf.SoundFile(path) as f:
-            data, sr = _read_span(f, utt, path)
+            data, sr = _read_span(f, utt, path, target_sr)
     except AudioError:
         raise
     except MemoryError:
@@ -60,7 +64,9 @@ def load_audio(utt: Utterance) -> tuple[np.ndarray, int]:
     return data, sr
 
 
-def _read_span(f: sf.SoundFile, utt: Utterance, path: str) -> tuple[np.ndarray, int]:
+def _read_span(
+    f: sf.SoundFile, utt: Utterance, path: str, target_sr: int | None = None
+) -> tuple[np.ndarray, int]:
     sr = int(f.samplerate)
     frames = int(f.frames)
     channels = int(f.channels)
@@ -94,29 +100,46 @@ def _read_span(f: sf.SoundFile, utt: Utterance, path: str) -> tuple[np.ndarray, 
             n = frames - start
     if start:
         f.seek(start)
-    mono = np.empty(n, np.float32)
-    got = 0
-    while got < n:  # block by block: the temporaries are a block's, whatever the recording's length
-        data = f.read(min(READ_BLOCK_FRAMES, n - got), dtype="float32", always_2d=True)
-        k = data.shape[0]
-        if k == 0:
-            break
-        if utt.channel is not None:
-            block = data[:, utt.channel]
-        elif channels == 1:
-            block = data[:, 0]
-        else:
-            block = data.mean(axis=1, dtype=np.float64)
-        if not np.isfinite(block).all():
-            raise AudioError(f"{path}: contains NaN or infinite sample values")
-        mono[got : got + k] = block
-        got += k
+    blocks = _mono_blocks(f, n, utt.channel, channels, path)
+    resampler = PieceResampler(sr, target_sr) if target_sr is not None and target_sr != sr else None
+    if resampler is not None and n > resampler.step:
+        mono, got = resampler.stream(blocks, n), resampler.consumed
+        rate = target_sr
+    else:
+        mono, got, rate = np.empty(n, np.float32), 0, sr
+        for block in blocks:
+            mono[got : got + block.shape[0]] = block
+            got += block.shape[0]
+        mono = mono if got == n else mono[:got].copy()
     # Compressed formats may report an estimated length; allow a small shortfall, not a cut file.
     if got < n - max(n // 100, int(0.02 * sr)):
         raise AudioError(f"{path}: truncated or corrupt: expected {n} samples, could read {got}")
     if got == 0:
         raise AudioError(f"{path}: contains no audio samples (empty or truncated file)")
-    return (mono if got == n else mono[:got].copy()), sr
+    return mono, rate
+
+
+def _mono_blocks(
+    f: sf.SoundFile, n: int, channel: int | None, channels: int, path: str
+) -> Iterator[np.ndarray]:
+    """The next `n` frames of `f` (fewer at the end of the file) as float32 mono blocks of
+    `READ_BLOCK_FRAMES`: the temporaries are a block's, whatever the recording's length."""
+    got = 0
+    while got < n:
+        data = f.read(min(READ_BLOCK_FRAMES, n - got), dtype="float32", always_2d=True)
+        k = data.shape[0]
+        if k == 0:
+            return
+        if channel is not None:
+            block = data[:, channel]
+        elif channels == 1:
+            block = data[:, 0]
+        else:
+            block = data.mean(axis=1, dtype=np.float64).astype(np.float32)
+        if not np.isfinite(block).all():
+            raise AudioError(f"{path}: contains NaN or infinite sample values")
+        got += k
+        yield np.ascontiguousarray(block)
 
 
 def _check_wav_complete(path: str) -> None:
@@ -200,36 +223,84 @@ def resample_batch(
 def resample(wave: torch.Tensor, rate: int, target_sr: int) -> torch.Tensor:
     """A 1-D float32 waveform from `rate` to `target_sr` Hz: torchaudio's band-limited sinc
     resampling (its defaults), ``ceil(len * target_sr / rate)`` samples. A recording longer than
-    `RESAMPLE_PIECE_SECONDS` is resampled piece by piece, each piece with the filter's reach of
-    input on both sides (zeros past the ends, as torchaudio pads), so that the temporaries stay a
-    piece's: the same samples as one call up to float rounding (the convolution's summation order
-    depends on its length)."""
+    `RESAMPLE_PIECE_SECONDS` is resampled piece by piece (`PieceResampler`), so that the
+    temporaries stay a piece's: the same samples as one call up to float rounding (the
+    convolution's summation order depends on its length)."""
     if rate == target_sr:
         return wave
-    g = math.gcd(rate, target_sr)
-    o, m = rate // g, target_sr // g  # o input samples make m output samples
+    resampler = PieceResampler(rate, target_sr, wave.device)
     n = wave.shape[0]
-    total = -(-n * m // o)
-    step = o * max(1, RESAMPLE_PIECE_SECONDS * rate // o)
-    kernel = _resampler(rate, target_sr, wave.device)
-    # the filter reaches `width` (torchaudio's lowpass_filter_width 6, rolloff 0.99) plus one period
-    width = math.ceil(6 * o / (min(o, m) * 0.99))
-    reach = o * (-(-(width + o) // o) + 1)
-    if n <= step:
-        y = kernel(wave[None])[0]
+    total = resampler.length(n)
+    if n <= resampler.step:
+        y = resampler.kernel(wave[None])[0]
         if y.shape[0] < total:  # torchaudio's length rounds down now and then: its zeros past the end
-            y = kernel(torch.nn.functional.pad(wave, (0, reach))[None])[0]
+            y = resampler.kernel(torch.nn.functional.pad(wave, (0, resampler.reach))[None])[0]
         return y[:total]
     out = torch.empty(total, dtype=wave.dtype, device=wave.device)
-    for lo in range(0, n, step):
-        a, b = max(0, lo - reach), min(n, lo + step + reach)
-        x = wave[a:b]
-        if b == n:  # the zeros torchaudio pads the recording's end with
-            x = torch.nn.functional.pad(x, (0, reach))
-        first = lo // o * m
-        skip, keep = (lo - a) // o * m, min(step // o * m, total - first)
-        out[first : first + keep] = kernel(x[None])[0, skip : skip + keep]
+    for lo in range(0, n, resampler.step):
+        a, b = resampler.span(lo, n)
+        resampler.piece(wave[a:b], lo, a, n, out)
     return out
+
+
+class PieceResampler:
+    """torchaudio's resampling of one recording from `rate` to `target_sr`, a piece of `step` input
+    samples (`RESAMPLE_PIECE_SECONDS`) at a time: each piece is resampled with `reach` input samples
+    of context on both sides (the filter's reach: torchaudio's lowpass_filter_width 6 and rolloff
+    0.99, plus a period) and the recording's end padded with zeros, as torchaudio pads it; its
+    outputs are the piece's own. Pieces start at multiples of `step`, a multiple of the period
+    (``o`` input samples make ``m`` output samples), so their outputs meet."""
+
+    def __init__(self, rate: int, target_sr: int, device: torch.device | str = "cpu") -> None:
+        g = math.gcd(rate, target_sr)
+        self.o, self.m = rate // g, target_sr // g
+        self.step = self.o * max(1, RESAMPLE_PIECE_SECONDS * rate // self.o)
+        width = math.ceil(6 * self.o / (min(self.o, self.m) * 0.99))
+        self.reach = self.o * (-(-(width + self.o) // self.o) + 1)
+        self.kernel = _resampler(rate, target_sr, torch.device(device))
+        self.consumed = 0
+
+    def length(self, n: int) -> int:
+        """Output samples of `n` input samples: ``ceil(n * target_sr / rate)``."""
+        return -(-n * self.m // self.o)
+
+    def span(self, lo: int, n: int) -> tuple[int, int]:
+        """The input range [a, b) that the piece starting at `lo` of a recording of `n` reads."""
+        return max(0, lo - self.reach), min(n, lo + self.step + self.reach)
+
+    def piece(self, x: torch.Tensor, lo: int, a: int, n: int, out: torch.Tensor) -> None:
+        """Write the outputs of the piece starting at `lo` into `out`, from its input span `x`
+        (starting at sample `a`) of a recording of `n` samples."""
+        if a + x.shape[0] == n:  # the zeros torchaudio pads the recording's end with
+            x = torch.nn.functional.pad(x, (0, self.reach))
+        first = lo // self.o * self.m
+        skip, keep = (lo - a) // self.o * self.m, min(self.step // self.o * self.m, out.shape[0] - first)
+        out[first : first + keep] = self.kernel(x[None])[0, skip : skip + keep]
+
+    def stream(self, blocks: Iterable[np.ndarray], n: int) -> np.ndarray:
+        """The resampled samples of a recording of (at most) `n` samples read as `blocks`, each
+        piece resampled once its span has been read: the same pieces as `resample` over the
+        whole recording, holding only a piece's span of input. Sets `consumed` (samples read)."""
+        out = np.empty(self.length(n), np.float32)
+        held = np.empty(0, np.float32)  # input samples from `start` on
+        start = lo = got = 0
+        for block in blocks:
+            held = np.concatenate([held, block])
+            got += block.shape[0]
+            while lo < n and lo + self.step + self.reach < n and lo + self.step + self.reach <= got:
+                a, b = self.span(lo, n)
+                self.piece(torch.from_numpy(held[a - start : b - start]), lo, a, n, torch.from_numpy(out))
+                lo += self.step
+                keep_from = max(0, lo - self.reach)
+                held, start = held[keep_from - start :], keep_from
+        n = got  # the end of the recording (a compressed file may hold fewer samples than announced)
+        out = out[: self.length(n)]
+        while lo < n:
+            a, b = self.span(lo, n)
+            self.piece(torch.from_numpy(held[a - start : b - start]), lo, a, n, torch.from_numpy(out))
+            lo += self.step
+        self.consumed = got
+        return out
 
 
 @functools.lru_cache(maxsize=16)

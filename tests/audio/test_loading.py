@@ -207,3 +207,36 @@ def test_long_recording_resampled_in_pieces(monkeypatch):
                 assert max(longest) < n / 2  # pieces of about a second, not the 5.3 s
             else:
                 assert torch.equal(got[:k], want[:k])
+
+
+@pytest.mark.parametrize(("rate", "seconds", "channels"), [(44100, 3.3, 2), (8000, 2.6, 1), (12345, 4.1, 3)])
+def test_long_input_resampled_as_it_is_read(tmp_path, monkeypatch, rate, seconds, channels):
+    """With a target rate, a span longer than a resampling piece comes resampled, piece by piece as
+    its blocks are read: the samples of `resample` over the whole span, bit for bit, whatever the
+    block size, without the span's own samples ever all held; a shorter span comes at the file's
+    rate."""
+    import asrdecode.audio.loading as loading
+
+    monkeypatch.setattr(loading, "RESAMPLE_PIECE_SECONDS", 1)
+    rng = np.random.default_rng(rate)
+    p = tmp_path / "long.wav"
+    sf.write(
+        p, (rng.standard_normal((int(rate * seconds), channels)) * 0.1).astype(np.float32), rate, "FLOAT"
+    )
+    for span in ({}, {"offset": 0.2, "duration": seconds - 0.7}):
+        whole, _ = load_audio(utt(p, **span))
+        want = loading.resample(torch.from_numpy(whole), rate, 16000).numpy()
+        for block in (1 << 20, 1000):
+            monkeypatch.setattr(loading, "READ_BLOCK_FRAMES", block)
+            got, got_rate = load_audio(utt(p, **span), target_sr=16000)
+            assert got_rate == 16000 and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+    held = []
+    real = loading.np.concatenate
+    monkeypatch.setattr(
+        loading.np, "concatenate", lambda xs: held.append(sum(len(x) for x in xs)) or real(xs)
+    )
+    load_audio(utt(p), target_sr=16000)
+    assert max(held) < 0.8 * rate * seconds  # a piece, its context and a block of 1,000 frames
+    short, short_rate = load_audio(utt(p, duration=0.5), target_sr=16000)
+    assert short_rate == rate and short.shape == (rate // 2,)

@@ -41,6 +41,9 @@ def originals() -> dict[str, bytes]:
         buf = io.BytesIO()
         sf.write(buf, tone, 16000, format=fmt)
         audio[fmt] = buf.getvalue()
+    buf = io.BytesIO()
+    sf.write(buf, np.tile(tone, 5), 16000, format="WAV")
+    audio["long WAV"] = buf.getvalue()  # 2.5 s: longer than a resampling piece of 1 s
     return {
         "arpa": (ROOT / "data/demo/otf/small-lm.arpa").read_bytes(),
         "manifest": (ROOT / "data/demo/real/manifest.jsonl").read_bytes()[:1500],
@@ -98,6 +101,20 @@ def test_audio(originals, scratch, fmt, edits, cut):
     path = case_dir(scratch, "audio") / f"a.{fmt.lower()}"
     path.write_bytes(mutate(originals[f"audio_{fmt}"], edits, cut))
     only_asrdecode_errors(lambda: load_audio(Utterance("a", str(path))))
+
+
+@given(edits=edits, cut=cuts)
+def test_audio_resampled_as_it_is_read(originals, scratch, edits, cut):
+    """A damaged long WAV read with a target rate (resampled piece by piece as it is read)."""
+    from unittest import mock
+
+    import asrdecode.audio.loading as loading
+    from asrdecode.io.manifests import Utterance
+
+    path = case_dir(scratch, "audio") / "long.wav"
+    path.write_bytes(mutate(originals["audio_long WAV"], edits, cut))
+    with mock.patch.object(loading, "RESAMPLE_PIECE_SECONDS", 1):
+        only_asrdecode_errors(lambda: loading.load_audio(Utterance("a", str(path)), target_sr=22050))
 
 
 def _nemo_members() -> dict[str, bytes]:
