@@ -493,41 +493,60 @@ class Transcriber:
         batch = self.cfg.batch
         return min(batch.segment_seconds, batch.max_seconds) if batch.segment_seconds > 0 else 0.0
 
-    def _decode_in_segments(self, utt, wave: torch.Tensor) -> None:
-        """An input longer than ``batch.segment_seconds``: cut at quiet moments (`segment_bounds`),
+    def _decode_in_segments(self, utt, wave: torch.Tensor | None) -> None:
+        """An input longer than ``batch.segment_seconds``: cut at quiet moments (`cut_stream`),
         the segments decoded in batches like utterances, their results and lattices joined
-        (`join_results`, `join_lattices`)."""
-        from asrdecode.audio.segmenting import join_lattices, join_results, segment_bounds
+        (`join_results`, `join_lattices`). `wave` None: the input is read (and resampled) as its
+        segments are cut (`audio_blocks`), so that it is never all in memory; a read error then
+        fails the input, reported like an unreadable file."""
+        from asrdecode.audio.loading import audio_blocks
+        from asrdecode.audio.segmenting import cut_stream, join_lattices, join_results
         from asrdecode.io.manifests import save_logprobs
 
         rate, batch = self.model.sample_rate, self.cfg.batch
         seconds = self._segment_seconds()
-        bounds = segment_bounds(wave, rate, seconds)
-        pieces = [wave[a:b] for a, b in bounds]
+        blocks = audio_blocks(utt, rate) if wave is None else [wave.detach().cpu().numpy()]
         per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // seconds)))
         parts: list[DecodeResult] = []
         log_probs: list[np.ndarray] = []
         outs: list[ModelOutput | None] = []
+        starts: list[int] = []  # each segment's first sample
+        samples = [0]
 
         def started() -> Iterator[PendingDecode]:
-            for k in range(0, len(pieces), per_batch):
-                out = self._model_output(pieces[k : k + per_batch])
-                outs.append(out)
-                yield self._start_decode(out, [utt] * out.lengths.shape[0])
+            group: list[np.ndarray] = []
+            for first, piece in cut_stream(blocks, rate, seconds):
+                starts.append(first)
+                samples[0] = first + piece.shape[0]
+                group.append(piece)
+                if len(group) == per_batch:
+                    yield start(group)
+                    group = []
+            if group:
+                yield start(group)
 
-        for i, results in enumerate(one_ahead(started())):
-            parts += results
-            out, outs[i] = outs[i], None
-            if self.cfg.output.save_logprobs and out is not None and out.log_probs is not None:
-                lp = out.log_probs.float().cpu().numpy()
-                log_probs += [lp[j, : int(out.lengths[j])] for j in range(lp.shape[0])]
+        def start(group: list[np.ndarray]) -> PendingDecode:
+            out = self._model_output(group)
+            outs.append(out)
+            return self._start_decode(out, [utt] * out.lengths.shape[0])
+
+        try:
+            for i, results in enumerate(one_ahead(started())):
+                parts += results
+                out, outs[i] = outs[i], None
+                if self.cfg.output.save_logprobs and out is not None and out.log_probs is not None:
+                    lp = out.log_probs.float().cpu().numpy()
+                    log_probs += [lp[j, : int(out.lengths[j])] for j in range(lp.shape[0])]
+        except AudioError as err:
+            self._fail(utt, str(err))
+            return
         if log_probs:
             save_logprobs(
                 self.out_dir / "logprobs", utt.utt_id, np.concatenate(log_probs),
                 text=utt.text, duration=self._duration(utt),
             )  # fmt: skip
         self.stats.segmented += 1
-        offsets = [a / rate for a, _ in bounds]
+        offsets = [a / rate for a in starts]
         joined = join_results(parts, offsets, self.frame_shift)
         extras = None
         if any(part.lattice is not None for part in parts):
@@ -540,7 +559,7 @@ class Transcriber:
                 )
             else:
                 extras = self._write_lattices([utt], [joined])
-        self._write([utt], [joined], [wave.shape[0] / rate], extras)
+        self._write([utt], [joined], [samples[0] / rate], extras)
 
     def _run_batches(self, batches: list[list], start: float) -> None:
         """Decode the batches in order, each started before the one before it is written
@@ -551,6 +570,11 @@ class Transcriber:
     def _start_batch(self, utts, start: float) -> PendingDecode:
         """Read one batch and start decoding it; ``result()`` waits for it, writes its results,
         decodes its long inputs in segments and reports progress."""
+        streamed: list = []  # inputs known to be long: read as their segments are cut
+        if not self.logprob_input and self._segment_seconds() > 0:
+            limit = self._segment_seconds()
+            streamed = [u for u in utts if u.duration is not None and u.duration > limit]
+            utts = [u for u in utts if not (u.duration is not None and u.duration > limit)]
         with self.timer.stage("load"):
             if self.logprob_input:
                 utts, mats = self._load_logprob_batch(utts)
@@ -582,6 +606,8 @@ class Transcriber:
                 pending.result()
             for i in long:
                 self._decode_in_segments(utts[i], waves[i])
+            for utt in streamed:
+                self._decode_in_segments(utt, None)
             self._report_progress(start)
             return []
 

@@ -5,6 +5,7 @@ Every failure becomes AudioError("path: problem") so the pipeline can log it and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -39,6 +40,13 @@ def load_audio(utt: Utterance, target_sr: int | None = None) -> tuple[np.ndarray
     Raises AudioError naming the file for a missing, empty, truncated, corrupt or non-audio file, or
     a span outside the file.
     """
+    path = _checked_path(utt)
+    with _audio_errors(path), sf.SoundFile(path) as f:
+        return _read_span(f, utt, path, target_sr)
+
+
+def _checked_path(utt: Utterance) -> str:
+    """utt's audio file, or AudioError: the utterance's own error, no file, a folder, 0 bytes."""
     if utt.error:
         raise AudioError(utt.error)
     path = utt.audio_path
@@ -50,9 +58,14 @@ def load_audio(utt: Utterance, target_sr: int | None = None) -> tuple[np.ndarray
         raise AudioError(f"{path}: is a directory, not an audio file")
     if os.path.getsize(path) == 0:
         raise AudioError(f"{path}: empty file (0 bytes)")
+    return path
+
+
+@contextlib.contextmanager
+def _audio_errors(path: str) -> Iterator[None]:
+    """Every failure of reading `path` as one AudioError naming it."""
     try:
-        with sf.SoundFile(path) as f:
-            data, sr = _read_span(f, utt, path, target_sr)
+        yield
     except AudioError:
         raise
     except MemoryError:
@@ -61,12 +74,66 @@ def load_audio(utt: Utterance, target_sr: int | None = None) -> tuple[np.ndarray
         raise AudioError(f"{path}: permission denied") from None
     except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, TypeError, ValueError, ...
         raise AudioError(f"{path}: {_describe_sf_error(e)}") from None
-    return data, sr
 
 
 def _read_span(
     f: sf.SoundFile, utt: Utterance, path: str, target_sr: int | None = None
 ) -> tuple[np.ndarray, int]:
+    sr, channels, n = _open_span(f, utt, path)
+    blocks = _mono_blocks(f, n, utt.channel, channels, path)
+    resampler = PieceResampler(sr, target_sr) if target_sr is not None and target_sr != sr else None
+    if resampler is not None and n > resampler.step:
+        out, made = np.empty(resampler.length(n), np.float32), 0
+        for piece in resampler.stream(blocks, n):
+            out[made : made + piece.shape[0]] = piece
+            made += piece.shape[0]
+        mono, got, rate = out[:made], resampler.consumed, target_sr
+    else:
+        mono, got, rate = np.empty(n, np.float32), 0, sr
+        for block in blocks:
+            mono[got : got + block.shape[0]] = block
+            got += block.shape[0]
+        mono = mono if got == n else mono[:got].copy()
+    _check_count(path, n, got, sr)
+    return mono, rate
+
+
+def audio_blocks(utt: Utterance, target_sr: int) -> Iterator[np.ndarray]:
+    """utt's span as float32 mono blocks at `target_sr`, read (and resampled, `PieceResampler`) as
+    they are taken: the samples of `load_audio(utt)` resampled with `resample`, bit for bit,
+    without the recording ever all in memory. Raises AudioError (`load_audio`'s) as a block is
+    taken."""
+    path = _checked_path(utt)
+    with _audio_errors(path), sf.SoundFile(path) as f:
+        sr, channels, n = _open_span(f, utt, path)
+        blocks = _mono_blocks(f, n, utt.channel, channels, path)
+        resampler = PieceResampler(sr, target_sr) if sr != target_sr else None
+        got = 0
+        if resampler is None:
+            for block in blocks:
+                got += block.shape[0]
+                yield block
+        elif n <= resampler.step:  # one piece: resampled in one call, as `resample` does it
+            mono = np.concatenate([np.empty(0, np.float32), *blocks])
+            got = mono.shape[0]
+            _check_count(path, n, got, sr)
+            yield resample(torch.from_numpy(mono), sr, target_sr).numpy()
+        else:
+            yield from resampler.stream(blocks, n)
+            got = resampler.consumed
+        _check_count(path, n, got, sr)
+
+
+def _check_count(path: str, n: int, got: int, sr: int) -> None:
+    # Compressed formats may report an estimated length; allow a small shortfall, not a cut file.
+    if got < n - max(n // 100, int(0.02 * sr)):
+        raise AudioError(f"{path}: truncated or corrupt: expected {n} samples, could read {got}")
+    if got == 0:
+        raise AudioError(f"{path}: contains no audio samples (empty or truncated file)")
+
+
+def _open_span(f: sf.SoundFile, utt: Utterance, path: str) -> tuple[int, int, int]:
+    """(sample rate, channels, frames) of utt's span in `f`, positioned at its start."""
     sr = int(f.samplerate)
     frames = int(f.frames)
     channels = int(f.channels)
@@ -100,23 +167,7 @@ def _read_span(
             n = frames - start
     if start:
         f.seek(start)
-    blocks = _mono_blocks(f, n, utt.channel, channels, path)
-    resampler = PieceResampler(sr, target_sr) if target_sr is not None and target_sr != sr else None
-    if resampler is not None and n > resampler.step:
-        mono, got = resampler.stream(blocks, n), resampler.consumed
-        rate = target_sr
-    else:
-        mono, got, rate = np.empty(n, np.float32), 0, sr
-        for block in blocks:
-            mono[got : got + block.shape[0]] = block
-            got += block.shape[0]
-        mono = mono if got == n else mono[:got].copy()
-    # Compressed formats may report an estimated length; allow a small shortfall, not a cut file.
-    if got < n - max(n // 100, int(0.02 * sr)):
-        raise AudioError(f"{path}: truncated or corrupt: expected {n} samples, could read {got}")
-    if got == 0:
-        raise AudioError(f"{path}: contains no audio samples (empty or truncated file)")
-    return mono, rate
+    return sr, channels, n
 
 
 def _mono_blocks(
@@ -236,11 +287,11 @@ def resample(wave: torch.Tensor, rate: int, target_sr: int) -> torch.Tensor:
         if y.shape[0] < total:  # torchaudio's length rounds down now and then: its zeros past the end
             y = resampler.kernel(torch.nn.functional.pad(wave, (0, resampler.reach))[None])[0]
         return y[:total]
-    out = torch.empty(total, dtype=wave.dtype, device=wave.device)
+    pieces = []
     for lo in range(0, n, resampler.step):
         a, b = resampler.span(lo, n)
-        resampler.piece(wave[a:b], lo, a, n, out)
-    return out
+        pieces.append(resampler.piece(wave[a:b], lo, a, n))
+    return torch.cat(pieces)
 
 
 class PieceResampler:
@@ -268,39 +319,37 @@ class PieceResampler:
         """The input range [a, b) that the piece starting at `lo` of a recording of `n` reads."""
         return max(0, lo - self.reach), min(n, lo + self.step + self.reach)
 
-    def piece(self, x: torch.Tensor, lo: int, a: int, n: int, out: torch.Tensor) -> None:
-        """Write the outputs of the piece starting at `lo` into `out`, from its input span `x`
-        (starting at sample `a`) of a recording of `n` samples."""
+    def piece(self, x: torch.Tensor, lo: int, a: int, n: int) -> torch.Tensor:
+        """The outputs of the piece starting at `lo` (from output sample ``lo / o * m`` on), from
+        its input span `x` (starting at sample `a`) of a recording of `n` samples."""
         if a + x.shape[0] == n:  # the zeros torchaudio pads the recording's end with
             x = torch.nn.functional.pad(x, (0, self.reach))
         first = lo // self.o * self.m
-        skip, keep = (lo - a) // self.o * self.m, min(self.step // self.o * self.m, out.shape[0] - first)
-        out[first : first + keep] = self.kernel(x[None])[0, skip : skip + keep]
+        skip, keep = (lo - a) // self.o * self.m, min(self.step // self.o * self.m, self.length(n) - first)
+        return self.kernel(x[None])[0, skip : skip + keep]
 
-    def stream(self, blocks: Iterable[np.ndarray], n: int) -> np.ndarray:
-        """The resampled samples of a recording of (at most) `n` samples read as `blocks`, each
-        piece resampled once its span has been read: the same pieces as `resample` over the
-        whole recording, holding only a piece's span of input. Sets `consumed` (samples read)."""
-        out = np.empty(self.length(n), np.float32)
+    def stream(self, blocks: Iterable[np.ndarray], n: int) -> Iterator[np.ndarray]:
+        """The resampled samples of a recording of (at most) `n` samples read as `blocks`, a
+        piece at a time, each once its span has been read: the same pieces as `resample` over the
+        whole recording, holding only a piece's span of input. Sets `consumed` (samples read) at
+        the end."""
         held = np.empty(0, np.float32)  # input samples from `start` on
         start = lo = got = 0
         for block in blocks:
             held = np.concatenate([held, block])
             got += block.shape[0]
-            while lo < n and lo + self.step + self.reach < n and lo + self.step + self.reach <= got:
+            while lo + self.step + self.reach < n and lo + self.step + self.reach <= got:
                 a, b = self.span(lo, n)
-                self.piece(torch.from_numpy(held[a - start : b - start]), lo, a, n, torch.from_numpy(out))
+                yield self.piece(torch.from_numpy(held[a - start : b - start]), lo, a, n).numpy()
                 lo += self.step
                 keep_from = max(0, lo - self.reach)
                 held, start = held[keep_from - start :], keep_from
         n = got  # the end of the recording (a compressed file may hold fewer samples than announced)
-        out = out[: self.length(n)]
         while lo < n:
             a, b = self.span(lo, n)
-            self.piece(torch.from_numpy(held[a - start : b - start]), lo, a, n, torch.from_numpy(out))
+            yield self.piece(torch.from_numpy(held[a - start : b - start]), lo, a, n).numpy()
             lo += self.step
         self.consumed = got
-        return out
 
 
 @functools.lru_cache(maxsize=16)

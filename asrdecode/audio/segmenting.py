@@ -10,6 +10,7 @@ offset, scores added, word lattices concatenated.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -25,31 +26,66 @@ def segment_bounds(
     search_seconds: float = 10.0,
     quiet_seconds: float = 0.2,
 ) -> list[tuple[int, int]]:
-    """[(start, end)] sample ranges covering ``wave`` in order, each at most ``max_seconds`` long."""
-    n = int(wave.shape[0])
+    """[(start, end)] sample ranges covering ``wave`` in order, each at most ``max_seconds`` long
+    (`cut_stream` over the whole recording)."""
+    x = wave.detach().cpu().numpy() if isinstance(wave, torch.Tensor) else np.asarray(wave)
+    return [
+        (start, start + piece.shape[0])
+        for start, piece in cut_stream([x], rate, max_seconds, search_seconds, quiet_seconds)
+    ]
+
+
+def cut_stream(
+    blocks: Iterable[np.ndarray],
+    rate: int,
+    max_seconds: float,
+    search_seconds: float = 10.0,
+    quiet_seconds: float = 0.2,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The segments (start sample, samples) of the recording read as ``blocks``, each at most
+    ``max_seconds`` long (module docstring), each cut as soon as the samples it depends on are in:
+    up to its limit and the smoothing window past it. The same cuts as over the whole recording
+    (the window's mean at a frame reads the same frames either way), holding only a segment's
+    samples and a block, and the frames' energies (3 MB an hour)."""
     limit = int(max_seconds * rate)
     if limit <= 0:
         raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
-    if n <= limit:
-        return [(0, n)]
-    x = wave.detach().cpu().numpy() if isinstance(wave, torch.Tensor) else np.asarray(wave)
     hop = max(1, rate // 100)
-    energy = frame_energy(x, hop)
     width = max(1, int(round(quiet_seconds * 100)))
-    smooth = np.convolve(
-        energy, np.ones(width) / width, mode="same"
-    )  # energy of the window around each frame
+    kernel = np.ones(width) / width
     search = max(1, min(int(search_seconds * 100), limit // hop - 1))
-    bounds, start = [], 0
-    while n - start > limit:
+
+    def cut_after(start: int, smooth: Callable[[int, int], np.ndarray]) -> int:
         last = (start + limit) // hop - 1  # frames that end within the limit
         first = max(start // hop + 1, last - search)
-        cut = (first + int(np.argmin(smooth[first : last + 1]))) * hop if last >= first else start + limit
-        cut = min(max(cut, start + hop), start + limit)
-        bounds.append((start, cut))
-        start = cut
-    bounds.append((start, n))
-    return bounds
+        cut = (first + int(np.argmin(smooth(first, last + 1)))) * hop if last >= first else start + limit
+        return min(max(cut, start + hop), start + limit)
+
+    held = np.empty(0, np.float32)  # the samples from `start` on
+    energy = np.empty(0, np.float64)  # each whole frame's mean square, from the recording's start
+    start = n = 0
+    for block in blocks:
+        held = np.concatenate([held, block]) if held.shape[0] else block
+        n += block.shape[0]
+        frames = n // hop
+        if frames > energy.shape[0]:
+            lo = energy.shape[0] * hop - start
+            energy = np.concatenate([energy, frame_energy(held[lo : frames * hop - start], hop)])
+
+        def window(a: int, b: int, frames: int = frames, energy: np.ndarray = energy) -> np.ndarray:
+            lo, hi = max(0, a - width), min(frames, b + width)
+            return np.convolve(energy[lo:hi], kernel, mode="same")[a - lo : b - lo]
+
+        while n - start > limit and (start + limit) // hop - 1 + width < frames:
+            cut = cut_after(start, window)
+            yield start, held[: cut - start]
+            held, start = held[cut - start :], cut
+    smooth = np.convolve(energy, kernel, mode="same")  # the recording's end: zeros past it
+    while n - start > limit:
+        cut = cut_after(start, lambda a, b: smooth[a:b])
+        yield start, held[: cut - start]
+        held, start = held[cut - start :], cut
+    yield start, held
 
 
 def frame_energy(x: np.ndarray, hop: int, block_frames: int = 1 << 11) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asrdecode.audio.segmenting import frame_energy, join_results, segment_bounds
+from asrdecode.audio.segmenting import cut_stream, frame_energy, join_results, segment_bounds
 from asrdecode.decoders.base import DecodeResult, Word
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,49 @@ def test_bounds_cover_the_input_and_cut_in_silences():
     assert all(0 < b - a <= 8 * RATE for a, b in bounds)
     for _, cut in bounds[:-1]:  # every cut lies in a silent gap
         assert any(lo <= cut <= hi for lo, hi in gaps), cut
+
+
+def whole_recording_bounds(
+    wave: np.ndarray, limit: int, hop: int = 160, width: int = 20
+) -> list[tuple[int, int]]:
+    """The cuts computed over the whole recording at once (the quietest 0.2 s in the last 10 s
+    before each limit), as `segment_bounds` first did."""
+    n, frames = len(wave), len(wave) // hop
+    if n <= limit:
+        return [(0, n)]
+    energy = np.square(wave[: frames * hop].astype(np.float64)).reshape(frames, hop).mean(axis=1)
+    smooth = np.convolve(energy, np.ones(width) / width, mode="same")
+    search = max(1, min(1000, limit // hop - 1))
+    bounds, start = [], 0
+    while n - start > limit:
+        last = (start + limit) // hop - 1
+        first = max(start // hop + 1, last - search)
+        cut = (first + int(np.argmin(smooth[first : last + 1]))) * hop if last >= first else start + limit
+        cut = min(max(cut, start + hop), start + limit)
+        bounds.append((start, cut))
+        start = cut
+    return [*bounds, (start, n)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cuts_made_as_blocks_come_equal_the_whole_recordings(seed):
+    """Noise and silences of random lengths, read in blocks of 1,000 / 77,777 / 2^20 samples: the
+    same cuts as over the whole recording, each segment the recording's own samples."""
+    rng = np.random.default_rng(seed)
+    pieces = []
+    for _ in range(rng.integers(3, 30)):
+        pieces.append(rng.normal(0, rng.uniform(0.01, 0.3), int(rng.uniform(0.5, 20) * RATE)))
+        if rng.random() < 0.5:
+            pieces.append(np.zeros(int(rng.uniform(0.05, 1.0) * RATE)))
+    wave = np.concatenate(pieces).astype(np.float32)
+    want = whole_recording_bounds(wave, 30 * RATE)
+    assert segment_bounds(wave, RATE, 30.0) == want
+    for size in (1000, 77_777, 1 << 20):
+        got = []
+        for start, piece in cut_stream((wave[i : i + size] for i in range(0, len(wave), size)), RATE, 30.0):
+            np.testing.assert_array_equal(piece, wave[start : start + len(piece)])
+            got.append((start, start + len(piece)))
+        assert got == want
 
 
 def test_short_input_and_input_without_silence():
@@ -85,37 +128,50 @@ def test_join_shifts_words_and_frames():
     assert joined.score == -3.0 and joined.acoustic_score is None and joined.token_durations is None
 
 
-def test_cli_long_file_gives_the_clips_words_at_their_offsets(tmp_path):
-    """Three real clips with 1.2 s of silence between them, cut into segments of at most 4 s by the
-    default setup: the words are the clips' own (decoded one by one), each within 0.1 s of its
-    time in its clip plus the clip's offset."""
-    clips = ["ps_goforward", "ps_tidigits_dhd.2934z", "ps_cards_001"]
+CLIPS = ["ps_goforward", "ps_tidigits_dhd.2934z", "ps_cards_001"]
+
+
+def clips_with_gaps(folder: Path) -> tuple[np.ndarray, list[float]]:
+    """`CLIPS` joined with 1.2 s of silence after each, written to folder/long.wav: (the samples,
+    each clip's offset in seconds)."""
     gap = np.zeros(int(1.2 * RATE), dtype=np.float32)
     audio, offsets = [], []
-    for name in clips:
+    for name in CLIPS:
         wave, rate = sf.read(ROOT / "data/demo/real" / f"{name}.wav", dtype="float32")
         assert rate == RATE
         offsets.append(sum(len(a) for a in audio) / RATE)
         audio += [wave, gap]
-    (tmp_path / "long").mkdir()
-    sf.write(tmp_path / "long" / "long.wav", np.concatenate(audio), RATE)
+    folder.mkdir()
+    sf.write(folder / "long.wav", np.concatenate(audio), RATE, subtype="FLOAT")
+    return np.concatenate(audio), offsets
+
+
+def transcribe(source: Path, out: Path, *extra: str, prelude: str = "") -> tuple[dict[str, list], dict]:
+    """`asrdecode transcribe` in a subprocess (after the Python statements of `prelude`): the words
+    of each utterance and the report."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ["transcribe", str(source), *extra, "--out", str(out)]
+    lines = ["import sys", prelude, "from asrdecode.cli import main", f"sys.argv = ['asrdecode', *{args!r}]"]
+    code = "\n".join([*lines, "main()"])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
+    return {r["utt_id"]: r["words"] for r in rows}, json.loads((out / "report.json").read_text())
 
-    def transcribe(source: Path, out: Path, *extra: str) -> dict[str, list]:
-        cmd = [sys.executable, "-m", "asrdecode.cli", "transcribe", str(source), *extra, "--out", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stderr
-        rows = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
-        return {r["utt_id"]: r["words"] for r in rows}, json.loads((out / "report.json").read_text())
 
+def test_cli_long_file_gives_the_clips_words_at_their_offsets(tmp_path):
+    """Three real clips with 1.2 s of silence between them, cut into segments of at most 4 s by the
+    default setup: the words are the clips' own (decoded one by one), each within 0.1 s of its
+    time in its clip plus the clip's offset."""
+    _, offsets = clips_with_gaps(tmp_path / "long")
     (tmp_path / "clips").mkdir()
-    for name in clips:
+    for name in CLIPS:
         (tmp_path / "clips" / f"{name}.wav").symlink_to(ROOT / "data/demo/real" / f"{name}.wav")
     alone, _ = transcribe(tmp_path / "clips", tmp_path / "alone")
     joined, report = transcribe(tmp_path / "long", tmp_path / "joined", "batch.segment_seconds=4")
     assert report["segmented"] == 1
     expected = [
-        (w["word"], w["start"] + off) for name, off in zip(clips, offsets, strict=True) for w in alone[name]
+        (w["word"], w["start"] + off) for name, off in zip(CLIPS, offsets, strict=True) for w in alone[name]
     ]
     got = [(w["word"], w["start"]) for w in joined["long"]]
     assert [w for w, _ in got] == [w for w, _ in expected]
@@ -123,6 +179,27 @@ def test_cli_long_file_gives_the_clips_words_at_their_offsets(tmp_path):
     # an input longer than a batch (batch.max_seconds) is cut too, whatever batch.segment_seconds
     by_batch, report = transcribe(tmp_path / "long", tmp_path / "by_batch", "batch.max_seconds=4")
     assert report["segmented"] == 1 and by_batch == joined
+    # a header that gives no length: the input is read whole, then cut, with the same words and times
+    no_length = "import asrdecode.io.manifests as m; m.probe_duration = lambda path: None"
+    whole, report = transcribe(
+        tmp_path / "long", tmp_path / "whole", "batch.segment_seconds=4", prelude=no_length
+    )
+    assert report["segmented"] == 1 and whole == joined
+
+
+def test_cli_long_file_with_a_bad_sample_late_is_reported_and_skipped(tmp_path):
+    """A long input read as its segments are cut, with a NaN near its end: some segments are decoded
+    before the read fails; the input is reported and counted as failed, nothing of it is written,
+    and the other file of the run is transcribed."""
+    wave, _ = clips_with_gaps(tmp_path / "in")
+    wave[int(0.9 * len(wave))] = np.nan
+    sf.write(tmp_path / "in" / "long.wav", wave, RATE, subtype="FLOAT")
+    (tmp_path / "in" / "short.wav").symlink_to(ROOT / "data/demo/real" / "ps_goforward.wav")
+    blocks = "import asrdecode.audio.loading as loading; loading.READ_BLOCK_FRAMES = 16000"  # 1 s
+    words, report = transcribe(tmp_path / "in", tmp_path / "out", "batch.segment_seconds=4", prelude=blocks)
+    assert set(words) == {"short"} and report["failed"] == 1
+    errors = [json.loads(x) for x in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert len(errors) == 1 and "long.wav" in json.dumps(errors[0]) and "NaN" in json.dumps(errors[0])
 
 
 def test_lattice_of_a_segmented_input_joins_its_segments(tmp_path):
