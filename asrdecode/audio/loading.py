@@ -81,21 +81,14 @@ def _read_span(
 ) -> tuple[np.ndarray, int]:
     sr, channels, n = _open_span(f, utt, path)
     blocks = _mono_blocks(f, n, utt.channel, channels, path)
-    resampler = PieceResampler(sr, target_sr) if target_sr is not None and target_sr != sr else None
-    if resampler is not None and n > resampler.step:
-        out, made = np.empty(resampler.length(n), np.float32), 0
-        for piece in resampler.stream(blocks, n):
-            out[made : made + piece.shape[0]] = piece
-            made += piece.shape[0]
-        mono, got, rate = out[:made], resampler.consumed, target_sr
-    else:
-        mono, got, rate = np.empty(n, np.float32), 0, sr
-        for block in blocks:
-            mono[got : got + block.shape[0]] = block
-            got += block.shape[0]
-        mono = mono if got == n else mono[:got].copy()
+    if target_sr is not None and target_sr != sr and n > PieceResampler(sr, target_sr).step:
+        return np.concatenate(list(_at_rate(blocks, sr, target_sr, n, path))), target_sr
+    mono, got = np.empty(n, np.float32), 0
+    for block in blocks:
+        mono[got : got + block.shape[0]] = block
+        got += block.shape[0]
     _check_count(path, n, got, sr)
-    return mono, rate
+    return (mono if got == n else mono[:got].copy()), sr
 
 
 def audio_blocks(utt: Utterance, target_sr: int) -> Iterator[np.ndarray]:
@@ -106,22 +99,30 @@ def audio_blocks(utt: Utterance, target_sr: int) -> Iterator[np.ndarray]:
     path = _checked_path(utt)
     with _audio_errors(path), sf.SoundFile(path) as f:
         sr, channels, n = _open_span(f, utt, path)
-        blocks = _mono_blocks(f, n, utt.channel, channels, path)
-        resampler = PieceResampler(sr, target_sr) if sr != target_sr else None
-        got = 0
-        if resampler is None:
-            for block in blocks:
-                got += block.shape[0]
-                yield block
-        elif n <= resampler.step:  # one piece: resampled in one call, as `resample` does it
-            mono = np.concatenate([np.empty(0, np.float32), *blocks])
-            got = mono.shape[0]
-            _check_count(path, n, got, sr)
-            yield resample(torch.from_numpy(mono), sr, target_sr).numpy()
-        else:
-            yield from resampler.stream(blocks, n)
-            got = resampler.consumed
+        yield from _at_rate(_mono_blocks(f, n, utt.channel, channels, path), sr, target_sr, n, path)
+
+
+def _at_rate(
+    blocks: Iterator[np.ndarray], sr: int, target_sr: int, n: int, path: str
+) -> Iterator[np.ndarray]:
+    """The `n` samples of `blocks` (at `sr`) at `target_sr`, as `resample` makes them from the
+    whole span: piece by piece as the blocks come (`PieceResampler.stream`), or, for a span of one
+    piece, in one call; then the count checked (`_check_count`)."""
+    resampler = PieceResampler(sr, target_sr) if sr != target_sr else None
+    got = 0
+    if resampler is None:
+        for block in blocks:
+            got += block.shape[0]
+            yield block
+    elif n <= resampler.step:
+        mono = np.concatenate([np.empty(0, np.float32), *blocks])
+        got = mono.shape[0]
         _check_count(path, n, got, sr)
+        yield resample(torch.from_numpy(mono), sr, target_sr).numpy()
+    else:
+        yield from resampler.stream(blocks, n)
+        got = resampler.consumed
+    _check_count(path, n, got, sr)
 
 
 def _check_count(path: str, n: int, got: int, sr: int) -> None:
