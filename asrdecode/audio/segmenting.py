@@ -46,7 +46,7 @@ def cut_stream(
     ``max_seconds`` long (module docstring), each cut as soon as the samples it depends on are in:
     up to its limit and the smoothing window past it. The same cuts as over the whole recording
     (the window's mean at a frame reads the same frames either way), holding only a segment's
-    samples and a block, and the frames' energies (3 MB an hour)."""
+    samples, a block and their frames' energies."""
     limit = int(max_seconds * rate)
     if limit <= 0:
         raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
@@ -62,29 +62,36 @@ def cut_stream(
         return min(max(cut, start + hop), start + limit)
 
     held = np.empty(0, np.float32)  # the samples from `start` on
-    energy = np.empty(0, np.float64)  # each whole frame's mean square, from the recording's start
-    start = n = 0
+    energy = np.empty(0, np.float64)  # each whole frame's mean square, from frame `e0` on
+    start = n = e0 = 0
+    frames = 0
+
+    def window(a: int, b: int) -> np.ndarray:
+        """The smoothed energies of frames a..b-1: the window's mean, zeros past the recording's
+        ends (as one convolution over all its frames gives them)."""
+        lo, hi = max(0, a - width), min(frames, b + width)
+        return np.convolve(energy[lo - e0 : hi - e0], kernel, mode="same")[a - lo : b - lo]
+
+    def cuts(final: bool) -> Iterator[tuple[int, np.ndarray]]:
+        nonlocal held, start, energy, e0
+        while n - start > limit and (final or (start + limit) // hop - 1 + width < frames):
+            cut = cut_after(start, window)
+            yield start, held[: cut - start]
+            held, start = held[cut - start :], cut
+            drop = start // hop - width - e0  # frames no later window reads
+            if drop > 0:
+                energy, e0 = energy[drop:], e0 + drop
+
     for block in blocks:
         held = np.concatenate([held, block]) if held.shape[0] else block
         n += block.shape[0]
         frames = n // hop
-        if frames > energy.shape[0]:
-            lo = energy.shape[0] * hop - start
-            energy = np.concatenate([energy, frame_energy(held[lo : frames * hop - start], hop)])
-
-        def window(a: int, b: int, frames: int = frames, energy: np.ndarray = energy) -> np.ndarray:
-            lo, hi = max(0, a - width), min(frames, b + width)
-            return np.convolve(energy[lo:hi], kernel, mode="same")[a - lo : b - lo]
-
-        while n - start > limit and (start + limit) // hop - 1 + width < frames:
-            cut = cut_after(start, window)
-            yield start, held[: cut - start]
-            held, start = held[cut - start :], cut
-    smooth = np.convolve(energy, kernel, mode="same")  # the recording's end: zeros past it
-    while n - start > limit:
-        cut = cut_after(start, lambda a, b: smooth[a:b])
-        yield start, held[: cut - start]
-        held, start = held[cut - start :], cut
+        known = e0 + energy.shape[0]
+        if frames > known:
+            new = frame_energy(held[known * hop - start : frames * hop - start], hop)
+            energy = np.concatenate([energy, new])
+        yield from cuts(final=False)
+    yield from cuts(final=True)
     yield start, held
 
 
