@@ -570,11 +570,10 @@ class Transcriber:
     def _start_batch(self, utts, start: float) -> PendingDecode:
         """Read one batch and start decoding it; ``result()`` waits for it, writes its results,
         decodes its long inputs in segments and reports progress."""
-        streamed: list = []  # inputs known to be long: read as their segments are cut
-        if not self.logprob_input and self._segment_seconds() > 0:
-            limit = self._segment_seconds()
-            streamed = [u for u in utts if u.duration is not None and u.duration > limit]
-            utts = [u for u in utts if not (u.duration is not None and u.duration > limit)]
+        segment = self._segment_seconds() if not self.logprob_input else 0.0
+        known_long = [segment > 0 and u.duration is not None and u.duration > segment for u in utts]
+        streamed = [u for u, long_one in zip(utts, known_long, strict=True) if long_one]  # read as cut
+        utts = [u for u, long_one in zip(utts, known_long, strict=True) if not long_one]
         with self.timer.stage("load"):
             if self.logprob_input:
                 utts, mats = self._load_logprob_batch(utts)
