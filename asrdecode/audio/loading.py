@@ -81,7 +81,7 @@ def _read_span(
 ) -> tuple[np.ndarray, int]:
     sr, channels, n = _open_span(f, utt, path)
     blocks = _mono_blocks(f, n, utt.channel, channels, path)
-    if target_sr is not None and target_sr != sr and n > PieceResampler(sr, target_sr).step:
+    if target_sr is not None and target_sr != sr and n > piece_samples(sr, target_sr):
         return np.concatenate(list(_at_rate(blocks, sr, target_sr, n, path))), target_sr
     mono, got = np.empty(n, np.float32), 0
     for block in blocks:
@@ -107,22 +107,24 @@ def _at_rate(
 ) -> Iterator[np.ndarray]:
     """The `n` samples of `blocks` (at `sr`) at `target_sr`, as `resample` makes them from the
     whole span: piece by piece as the blocks come (`PieceResampler.stream`), or, for a span of one
-    piece, in one call; then the count checked (`_check_count`)."""
-    resampler = PieceResampler(sr, target_sr) if sr != target_sr else None
-    got = 0
-    if resampler is None:
+    piece, in one call; the count read checked (`_check_count`) before the last samples go out."""
+    got = [0]
+
+    def counted() -> Iterator[np.ndarray]:
         for block in blocks:
-            got += block.shape[0]
+            got[0] += block.shape[0]
             yield block
-    elif n <= resampler.step:
-        mono = np.concatenate([np.empty(0, np.float32), *blocks])
-        got = mono.shape[0]
-        _check_count(path, n, got, sr)
+
+    if sr == target_sr:
+        yield from counted()
+    elif n <= piece_samples(sr, target_sr):
+        mono = np.concatenate([np.empty(0, np.float32), *counted()])
+        _check_count(path, n, got[0], sr)
         yield resample(torch.from_numpy(mono), sr, target_sr).numpy()
+        return
     else:
-        yield from resampler.stream(blocks, n)
-        got = resampler.consumed
-    _check_count(path, n, got, sr)
+        yield from PieceResampler(sr, target_sr).stream(counted(), n)
+    _check_count(path, n, got[0], sr)
 
 
 def _check_count(path: str, n: int, got: int, sr: int) -> None:
@@ -306,11 +308,10 @@ class PieceResampler:
     def __init__(self, rate: int, target_sr: int, device: torch.device | str = "cpu") -> None:
         g = math.gcd(rate, target_sr)
         self.o, self.m = rate // g, target_sr // g
-        self.step = self.o * max(1, RESAMPLE_PIECE_SECONDS * rate // self.o)
+        self.step = piece_samples(rate, target_sr)
         width = math.ceil(6 * self.o / (min(self.o, self.m) * 0.99))
         self.reach = self.o * (-(-(width + self.o) // self.o) + 1)
         self.kernel = _resampler(rate, target_sr, torch.device(device))
-        self.consumed = 0
 
     def length(self, n: int) -> int:
         """Output samples of `n` input samples: ``ceil(n * target_sr / rate)``."""
@@ -332,8 +333,7 @@ class PieceResampler:
     def stream(self, blocks: Iterable[np.ndarray], n: int) -> Iterator[np.ndarray]:
         """The resampled samples of a recording of (at most) `n` samples read as `blocks`, a
         piece at a time, each once its span has been read: the same pieces as `resample` over the
-        whole recording, holding only a piece's span of input. Sets `consumed` (samples read) at
-        the end."""
+        whole recording, holding only a piece's span of input."""
         held = np.empty(0, np.float32)  # input samples from `start` on
         start = lo = got = 0
         for block in blocks:
@@ -350,7 +350,13 @@ class PieceResampler:
             a, b = self.span(lo, n)
             yield self.piece(torch.from_numpy(held[a - start : b - start]), lo, a, n).numpy()
             lo += self.step
-        self.consumed = got
+
+
+def piece_samples(rate: int, target_sr: int) -> int:
+    """Input samples of a `PieceResampler` piece: `RESAMPLE_PIECE_SECONDS`, rounded down to whole
+    periods (``rate / gcd`` input samples), at least one period."""
+    period = rate // math.gcd(rate, target_sr)
+    return period * max(1, RESAMPLE_PIECE_SECONDS * rate // period)
 
 
 @functools.lru_cache(maxsize=16)
