@@ -1,4 +1,5 @@
-"""Read one utterance's samples (soundfile) and resample a batch on the device (torchaudio).
+"""Read one utterance's samples (soundfile; FFmpeg for the containers it cannot open) and resample
+them (torchaudio).
 
 Every failure becomes AudioError("path: problem") so the pipeline can log it and go on.
 """
@@ -16,8 +17,9 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from asrdecode.audio.containers import ContainerAudio, describe_container_error
 from asrdecode.errors import AudioError, one_line
-from asrdecode.io.manifests import Utterance
+from asrdecode.io.manifests import CONTAINER_EXTENSIONS, Utterance
 
 #: A segment may run this far past the end of its file (manifest durations are rounded); the
 #: read is then cut at the end of the file. Kaldi's extract-segments uses 0.5 s as well.
@@ -41,7 +43,7 @@ def load_audio(utt: Utterance, target_sr: int | None = None) -> tuple[np.ndarray
     a span outside the file.
     """
     path = _checked_path(utt)
-    with _audio_errors(path), sf.SoundFile(path) as f:
+    with _audio_errors(path), open_audio(path) as f:
         return _read_span(f, utt, path, target_sr)
 
 
@@ -61,6 +63,23 @@ def _checked_path(utt: Utterance) -> str:
     return path
 
 
+def open_audio(path: str) -> sf.SoundFile | ContainerAudio:
+    """`path` opened by libsndfile, or, for a format it does not know, by FFmpeg (`ContainerAudio`:
+    M4A/MP4, WebM/Matroska, WMA, AMR, ...). A file neither reads raises libsndfile's error, or
+    FFmpeg's for a container's extension (`CONTAINER_EXTENSIONS`)."""
+    try:
+        return sf.SoundFile(path)
+    except sf.LibsndfileError as e:
+        if "format not recognised" not in str(e).lower():
+            raise
+        try:
+            return ContainerAudio(path)
+        except Exception:
+            if os.path.splitext(path)[1].lower() in CONTAINER_EXTENSIONS:
+                raise
+            raise e from None
+
+
 @contextlib.contextmanager
 def _audio_errors(path: str) -> Iterator[None]:
     """Every failure of reading `path` as one AudioError naming it."""
@@ -73,11 +92,11 @@ def _audio_errors(path: str) -> Iterator[None]:
     except PermissionError:
         raise AudioError(f"{path}: permission denied") from None
     except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, TypeError, ValueError, ...
-        raise AudioError(f"{path}: {_describe_sf_error(e)}") from None
+        raise AudioError(f"{path}: {describe_container_error(e) or _describe_sf_error(e)}") from None
 
 
 def _read_span(
-    f: sf.SoundFile, utt: Utterance, path: str, target_sr: int | None = None
+    f: sf.SoundFile | ContainerAudio, utt: Utterance, path: str, target_sr: int | None = None
 ) -> tuple[np.ndarray, int]:
     sr, channels, n = _open_span(f, utt, path)
     blocks = _mono_blocks(f, n, utt.channel, channels, path)
@@ -97,7 +116,7 @@ def audio_blocks(utt: Utterance, target_sr: int) -> Iterator[np.ndarray]:
     without the recording ever all in memory. Raises AudioError (`load_audio`'s) as a block is
     taken."""
     path = _checked_path(utt)
-    with _audio_errors(path), sf.SoundFile(path) as f:
+    with _audio_errors(path), open_audio(path) as f:
         sr, channels, n = _open_span(f, utt, path)
         yield from _at_rate(_mono_blocks(f, n, utt.channel, channels, path), sr, target_sr, n, path)
 
@@ -135,7 +154,7 @@ def _check_count(path: str, n: int, got: int, sr: int) -> None:
         raise AudioError(f"{path}: contains no audio samples (empty or truncated file)")
 
 
-def _open_span(f: sf.SoundFile, utt: Utterance, path: str) -> tuple[int, int, int]:
+def _open_span(f: sf.SoundFile | ContainerAudio, utt: Utterance, path: str) -> tuple[int, int, int]:
     """(sample rate, channels, frames) of utt's span in `f`, positioned at its start."""
     sr = int(f.samplerate)
     frames = int(f.frames)
@@ -174,7 +193,7 @@ def _open_span(f: sf.SoundFile, utt: Utterance, path: str) -> tuple[int, int, in
 
 
 def _mono_blocks(
-    f: sf.SoundFile, n: int, channel: int | None, channels: int, path: str
+    f: sf.SoundFile | ContainerAudio, n: int, channel: int | None, channels: int, path: str
 ) -> Iterator[np.ndarray]:
     """The next `n` frames of `f` (fewer at the end of the file) as float32 mono blocks of
     `READ_BLOCK_FRAMES`: the temporaries are a block's, whatever the recording's length."""

@@ -25,7 +25,12 @@ from asrdecode.atomic_files import atomic_target, atomic_write_text
 from asrdecode.errors import InputError, LogprobsError, one_line
 from asrdecode.io.lines import read_lines
 
-#: Audio file extensions picked up from folders (all read by libsndfile; case-insensitive).
+#: Extensions of the containers read by FFmpeg (`asrdecode.audio.containers`), not libsndfile.
+CONTAINER_EXTENSIONS: tuple[str, ...] = (
+    ".m4a", ".m4b", ".mp4", ".aac", ".webm", ".mka", ".mkv", ".mov", ".wma", ".wmv", ".amr",
+    ".3gp", ".ac3", ".avi", ".ts",
+)  # fmt: skip
+#: Audio file extensions picked up from folders (case-insensitive): libsndfile's, then the containers'.
 AUDIO_EXTENSIONS: tuple[str, ...] = (
     ".wav",
     ".flac",
@@ -43,6 +48,7 @@ AUDIO_EXTENSIONS: tuple[str, ...] = (
     ".rf64",
     ".sph",
     ".nist",
+    *CONTAINER_EXTENSIONS,
 )
 #: Files that mark a folder of saved model outputs / a Kaldi data dir.
 LOGPROBS_META = "logprobs.json"
@@ -814,11 +820,14 @@ def _default_num_columns(units: list[str], blank_id: int) -> int:
 
 
 def probe_duration(path: str | Path) -> float | None:
-    """Duration in seconds from the audio header, or None if the file cannot be opened."""
+    """Duration in seconds from the audio header (libsndfile's, or FFmpeg's container for a format
+    libsndfile does not know), or None if the file cannot be opened."""
     try:
         info = sf.info(str(path))
     except Exception:
-        return None
+        from asrdecode.audio.containers import container_duration
+
+        return container_duration(str(path))
     if not info.samplerate:
         return None
     return info.frames / info.samplerate

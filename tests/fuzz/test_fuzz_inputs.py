@@ -3,7 +3,8 @@ message) or a correct result comes out, never another exception; nothing runs lo
 seconds, and nothing is written outside the given folders.
 
 Formats: ARPA, pocketsphinx binary trie LM, JSONL manifest, Kaldi data dir files, WAV / FLAC / OGG
-audio bytes, `.nemo` members (config YAML, weights), graph meta.json, run config YAML. Each starts
+audio bytes, M4A (AAC) / WebM (Opus) read by FFmpeg, `.nemo` members (config YAML, weights), graph
+meta.json, run config YAML. Each starts
 from a valid file and flips, inserts, deletes or truncates bytes (or, for JSON/YAML, replaces
 values with arbitrary JSON)."""
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from helpers.fuzz import SECONDS, case_dir, cuts, edits, json_values, mutate, on
 from hypothesis import given
 from hypothesis import strategies as st
 
+from asrdecode.audio.containers import encode_audio
 from asrdecode.errors import AsrDecodeError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +47,11 @@ def originals() -> dict[str, bytes]:
     buf = io.BytesIO()
     sf.write(buf, np.tile(tone, 5), 16000, format="WAV")
     audio["long WAV"] = buf.getvalue()  # 2.5 s: longer than a resampling piece of 1 s
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in ("M4A", "WEBM"):  # read by FFmpeg (PyAV)
+            path = f"{tmp}/a.{fmt.lower()}"
+            encode_audio(path, [tone[:, None]], 16000)
+            audio[fmt] = Path(path).read_bytes()
     return {
         "arpa": (ROOT / "data/demo/otf/small-lm.arpa").read_bytes(),
         "manifest": (ROOT / "data/demo/real/manifest.jsonl").read_bytes()[:1500],
@@ -92,7 +100,7 @@ def test_kaldi_dir(scratch, wav_scp, segments, text):
     only_asrdecode_errors(lambda: read_inputs(folder))
 
 
-@pytest.mark.parametrize("fmt", ["WAV", "FLAC", "OGG"])
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC", "OGG", "M4A", "WEBM"])
 @given(edits=edits, cut=cuts)
 def test_audio(originals, scratch, fmt, edits, cut):
     from asrdecode.audio.loading import load_audio
