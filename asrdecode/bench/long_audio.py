@@ -6,10 +6,13 @@ minutes (data/demo/real clips concatenated with 0.5 s gaps, cycling), each in it
     .venv/bin/asrdecode bench long-audio --minutes 10 --options ""   # full attention (20 GB!)
     .venv/bin/asrdecode bench long-audio --model "" --options ""      # the default setup (sphinx)
     .venv/bin/asrdecode bench long-audio --model "" --options "" --minutes 60 --rate 44100 --channels 2
+    .venv/bin/asrdecode bench long-audio --model "" --options "" --minutes 60 --format m4a
 
 ``--rate`` / ``--channels``: the file at that rate (resampled from 16 kHz by torchaudio) and with
 that many channels (the first one repeated at 0.9, 0.8, ... of its level), 16-bit PCM, as a
 podcast or a recorder writes it: the reading, down-mixing and resampling are measured too.
+``--format m4a`` / ``webm``: the file encoded as a phone's voice memo (AAC in MP4) or a web
+recording (Opus in WebM, 48 kHz) by FFmpeg through PyAV, read back the same way.
 
 The peak RSS is the child's own (os.wait4, as asrdecode bench first-use measures it). The load
 average before and after is printed.
@@ -43,16 +46,27 @@ def long_file(minutes: float, path: Path, rate: int = 16000, channels: int = 1) 
         i += 1
     path.parent.mkdir(parents=True, exist_ok=True)
     audio = np.concatenate(pieces)[: int(minutes * 60 * 16000)]
-    if rate == 16000 and channels == 1:
+    if rate == 16000 and channels == 1 and path.suffix == ".wav":
         sf.write(path, audio, 16000)
         return
     import torch
     import torchaudio.functional as AF  # noqa: N812
 
-    with sf.SoundFile(path, "w", rate, channels, "PCM_16") as f:  # a minute at a time
+    def minutes_of_audio():  # [n, channels] float32 at `rate`, a minute at a time
         for lo in range(0, len(audio), 60 * 16000):
-            x = AF.resample(torch.from_numpy(audio[lo : lo + 60 * 16000])[None], 16000, rate)[0].numpy()
-            f.write(np.stack([x * (1 - 0.1 * c) for c in range(channels)], axis=1))
+            x = audio[lo : lo + 60 * 16000]
+            if rate != 16000:
+                x = AF.resample(torch.from_numpy(x)[None], 16000, rate)[0].numpy()
+            yield np.stack([x * (1 - 0.1 * c) for c in range(channels)], axis=1).astype(np.float32)
+
+    if path.suffix == ".wav":
+        with sf.SoundFile(path, "w", rate, channels, "PCM_16") as f:
+            for block in minutes_of_audio():
+                f.write(block)
+        return
+    from asrdecode.audio.containers import encode_audio
+
+    encode_audio(str(path), minutes_of_audio(), rate)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,20 +76,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--options", default="model.attention=local", help="extra transcribe arguments")
     ap.add_argument("--rate", type=int, default=16000, help="the file's sample rate")
     ap.add_argument("--channels", type=int, default=1, help="the file's channels")
+    ap.add_argument("--format", default="wav", choices=["wav", "m4a", "webm"], help="the file's format")
     args = ap.parse_args(argv)
     load = os.getloadavg()
     cli = [sys.executable, "-m", "asrdecode.cli", "transcribe"]
     with tempfile.TemporaryDirectory() as tmp:
         for minutes in (float(m) for m in args.minutes.split(",")):
             folder = Path(tmp) / f"long{minutes:g}"
-            long_file(minutes, folder / "long.wav", args.rate, args.channels)
+            long_file(minutes, folder / f"long.{args.format}", args.rate, args.channels)
             model = ["--model", args.model] if args.model else []
             cmd = [*cli, str(folder), *model, *shlex.split(args.options)]
             wall, rss, _ = timed([*cmd, "--out", str(Path(tmp) / "out"), "--overwrite"], dict(os.environ))
             report = json.loads((Path(tmp) / "out" / "report.json").read_text())
             print(
-                f"{minutes:g} min at {args.rate} Hz, {args.channels} channel(s), {report['model']} / "
-                f"{report['decoder']} {args.options}: {wall:.1f} s, "
+                f"{minutes:g} min at {args.rate} Hz, {args.channels} channel(s), {args.format}, "
+                f"{report['model']} / {report['decoder']} {args.options}: {wall:.1f} s, "
                 f"peak RSS {rss:.0f} MB, RTFx {report['rtfx']:.1f}, {report.get('segmented', 0)} input(s) "
                 "in segments",
                 flush=True,

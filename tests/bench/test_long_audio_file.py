@@ -1,5 +1,5 @@
 """`asrdecode bench long-audio`'s input file: the demo clips cycled to the length asked for, at the
-rate (torchaudio, a minute at a time) and with the channels asked for."""
+rate (torchaudio, a minute at a time), with the channels and in the format asked for."""
 
 from __future__ import annotations
 
@@ -26,3 +26,18 @@ def test_long_file_at_another_rate_with_channels(tmp_path):
     inside = np.abs(want) < 0.99  # 16-bit PCM: rounded, and clipped at full scale
     np.testing.assert_allclose(stereo[inside, 0], want[inside], atol=2 / 32768)
     np.testing.assert_allclose(stereo[inside, 1], 0.9 * want[inside], atol=2 / 32768)
+
+
+def test_long_file_as_a_voice_memo(tmp_path):
+    """`--format m4a`: the same audio as AAC in MP4 (read back by FFmpeg), aligned with the WAV."""
+    from asrdecode.audio.loading import load_audio
+    from asrdecode.io.manifests import Utterance, probe_duration
+
+    long_file(0.25, tmp_path / "memo.m4a")
+    long_file(0.25, tmp_path / "plain.wav")
+    assert abs(probe_duration(tmp_path / "memo.m4a") - 15.0) < 0.01
+    memo, rate = load_audio(Utterance("m", str(tmp_path / "memo.m4a")))
+    plain, _ = sf.read(tmp_path / "plain.wav", dtype="float32")
+    n = min(len(memo), len(plain))
+    assert rate == 16000 and abs(len(memo) - len(plain)) <= 1024
+    assert 10 * np.log10(np.sum(plain[:n] ** 2) / np.sum((memo[:n] - plain[:n]) ** 2)) > 15
