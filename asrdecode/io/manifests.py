@@ -445,7 +445,8 @@ def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> Input
     Plain paths are resolved against the working directory first (Kaldi runs from the recipe root),
     then the data dir and its two parents. Pipe entries (`cmd |`) are not run: the common
     "decode this file to stdout" forms (`flac -c -d -s F |`, `sox F -t wav - [remix N] |`,
-    `sph2pipe -f wav -p [-c N] F |`) are read as the file F (and channel N); any other command or
+    `sph2pipe -f wav -p [-c N] F |`, `ffmpeg -i F [-f wav] [-ar N] [-ac 1] - |`) are read as the
+    file F (and channel N); any other command or
     ark offset becomes an utterance whose loading fails with a clear message.
     """
     data_dir = Path(data_dir)
@@ -585,7 +586,46 @@ def _parse_pipe(cmd: str) -> tuple[str, int | None] | None:
             return rest[0], None
         if len(rest) == 3 and rest[0] == "-c" and rest[1].isdigit() and int(rest[1]) >= 1:
             return rest[2], int(rest[1]) - 1
+    if tok and tok[0] == "ffmpeg":
+        return _parse_ffmpeg_pipe(tok[1:])
     return None
+
+
+#: ffmpeg options that change nothing asrdecode reads: logging, prompts (no value / one value).
+_FFMPEG_QUIET = {"-nostdin", "-hide_banner", "-y", "-nostats"}
+_FFMPEG_LOGGING = {"-loglevel", "-v"}
+
+
+def _parse_ffmpeg_pipe(tok: list[str]) -> tuple[str, None] | None:
+    """`ffmpeg [-nostdin|-hide_banner|-y|-loglevel L] -i F [-f wav] [-ar N] [-ac 1]
+    [-acodec|-c:a pcm_s16le|pcm_f32le] [-vn] -|pipe:|pipe:1`: the first audio track of F, mono (the
+    model's rate comes from resampling F as any input is); None for any other use of ffmpeg."""
+    path: str | None = None
+    i = 0
+    while i < len(tok) - 1:
+        opt, value = tok[i], tok[i + 1]
+        if opt in _FFMPEG_QUIET or opt == "-vn":
+            i += 1
+            continue
+        if opt == "-i" and path is None:
+            path = value
+        elif not _ffmpeg_option_kept_out(opt, value):
+            return None
+        i += 2
+    if path is None or i != len(tok) - 1 or tok[-1] not in ("-", "pipe:", "pipe:1"):
+        return None
+    return path, None
+
+
+def _ffmpeg_option_kept_out(opt: str, value: str) -> bool:
+    """An ffmpeg option (with its value) that changes nothing asrdecode reads: logging, the rate
+    (inputs are resampled anyway), mono, a WAV of PCM samples."""
+    return (
+        opt in _FFMPEG_LOGGING
+        or (opt == "-ar" and value.isdigit())
+        or (opt, value) in {("-ac", "1"), ("-f", "wav")}
+        or (opt in ("-acodec", "-c:a") and value in ("pcm_s16le", "pcm_f32le"))
+    )
 
 
 def _resolve_kaldi_path(entry: str, data_dir: Path) -> str:

@@ -231,13 +231,19 @@ def test_kaldi_pipes_known_forms_read_others_rejected_per_utterance(tmp_path):
         f"b sox {st} -t wav - remix 2 |\n"
         f"c gunzip -c {a}.gz | sox -t flac - -t wav - |\n"
         f"d /x/feats.ark:1234\n"
+        f"e ffmpeg -nostdin -loglevel error -i {a} -f wav -ar 16000 -ac 1 - |\n"
+        f"f ffmpeg -i {a} -ac 2 -f wav - |\n"
+        f"g ffmpeg -i {a} -af volume=2 -f wav - |\n"
+        f"h ffmpeg -i {a} -f wav out.wav |\n"
     )
     s = read_inputs(d)
-    ua, ub, uc, ud = s.utterances
+    ua, ub, uc, ud, ue, uf, ug, uh = s.utterances
     assert ua.audio_path == str(a) and ua.error is None
     assert ub.audio_path == str(st) and ub.channel == 1
+    assert ue.audio_path == str(a) and ue.error is None and ue.channel is None
     np.testing.assert_array_equal(load_audio(ub)[0], np.full(800, -0.25, dtype=np.float32))
-    for u, where in ((uc, "wav.scp:3"), (ud, "wav.scp:4")):
+    for u, line in ((uc, 3), (ud, 4), (uf, 6), (ug, 7), (uh, 8)):
+        where = f"wav.scp:{line}"
         with pytest.raises(AudioError) as e:
             load_audio(u)
         assert where in str(e.value) and "\n" not in str(e.value)
