@@ -169,6 +169,10 @@ def read_boost_file(path: Path) -> dict[str, float]:
     help="Also write model log-probs (.npy + logprobs.json) for decoder-only runs.",
 )
 @click.option(
+    "--subtitles",
+    help="Shortcut for output.subtitles=...: srt, vtt or srt,vtt (subtitles/<utt>.<fmt> from word times).",
+)
+@click.option(
     "--engine",
     type=click.Choice(["local", "ray"]),
     help="Shortcut for engine.type=...: decode in this process, or in worker actors on Ray.",
@@ -197,6 +201,7 @@ def transcribe(
     overwrite,
     strict,
     save_logprobs,
+    subtitles,
     engine,
     address,
     workers,
@@ -208,7 +213,7 @@ def transcribe(
 
     \b
     INPUT is one of:
-      a folder of audio (recursive: wav, flac, ogg, mp3, ...)
+      a folder of audio (recursive: wav, flac, ogg, mp3, m4a, webm, mp4, ...)
       a NeMo-style JSONL manifest (audio_filepath, duration, text?, offset?, boost?)
       a Kaldi data dir (wav.scp, text?, segments?)
       a folder written by --save-logprobs (runs only the decoder)
@@ -222,6 +227,7 @@ def transcribe(
     Examples:
       asrdecode transcribe my_recordings/ --out out/real
       asrdecode transcribe my_recordings/ --decoder let --out out/let
+      asrdecode transcribe my_videos/ --subtitles srt,vtt --out out/subs
       asrdecode transcribe syn/manifest.jsonl --model embedded:demo_ctc_bpe --save-logprobs --out out/syn
       asrdecode transcribe out/syn/logprobs --decoder ctc-greedy --out out/syn-redecode
       asrdecode transcribe my_recordings/ --engine ray --workers 4 --out out/ray
@@ -237,6 +243,8 @@ def transcribe(
         items.append(f"device={device}")
     if save_logprobs:
         items.append("output.save_logprobs=true")
+    if subtitles is not None:
+        items.append(f"output.subtitles={subtitles}")
     if boost_file:
         items.append(f"decoder.boost={json.dumps(read_boost_file(boost_file))}")
     for key, value in (
@@ -312,6 +320,8 @@ def transcribe(
         log.write("report", **report)
     out_console.print(_report_table(report))
     files = "transcripts.jsonl, text, hyp.ctm, errors.jsonl, report.json"
+    if cfg.output.subtitles:
+        files += f", subtitles/ ({cfg.output.subtitles})"
     say(out_console, "", f"results in {out_dir}/ ({files})")
 
 

@@ -79,6 +79,20 @@ class OutputConfig:
     ctm: bool = True
     save_logprobs: bool = False
     word_timestamps: bool = True
+    # subtitles/<utt>.srt and/or .vtt from the word times: "srt", "vtt", "srt,vtt" ("" none)
+    subtitles: str = ""
+    subtitle_line_chars: int = 42  # characters a line
+    subtitle_lines: int = 2  # lines a cue
+    subtitle_max_seconds: float = 7.0  # the longest cue (a single longer word keeps its own)
+    subtitle_pause: float = 0.8  # a pause this long (seconds) between words starts a new cue
+
+    def subtitle_style(self):
+        """The cue rules of `asrdecode.io.subtitles` from these settings."""
+        from asrdecode.io.subtitles import SubtitleStyle
+
+        return SubtitleStyle(
+            self.subtitle_line_chars, self.subtitle_lines, self.subtitle_max_seconds, self.subtitle_pause
+        )
 
 
 @dataclass
@@ -305,7 +319,19 @@ def build_config(
     cfg = dataclass_from_dict(RunConfig, tree)
     cfg.decoder = validate_decoder_section(cfg.decoder or {})
     validate_engine(cfg.engine)
+    validate_output(cfg.output)
     return cfg
+
+
+def validate_output(output: OutputConfig) -> None:
+    """One-line ConfigError for subtitle settings that cannot make subtitles."""
+    from asrdecode.io.subtitles import subtitle_formats
+
+    subtitle_formats(output.subtitles)
+    if output.subtitle_line_chars < 1 or output.subtitle_lines < 1:
+        raise ConfigError("output.subtitle_line_chars and output.subtitle_lines must be at least 1")
+    if output.subtitle_max_seconds <= 0 or output.subtitle_pause <= 0:
+        raise ConfigError("output.subtitle_max_seconds and output.subtitle_pause must be positive")
 
 
 def validate_engine(engine: EngineConfig) -> None:

@@ -166,10 +166,17 @@ class Transcriber:
     def _open(self) -> None:
         """Read the inputs and open the output folder (resuming): what is left to decode."""
         from asrdecode.io.manifests import read_inputs
+        from asrdecode.io.subtitles import subtitle_formats
         from asrdecode.io.writers import OutputWriter
 
         self.inputs = read_inputs(self.input_path)
-        self.writer = OutputWriter(self.out_dir, overwrite=self.overwrite)
+        output = self.cfg.output
+        self.writer = OutputWriter(
+            self.out_dir,
+            overwrite=self.overwrite,
+            subtitles=subtitle_formats(output.subtitles),
+            subtitle_style=output.subtitle_style(),
+        )
         done = self.writer.done_ids()
         self.todo = [u for u in self.inputs.utterances if u.utt_id not in done]
         self.stats.utterances = len(self.inputs.utterances)

@@ -17,10 +17,12 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from asrdecode.atomic_files import atomic_write_text
 from asrdecode.errors import InputError, OutputError
 from asrdecode.io.schema import ERROR_RECORD, TRANSCRIPT_RECORD, problem
+from asrdecode.io.subtitles import SubtitleStyle, record_subtitles
 
 if TYPE_CHECKING:
     from asrdecode.decoders.base import DecodeResult
@@ -33,6 +35,7 @@ ERRORS = "errors.jsonl"
 REPORT = "report.json"
 LATTICES = "lattices"  # folder: lat.ark.txt (all utterances) and <utt>.fst files
 LATTICE_ARCHIVE = "lattices/lat.ark.txt"
+SUBTITLES = "subtitles"  # folder: <utt>.srt / <utt>.vtt (output.subtitles)
 LOCK = ".asrdecode.lock"
 
 try:  # POSIX only; elsewhere two runs on one folder are not detected
@@ -47,11 +50,21 @@ class OutputWriter:
     overwrite=False resumes: complete lines of an earlier run are kept (`done_ids()`), a partial
     last line (a run killed mid-write) is cut off, and text/hyp.ctm are rebuilt to match.
     overwrite=True starts fresh. A lock file keeps two runs from writing the same folder.
+    `subtitles` (formats of `asrdecode.io.subtitles`): each transcript also gets
+    subtitles/<utt>.<fmt>, written before its line (a resumed run writes the missing ones).
     Use as a context manager, or call close().
     """
 
-    def __init__(self, out_dir: str | Path, overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path,
+        overwrite: bool = False,
+        subtitles: tuple[str, ...] = (),
+        subtitle_style: SubtitleStyle | None = None,
+    ) -> None:
         self.out_dir = Path(out_dir)
+        self.subtitles = subtitles
+        self.subtitle_style = subtitle_style or SubtitleStyle()
         self.warnings: list[str] = []
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,6 +83,9 @@ class OutputWriter:
                     (self.out_dir / name).unlink(missing_ok=True)
                 for fst in (self.out_dir / LATTICES).glob("*.fst"):
                     fst.unlink()
+                for sub in (self.out_dir / SUBTITLES).glob("*.*"):
+                    if sub.suffix in (".srt", ".vtt"):
+                        sub.unlink()
             else:
                 self._recover()
             for name in (TRANSCRIPTS, TEXT):  # hyp.ctm / errors.jsonl are created on first use
@@ -101,8 +117,9 @@ class OutputWriter:
         self.write_records(batch_records(utts, results, seconds, extras), ctm=ctm)
 
     def write_records(self, records: Sequence[dict], ctm: bool = True) -> None:
-        """Append finished transcript records (`batch_records`) to text, hyp.ctm and
-        transcripts.jsonl, and fsync."""
+        """Write the records' subtitles, append finished transcript records (`batch_records`) to
+        text, hyp.ctm and transcripts.jsonl, and fsync."""
+        self._write_subtitles(records)
         self._append(TEXT, [text_line(rec) for rec in records])
         if ctm:
             self._append(CTM, [line for rec in records for line in ctm_lines(rec)])
@@ -261,7 +278,20 @@ class OutputWriter:
             self.warnings.append(f"{path}: dropped {dropped} lattice entries without a transcript line")
             _atomic_write(path, kept)
 
+    def _write_subtitles(self, records: Sequence[dict], missing_only: bool = False) -> None:
+        """subtitles/<utt>.<fmt> of each record (`asrdecode.io.subtitles`), each file atomic."""
+        if not self.subtitles or not records:
+            return
+        folder = self.out_dir / SUBTITLES
+        folder.mkdir(exist_ok=True)
+        for rec in records:
+            for fmt in self.subtitles:
+                path = folder / f"{quote(str(rec['utt_id']), safe='')}.{fmt}"
+                if not (missing_only and path.exists()):
+                    atomic_write_text(path, record_subtitles(rec, fmt, self.subtitle_style))
+
     def _rebuild_derived(self, records: list[dict]) -> None:
+        self._write_subtitles(records, missing_only=True)
         _atomic_write(self.out_dir / TEXT, [text_line(r) for r in records])
         if (self.out_dir / CTM).exists():
             _atomic_write(self.out_dir / CTM, [line for r in records for line in ctm_lines(r)])
