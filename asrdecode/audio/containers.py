@@ -22,6 +22,10 @@ ALLOWED_DEMUXERS = (
     "mov", "matroska", "asf", "aac", "amr", "amrnb", "amrwb", "ac3", "eac3", "mp3", "ogg", "wav",
     "flac", "avi", "caf", "aiff", "au", "w64", "wv", "ape", "tta", "dts", "mpeg", "mpegts", "flv",
 )  # fmt: skip
+#: Demuxers whose files record their length exactly (a sample table, a duration element); for the
+#: others (raw AAC, MP3 and AC-3 streams, MPEG-TS, ...) FFmpeg estimates it from the bitrate, so the
+#: samples are counted by decoding the stream once when it is opened.
+EXACT_LENGTH_DEMUXERS = ("mov", "matroska", "ogg", "wav", "flac", "caf", "aiff", "w64", "asf")
 #: Decoded before a span's start after a seek, so that codecs with memory (the MDCT overlap of
 #: AAC, Opus's pre-roll) have converged when the span begins.
 SEEK_PREROLL_SECONDS = 0.5
@@ -35,14 +39,15 @@ class ContainerAudio:
     """The first audio stream of a media file as float32 frames ``[n, channels]`` (soundfile's
     interface: ``read(k)`` returns the next k frames, fewer at the end). Integer samples are scaled
     as libsndfile scales them (s16 / 2^15, s32 / 2^31). `frames` is the container's length: exact
-    for MP4/M4A, at most a millisecond over for Matroska/WebM (a read stops at the stream's end),
-    estimated for some raw streams (AAC/AMR without a container).
+    for MP4/M4A, at most a millisecond over for Matroska/WebM (a read stops at the stream's end);
+    for raw streams (AAC, AC-3, AMR, MP3 without a container, MPEG-TS), whose length FFmpeg only
+    estimates, the decoded samples counted when the file is opened.
     Raises ValueError if the file has no audio stream, av.FFmpegError if FFmpeg cannot read it."""
 
     def __init__(self, path: str) -> None:
         import av
 
-        self._av = av
+        self._av, self._path = av, path
         self._container = av.open(path, options=_open_options())
         try:
             audio = self._container.streams.audio
@@ -54,14 +59,16 @@ class ContainerAudio:
             self.channels = int(ctx.channels or 0)
             if self.samplerate <= 0 or self.channels <= 0:
                 raise ValueError("the audio stream gives no sample rate or channel count")
-            self.format = f"FFMPEG:{self._container.format.name.split(',')[0]}"
-            self.frames = self._frame_count()
+            demuxers = self._container.format.name.split(",")
+            self.format = f"FFMPEG:{demuxers[0]}"
+            self._pending: list[np.ndarray] = []  # decoded [channels, m] arrays not yet read
+            self._decoded: Iterator[np.ndarray] | None = None
+            self._skip = 0  # samples still to drop before the first read (a seek's pre-roll)
+            self._indexed = not set(demuxers).isdisjoint(EXACT_LENGTH_DEMUXERS)
+            self.frames = self._frame_count() if self._indexed else self._counted_frames()
         except BaseException:
             self._container.close()
             raise
-        self._pending: list[np.ndarray] = []  # decoded [channels, m] arrays not yet read
-        self._decoded: Iterator[np.ndarray] | None = None
-        self._skip = 0  # samples still to drop before the first read (a seek's pre-roll)
 
     def _frame_count(self) -> int:
         """The stream's length in samples; where its timestamps are coarser than a sample (Matroska's
@@ -76,17 +83,25 @@ class ContainerAudio:
             return int(math.ceil((self._container.duration + 1000) * rate / 1_000_000))
         return 0
 
+    def _counted_frames(self) -> int:
+        """The stream's length in samples, counted by decoding it; the file is then opened again."""
+        count = sum(block.shape[1] for block in self._frames(seeking=False))
+        self._container.close()
+        self._container = self._av.open(self._path, options=_open_options())
+        self._stream = self._container.streams.audio[0]
+        return count
+
     # ----------------------------------------------------------- soundfile's interface
     def seek(self, start: int) -> None:
-        """Position at frame `start`. With timestamps of sample precision (MP4/M4A: one tick per
-        sample) it seeks to `SEEK_PREROLL_SECONDS` before it and drops the decoded samples up to
-        `start`; otherwise (or if the seek lands past that point) it decodes from the file's start
-        and drops `start` samples."""
+        """Position at frame `start`. In a file with an index and timestamps of sample precision
+        (MP4/M4A: one tick per sample) it seeks to `SEEK_PREROLL_SECONDS` before it and drops the
+        decoded samples up to `start`; otherwise (raw streams seek by bytes, inexactly), or if the
+        seek lands past that point, it decodes from the file's start and drops `start` samples."""
         self._pending, self._skip = [], start
         stream = self._stream
         tick = float(stream.time_base) * self.samplerate if stream.time_base is not None else math.inf
         target = start - int(SEEK_PREROLL_SECONDS * self.samplerate)
-        seeking = tick <= 1.0 and target > 0
+        seeking = self._indexed and tick <= 1.0 and target > 0
         if seeking:
             self._container.seek(int(target / tick) + (stream.start_time or 0), stream=stream, backward=True)
         elif self._decoded is not None:

@@ -56,8 +56,9 @@ def test_lossless_containers_give_libsndfiles_samples(tmp_path, name, codec, cha
 
 
 def test_a_seek_lands_where_decoding_from_the_start_would(tmp_path, monkeypatch):
-    """AAC (lossy, with priming) in M4A: a span read after a seek equals the same span cut from the
-    whole decode, bit for bit (the pre-roll lets the decoder converge), and the seek was used."""
+    """AAC (lossy, with priming) in M4A: a span read after a seek is the same span of the whole
+    decode, in place (no lag). The samples are equal but for the noise that AAC's noise substitution
+    draws from a generator the whole decode has run longer (a few thousandths); the seek was used."""
     media = write(tmp_path / "memo.m4a", real_speech(12.0))
     whole, _ = load_audio(Utterance("u", str(media)))
     seeks: list[int] = []
@@ -68,11 +69,12 @@ def test_a_seek_lands_where_decoding_from_the_start_would(tmp_path, monkeypatch)
         return real_seek(self, offset, **kw)
 
     monkeypatch.setattr(av.container.InputContainer, "seek", counted)
-    for offset in [0.1, 2.0, 7.77, 11.5]:
+    for offset in [0.1, 2.0, 3.0, 7.77, 11.5]:
         got, _ = load_audio(Utterance("u", str(media), offset=offset, duration=0.4))
         start = int(round(offset * RATE))
-        assert np.array_equal(got, whole[start : start + len(got)]) and len(got) == int(0.4 * RATE)
-    assert len(seeks) == 3  # not for the span within the pre-roll of the start
+        assert len(got) == int(0.4 * RATE)
+        assert np.abs(got - whole[start : start + len(got)]).max() < 5e-3, offset
+    assert len(seeks) == 4  # not for the span within the pre-roll of the start
     assert SEEK_PREROLL_SECONDS < 2.0
 
 
@@ -184,3 +186,28 @@ def test_cli_transcribes_containers_as_their_wavs(tmp_path):
     assert words["long-m4a"] == words["long-wav"] and len(words["long-wav"]) > 5
     assert words["clip_alac"] == words["clip"]
     assert words["clip_aac"] and words["clip_opus"]
+
+
+def test_raw_streams_are_counted_not_estimated(tmp_path):
+    """A raw AAC (ADTS) stream has no length but FFmpeg's estimate from its bitrate (off either way:
+    0.9 s short on a 48 s file, which cut its end off; too long, a file reads as truncated): its
+    samples are counted; spans of it are decoded from the start
+    (a raw stream seeks by bytes), the same samples as the whole read."""
+    samples = real_speech(20.0)
+    raw = tmp_path / "memo.aac"
+    with av.open(str(raw), "w", format="adts") as out:
+        stream = out.add_stream("aac", rate=RATE, layout="mono")
+        pcm = np.round(samples[:, 0] * 32768).astype(np.int16)[None]
+        frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate, frame.pts = RATE, 0
+        out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    with av.open(str(raw)) as c:
+        estimate = c.duration / 1e6
+    whole, _ = load_audio(Utterance("u", str(raw)))
+    assert len(whole) >= len(samples) and abs(estimate * RATE - len(whole)) > 100  # not the length
+    assert probe_duration(raw) == len(whole) / RATE
+    for offset in [1.0, 9.5, 18.0]:
+        got, _ = load_audio(Utterance("u", str(raw), offset=offset, duration=1.5))
+        start = int(round(offset * RATE))
+        assert np.array_equal(got, whole[start : start + len(got)]) and len(got) == int(1.5 * RATE)
