@@ -203,11 +203,18 @@ CONTAINER_CODECS = {
 }  # fmt: skip
 
 
-def encode_audio(path: str, blocks: Iterable[np.ndarray], rate: int, codec: str | None = None) -> None:
+def encode_audio(
+    path: str,
+    blocks: Iterable[np.ndarray],
+    rate: int,
+    codec: str | None = None,
+    bit_rate: int | None = None,
+) -> None:
     """Write float32 ``[n, channels]`` blocks at `rate` to a media file, as a phone or a browser
     would (the benches' and tests' inputs): the codec from the extension (`CONTAINER_CODECS`)
-    unless given (``"alac"`` for lossless M4A). Samples are rounded to 16 bits first; Opus is
-    encoded at 48 kHz (FFmpeg resamples)."""
+    unless given (``"alac"`` for lossless M4A), at the encoder's default bitrate unless given (bits
+    per second). Samples are rounded to 16 bits first; Opus is encoded at 48 kHz (FFmpeg
+    resamples)."""
     import av
 
     fmt, default_codec = CONTAINER_CODECS["." + path.rsplit(".", 1)[-1].lower()]
@@ -220,6 +227,8 @@ def encode_audio(path: str, blocks: Iterable[np.ndarray], rate: int, codec: str 
             layout = {1: "mono", 2: "stereo"}[channels]
             if stream is None:
                 stream = out.add_stream(codec, rate=out_rate, layout=layout)
+                if bit_rate:
+                    stream.bit_rate = bit_rate
             pcm = np.clip(np.round(block * 32768), -32768, 32767).astype(np.int16).reshape(1, -1)
             frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout=layout)
             frame.sample_rate, frame.pts = rate, written
