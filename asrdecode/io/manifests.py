@@ -446,8 +446,8 @@ def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> Input
     then the data dir and its two parents. Pipe entries (`cmd |`) are not run: the common
     "decode this file to stdout" forms (`flac -c -d -s F |`, `sox F -t wav - [remix N] |`,
     `sph2pipe -f wav -p [-c N] F |`, `ffmpeg -i F [-f wav] [-ar N] [-ac 1] - |`) are read as the
-    file F (and channel N); any other command or
-    ark offset becomes an utterance whose loading fails with a clear message.
+    file F (and channel N); any other command or ark offset becomes an utterance whose loading
+    fails with a clear message.
     """
     data_dir = Path(data_dir)
     wav_scp = data_dir / KALDI_WAV_SCP

@@ -283,12 +283,16 @@ class OutputWriter:
         if not self.subtitles or not records:
             return
         folder = self.out_dir / SUBTITLES
-        folder.mkdir(exist_ok=True)
-        for rec in records:
-            for fmt in self.subtitles:
-                path = folder / f"{quote(str(rec['utt_id']), safe='')}.{fmt}"
-                if not (missing_only and path.exists()):
-                    atomic_write_text(path, record_subtitles(rec, fmt, self.subtitle_style))
+        try:
+            folder.mkdir(exist_ok=True)
+            for rec in records:
+                for fmt in self.subtitles:
+                    path = folder / f"{quote(str(rec['utt_id']), safe='')}.{fmt}"
+                    if not (missing_only and path.exists()):
+                        atomic_write_text(path, record_subtitles(rec, fmt, self.subtitle_style))
+        except OSError as e:
+            self._failed = True
+            raise OutputError(f"{folder}: cannot write subtitles: {e.strerror or e}") from None
 
     def _rebuild_derived(self, records: list[dict]) -> None:
         self._write_subtitles(records, missing_only=True)

@@ -280,3 +280,32 @@ def test_write_failure_leaves_complete_lines_and_a_resumable_folder(tmp_path, mo
         w2.write_results([U(2)], [R(2)])
     assert [r["utt_id"] for r in rows(out)] == ["u1", "u2"]
     assert lines(out / "text") == ["u1 w1 end", "u2 w2 end"]
+
+
+def test_subtitles_come_before_their_transcript_and_a_failure_is_one_error(tmp_path, monkeypatch):
+    """Each transcript's subtitles are written before its line; a failed subtitle write (disk full)
+    is one OutputError, no transcript line is written for that batch, and the next writer resumes
+    and writes them."""
+    import errno
+
+    import asrdecode.atomic_files as atomic_files
+
+    out = tmp_path / "out"
+    w = OutputWriter(out, subtitles=("srt", "vtt"))
+    w.write_results([U(1)], [R(1)])
+    assert (out / "subtitles" / "u1.srt").read_text() == "1\n00:00:00,100 --> 00:00:00,800\nw1 end\n"
+    assert (out / "subtitles" / "u1.vtt").read_text().startswith("WEBVTT\n\n00:00:00.100 --> 00:00:00.800")
+    real_fsync = atomic_files.os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic_files.os, "fsync", full)
+    with pytest.raises(OutputError, match=r"subtitles: cannot write subtitles: No space left on device"):
+        w.write_results([U(2)], [R(2)])
+    w.close()
+    monkeypatch.setattr(atomic_files.os, "fsync", real_fsync)
+    assert [r["utt_id"] for r in rows(out)] == ["u1"]
+    with OutputWriter(out, subtitles=("srt",)) as w2:
+        w2.write_results([U(2)], [R(2)])
+    assert sorted(p.name for p in (out / "subtitles").iterdir()) == ["u1.srt", "u1.vtt", "u2.srt"]
