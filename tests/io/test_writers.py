@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -255,26 +258,30 @@ def test_resume_drops_lines_that_do_not_fit_the_record_schema(tmp_path):
     assert len(lines(out / "hyp.ctm")) == 2 and lines(out / "errors.jsonl") == []
 
 
+@contextlib.contextmanager
+def disk_full(monkeypatch, module) -> Iterator[None]:
+    """`module`'s os.fsync fails as on a full disk, inside the block."""
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module.os, "fsync", full)
+        yield
+
+
 def test_write_failure_leaves_complete_lines_and_a_resumable_folder(tmp_path, monkeypatch):
     """A write that fails (disk full) is one OutputError naming the file; close() then leaves the
     files as they are instead of rewriting them, and the next writer resumes from them."""
-    import errno
-
     import asrdecode.io.writers as writers
 
     out = tmp_path / "out"
     w = OutputWriter(out)
     w.write_results([U(1)], [R(1)])
-    real_fsync = writers.os.fsync
-
-    def full(fd):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(writers.os, "fsync", full)
-    with pytest.raises(OutputError, match=r"text: cannot write: No space left on device"):
-        w.write_results([U(2)], [R(2)])
-    w.close(order=["u2", "u1"])  # no reordering of a folder whose writes failed, and no error
-    monkeypatch.setattr(writers.os, "fsync", real_fsync)
+    with disk_full(monkeypatch, writers):
+        with pytest.raises(OutputError, match=r"text: cannot write: No space left on device"):
+            w.write_results([U(2)], [R(2)])
+        w.close(order=["u2", "u1"])  # no reordering of a folder whose writes failed, and no error
     with OutputWriter(out) as w2:
         assert w2.done_ids() == {"u1"}
         w2.write_results([U(2)], [R(2)])
@@ -286,8 +293,6 @@ def test_subtitles_come_before_their_transcript_and_a_failure_is_one_error(tmp_p
     """Each transcript's subtitles are written before its line; a failed subtitle write (disk full)
     is one OutputError, no transcript line is written for that batch, and the next writer resumes
     and writes them."""
-    import errno
-
     import asrdecode.atomic_files as atomic_files
 
     out = tmp_path / "out"
@@ -295,16 +300,10 @@ def test_subtitles_come_before_their_transcript_and_a_failure_is_one_error(tmp_p
     w.write_results([U(1)], [R(1)])
     assert (out / "subtitles" / "u1.srt").read_text() == "1\n00:00:00,100 --> 00:00:00,800\nw1 end\n"
     assert (out / "subtitles" / "u1.vtt").read_text().startswith("WEBVTT\n\n00:00:00.100 --> 00:00:00.800")
-    real_fsync = atomic_files.os.fsync
-
-    def full(fd):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(atomic_files.os, "fsync", full)
-    with pytest.raises(OutputError, match=r"subtitles: cannot write subtitles: No space left on device"):
-        w.write_results([U(2)], [R(2)])
-    w.close()
-    monkeypatch.setattr(atomic_files.os, "fsync", real_fsync)
+    with disk_full(monkeypatch, atomic_files):
+        with pytest.raises(OutputError, match=r"subtitles: cannot write subtitles: No space left on device"):
+            w.write_results([U(2)], [R(2)])
+        w.close()
     assert [r["utt_id"] for r in rows(out)] == ["u1"]
     with OutputWriter(out, subtitles=("srt",)) as w2:
         w2.write_results([U(2)], [R(2)])
