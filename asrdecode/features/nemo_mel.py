@@ -2,8 +2,9 @@
 
 Pipeline per batch (``waveforms [B, S]``, ``lengths [B]``):
 dither (training only) -> pre-emphasis with samples past the length zeroed -> centred STFT with a
-symmetric window -> power spectrum -> mel filterbank -> log(x + guard) -> normalisation over the
-valid frames -> padding frames set to ``pad_value`` -> optional padding of T to a multiple of ``pad_to``.
+symmetric window -> power spectrum -> mel filterbank (these four piece by piece over time,
+`STFT_PIECE_FRAMES`) -> log(x + guard) -> normalisation over the valid frames -> padding frames set
+to ``pad_value`` -> optional padding of T to a multiple of ``pad_to``.
 
 The buffers ``featurizer.window`` and ``featurizer.fb`` use NeMo's names, so a NeMo state_dict
 (``preprocessor.featurizer.window``, ``preprocessor.featurizer.fb``) loads into
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 NORMALIZE_EPS = 1e-5
+#: Frames of the power spectrum made at a time (41 s at a 10 ms hop): an hour-long input's STFT
+#: temporaries (1.8 GB at once) are a piece's; the frames are those of one whole transform.
+STFT_PIECE_FRAMES = 4096
 
 _WINDOWS = {
     "hann": torch.hann_window,
@@ -212,6 +216,36 @@ class FilterbankFeatures(nn.Module):
         pad = self.n_fft // 2 * 2
         return torch.div(lengths.to(torch.int64) + pad - self.n_fft, self.hop_length, rounding_mode="floor")
 
+    def _mel_power(self, x: torch.Tensor, lengths: torch.Tensor, first: int, last: int) -> torch.Tensor:
+        """Mel power of frames [first, last) of the centred STFT: their samples (with the zeros of
+        centring past the ends) pre-emphasised, zeroed past each length, transformed uncentred.
+        Frame j reads padded samples [j * hop, j * hop + n_fft), so any split into pieces gives the
+        frames of one transform of the whole input, with the temporaries of a piece."""
+        half, hop, n_samples = self.n_fft // 2, self.hop_length, x.shape[1]
+        lo, hi = first * hop - half, (last - 1) * hop + self.n_fft - half  # in input samples
+        a, b = max(lo, 0), min(hi, n_samples)
+        piece = x[:, max(a - 1, 0) : b]  # one sample before, for the pre-emphasis
+        if self.preemph is not None:
+            emph = piece[:, 1:] - float(self.preemph) * piece[:, :-1]
+            piece = emph if a > 0 else torch.cat((piece[:, :1], emph), dim=1)
+        elif a > 0:
+            piece = piece[:, 1:]
+        piece = piece.masked_fill(torch.arange(a, b, device=x.device) >= lengths.unsqueeze(1), 0.0)
+        piece = F.pad(piece, (a - lo, hi - b))
+        spec = torch.stft(
+            piece,
+            n_fft=self.n_fft,
+            hop_length=hop,
+            win_length=self.win_length,
+            window=self.window.to(x.dtype),
+            center=False,
+            return_complex=True,
+        )
+        power = spec.real.pow(2) + spec.imag.pow(2)  # |X|^2 (gradient-safe, no sqrt)
+        if self.mag_power != 2.0:
+            power = (power + (1e-10 if power.requires_grad else 0.0)).pow(self.mag_power / 2.0)
+        return torch.matmul(self.fb.to(power.dtype), power)  # [1, F, K] @ [B, K, T] -> [B, F, T]
+
     def forward(
         self, x: torch.Tensor, lengths: torch.Tensor, normalize: str | None = None, pad_to: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,23 +258,10 @@ class FilterbankFeatures(nn.Module):
         x = x.to(torch.float32)
         if self.training and self.dither > 0:
             x = x + self.dither * torch.randn_like(x)
-        if self.preemph is not None:
-            x = torch.cat((x[:, :1], x[:, 1:] - float(self.preemph) * x[:, :-1]), dim=1)
-        x = x.masked_fill(~_valid_mask(lengths, x.shape[1]), 0.0)
-        spec = torch.stft(
-            x,
-            n_fft=self.n_fft,
-            hop_length=self.hop_length,
-            win_length=self.win_length,
-            window=self.window.to(x.dtype),
-            center=True,
-            pad_mode="constant",
-            return_complex=True,
-        )
-        power = spec.real.pow(2) + spec.imag.pow(2)  # |X|^2 (gradient-safe, no sqrt)
-        if self.mag_power != 2.0:
-            power = (power + (1e-10 if power.requires_grad else 0.0)).pow(self.mag_power / 2.0)
-        feats = torch.matmul(self.fb.to(power.dtype), power)  # [1, F, K] @ [B, K, T] -> [B, F, T]
+        feats = x.new_empty(x.shape[0], self.nfilt, x.shape[1] // self.hop_length + 1)
+        for first in range(0, feats.shape[-1], STFT_PIECE_FRAMES):
+            last = min(first + STFT_PIECE_FRAMES, feats.shape[-1])
+            feats[:, :, first:last] = self._mel_power(x, lengths, first, last)
         if self.log:
             guard = self._log_guard(feats)
             if self.cfg.log_zero_guard_type == "add":

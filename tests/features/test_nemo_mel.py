@@ -179,3 +179,63 @@ def test_config_defaults_and_errors():
         make(normalize={"fixed_mean": [0.0]})
     with pytest.raises(ModelError, match="no_such_option"):
         make(no_such_option=1)
+
+
+def whole_transform_mel_power(feat, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The mel power as one centred STFT over the whole batch (the computation before it was made
+    piece by piece), written out here as the reference."""
+    if feat.preemph is not None:
+        x = torch.cat((x[:, :1], x[:, 1:] - float(feat.preemph) * x[:, :-1]), dim=1)
+    x = x.masked_fill(torch.arange(x.shape[1]) >= lengths.unsqueeze(1), 0.0)
+    spec = torch.stft(
+        x, n_fft=feat.n_fft, hop_length=feat.hop_length, win_length=feat.win_length,
+        window=feat.window, center=True, pad_mode="constant", return_complex=True,
+    )  # fmt: skip
+    power = spec.real.pow(2) + spec.imag.pow(2)
+    if feat.mag_power != 2.0:
+        power = power.pow(feat.mag_power / 2.0)
+    return torch.matmul(feat.fb, power)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"preemph": None}, {"mag_power": 1.0}, {"n_fft": 512, "window_size": 0.02}, {"window_stride": 0.01}],
+)
+@pytest.mark.parametrize("piece", [1, 7, 64, 10_000])
+def test_stft_in_pieces_gives_the_whole_transforms_frames(monkeypatch, options, piece):
+    """Pieces of 1, 7, 64 and all frames give the frames of one transform of the whole batch, for
+    utterances of different lengths (one shorter than a window), with and without pre-emphasis,
+    magnitude or power, a window shorter than the FFT and another hop: bit for bit in one piece (an
+    input shorter than `STFT_PIECE_FRAMES` gets the values of before), to float rounding in pieces
+    (the narrowest pieces take other FFT and matrix kernels); through `forward` too."""
+    import asrdecode.features.nemo_mel as nemo_mel
+
+    feat = NemoMelPreprocessor(NemoMelConfig(**options)).featurizer.eval()  # no dither
+    torch.manual_seed(piece)
+    lengths = torch.tensor([16000, 12345, 300, 9999])
+    x = torch.randn(4, 16000) * 0.1
+    want = whole_transform_mel_power(feat, x, lengths)
+    frames = want.shape[-1]
+    pieces = [feat._mel_power(x, lengths, a, min(a + piece, frames)) for a in range(0, frames, piece)]
+    got = torch.cat(pieces, dim=-1)
+    assert got.shape == want.shape
+    if piece >= frames:
+        assert torch.equal(got, want)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-12)
+    whole, _ = feat(x, lengths)
+    monkeypatch.setattr(nemo_mel, "STFT_PIECE_FRAMES", piece)
+    torch.testing.assert_close(feat(x, lengths)[0], whole, rtol=1e-5, atol=1e-5)
+
+
+def test_a_long_input_in_default_pieces_is_bit_for_bit_one_transform():
+    """Three minutes (5 pieces of `STFT_PIECE_FRAMES`): the same frames as one transform, bit for bit."""
+    feat = NemoMelPreprocessor(NemoMelConfig()).featurizer
+    torch.manual_seed(0)
+    n = 16000 * 180
+    lengths = torch.tensor([n, n - 12345])
+    x = torch.randn(2, n) * 0.1
+    want = whole_transform_mel_power(feat, x, lengths)
+    frames = want.shape[-1]
+    step = 4096
+    pieces = [feat._mel_power(x, lengths, a, min(a + step, frames)) for a in range(0, frames, step)]
+    assert len(pieces) == 5 and torch.equal(torch.cat(pieces, dim=-1), want)
