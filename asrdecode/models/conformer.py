@@ -235,19 +235,29 @@ class ConvSubsampling(nn.Module):
         """Output frames for the given input frame counts."""
         return self._lengths_after(lengths)
 
-    #: output frames per chunk of `forward` on long inputs (the first conv's output would otherwise
-    #: be [B, channels, T/2, F/2] at once: 1.8 GB for an hour with 64 channels)
-    chunk_frames = 2048
+    #: bytes of the first conv's output a chunk of `forward` may take (it would otherwise be
+    #: [B, channels, T/2, F/2] at once: 1.8 GB for an hour with 64 channels, 7 GB with 256)
+    chunk_bytes = 32 << 20
+    #: output frames per chunk; None: as many as `chunk_bytes` allows (at least 64)
+    chunk_frames: int | None = None
+
+    def _frames_per_chunk(self, batch: int, feat_in: int) -> int:
+        if self.chunk_frames is not None:
+            return self.chunk_frames
+        first = next(m for m in self.conv if isinstance(m, nn.Conv2d))
+        per_frame = batch * first.out_channels * (feat_in // 2 + 1) * (1 << (self.n_stages - 1)) * 4
+        return max(64, self.chunk_bytes // per_frame)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T, F] -> ([B, T', d_model], lengths'), `chunk_frames` output frames at a time
-        (`_chunk`): memory bounded by the chunk whatever the input length."""
+        """[B, T, F] -> ([B, T', d_model], lengths'), a chunk of output frames at a time (`_chunk`,
+        `out` applied per chunk): memory bounded by the chunk whatever the input length."""
         total = int(self._lengths_after(torch.tensor(x.shape[1])))
-        parts = [
-            self._chunk(x, lengths, a, min(a + self.chunk_frames, total))
-            for a in range(0, total, self.chunk_frames)
-        ]
-        return self.out(torch.cat(parts, dim=1)), self._lengths_after(lengths)
+        step = self._frames_per_chunk(x.shape[0], x.shape[2])
+        out = x.new_empty(x.shape[0], total, self.out.out_features)
+        for a in range(0, total, step):
+            b = min(a + step, total)
+            out[:, a:b] = self.out(self._chunk(x, lengths, a, b))
+        return out, self._lengths_after(lengths)
 
     def _chunk(self, x: torch.Tensor, lengths: torch.Tensor, a: int, b: int) -> torch.Tensor:
         """Output frames [a, b) of the conv stack (before `out`), computed from the input frames they
@@ -313,18 +323,37 @@ class ConvModule(nn.Module):
         self.batch_norm = nn.BatchNorm1d(d_model) if norm == "batch_norm" else nn.LayerNorm(d_model)
         self.pointwise_conv2 = nn.Conv1d(d_model, d_model, 1, bias=bias)
 
+    #: output frames computed at a time in eval mode (its [T, 2 d_model] and [T, d_model]
+    #: temporaries are a piece's); training keeps the whole input (batch norm's statistics)
+    frames = 1024
+
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
         """x [B, T, D]; pad_mask [B, T] True on padding."""
-        x = F.glu(self.pointwise_conv1(x.transpose(1, 2)), dim=1)
+        t = x.shape[1]
+        if self.training or t <= self.frames:
+            return self._frames(x, pad_mask, 0, t)
+        out = torch.empty_like(x)
+        for a in range(0, t, self.frames):
+            b = min(a + self.frames, t)
+            out[:, a:b] = self._frames(x, pad_mask, a, b)
+        return out
+
+    def _frames(self, x: torch.Tensor, pad_mask: torch.Tensor | None, a: int, b: int) -> torch.Tensor:
+        """Output frames [a, b) from input frames [a - left, b + right): every step but the
+        depthwise conv acts on each frame alone, and frames outside the input are the zeros the
+        conv's padding gives, so any split gives the whole input's frames."""
+        left, right = self.padding
+        lo, hi = max(a - left, 0), min(b + right, x.shape[1])
+        y = F.glu(self.pointwise_conv1(x[:, lo:hi].transpose(1, 2)), dim=1)
         if pad_mask is not None:
-            x = x.masked_fill(pad_mask.unsqueeze(1), 0.0)
-        x = self.depthwise_conv(F.pad(x, self.padding))
+            y = y.masked_fill(pad_mask[:, lo:hi].unsqueeze(1), 0.0)
+        y = self.depthwise_conv(F.pad(y, (lo - (a - left), b + right - hi)))
         if self.norm_type == "layer_norm":
-            x = self.batch_norm(x.transpose(1, 2)).transpose(1, 2)
+            y = self.batch_norm(y.transpose(1, 2)).transpose(1, 2)
         else:
-            x = self.batch_norm(x)
-        x = self.pointwise_conv2(F.silu(x))
-        return x.transpose(1, 2)
+            y = self.batch_norm(y)
+        y = self.pointwise_conv2(F.silu(y))
+        return y.transpose(1, 2)
 
 
 class RelPositionSelfAttention(nn.Module):
@@ -367,14 +396,11 @@ class RelPositionSelfAttention(nn.Module):
         bias_u = self.pos_bias_u if self.pos_bias_u is not None else bias_u
         bias_v = self.pos_bias_v if self.pos_bias_v is not None else bias_v
         b, t, _ = x.shape
+        if isinstance(mask, LocalWindow):
+            return self._banded(x, self._heads(self.linear_pos(pos_emb)), mask, bias_u, bias_v)
         q = self.linear_q(x).view(b, t, self.h, self.d_k)  # [B, T, h, d_k]
         k = self._heads(self.linear_k(x))
         v = self._heads(self.linear_v(x))
-        if isinstance(mask, LocalWindow):
-            out = self._banded(
-                q.transpose(1, 2), k, v, self._heads(self.linear_pos(pos_emb)), mask, bias_u, bias_v
-            )
-            return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
         p = self._heads(self.linear_pos(pos_emb))  # [1, h, 2T-1, d_k]
         content = torch.matmul((q + bias_u).transpose(1, 2), k.transpose(-2, -1))  # [B, h, T, T]
         position = torch.matmul((q + bias_v).transpose(1, 2), p.transpose(-2, -1))  # [B, h, T, 2T-1]
@@ -392,9 +418,7 @@ class RelPositionSelfAttention(nn.Module):
 
     def _banded(
         self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        x: torch.Tensor,
         p: torch.Tensor,
         window: LocalWindow,
         bias_u: torch.Tensor,
@@ -402,26 +426,31 @@ class RelPositionSelfAttention(nn.Module):
     ) -> torch.Tensor:
         """Attention of each query i over keys i-left .. i+right only (the same scores, masking and
         softmax as the full computation with that band masked, as NeMo's sliding-window
-        ``rel_pos_local_attn`` computes for a symmetric window), in blocks of queries: memory grows
-        with T x window, not T². q, k, v [B, h, T, d_k], p [1, h, L, d_k] with L = left + right + 1,
-        column c = relative position left - c. Returns [B, h, T, d_k]."""
-        b, h, t, d = q.shape
+        ``rel_pos_local_attn`` computes for a symmetric window), in blocks of queries, each block's
+        queries, keys and values projected from its own frames of x (keys past the input are the
+        zeros of padding): memory grows with the block and window, not with T (nor T²). x [B, T, D],
+        p [1, h, L, d_k] with L = left + right + 1, column c = relative position left - c.
+        Returns the attention's output [B, T, D] (after ``linear_out``)."""
+        b, t, _ = x.shape
+        h = self.h
         left, right = window.left, window.right
         width = left + right + 1
-        k_pad = F.pad(k, (0, 0, left, right))
-        v_pad = F.pad(v, (0, 0, left, right))
         key_ok = F.pad(window.valid, (left, right), value=False)  # [B, T + L - 1]
-        out = torch.empty_like(q)
+        out = x.new_empty(b, t, self.linear_out.out_features)
         block = max(1, min(t, window.block))
-        rows = torch.arange(block, device=q.device).unsqueeze(1)
-        band = rows + torch.arange(width, device=q.device)  # [block, L]: key slot of (row, column)
+        rows = torch.arange(block, device=x.device).unsqueeze(1)
+        band = rows + torch.arange(width, device=x.device)  # [block, L]: key slot of (row, column)
         scale = math.sqrt(self.d_k)
         for s in range(0, t, block):
             n = min(block, t - s)
             idx = band[:n]
-            span = n + width - 1
-            qb = q[:, :, s : s + n]
-            content = torch.matmul(qb + bias_u.unsqueeze(1), k_pad[:, :, s : s + span].transpose(-2, -1))
+            span = n + width - 1  # key slots s - left .. s + n - 1 + right
+            lo, hi = max(s - left, 0), min(s + n + right, t)
+            edges = (0, 0, lo - (s - left), s + n + right - hi)
+            k = F.pad(self._heads(self.linear_k(x[:, lo:hi])), edges)  # [B, h, span, d_k]
+            v = F.pad(self._heads(self.linear_v(x[:, lo:hi])), edges)
+            qb = self._heads(self.linear_q(x[:, s : s + n]))  # [B, h, n, d_k]
+            content = torch.matmul(qb + bias_u.unsqueeze(1), k.transpose(-2, -1))
             content = content.gather(-1, idx.expand(b, h, n, width))  # [B, h, n, L]
             position = torch.matmul(qb + bias_v.unsqueeze(1), p.transpose(-2, -1))  # [B, h, n, L]
             scores = (content + position) / scale
@@ -431,7 +460,8 @@ class RelPositionSelfAttention(nn.Module):
             attn = torch.softmax(scores.masked_fill(masked, _MASK_FILL), dim=-1).masked_fill(masked, 0.0)
             attn = self.dropout(attn)
             spread = attn.new_zeros(b, h, n, span).scatter_(-1, idx.expand(b, h, n, width), attn)
-            out[:, :, s : s + n] = torch.matmul(spread, v_pad[:, :, s : s + span])
+            heads = torch.matmul(spread, v)  # [B, h, n, d_k]
+            out[:, s : s + n] = self.linear_out(heads.transpose(1, 2).reshape(b, n, h * self.d_k))
         return out
 
 
@@ -474,11 +504,25 @@ class ConformerLayer(nn.Module):
         bias_u: torch.Tensor | None = None,
         bias_v: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = x + 0.5 * self.dropout(self.feed_forward1(self.norm_feed_forward1(x)))
+        x = self._half_feed_forward(x, self.norm_feed_forward1, self.feed_forward1)
         x = x + self.dropout(self.self_attn(self.norm_self_att(x), pos_emb, att_mask, bias_u, bias_v))
         x = x + self.dropout(self.conv(self.norm_conv(x), pad_mask))
-        x = x + 0.5 * self.dropout(self.feed_forward2(self.norm_feed_forward2(x)))
+        x = self._half_feed_forward(x, self.norm_feed_forward2, self.feed_forward2)
         return self.norm_out(x)
+
+    #: frames of a feed-forward module computed at a time: its [T, 4 d_model] hidden layer is a
+    #: piece's (an hour of a 1024-wide model's: 737 MB, twice), whatever the input's length
+    ff_frames = 1024
+
+    def _half_feed_forward(self, x: torch.Tensor, norm: nn.Module, ff: FeedForward) -> torch.Tensor:
+        """x + ½ ff(norm(x)), frame by frame (both act on each frame alone), `ff_frames` at a time."""
+        if x.shape[1] <= self.ff_frames:
+            return x + 0.5 * self.dropout(ff(norm(x)))
+        out = torch.empty_like(x)
+        for a in range(0, x.shape[1], self.ff_frames):
+            piece = x[:, a : a + self.ff_frames]
+            out[:, a : a + self.ff_frames] = piece + 0.5 * self.dropout(ff(norm(piece)))
+        return out
 
 
 @dataclass
