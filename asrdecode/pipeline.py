@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -25,6 +26,8 @@ from asrdecode.gc_pause import loading_done
 from asrdecode.models.base import ModelOutput
 
 STAGES = ("load", "features", "model", "decode")
+T = TypeVar("T")
+_END = object()  # the end of `StageTimer.timed`'s items
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -48,14 +51,27 @@ class StageTimer:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
 
     @contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str, host_only: bool = False):
+        """Time the block as stage `name`; ``host_only``: work on the CPU alone (reading), which
+        must not wait for the device's queued work (that would undo the overlap with it)."""
         start = time.perf_counter()
         try:
             yield
         finally:
-            if self.device.type == "cuda":
+            if self.device.type == "cuda" and not host_only:
                 torch.cuda.synchronize(self.device)
             self.seconds[name] += time.perf_counter() - start
+
+    def timed(self, name: str, items: Iterable[T]) -> Iterator[T]:
+        """`items`, each one's production timed as stage `name` (host only: a streamed input's
+        reading between batches)."""
+        it = iter(items)
+        while True:
+            with self.stage(name, host_only=True):
+                item = next(it, _END)
+            if item is _END:
+                return
+            yield item
 
 
 @dataclass
@@ -512,7 +528,10 @@ class Transcriber:
 
         rate, batch = self.model.sample_rate, self.cfg.batch
         seconds = self._segment_seconds()
-        blocks = audio_blocks(utt, rate) if wave is None else [wave.detach().cpu().numpy()]
+        if wave is None:  # read as it is cut, the reading timed as the load stage
+            blocks: Iterable[np.ndarray] = self.timer.timed("load", audio_blocks(utt, rate))
+        else:
+            blocks = [wave.detach().cpu().numpy()]
         per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // seconds)))
         parts: list[DecodeResult] = []
         log_probs: list[np.ndarray] = []

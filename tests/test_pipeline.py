@@ -42,3 +42,26 @@ def test_transcriber_runs_resumes_and_reports(tmp_path):
 
     again = Transcriber(cfg, audio, tmp_path / "out").run()
     assert again["decoded_this_run"] == 0 and again["resumed"] == len(texts)
+
+
+def test_stage_timer_times_the_items_production_not_their_use(monkeypatch):
+    """`StageTimer.timed` (a streamed input's reading): the stage gets the time spent making each
+    item, not the time its consumer spends between items (a clock that only the test moves)."""
+    import torch
+
+    import asrdecode.pipeline as pipeline
+
+    clock = [0.0]
+    monkeypatch.setattr(pipeline.time, "perf_counter", lambda: clock[0])
+
+    def read():
+        for block in range(3):
+            clock[0] += 2.0  # reading a block
+            yield block
+
+    timer = pipeline.StageTimer(torch.device("cpu"))
+    got = []
+    for block in timer.timed("load", read()):
+        clock[0] += 10.0  # decoding it
+        got.append(block)
+    assert got == [0, 1, 2] and timer.seconds["load"] == 6.0
