@@ -365,7 +365,7 @@ def validate_decoder_section(section: dict) -> Any:
         raise ConfigError(f"config section 'decoder' must be a mapping, got {section!r}")
     kind = section.get("type", "auto")
     if kind == "auto":
-        extra = sorted(k for k in section if k != "type")
+        extra = sorted(_shown(str(k)) for k in section if k != "type")
         if extra:
             raise ConfigError(
                 f"decoder options {', '.join('decoder.' + k for k in extra)} need an explicit decoder.type "

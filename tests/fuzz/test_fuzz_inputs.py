@@ -182,3 +182,18 @@ def test_kaldi_entry_with_an_unknown_home(scratch):
     assert [u.utt_id for u in utts] == ["0"]
     with pytest.raises(AsrDecodeError, match="~0"):
         load_audio(utts[0])
+
+
+def test_decoder_options_without_a_type_with_odd_keys(scratch):
+    """A `decoder:` section with no type and a key that is a newline, or keys of mixed types, found
+    by `make fuzz`: one line naming the keys (escaped), not a message cut in two or a TypeError."""
+    import yaml
+
+    from asrdecode.config import build_config
+
+    path = case_dir(scratch, "cfg") / "c.yaml"
+    for section in ({"\n": None}, {1: 2, "beam": 3}):
+        path.write_text(yaml.safe_dump({"decoder": section}))
+        with pytest.raises(AsrDecodeError) as err:
+            build_config(path)
+        assert "\n" not in str(err.value) and "need an explicit decoder.type" in str(err.value)
