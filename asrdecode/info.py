@@ -29,11 +29,32 @@ def describe_dataset(path: str) -> dict:
     if with_text:
         words = sum(len(u.text.split()) for u in utts if u.text)
         info["reference words"] = str(words)
+    if inputs.kind != "logprobs":
+        info["audio formats"] = _audio_formats(utts)
     if inputs.kind == "logprobs":
         meta = inputs.meta
         info["units"] = str(len(meta["units"]))
         info["frame shift"] = f"{meta['frame_shift']} s"
     return info
+
+
+#: Audio files whose format `info` looks at (each is opened).
+FORMAT_SAMPLE = 2000
+
+
+def _audio_formats(utts: list) -> str:
+    """How many of the data set's audio files have each format, rate and channel count (the first
+    `FORMAT_SAMPLE` files)."""
+    from collections import Counter
+
+    from asrdecode.audio.loading import describe_audio_file
+
+    paths = list(dict.fromkeys(u.audio_path for u in utts if u.audio_path))
+    counts = Counter(describe_audio_file(p) for p in paths[:FORMAT_SAMPLE])
+    text = "; ".join(f"{kind}: {n}" for kind, n in counts.most_common())
+    if len(paths) > FORMAT_SAMPLE:
+        text += f" (the first {FORMAT_SAMPLE} of {len(paths)} files)"
+    return text
 
 
 def describe_default_setup() -> dict:

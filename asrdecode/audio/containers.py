@@ -61,6 +61,7 @@ class ContainerAudio:
                 raise ValueError("the audio stream gives no sample rate or channel count")
             demuxers = self._container.format.name.split(",")
             self.format = f"FFMPEG:{demuxers[0]}"
+            self.subtype = str(ctx.name or "")  # the codec, where soundfile names the sample format
             self._pending: list[np.ndarray] = []  # decoded [channels, m] arrays not yet read
             self._decoded: Iterator[np.ndarray] | None = None
             self._skip = 0  # samples still to drop before the first read (a seek's pre-roll)

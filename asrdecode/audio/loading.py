@@ -80,6 +80,17 @@ def open_audio(path: str) -> sf.SoundFile | ContainerAudio:
             raise e from None
 
 
+def describe_audio_file(path: str) -> str:
+    """``"FORMAT CODEC, RATE Hz, N ch"`` of an audio file by the library that reads it (``WAV
+    PCM_16``, ``mov aac``), or ``"unreadable"``."""
+    try:
+        with _audio_errors(path), open_audio(path) as f:
+            kind = f.format.removeprefix("FFMPEG:") + (f" {f.subtype}" if f.subtype else "")
+            return f"{kind}, {f.samplerate} Hz, {f.channels} ch"
+    except AudioError:
+        return "unreadable"
+
+
 @contextlib.contextmanager
 def _audio_errors(path: str) -> Iterator[None]:
     """Every failure of reading `path` as one AudioError naming it."""

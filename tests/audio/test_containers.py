@@ -211,3 +211,17 @@ def test_raw_streams_are_counted_not_estimated(tmp_path):
         got, _ = load_audio(Utterance("u", str(raw), offset=offset, duration=1.5))
         start = int(round(offset * RATE))
         assert np.array_equal(got, whole[start : start + len(got)]) and len(got) == int(1.5 * RATE)
+
+
+def test_info_counts_the_formats_of_a_folder(tmp_path):
+    """`asrdecode info` on a folder names each file's format as the library that reads it does,
+    with its rate and channels, counted (an unreadable file too)."""
+    from asrdecode.info import describe_dataset
+
+    speech = real_speech(0.5)
+    sf.write(tmp_path / "a.wav", speech, RATE, subtype="PCM_16")
+    sf.write(tmp_path / "b.wav", speech, RATE, subtype="PCM_16")
+    write(tmp_path / "c.m4a", real_speech(0.5, channels=2))
+    (tmp_path / "d.mp4").write_text("not a video")
+    formats = describe_dataset(str(tmp_path))["audio formats"]
+    assert formats == "WAV PCM_16, 16000 Hz, 1 ch: 2; mov aac, 16000 Hz, 2 ch: 1; unreadable: 1"
