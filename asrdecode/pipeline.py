@@ -452,12 +452,13 @@ class Transcriber:
             raise KeyboardInterrupt
         return report
 
-    def _report_progress(self, start: float) -> None:
+    def _report_progress(self, start: float, unfinished_seconds: float = 0.0) -> None:
+        """Progress so far; `unfinished_seconds`: audio decoded of an input still in segments."""
         self.on_progress(
             {
                 "total": len(self.todo),
                 "done": self.stats.decoded + self.stats.failed,
-                "audio_seconds": self.stats.audio_seconds,
+                "audio_seconds": self.stats.audio_seconds + unfinished_seconds,
                 "elapsed": time.perf_counter() - start,
             }
         )
@@ -516,12 +517,13 @@ class Transcriber:
         batch = self.cfg.batch
         return min(batch.segment_seconds, batch.max_seconds) if batch.segment_seconds > 0 else 0.0
 
-    def _decode_in_segments(self, utt, wave: torch.Tensor | None) -> None:
+    def _decode_in_segments(self, utt, wave: torch.Tensor | None, run_start: float | None = None) -> None:
         """An input longer than ``batch.segment_seconds``: cut at quiet moments (`cut_stream`),
         the segments decoded in batches like utterances, their results and lattices joined
         (`join_results`, `join_lattices`). `wave` None: the input is read (and resampled) as its
         segments are cut (`audio_blocks`), so that it is never all in memory; a read error then
-        fails the input, reported like an unreadable file."""
+        fails the input, reported like an unreadable file. With the run's start (`run_start`),
+        progress is reported after each batch of segments."""
         from asrdecode.audio.loading import audio_blocks
         from asrdecode.audio.segmenting import cut_stream, join_lattices, join_results
         from asrdecode.io.manifests import save_logprobs
@@ -538,12 +540,14 @@ class Transcriber:
         outs: list[ModelOutput | None] = []
         starts: list[int] = []  # each segment's first sample
         samples = [0]
+        ends: list[int] = []  # each segment's end (sample)
 
         def started() -> Iterator[PendingDecode]:
             group: list[np.ndarray] = []
             for first, piece in cut_stream(blocks, rate, seconds):
                 starts.append(first)
                 samples[0] = first + piece.shape[0]
+                ends.append(samples[0])
                 group.append(piece)
                 if len(group) == per_batch:
                     yield start(group)
@@ -559,6 +563,8 @@ class Transcriber:
         try:
             for i, results in enumerate(one_ahead(started())):
                 parts += results
+                if run_start is not None:
+                    self._report_progress(run_start, ends[len(parts) - 1] / rate)
                 out, outs[i] = outs[i], None
                 if self.cfg.output.save_logprobs and out is not None and out.log_probs is not None:
                     lp = out.log_probs.float().cpu().numpy()
@@ -630,9 +636,9 @@ class Transcriber:
             if pending is not None:
                 pending.result()
             for i in long:
-                self._decode_in_segments(utts[i], waves[i])
+                self._decode_in_segments(utts[i], waves[i], start)
             for utt in streamed:
-                self._decode_in_segments(utt, None)
+                self._decode_in_segments(utt, None, start)
             self._report_progress(start)
             return []
 

@@ -2,7 +2,9 @@
 
 A recording longer than ``max_seconds`` is cut into consecutive segments of at most that length:
 from each segment start, the cut goes at the centre of the quietest ``quiet_seconds`` window (mean
-energy of 10 ms frames) within the last ``search_seconds`` before the limit, so words are rarely
+energy of 10 ms frames) within the last ``search_seconds`` before the limit and past the segment's
+first quarter (so that a segment is at least a quarter of the limit long, but the last: with a
+limit under 13 s a silence at a segment's start was cut a frame at a time), so words are rarely
 cut and every segment can be decoded on its own (bounded memory for any model and decoder). The
 segments' results are joined back into one: words and token frames shifted by each segment's
 offset, scores added, word lattices concatenated.
@@ -53,7 +55,7 @@ def cut_stream(
     hop = max(1, rate // 100)
     width = max(1, int(round(quiet_seconds * 100)))
     kernel = np.ones(width) / width
-    search = max(1, min(int(search_seconds * 100), limit // hop - 1))
+    search = max(1, min(int(search_seconds * 100), limit // hop * 3 // 4))  # past its first quarter
 
     def cut_after(start: int, smooth: Callable[[int, int], np.ndarray]) -> int:
         last = (start + limit) // hop - 1  # frames that end within the limit

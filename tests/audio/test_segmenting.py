@@ -48,7 +48,7 @@ def whole_recording_bounds(
         return [(0, n)]
     energy = np.square(wave[: frames * hop].astype(np.float64)).reshape(frames, hop).mean(axis=1)
     smooth = np.convolve(energy, np.ones(width) / width, mode="same")
-    search = max(1, min(1000, limit // hop - 1))
+    search = max(1, min(1000, limit // hop * 3 // 4))
     bounds, start = [], 0
     while n - start > limit:
         last = (start + limit) // hop - 1
@@ -252,3 +252,38 @@ def test_lattice_of_a_segmented_input_joins_its_segments(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "o/transcripts.jsonl").read_text().splitlines()]
     long_words = next(r["words"] for r in rows if r["utt_id"] == "long")
     assert [symbols[w] for w in path] == [w["word"] for w in long_words] != []
+
+
+def test_progress_moves_while_a_long_input_is_decoded(tmp_path):
+    """A long input in segments reports progress after each batch of segments (the audio decoded so
+    far), not only when it is done: a run over one file shows its hours moving."""
+    _, _ = clips_with_gaps(tmp_path / "long")
+    log = tmp_path / "run.jsonl"
+    transcribe(
+        tmp_path / "long", tmp_path / "out", "batch.segment_seconds=4", "batch.max_seconds=4",
+        "--log-file", str(log),
+    )  # fmt: skip
+    events = [json.loads(x) for x in log.read_text().splitlines()]
+    progress = [e for e in events if e["event"] == "progress"]
+    during = [e["audio_seconds"] for e in progress[1:-1]]  # after the first event, before the end
+    assert len(during) >= 2 and during == sorted(set(during))
+    assert 0 < during[0] < progress[-1]["audio_seconds"]
+    assert [e["done"] for e in progress[:-1]] == [0] * (len(progress) - 1) and progress[-1]["done"] == 1
+
+
+@pytest.mark.parametrize("limit_seconds", [1.0, 4.0, 7.5, 19.0, 30.0])
+def test_no_segment_shorter_than_a_quarter_of_the_limit_but_the_last(limit_seconds):
+    """Speech with silences longer than a frame: every segment but the last is at least a quarter
+    of the limit long. (With the quiet moment searched over the whole segment, a 4 s limit cut a
+    1.2 s silence into 1-frame segments, one per frame of it.)"""
+    rng = np.random.default_rng(int(limit_seconds * 10))
+    pieces = []
+    for _ in range(12):
+        pieces += [rng.normal(0, 0.1, int(rng.uniform(0.5, 3.0) * RATE)), np.zeros(int(1.2 * RATE))]
+    wave = np.concatenate(pieces).astype(np.float32)
+    bounds = segment_bounds(wave, RATE, limit_seconds)
+    lengths = [b - a for a, b in bounds]
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(wave)
+    assert all(b == c for (_, b), (c, _) in zip(bounds, bounds[1:], strict=False))
+    assert all(n <= limit_seconds * RATE for n in lengths)
+    assert all(n >= limit_seconds * RATE / 4 - 160 for n in lengths[:-1]), min(lengths[:-1])
