@@ -539,15 +539,13 @@ class Transcriber:
         log_probs: list[np.ndarray] = []
         outs: list[ModelOutput | None] = []
         starts: list[int] = []  # each segment's first sample
-        samples = [0]
-        ends: list[int] = []  # each segment's end (sample)
+        ends: list[int] = []  # each segment's end (sample); the last one is the input's length
 
         def started() -> Iterator[PendingDecode]:
             group: list[np.ndarray] = []
             for first, piece in cut_stream(blocks, rate, seconds):
                 starts.append(first)
-                samples[0] = first + piece.shape[0]
-                ends.append(samples[0])
+                ends.append(first + piece.shape[0])
                 group.append(piece)
                 if len(group) == per_batch:
                     yield start(group)
@@ -591,7 +589,7 @@ class Transcriber:
                 )
             else:
                 extras = self._write_lattices([utt], [joined])
-        self._write([utt], [joined], [samples[0] / rate], extras)
+        self._write([utt], [joined], [ends[-1] / rate], extras)
 
     def _run_batches(self, batches: list[list], start: float) -> None:
         """Decode the batches in order, each started before the one before it is written

@@ -25,14 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SETS = ["data/demo/real", "data/real/dev", "data/real/test", "data/real/phone-dev", "data/real/phone-test"]
 
 
+def manifest_rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "manifest.jsonl").read_text().splitlines() if line.strip()]
+
+
 def encoded_copy(folder: Path, out: Path, suffix: str, kbps: int) -> Path:
     """`folder`'s manifest with every recording encoded to `suffix` in `out`: the new manifest."""
     from asrdecode.audio.containers import encode_audio
 
     out.mkdir(parents=True)
-    rows = [json.loads(line) for line in (folder / "manifest.jsonl").read_text().splitlines() if line.strip()]
     lines = []
-    for row in rows:
+    for row in manifest_rows(folder):
         audio, rate = sf.read(folder / row["audio_filepath"], dtype="float32", always_2d=True)
         name = Path(row["audio_filepath"]).with_suffix(suffix).name
         encode_audio(str(out / name), [audio], rate, bit_rate=kbps * 1000)
@@ -56,7 +59,6 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.sets:
             folder = ROOT / name
-            refs = {}
             versions = {"wav": folder / "manifest.jsonl"}
             for suffix, kbps in ((".m4a", args.aac_kbps), (".webm", args.opus_kbps)):
                 versions[suffix] = encoded_copy(folder, Path(tmp) / name / suffix[1:], suffix, kbps)
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
             for version, manifest in versions.items():
                 rows = asrdecode.transcribe(manifest)
                 hyps[version] = {Path(r["audio_filepath"]).stem: r["pred_text"] for r in rows}
-                refs = {Path(r["audio_filepath"]).stem: r["text"] for r in rows}
+            refs = {Path(r["audio_filepath"]).stem: r["text"] for r in manifest_rows(folder)}
             wer = {v: score(refs, h).to_dict()["wer"] for v, h in hyps.items()}
             changed = [sum(hyps[v][k] != hyps["wav"][k] for k in refs) for v in (".m4a", ".webm")]
             print(

@@ -71,13 +71,18 @@ class ContainerAudio:
             self._container.close()
             raise
 
+    def _samples_per_tick(self) -> float:
+        """Samples per tick of the stream's timestamps (1 in MP4/M4A, 16 in Matroska at 16 kHz)."""
+        base = self._stream.time_base
+        return float(base) * self.samplerate if base is not None else math.inf
+
     def _frame_count(self) -> int:
         """The stream's length in samples; where its timestamps are coarser than a sample (Matroska's
         milliseconds) one tick more, so that a read to the end is cut by the end of the stream,
         not by a rounded length."""
         stream, rate = self._stream, self.samplerate
         if stream.duration is not None and stream.time_base is not None:
-            tick = float(stream.time_base) * rate
+            tick = self._samples_per_tick()
             ticks = stream.duration - min(stream.start_time or 0, 0) + (1 if tick > 1.0 else 0)
             return int(math.ceil(ticks * tick - 1e-9))
         if self._container.duration is not None:  # microseconds
@@ -99,12 +104,12 @@ class ContainerAudio:
         decoded samples up to `start`; otherwise (raw streams seek by bytes, inexactly), or if the
         seek lands past that point, it decodes from the file's start and drops `start` samples."""
         self._pending, self._skip = [], start
-        stream = self._stream
-        tick = float(stream.time_base) * self.samplerate if stream.time_base is not None else math.inf
+        tick = self._samples_per_tick()
         target = start - int(SEEK_PREROLL_SECONDS * self.samplerate)
         seeking = self._indexed and tick <= 1.0 and target > 0
         if seeking:
-            self._container.seek(int(target / tick) + (stream.start_time or 0), stream=stream, backward=True)
+            origin = self._stream.start_time or 0
+            self._container.seek(int(target / tick) + origin, stream=self._stream, backward=True)
         elif self._decoded is not None:
             self._container.seek(0)
         self._decoded = self._frames(seeking)
@@ -149,8 +154,7 @@ class ContainerAudio:
             if first is None or first.pts is None:
                 position = -1
             else:
-                tick = float(stream.time_base) * self.samplerate
-                position = int(round((first.pts - (stream.start_time or 0)) * tick))
+                position = int(round((first.pts - (stream.start_time or 0)) * self._samples_per_tick()))
             if not 0 <= position <= self._skip:
                 self._container.seek(0)
                 frames, position = self._decoded_frames(), 0

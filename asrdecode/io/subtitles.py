@@ -84,23 +84,26 @@ def _clock(seconds: float, sep: str) -> str:
     return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
-def srt_text(cues: Sequence[Cue]) -> str:
-    """SubRip: numbered cues, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, a blank line after each."""
-    blocks = [
-        f"{i}\n{_clock(c.start, ',')} --> {_clock(c.end, ',')}\n" + "\n".join(c.lines) + "\n"
+def _cue_blocks(cues: Sequence[Cue], sep: str, numbered: bool, escape=lambda line: line) -> list[str]:
+    """Each cue as ``[number]`` / ``start --> end`` (``sep`` before the milliseconds) / its lines."""
+    return [
+        (f"{i}\n" if numbered else "")
+        + f"{_clock(c.start, sep)} --> {_clock(c.end, sep)}\n"
+        + "\n".join(map(escape, c.lines))
+        + "\n"
         for i, c in enumerate(cues, 1)
     ]
-    return "\n".join(blocks)
+
+
+def srt_text(cues: Sequence[Cue]) -> str:
+    """SubRip: numbered cues, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, a blank line after each."""
+    return "\n".join(_cue_blocks(cues, ",", numbered=True))
 
 
 def vtt_text(cues: Sequence[Cue]) -> str:
     """WebVTT: the ``WEBVTT`` header, then cues ``HH:MM:SS.mmm --> HH:MM:SS.mmm``; ``&``, ``<``
     and ``>`` escaped (a word such as ``<unk>`` is text, not a tag)."""
-    blocks = [
-        f"{_clock(c.start, '.')} --> {_clock(c.end, '.')}\n" + "\n".join(map(_vtt_escape, c.lines)) + "\n"
-        for c in cues
-    ]
-    return "WEBVTT\n\n" + "\n".join(blocks)
+    return "WEBVTT\n\n" + "\n".join(_cue_blocks(cues, ".", numbered=False, escape=_vtt_escape))
 
 
 def _vtt_escape(line: str) -> str:
