@@ -32,7 +32,7 @@ class ModelConfig:
     """Which acoustic model: a `.nemo` path or `embedded:<name>` (shipped with asrdecode)."""
 
     path: str = DEFAULT_MODEL
-    type: str = "auto"  # auto | nemo-ctc | nemo-transducer | sphinx
+    type: str = "auto"  # auto | nemo-ctc | nemo-transducer | nemo-aed | sphinx
     # NeMo hybrid RNN-T/TDT + CTC models: transducer (auto) or ctc; decoder.type=auto follows the head
     head: str = "auto"
     # NeMo encoders (as NeMo's change_attention_model): auto = as trained | full | local (sliding window
@@ -50,6 +50,12 @@ class ModelConfig:
     # sphinx models: a Gaussian counts at most this many nats below the frame's best (per stream), as
     # pocketsphinx scores (-1 = its value, 96 steps of its log table = 9.83 nats); 0 = no floor
     density_floor: float = -1.0
+    # NeMo AED (Canary) models: the prompt's languages and punctuation; empty = the checkpoint's
+    # prompt_defaults (source_lang == target_lang transcribes, else translates)
+    source_lang: str = ""
+    target_lang: str = ""
+    pnc: bool | None = None  # yes | no: punctuation and capitals (none: the checkpoint's)
+    timestamps: bool | None = None  # yes: canary2 models write word times (frame tokens)
 
 
 @dataclass

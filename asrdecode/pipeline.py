@@ -21,7 +21,7 @@ import torch
 from asrdecode.config import RunConfig
 from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
 from asrdecode.decoders.base import PendingDecode, start_decode
-from asrdecode.errors import AsrDecodeError, AudioError, ConfigError
+from asrdecode.errors import AsrDecodeError, AudioError, ConfigError, ModelError
 from asrdecode.gc_pause import loading_done
 from asrdecode.models.base import ModelOutput
 
@@ -230,6 +230,11 @@ class Transcriber:
             self.units = list(self.model.units)
             self.blank_id = self.model.blank_id
             words_of = self.model.tokens_to_words
+            if self.cfg.output.subtitles and not getattr(self.model, "aligns_words", True):
+                raise ConfigError(
+                    f"output.subtitles: {self.cfg.model.path} gives no word times (an attention "
+                    "encoder-decoder times its words only when asked: model.timestamps=yes, canary2 models)"
+                )
             self._resolve_auto_decoder(getattr(self.model, "default_decoder", "ctc-greedy"))
         context = DecoderContext(
             units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift, words_of=words_of
@@ -354,6 +359,21 @@ class Transcriber:
                 self._fail(utt, str(err))
         return good, mats
 
+    def _with_valid_prompts(self, utts: list) -> list:
+        """The utterances whose own prompt (an AED model's input record fields: source_lang,
+        target_lang, pnc, ...) the model can write; the others fail here, each in one line."""
+        utterance_prompt = getattr(self.model, "utterance_prompt", None)
+        if utterance_prompt is None:
+            return utts
+        good = []
+        for utt in utts:
+            try:
+                self.model.prompt_ids(utterance_prompt(utt.record))
+                good.append(utt)
+            except ModelError as err:
+                self._fail(utt, f"{utt.utt_id}: prompt: {err}")
+        return good
+
     def _fail(self, utt, message: str) -> None:
         self.stats.failed += 1
         self.writer.write_error(utt, message)
@@ -428,6 +448,7 @@ class Transcriber:
 
                 self.workers = decode_on_ray(self, start)
             elif self.todo:
+                self.todo = self._with_valid_prompts(self.todo)
                 if self.model is not None:
                     self.on_status("warming up")
                     self._warm_up()
@@ -470,6 +491,9 @@ class Transcriber:
         if any(u.boost for u in utts):
             boosts = [u.boost for u in utts]
             out.extra["boost"] = [boosts[b] for b in windows.owner] if windows is not None else boosts
+        utterance_prompt = getattr(self.model, "utterance_prompt", None)
+        if utterance_prompt is not None and any(utterance_prompt(u.record) for u in utts):
+            out.extra["prompt_slots"] = [utterance_prompt(u.record) for u in utts]
         with self.timer.stage("decode"):
             pending = start_decode(self.decoder, out)
 
@@ -513,9 +537,13 @@ class Transcriber:
 
     def _segment_seconds(self) -> float:
         """The longest input decoded whole: ``batch.segment_seconds``, but no more than a batch
-        (``batch.max_seconds``) holds; 0 (``batch.segment_seconds=0``): every input whole."""
+        (``batch.max_seconds``) or the model (``longest_input_seconds``: an attention
+        encoder-decoder's, 40 s) takes; 0 (``batch.segment_seconds=0``): every input whole but for
+        the model's limit."""
         batch = self.cfg.batch
-        return min(batch.segment_seconds, batch.max_seconds) if batch.segment_seconds > 0 else 0.0
+        seconds = min(batch.segment_seconds, batch.max_seconds) if batch.segment_seconds > 0 else 0.0
+        longest = getattr(self.model, "longest_input_seconds", 0.0)
+        return min(seconds, longest) if seconds and longest else seconds or longest
 
     def _decode_in_segments(self, utt, wave: torch.Tensor | None, run_start: float | None = None) -> None:
         """An input longer than ``batch.segment_seconds``: cut at quiet moments (`cut_stream`),

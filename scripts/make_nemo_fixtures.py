@@ -474,6 +474,21 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def save_reference(out: Path, name: str, path: Path, model, arrays: dict, seed: int) -> tuple[Path, dict]:
+    """Write ``reference/<name>.npz``; returns its folder and the report's common fields."""
+    ref = out / "reference"
+    ref.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(ref / f"{name}.npz", **arrays)
+    info = {
+        "model": name,
+        "class": type(model).__name__,
+        "sha256": sha256(path),
+        "npz_sha256": sha256(ref / f"{name}.npz"),
+        "seed": seed,
+    }
+    return ref, info
+
+
 def _jasper(filters, repeat, kernel, stride=1, dilation=1, residual=False, **extra) -> dict:
     block = {"filters": filters, "repeat": repeat, "kernel": [kernel], "stride": [stride]}
     block.update(dilation=[dilation], dropout=0.0, residual=residual, separable=True, **extra)
@@ -571,15 +586,8 @@ def build_ctc(name: str, out: Path) -> dict:
         "greedy_frame_labels_len": np.array([len(t) for t in labels], dtype=np.int32),
         "greedy_text": np.array([h.text for h in hyps]),
     }
-    ref = out / "reference"
-    ref.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(ref / f"{name}.npz", **arrays)
-    info = {
-        "model": name,
-        "class": type(restored).__name__,
-        "sha256": sha256(path),
-        "npz_sha256": sha256(ref / f"{name}.npz"),
-        "seed": spec["seed"],
+    ref, info = save_reference(out, name, path, restored, arrays, spec["seed"])
+    info |= {
         "encoder": OmegaConf.to_container(restored.cfg.encoder),
         "vocabulary": list(restored.decoder.vocabulary),
         "tuning": tuning,
@@ -696,6 +704,348 @@ def build(name: str, out: Path, tmp: Path) -> dict:
     info["arrays"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()}
     info["npz_sha256"] = sha256(ref / f"{name}.npz")
     (ref / f"{name}.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    return info
+
+
+AED_SPECS = {  # Canary-like EncDecMultiTaskModel: the ctc_bpe front end and encoder, a Transformer decoder
+    "aed_canary2": {  # canary2 prompt, pre-LN decoder, encoder 128 -> decoder 96 (a projection)
+        "seed": 51, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 96, "dec_layers": 2,
+        "tokens": [
+            "<|endoftext|>", "<|startoftranscript|>", "<|nopnc|>", "<|pnc|>", "<|nospeech|>",
+            "<|startofcontext|>", "<|itn|>", "<|noitn|>", "<|timestamp|>", "<|notimestamp|>", "<|diarize|>",
+            "<|nodiarize|>", "<|emo:undefined|>", "<|en|>", "<|de|>",
+        ],
+    },
+    "aed_canary": {  # canary (1.0) prompt, post-LN decoder, no projection (128 wide)
+        "seed": 52, "prompt_format": "canary", "pre_ln": False, "dec_hidden": 128, "dec_layers": 2,
+        "tokens": ["translate", "transcribe", "en", "de"],
+    },
+    "aed_timestamps": {  # aed_canary2 trained to write Canary 2's frame tokens around each word
+        "seed": 54, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 96, "dec_layers": 2,
+        "timestamps": True,
+        "tokens": [
+            "<|endoftext|>", "<|startoftranscript|>", "<|nopnc|>", "<|pnc|>", "<|nospeech|>",
+            "<|startofcontext|>", "<|itn|>", "<|noitn|>", "<|timestamp|>", "<|notimestamp|>", "<|diarize|>",
+            "<|nodiarize|>", "<|emo:undefined|>", "<|en|>", "<|de|>", *[f"<|{i}|>" for i in range(64)],
+        ],
+    },
+}  # fmt: skip
+AED_TRAIN_STEPS = 300
+AED_BEAM = {"beam_size": 4, "len_pen": 1.0, "max_generation_delta": 50}
+
+
+def aed_config(name: str, tmp: Path) -> dict:
+    """An EncDecMultiTaskModel config in the layout of NeMo's fast-conformer_aed.yaml, scaled down:
+    the ctc_bpe preprocessor and encoder, dropout off, no SpecAugment."""
+    from nemo.collections.common.tokenizers import CanaryTokenizer
+
+    spec = AED_SPECS[name]
+    base = yaml.safe_load(_members(FIX / "ctc_bpe.nemo")["model_config.yaml"])
+    encoder = dict(base["encoder"], dropout=0.0, dropout_pre_encoder=0.0, dropout_att=0.0)
+    spl = tmp / f"{name}_spl"
+    CanaryTokenizer.build_special_tokenizer(spec["tokens"], spl, force_rebuild=True)
+    bpe = bpe128_dir(tmp)
+    hidden = spec["dec_hidden"]
+    return {
+        "sample_rate": 16000,
+        "prompt_format": spec["prompt_format"],
+        "prompt_defaults": [
+            {"role": "user", "slots": {"source_lang": "en", "target_lang": "en", "pnc": "yes"}}
+        ],
+        "model_defaults": {
+            "asr_enc_hidden": encoder["d_model"], "lm_enc_hidden": hidden, "lm_dec_hidden": hidden,
+        },
+        "train_ds": None, "validation_ds": None, "test_ds": None,
+        "tokenizer": {
+            "dir": None, "type": "agg",
+            "langs": {"spl_tokens": {"dir": str(spl), "type": "bpe"}, "en": {"dir": str(bpe), "type": "bpe"},
+                      "de": {"dir": str(bpe), "type": "bpe"}},
+            "custom_tokenizer": {
+                "_target_": "nemo.collections.common.tokenizers.canary_tokenizer.CanaryTokenizer",
+                "tokenizers": None,
+            },
+        },
+        "preprocessor": base["preprocessor"],
+        "spec_augment": None,
+        "encoder": encoder,
+        "transf_encoder": {
+            "_target_": "nemo.collections.asr.modules.transformer.transformer_encoders.TransformerEncoder",
+            "num_layers": 0, "hidden_size": hidden, "inner_size": 4 * hidden, "num_attention_heads": 4,
+            "ffn_dropout": 0.0, "attn_score_dropout": 0.0, "attn_layer_dropout": 0.0, "mask_future": False,
+            "pre_ln": True, "pre_ln_final_layer_norm": True,
+        },
+        "transf_decoder": {
+            "_target_": "nemo.collections.asr.modules.transformer.get_nemo_transformer",
+            "model_name": None, "pretrained": False, "encoder": None, "pre_ln_final_layer_norm": True,
+            "config_dict": {
+                "max_sequence_length": 128, "num_token_types": 0, "embedding_dropout": 0.0,
+                "learn_positional_encodings": False, "hidden_size": hidden, "inner_size": 4 * hidden,
+                "num_layers": spec["dec_layers"], "num_attention_heads": 4, "ffn_dropout": 0.0,
+                "attn_score_dropout": 0.0, "attn_layer_dropout": 0.0, "hidden_act": "relu",
+                "pre_ln": spec["pre_ln"], "vocab_size": None,
+            },
+        },
+        "head": {
+            "_target_": "nemo.collections.asr.parts.submodules.token_classifier.TokenClassifier",
+            "num_layers": 1, "activation": "relu", "log_softmax": True, "hidden_size": hidden,
+            "num_classes": None, "dropout": 0.0, "use_transformer_init": True,
+        },
+        "decoding": {"strategy": "beam", "return_best_hypothesis": True,
+                     "beam": {"beam_size": 1, "len_pen": 0.0, "max_generation_delta": 50}},
+        "loss": {"_target_": "nemo.collections.common.losses.smoothed_cross_entropy.SmoothedCrossEntropyLoss",
+                 "label_smoothing": 0.0, "pad_id": None},
+        "optim": {"name": "adam", "lr": 1e-3},
+    }  # fmt: skip
+
+
+def aed_prompt_slots(name: str) -> dict:
+    slots = {"source_lang": "en", "target_lang": "en", "pnc": "yes"}
+    if AED_SPECS[name]["prompt_format"] == "canary":
+        slots["task"] = "transcribe"
+    else:  # canary2 asks for every slot (NeMo's defaults for its inference prompts)
+        stamps = "yes" if AED_SPECS[name].get("timestamps") else "no"
+        slots.update(decodercontext="", emotion="<|emo:undefined|>", itn="no", timestamp=stamps, diarize="no")
+    return slots
+
+
+def timed_text(text: str, samples: int) -> str:
+    """A transcript with Canary 2's frame tokens around each word (``<|0|>go<|4|> <|5|>forward<|9|>``):
+    synthetic times, the utterance's encoder frames shared evenly among its words (the fixture
+    checks how times are read, not where words are)."""
+    frames = samples // 160 // 8
+    words = text.split()
+    parts = []
+    for i, word in enumerate(words):
+        start, end = (
+            i * frames // len(words),
+            max((i + 1) * frames // len(words) - 1, i * frames // len(words)),
+        )
+        parts.append(f"<|{start}|>{word}<|{end}|>")
+    return " ".join(parts)
+
+
+def aed_sequences(model, name: str, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Prompt + text + end token of each transcript, padded with <pad>: (ids [B, L], lengths,
+    prompt length)."""
+    rows, prompt_len = [], None
+    for text in texts:
+        turns = [
+            {"role": "user", "slots": aed_prompt_slots(name)},
+            {"role": "assistant", "slots": {"text": text, "prompt_language": "en"}},
+        ]
+        enc = model.prompt.encode_dialog(turns)
+        rows.append(enc["input_ids"].tolist())
+        prompt_len = len(enc["context_ids"])
+    pad = model.tokenizer.pad_id
+    ids = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+    return ids, torch.tensor([len(r) for r in rows]), prompt_len
+
+
+def train_aed(model, name: str, audio: dict, texts: list[str], steps: int) -> list[float]:
+    """Teacher-forced cross-entropy on the six clips' transcripts (Adam, lr 1e-3): enough for the
+    decoder to write them, so that greedy and beam search have real choices to make."""
+    ids, lengths, prompt_len = aed_sequences(model, name, texts)
+    # copies: in training mode NeMo's preprocessor dithers its input in place
+    signal, signal_len = torch.tensor(audio["audio"]), torch.tensor(audio["audio_len"])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    positions = torch.arange(ids.shape[1] - 1)[None, :]
+    mask = (positions >= prompt_len - 1) & (positions < lengths[:, None] - 1)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        log_probs, _, _, _ = model.forward(
+            input_signal=signal, input_signal_length=signal_len, transcript=ids[:, :-1],
+            transcript_length=lengths - 1,
+        )  # fmt: skip
+        nll = -log_probs.gather(-1, ids[:, 1:, None])[..., 0]
+        loss = (nll * mask).sum() / mask.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    model.eval()
+    return losses[:: max(1, steps // 10)] + [losses[-1]]
+
+
+def aed_decode(model, enc_states, enc_mask, prompt: torch.Tensor, decoding: dict, len_pen=None) -> list:
+    """NeMo's decoding of the encoder states after ``prompt``. NeMo 3.0.0's MultiTaskDecoding reads
+    ``beam.length_penalty``, which its beam config does not have (it has ``len_pen``, unread), so a
+    length penalty is set on the beam search generator itself (``len_pen``)."""
+    from omegaconf import OmegaConf
+
+    model.change_decoding_strategy(OmegaConf.create(decoding))
+    if len_pen is not None:
+        model.decoding.decoding.beam_search.len_pen = len_pen
+    return model.decoding.decode_predictions_tensor(
+        encoder_hidden_states=enc_states, encoder_input_mask=enc_mask,
+        decoder_input_ids=prompt.repeat(enc_states.shape[0], 1), return_hypotheses=True,
+    )  # fmt: skip
+
+
+AED_LARGE = {"encoder": {"d_model": 512, "n_heads": 8, "n_layers": 4}, "dec_hidden": 1024, "dec_layers": 4}
+
+
+def build_aed_large(out: Path) -> dict:
+    """For `asrdecode bench aed --large`: a Canary-like model with a 4-layer, 1024-wide decoder
+    (8 heads), a 512-wide encoder and BPE-1024 language models, random weights (not trained; its
+    hypotheses run to their length limit), saved as ``aed_large.nemo``."""
+    from nemo.collections.asr.models import EncDecMultiTaskModel
+    from omegaconf import OmegaConf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = aed_config("aed_canary2", Path(tmp))
+        bpe = bpe1024_dir(Path(tmp))
+        for lang in ("en", "de"):
+            cfg["tokenizer"]["langs"][lang]["dir"] = str(bpe)
+        cfg["encoder"].update(AED_LARGE["encoder"])
+        hidden = AED_LARGE["dec_hidden"]
+        cfg["model_defaults"].update(asr_enc_hidden=512, lm_enc_hidden=hidden, lm_dec_hidden=hidden)
+        cfg["transf_decoder"]["config_dict"].update(
+            hidden_size=hidden, inner_size=4 * hidden, num_layers=AED_LARGE["dec_layers"],
+            num_attention_heads=8, max_sequence_length=512,
+        )  # fmt: skip
+        cfg["head"]["hidden_size"] = hidden
+        torch.manual_seed(53)
+        model = EncDecMultiTaskModel(cfg=OmegaConf.create(cfg)).eval()
+        path = out / "aed_large.nemo"
+        model.save_to(str(path))
+    return {"path": str(path), "parameters": sum(p.numel() for p in model.parameters()), **AED_LARGE}
+
+
+def build_aed(name: str, out: Path) -> dict:
+    """A Canary-like model trained briefly on the fixture clips, saved, restored, and NeMo's
+    features, encoder states, teacher-forced decoder log-probs, greedy and beam decodings (the
+    beam search one utterance at a time, all beams and scores) and ``transcribe`` texts."""
+    from nemo.collections.asr.models import ASRModel, EncDecMultiTaskModel
+    from omegaconf import OmegaConf
+
+    spec = AED_SPECS[name]
+    audio = audio_batch()
+    texts = dict(line.split(" ", 1) for line in (FIX / "audio" / "text").read_text().splitlines())
+    batch_texts = [texts[str(u)] for u in audio["utt_ids"]]
+    if spec.get("timestamps"):
+        batch_texts = [timed_text(t, int(n)) for t, n in zip(batch_texts, audio["audio_len"], strict=True)]
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(spec["seed"])
+        model = EncDecMultiTaskModel(cfg=OmegaConf.create(aed_config(name, Path(tmp))))
+        torch.set_num_threads(2)
+        losses = train_aed(model, name, audio, batch_texts, AED_TRAIN_STEPS)
+        torch.set_num_threads(1)
+        path = out / f"{name}.nemo"
+        model.save_to(str(path))
+    restored = ASRModel.restore_from(str(path), map_location="cpu").eval()
+    signal, signal_len = torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"])
+    ids, lengths, prompt_len = aed_sequences(restored, name, batch_texts)
+    with torch.inference_mode():
+        feats, feats_len = restored.preprocessor(input_signal=signal, length=signal_len)
+        tf_log_probs, enc_len, enc_states, enc_mask = restored.forward(
+            input_signal=signal, input_signal_length=signal_len, transcript=ids[:, :-1],
+            transcript_length=lengths - 1,
+        )  # fmt: skip
+    slots = aed_prompt_slots(name)
+    turns = [{"role": "user", "slots": dict(slots)}]
+    prompt = restored.prompt.encode_dialog(turns)["context_ids"][None, :]
+    greedy = aed_decode(restored, enc_states, enc_mask, prompt, {"strategy": "greedy"})
+    slots_de = {**slots, "target_lang": "de", "pnc": "no"}  # canary: the task becomes translate
+    if "task" in slots_de:
+        slots_de["task"] = "translate"
+    prompt_de = restored.prompt.encode_dialog([{"role": "user", "slots": slots_de}])["context_ids"][None, :]
+    greedy_de = aed_decode(restored, enc_states, enc_mask, prompt_de, {"strategy": "greedy"})
+    beam_one = aed_decode(
+        restored, enc_states, enc_mask, prompt,
+        {"strategy": "beam", "beam": {"beam_size": 1, "len_pen": 0.0, "max_generation_delta": 50}},
+    )  # fmt: skip
+    beams, beams_as_configured = [], []
+    for b in range(enc_states.shape[0]):  # one utterance at a time: NeMo tiles the prompt's states by batch
+        n = int(enc_len[b])
+        nbest = aed_decode(
+            restored, enc_states[b : b + 1, :n], enc_mask[b : b + 1, :n], prompt,
+            {"strategy": "beam", "beam": {**AED_BEAM, "return_best_hypothesis": False}}, AED_BEAM["len_pen"],
+        )[0]  # fmt: skip
+        beams.append(list(nbest))  # NeMo's decoded n-best list of this utterance
+        unpenalised = aed_decode(
+            restored, enc_states[b : b + 1, :n], enc_mask[b : b + 1, :n], prompt,
+            {"strategy": "beam", "beam": {**AED_BEAM, "return_best_hypothesis": False}},
+        )[0]  # fmt: skip
+        beams_as_configured.append(list(unpenalised))
+    beam_batch = aed_decode(
+        restored, enc_states, enc_mask, prompt, {"strategy": "beam", "beam": AED_BEAM}, AED_BEAM["len_pen"]
+    )
+    # every beam's score of the batched search (NeMo tiles the prompt's cached states by batch)
+    with torch.inference_mode():
+        batch_scores = restored.decoding.decoding.beam_search(
+            encoder_hidden_states=enc_states, encoder_input_mask=enc_mask,
+            decoder_input_ids=prompt.repeat(enc_states.shape[0], 1), return_beam_scores=True,
+        )[1]  # fmt: skip
+    restored.change_decoding_strategy(OmegaConf.create({"strategy": "greedy"}))
+    wavs = [str(FIX / "audio" / f"{u}.wav") for u in audio["utt_ids"]]
+    stamps = bool(spec.get("timestamps"))
+    transcribed = restored.transcribe(wavs, batch_size=6, **slots, **({"timestamps": True} if stamps else {}))
+    k = AED_BEAM["beam_size"]
+    arrays = {
+        "utt_ids": audio["utt_ids"],
+        "features": feats.numpy(),
+        "features_len": feats_len.numpy(),
+        "encoder_states": enc_states.numpy(),
+        "encoder_len": enc_len.numpy(),
+        "prompt": prompt[0].numpy(),
+        "teacher_ids": ids.numpy(),
+        "teacher_len": lengths.numpy(),
+        "teacher_log_probs": tf_log_probs.float().numpy(),
+        "greedy_tokens": padded([h.y_sequence.tolist() for h in greedy]),
+        "greedy_tokens_len": np.array([len(h.y_sequence) for h in greedy], dtype=np.int32),
+        "greedy_text": np.array([h.text for h in greedy]),
+        "prompt_de": prompt_de[0].numpy(),
+        "greedy_de_tokens": padded([h.y_sequence.tolist() for h in greedy_de]),
+        "greedy_de_tokens_len": np.array([len(h.y_sequence) for h in greedy_de], dtype=np.int32),
+        "greedy_de_text": np.array([h.text for h in greedy_de]),
+        "beam1_tokens": padded([h.y_sequence.tolist() for h in beam_one]),
+        "beam1_tokens_len": np.array([len(h.y_sequence) for h in beam_one], dtype=np.int32),
+        "beam_tokens": padded([h.y_sequence.tolist() for hyps in beams for h in hyps]),
+        "beam_tokens_len": np.array([len(h.y_sequence) for hyps in beams for h in hyps], dtype=np.int32),
+        "beam_scores": np.array([float(h.score) for hyps in beams for h in hyps], dtype=np.float32),
+        "beam_text": np.array([h.text for hyps in beams for h in hyps]),
+        "beam_configured_text": np.array([h.text for hyps in beams_as_configured for h in hyps]),
+        "beam_configured_scores": np.array(
+            [float(h.score) for hyps in beams_as_configured for h in hyps], dtype=np.float32
+        ),
+        "beam_batch_scores": torch.stack([s.float() for s in batch_scores]).numpy(),
+        "beam_batch_tokens": padded([h.y_sequence.tolist() for h in beam_batch]),
+        "beam_batch_tokens_len": np.array([len(h.y_sequence) for h in beam_batch], dtype=np.int32),
+        "transcribe_text": np.array([h.text if hasattr(h, "text") else str(h) for h in transcribed]),
+    }
+    ref, info = save_reference(out, name, path, restored, arrays, spec["seed"])
+    info |= {
+        "prompt_format": spec["prompt_format"],
+        "prompt_slots": slots,
+        "prompt_tokens": restored.tokenizer.ids_to_tokens(prompt[0].tolist()),
+        "prompt_de_slots": slots_de,
+        "prompt_de_tokens": restored.tokenizer.ids_to_tokens(prompt_de[0].tolist()),
+        "train_steps": AED_TRAIN_STEPS,
+        "train_loss": losses,
+        "beam": AED_BEAM,
+        "beam_note": "beam_*: len_pen set on NeMo's BeamSearchSequenceGenerator; beam_configured_*: NeMo "
+        "decoding as configured, whose len_pen MultiTaskDecoding does not read (length penalty 0)",
+        "beams_per_utterance": k,
+        "greedy_texts": [h.text for h in greedy],
+        "transcribe_texts": arrays["transcribe_text"].tolist(),
+        "transcribe_word_times": [
+            [
+                {k: w[k] for k in ("word", "start", "end", "start_offset", "end_offset")}
+                for w in h.timestamp["word"]
+            ]
+            for h in transcribed
+        ]
+        if stamps
+        else None,
+        "train_texts": batch_texts,
+        "beam_texts": [[h.text for h in hyps] for hyps in beams],
+        "beam_batch_texts": [h.text for h in beam_batch],
+        "versions": versions(),
+    }
+    (ref / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 
 
@@ -924,7 +1274,7 @@ def buffered_rnnt_reference(out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sets = ("tiny", "small", "attention", "ctc", "streaming", "buffered", "buffered-rnnt")
+    sets = ("tiny", "small", "attention", "ctc", "aed", "aed-large", "streaming", "buffered", "buffered-rnnt")
     parser.add_argument("--set", choices=sets, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
@@ -935,6 +1285,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in CTC_SPECS:
             if not args.only or name in args.only:
                 print(json.dumps(build_ctc(name, args.out), indent=2), flush=True)
+        return 0
+    if args.set == "aed":
+        for name in AED_SPECS:
+            if not args.only or name in args.only:
+                print(json.dumps(build_aed(name, args.out), indent=2), flush=True)
+        return 0
+    if args.set == "aed-large":
+        print(json.dumps(build_aed_large(args.out), indent=2))
         return 0
     if args.set == "attention":
         print(json.dumps(attention_switch_reference(args.out), indent=2))

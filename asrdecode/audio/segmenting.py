@@ -110,6 +110,10 @@ def frame_energy(x: np.ndarray, hop: int, block_frames: int = 1 << 11) -> np.nda
     return energy
 
 
+def _shifted(seconds: float | None, offset: float) -> float | None:
+    return None if seconds is None else round(seconds + offset, 3)
+
+
 def join_results(parts: list[DecodeResult], offsets: list[float], frame_shift: float) -> DecodeResult:
     """One result from the results of consecutive segments starting at ``offsets`` seconds."""
     words, tokens, frames, durations = [], [], [], []
@@ -117,8 +121,7 @@ def join_results(parts: list[DecodeResult], offsets: list[float], frame_shift: f
     for part, offset in zip(parts, offsets, strict=True):
         shift = int(round(offset / frame_shift))
         words += [
-            Word(w.word, round(w.start + offset, 3), round(w.end + offset, 3), w.confidence)
-            for w in part.words
+            Word(w.word, _shifted(w.start, offset), _shifted(w.end, offset), w.confidence) for w in part.words
         ]
         tokens += part.tokens
         frames += [f + shift for f in part.token_frames]

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from asrdecode.config import dataclass_from_dict
+from asrdecode.decoders.aed import AedBeamDecoder, AedGreedyDecoder
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
 from asrdecode.decoders.let import LetDecoder
@@ -22,6 +23,8 @@ DECODERS: dict[str, type] = {
     WfstDecoder.name: WfstDecoder,
     WfstOtfDecoder.name: WfstOtfDecoder,
     LetDecoder.name: LetDecoder,
+    AedGreedyDecoder.name: AedGreedyDecoder,
+    AedBeamDecoder.name: AedBeamDecoder,
 }
 
 __all__ = [

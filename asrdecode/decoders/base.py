@@ -11,11 +11,12 @@ from asrdecode.models.base import ModelOutput
 
 @dataclass
 class Word:
-    """A recognised word with start/end time in seconds and an optional confidence."""
+    """A recognised word with start/end time in seconds (None: the decoder aligns no word to the
+    audio, as an attention encoder-decoder's) and an optional confidence."""
 
     word: str
-    start: float
-    end: float
+    start: float | None
+    end: float | None
     confidence: float | None = None
 
 

@@ -380,9 +380,12 @@ def text_line(rec: dict) -> str:
 
 def ctm_lines(rec: dict) -> list[str]:
     """CTM lines `utt_id 1 start dur word [conf]`, times relative to the utterance start
-    (the confidence column is left out when the decoder gives none)."""
+    (the confidence column is left out when the decoder gives none; words without times, as an
+    attention encoder-decoder writes them, have no line)."""
     out = []
     for w in rec.get("words") or []:
+        if w.get("start") is None or w.get("end") is None:
+            continue
         start, end = float(w.get("start") or 0.0), float(w.get("end") or 0.0)
         word = "_".join(str(w.get("word", "")).split()) or "<unk>"
         line = f"{rec['utt_id']} 1 {start:.3f} {max(end - start, 0.0):.3f} {word}"

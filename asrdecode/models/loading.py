@@ -100,6 +100,10 @@ def load_model(
     streaming: str = "offline",
     chunk_seconds: float = 0.0,
     buffer_seconds: float = 4.0,
+    source_lang: str = "",
+    target_lang: str = "",
+    pnc: bool | str | None = None,
+    timestamps: bool | str | None = None,
 ):
     """Load an acoustic model implementing `asrdecode.models.base.AcousticModel`.
 
@@ -116,6 +120,8 @@ def load_model(
     (`ConformerEncoder.use_streaming`), ``offline`` the whole input at once.
     ``chunk_seconds`` > 0 / ``buffer_seconds``: NeMo's buffered chunked inference for CTC and RNN-T
     models (`NemoModelBase.use_buffered`).
+    ``source_lang`` / ``target_lang`` / ``pnc`` / ``timestamps``: the prompt of a NeMo AED (Canary) model
+    (`NemoAEDModel.set_prompt`); empty = the checkpoint's defaults.
     """
     path = resolve_model_path(spec)
     kind = model_type
@@ -126,7 +132,8 @@ def load_model(
             kind = "sphinx"
         else:
             raise ModelError(f"{path}: cannot tell the model type from the name; set model.type")
-    nemo_kinds = {"nemo": "auto", "nemo-ctc": "ctc", "nemo-transducer": "transducer"}
+    nemo_kinds = {"nemo": "auto", "nemo-ctc": "ctc", "nemo-transducer": "transducer", "nemo-aed": "aed"}
+    prompt = {"source_lang": source_lang, "target_lang": target_lang, "pnc": pnc, "timestamps": timestamps}
     heads = ("auto", "transducer", "ctc")
     if head not in heads:
         raise ModelError(f"model.head={head}: use one of {', '.join(heads)}")
@@ -137,6 +144,16 @@ def load_model(
             raise ModelError(f"model.head={head} contradicts model.type={kind}")
         kind_of_head = head if head != "auto" else nemo_kinds[kind]
         model = load_nemo(path, kind_of_head, attention, att_context_size, streaming)
+        if hasattr(model, "set_prompt"):
+            try:
+                model.set_prompt(
+                    source_lang=source_lang, target_lang=target_lang, pnc=pnc, timestamp=timestamps
+                )
+            except ModelError as err:
+                raise ModelError(f"{path}: {err}") from None
+        elif any(v not in (None, "") for v in prompt.values()):
+            set_keys = ", ".join(f"model.{k}" for k, v in prompt.items() if v not in (None, ""))
+            raise ModelError(f"{path}: {set_keys}: only AED models (Canary) take a prompt")
         if chunk_seconds > 0:
             model.use_buffered(chunk_seconds, buffer_seconds)
         return model
@@ -147,6 +164,10 @@ def load_model(
         )
     if head not in ("auto",):
         raise ModelError(f"model.head={head}: only NeMo models have heads to choose (model.type={kind})")
+    if any(v not in (None, "") for v in prompt.values()):
+        raise ModelError(
+            f"model.source_lang / target_lang / pnc / timestamps: only NeMo AED models (model.type={kind})"
+        )
     if kind == "sphinx":
         from asrdecode.models.sphinx import POCKETSPHINX_DENSITY_FLOOR, load_sphinx
 
@@ -157,5 +178,6 @@ def load_model(
         floor = POCKETSPHINX_DENSITY_FLOOR if density_floor == -1.0 else density_floor
         return load_sphinx(path, topn=topn, threads=threads, density_floor=floor)
     raise ModelError(
-        f"{path}: unsupported model.type '{kind}' (supported: auto, nemo-ctc, nemo-transducer, sphinx)"
+        f"{path}: unsupported model.type '{kind}' "
+        "(supported: auto, nemo-ctc, nemo-transducer, nemo-aed, sphinx)"
     )

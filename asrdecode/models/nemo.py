@@ -24,6 +24,7 @@ import yaml
 from asrdecode.atomic_files import atomic_target
 from asrdecode.errors import ModelError, one_line
 from asrdecode.io.schema import NEMO_CONFIG, problem
+from asrdecode.models.aed import AED_CLASSES, NemoAEDModel
 from asrdecode.models.ctc import (
     CTC_CLASSES,
     HYBRID_CLASSES,
@@ -31,7 +32,7 @@ from asrdecode.models.ctc import (
     ctc_decoder_config,
     model_class_name,
 )
-from asrdecode.models.tokenizer import Tokenizer
+from asrdecode.models.tokenizer import AggregateTokenizer, Tokenizer
 from asrdecode.models.transducer import HYBRID_TRANSDUCER_CLASSES, TRANSDUCER_CLASSES, NemoTransducerModel
 
 __all__ = ["NemoArchive", "read_nemo_archive", "load_nemo", "save_nemo"]
@@ -43,8 +44,6 @@ _MAX_SMALL_MEMBER = 64 * 1024 * 1024  # config / tokenizer files larger than thi
 _IGNORED_PREFIXES = ("spec_augmentation.", "loss.", "wer.", "ctc_wer.", "ctc_loss.")
 # Buffers that are recomputed from the config when a checkpoint lacks them.
 _OPTIONAL_KEYS = ("preprocessor.featurizer.window", "preprocessor.featurizer.fb")
-
-
 
 
 def _member_path(name: str) -> str | None:
@@ -175,6 +174,14 @@ def _nemo_refs(section: dict[str, Any] | None) -> dict[str, str]:
     return refs
 
 
+def _member_named(model_path: str) -> str:
+    """The archive member a config's tokenizer path names: ``nemo:<name>``, or an absolute path of
+    the machine that built it, looked for by its file name."""
+    if model_path.startswith("nemo:"):
+        return model_path.removeprefix("nemo:")
+    return posixpath.basename(model_path)
+
+
 def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, dict[str, bytes]]:
     """Tokenizer from the archive's ``nemo:`` members (BPE) or the config's label list (chars)."""
     tok_cfg = cfg.get("tokenizer")
@@ -183,10 +190,7 @@ def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, di
         if kind != "bpe":
             raise ModelError(f"unsupported tokenizer.type={kind!r} (supported: bpe)")
         model_path = str(tok_cfg.get("model_path") or "")
-        if model_path.startswith("nemo:"):
-            name = model_path.removeprefix("nemo:")
-        else:  # an absolute path of the build machine: look for the file by name
-            name = posixpath.basename(model_path)
+        name = _member_named(model_path)
         if not name or not archive.has(name):
             raise ModelError(f"tokenizer.model_path={model_path!r} is not in the archive")
         refs = [n for n in _nemo_refs(tok_cfg).values() if archive.has(n)]
@@ -212,8 +216,35 @@ def _tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> tuple[Tokenizer, di
         raise ModelError(f"bad label list: {one_line(err, 200)}") from None
 
 
+def _aggregate_tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> AggregateTokenizer:
+    """Canary's aggregate tokenizer: ``tokenizer.langs`` names one sentencepiece model per language
+    and ``spl_tokens`` (the special tokens), in the order their ids follow each other."""
+    tok_cfg = cfg.get("tokenizer") or {}
+    if tok_cfg.get("type") != "agg":
+        raise ModelError(
+            f"unsupported tokenizer.type={tok_cfg.get('type')!r} for an EncDecMultiTaskModel (supported: "
+            "agg, Canary's aggregate tokenizer)"
+        )
+    langs = tok_cfg.get("langs")
+    if not isinstance(langs, dict) or "spl_tokens" not in langs:
+        raise ModelError("tokenizer.langs must map languages (and spl_tokens) to sentencepiece models")
+    models = {}
+    for lang, section in langs.items():
+        if not isinstance(section, dict) or section.get("type", "bpe") != "bpe":
+            raise ModelError(f"tokenizer.langs.{lang}: a sentencepiece (type: bpe) model is needed")
+        model_path = str(section.get("model_path") or "")
+        name = _member_named(model_path)
+        if not name or not archive.has(name):
+            raise ModelError(f"tokenizer.langs.{lang}.model_path={model_path!r} is not in the archive")
+        models[str(lang)] = archive.read(name, _MAX_SMALL_MEMBER)
+    try:
+        return AggregateTokenizer(models)
+    except Exception as err:  # sentencepiece raises RuntimeError/OSError on bad protos
+        raise ModelError(f"tokenizer: a model is not a sentencepiece model ({one_line(err, 200)})") from None
+
+
 def _fit_state_dict(
-    model: NemoCTCModel | NemoTransducerModel,
+    model: NemoCTCModel | NemoTransducerModel | NemoAEDModel,
     state: dict[str, torch.Tensor],
     hybrid: bool,
     transducer: bool = False,
@@ -305,30 +336,38 @@ def load_nemo(
     Raises ModelError with a one-line message naming the file and the offending option or member.
     """
     label = str(path)
-    if kind not in ("auto", "ctc", "transducer"):
-        raise ModelError(f"{label}: unknown NeMo model kind {kind!r} (auto, ctc, transducer)")
+    if kind not in ("auto", "ctc", "transducer", "aed"):
+        raise ModelError(f"{label}: unknown NeMo model kind {kind!r} (auto, ctc, transducer, aed)")
     cfg, state, archive = read_nemo_archive(path)
     try:
         cls = model_class_name(cfg)
         if cls is None:
             raise ModelError("model_config.yaml has no 'target' (model class)")
-        every = CTC_CLASSES + HYBRID_CLASSES + TRANSDUCER_CLASSES
+        every = CTC_CLASSES + HYBRID_CLASSES + TRANSDUCER_CLASSES + AED_CLASSES
         if kind == "auto":
             if cls not in every:
                 raise ModelError(
                     f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} "
                     f"(supported: {', '.join(every)})"
                 )
-            kind = "ctc" if cls in CTC_CLASSES else "transducer"
-        supported = (
-            CTC_CLASSES + HYBRID_CLASSES if kind == "ctc" else TRANSDUCER_CLASSES + HYBRID_TRANSDUCER_CLASSES
-        )
+            kind = "ctc" if cls in CTC_CLASSES else "aed" if cls in AED_CLASSES else "transducer"
+        supported = {
+            "ctc": CTC_CLASSES + HYBRID_CLASSES,
+            "transducer": TRANSDUCER_CLASSES + HYBRID_TRANSDUCER_CLASSES,
+            "aed": AED_CLASSES,
+        }[kind]
         if cls not in supported:
             raise ModelError(
                 f"unsupported model class target={cfg.get('target', cfg.get('_target_'))!r} for a {kind} "
                 f"model (supported: {', '.join(supported)})"
             )
         switch_attention(cfg, attention, att_context_size)
+        if kind == "aed":
+            model = _load_aed(cfg, state, archive)
+            if streaming != "offline":
+                raise ModelError(f"model.streaming={streaming}: AED models decode whole inputs")
+            model.source = label
+            return model.eval()
         tokenizer, files = _tokenizer(cfg, archive)
         model_type = NemoCTCModel if kind == "ctc" else NemoTransducerModel
         try:
@@ -347,6 +386,22 @@ def load_nemo(
         archive.close()
     model.source = label
     return model.eval()
+
+
+def _load_aed(cfg: dict[str, Any], state: dict[str, torch.Tensor], archive: NemoArchive) -> NemoAEDModel:
+    """An ``EncDecMultiTaskModel``: its tokenizer, the model from its config, its weights (the
+    output layer's weight tied to the token embedding, as NeMo ties them)."""
+    tokenizer = _aggregate_tokenizer(cfg, archive)
+    try:
+        model = NemoAEDModel.from_config(cfg, tokenizer)
+    except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values
+        raise ModelError(f"invalid model config ({one_line(err, 200)})") from None
+    head = "log_softmax.mlp." + model.log_softmax._linears[-1] + ".weight"
+    if head not in state and "transf_decoder._embedding.token_embedding.weight" in state:
+        state = {**state, head: state["transf_decoder._embedding.token_embedding.weight"]}
+    _fit_state_dict(model, state, hybrid=False)
+    model.heads = ["aed"]
+    return model
 
 
 def _check_file_name(name: str) -> None:

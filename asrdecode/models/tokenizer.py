@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import sentencepiece as spm
 
-__all__ = ["Tokenizer", "WORD_START"]
+__all__ = ["AggregateTokenizer", "Tokenizer", "WORD_START"]
 
 WORD_START = "\u2581"  # sentencepiece's word-boundary marker '▁'
 
@@ -113,3 +113,92 @@ class Tokenizer:
     def describe(self) -> dict:
         """Short summary for ``asrdecode info``."""
         return {"type": self.kind, "size": len(self.units)}
+
+
+class AggregateTokenizer:
+    """NeMo's aggregate tokenizer (Canary's ``CanaryTokenizer``): sentencepiece models side by side,
+    one per language plus one of special tokens (``spl_tokens``), their ids offset in the order the
+    config lists them. ``units`` is the joined vocabulary (no blank); text is the pieces joined
+    with '▁' as a space, as NeMo's ``ids_to_text``."""
+
+    kind = "agg"
+    model_bytes = None
+
+    def __init__(self, models: dict[str, bytes]) -> None:
+        if not models:
+            raise ValueError("an aggregate tokenizer needs at least one sentencepiece model")
+        self.langs = list(models)
+        self._sp: list[spm.SentencePieceProcessor] = []
+        self.offsets: dict[str, int] = {}
+        self.units: list[str] = []
+        self._owner: list[int] = []  # unit id -> index of its sentencepiece model
+        for n, (lang, data) in enumerate(models.items()):
+            sp = spm.SentencePieceProcessor()
+            sp.LoadFromSerializedProto(data)
+            self._sp.append(sp)
+            self.offsets[lang] = len(self.units)
+            pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+            self.units += pieces
+            self._owner += [n] * len(pieces)
+        self._special = {
+            u: i
+            for i, u in enumerate(self.units)
+            if (u.startswith("<|") and u.endswith("|>")) or u == "<pad>"
+            if self.langs[self._owner[i]] == "spl_tokens"
+        }
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.units)
+
+    def special_id(self, token: str) -> int:
+        """Id of a special token (``<|en|>``, ``<pad>``) of the ``spl_tokens`` model; KeyError if none."""
+        return self._special[token]
+
+    def is_special(self, token_id: int) -> bool:
+        return 0 <= token_id < len(self.units) and self.units[token_id] in self._special
+
+    def encode(self, text: str, lang: str | None = None) -> list[int]:
+        """Text -> ids with the model of ``lang`` (default: the first language model)."""
+        lang = lang or next(x for x in self.langs if x != "spl_tokens")
+        if lang not in self.offsets:
+            raise KeyError(lang)
+        sp = self._sp[self.langs.index(lang)]
+        return [i + self.offsets[lang] for i in sp.encode(text)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids -> text: pieces joined, '▁' read as a space (NeMo's ``AggregateTokenizer.ids_to_text``);
+        ids beyond the vocabulary (the output layer is rounded up to 8) are skipped."""
+        pieces = [self.units[i] for i in map(int, ids) if 0 <= i < len(self.units)]
+        return "".join(pieces).replace(WORD_START, " ")
+
+    def words_of(self, token_ids: Sequence[int]) -> list[tuple[str, int, int]]:
+        """[(word, index of first token, index of last token)]: a piece starting with '▁' starts a
+        word, a special token is a word of its own, ids beyond the vocabulary are skipped."""
+        groups: list[list[int]] = []
+        prev_special = False
+        for pos, tid in enumerate(int(t) for t in token_ids):
+            if not 0 <= tid < len(self.units):
+                continue
+            special = self.units[tid] in self._special
+            if not groups or special or prev_special or self.units[tid].startswith(WORD_START):
+                groups.append([])
+            groups[-1].append(pos)
+            prev_special = special
+        ids = [int(t) for t in token_ids]
+        words = []
+        for g in groups:
+            text = self.decode([ids[p] for p in g]).strip()
+            if text:
+                words.append((text, g[0], g[-1]))
+        return words
+
+    def describe(self) -> dict:
+        return {
+            "type": self.kind,
+            "size": len(self.units),
+            "models": {lang: self._sp[n].get_piece_size() for n, lang in enumerate(self.langs)},
+        }
