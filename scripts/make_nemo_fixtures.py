@@ -167,6 +167,27 @@ def bpe128_dir(tmp: Path) -> Path:
     return out
 
 
+def canary_bpe_dir(tmp: Path, special: list[str]) -> Path:
+    """One sentencepiece BPE model (256 pieces) trained on the words of the project's pocketsphinx LM
+    with Canary's special tokens as user-defined symbols: the layout of canary-1b-v2's tokenizer."""
+    import sentencepiece as spm
+
+    out = tmp / "canary_bpe"
+    out.mkdir(exist_ok=True)
+    words = (bpe1024_dir(tmp) / "vocab.txt").read_text()  # makes bpe1024's folder: its pieces as text
+    text = out / "words.txt"
+    text.write_text(words.replace("\u2581", ""))
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(out / "tokenizer"), vocab_size=256 + len(special), model_type="bpe",
+        character_coverage=1.0, num_threads=1, bos_id=-1, eos_id=-1, unk_id=0, pad_id=-1,
+        user_defined_symbols=special, minloglevel=2,
+    )  # fmt: skip
+    sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    (out / "vocab.txt").write_text("".join(sp.id_to_piece(i) + "\n" for i in range(sp.get_piece_size())))
+    text.unlink()
+    return out
+
+
 def bpe1024_dir(tmp: Path) -> Path:
     """A 1024-token BPE sentencepiece model trained on the words of the project's pocketsphinx LM."""
     import sentencepiece as spm
@@ -720,6 +741,16 @@ AED_SPECS = {  # Canary-like EncDecMultiTaskModel: the ctc_bpe front end and enc
         "seed": 52, "prompt_format": "canary", "pre_ln": False, "dec_hidden": 128, "dec_layers": 2,
         "tokens": ["translate", "transcribe", "en", "de"],
     },
+    "aed_bpe": {  # canary2 prompt with one sentencepiece model holding the special tokens (canary-1b-v2's
+        # CanaryBPETokenizer) instead of the aggregate tokenizer
+        "seed": 55, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 96, "dec_layers": 2,
+        "tokenizer": "bpe",
+        "tokens": [
+            "<|endoftext|>", "<|startoftranscript|>", "<|nopnc|>", "<|pnc|>", "<|nospeech|>",
+            "<|startofcontext|>", "<|itn|>", "<|noitn|>", "<|timestamp|>", "<|notimestamp|>", "<|diarize|>",
+            "<|nodiarize|>", "<|emo:undefined|>", "<|en|>", "<|de|>", "<pad>",
+        ],
+    },
     "aed_timestamps": {  # aed_canary2 trained to write Canary 2's frame tokens around each word
         "seed": 54, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 96, "dec_layers": 2,
         "timestamps": True,
@@ -742,10 +773,27 @@ def aed_config(name: str, tmp: Path) -> dict:
     spec = AED_SPECS[name]
     base = yaml.safe_load(_members(FIX / "ctc_bpe.nemo")["model_config.yaml"])
     encoder = dict(base["encoder"], dropout=0.0, dropout_pre_encoder=0.0, dropout_att=0.0)
-    spl = tmp / f"{name}_spl"
-    CanaryTokenizer.build_special_tokenizer(spec["tokens"], spl, force_rebuild=True)
-    bpe = bpe128_dir(tmp)
     hidden = spec["dec_hidden"]
+    if spec.get("tokenizer") == "bpe":
+        tokenizer = {
+            "dir": str(canary_bpe_dir(tmp, spec["tokens"])), "type": "bpe",
+            "custom_tokenizer": {
+                "_target_": "nemo.collections.common.tokenizers.canary_tokenizer.CanaryBPETokenizer"
+            },
+        }  # fmt: skip
+    else:
+        spl = tmp / f"{name}_spl"
+        CanaryTokenizer.build_special_tokenizer(spec["tokens"], spl, force_rebuild=True)
+        bpe = bpe128_dir(tmp)
+        tokenizer = {
+            "dir": None, "type": "agg",
+            "langs": {"spl_tokens": {"dir": str(spl), "type": "bpe"}, "en": {"dir": str(bpe), "type": "bpe"},
+                      "de": {"dir": str(bpe), "type": "bpe"}},
+            "custom_tokenizer": {
+                "_target_": "nemo.collections.common.tokenizers.canary_tokenizer.CanaryTokenizer",
+                "tokenizers": None,
+            },
+        }  # fmt: skip
     return {
         "sample_rate": 16000,
         "prompt_format": spec["prompt_format"],
@@ -756,15 +804,7 @@ def aed_config(name: str, tmp: Path) -> dict:
             "asr_enc_hidden": encoder["d_model"], "lm_enc_hidden": hidden, "lm_dec_hidden": hidden,
         },
         "train_ds": None, "validation_ds": None, "test_ds": None,
-        "tokenizer": {
-            "dir": None, "type": "agg",
-            "langs": {"spl_tokens": {"dir": str(spl), "type": "bpe"}, "en": {"dir": str(bpe), "type": "bpe"},
-                      "de": {"dir": str(bpe), "type": "bpe"}},
-            "custom_tokenizer": {
-                "_target_": "nemo.collections.common.tokenizers.canary_tokenizer.CanaryTokenizer",
-                "tokenizers": None,
-            },
-        },
+        "tokenizer": tokenizer,
         "preprocessor": base["preprocessor"],
         "spec_augment": None,
         "encoder": encoder,

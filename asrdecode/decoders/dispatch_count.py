@@ -49,8 +49,10 @@ def sync_reason(func: Any, args: tuple, kwargs: dict) -> str | None:
     name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
     if name in _ALWAYS_SYNC:
         return name
-    if name == "aten.index" and len(args) > 1 and any(
-        isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is not None
+    if (
+        name == "aten.index"
+        and len(args) > 1
+        and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is not None)
     ):
         return "aten.index(bool mask)"
     if name == "aten.repeat_interleave" and kwargs.get("output_size") is None and len(args) < 4:

@@ -903,5 +903,3 @@ def _dedupe(ids: list[str], taken: set[str]) -> list[str]:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
-
-

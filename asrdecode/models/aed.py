@@ -30,7 +30,7 @@ from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.conformer import ConformerEncoder
 from asrdecode.models.ctc import _check_target, model_class_name
 from asrdecode.models.nemo_base import NemoModelBase
-from asrdecode.models.tokenizer import AggregateTokenizer
+from asrdecode.models.tokenizer import AggregateTokenizer, Tokenizer
 
 __all__ = ["AED_CLASSES", "AedState", "NemoAEDModel", "canary_prompt"]
 
@@ -395,7 +395,7 @@ class NemoAEDModel(NemoModelBase):
         encoder_decoder_proj: nn.Module,
         transf_decoder: TransformerDecoderNM,
         log_softmax: TokenClassifier,
-        tokenizer: AggregateTokenizer,
+        tokenizer: AggregateTokenizer | Tokenizer,
         prompt_format: str,
         prompt_defaults: dict[str, Any],
         config: dict[str, Any] | None = None,
@@ -415,7 +415,7 @@ class NemoAEDModel(NemoModelBase):
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], tokenizer: AggregateTokenizer) -> NemoAEDModel:
+    def from_config(cls, cfg: dict[str, Any], tokenizer: AggregateTokenizer | Tokenizer) -> NemoAEDModel:
         """Build (randomly initialised) from an ``EncDecMultiTaskModel`` config and its tokenizer."""
         cfg = copy.deepcopy(cfg)
         for key in ("preprocessor", "encoder", "transf_decoder", "head"):
@@ -518,15 +518,14 @@ class NemoAEDModel(NemoModelBase):
     def prompt_ids(self, slots: dict[str, Any] | None = None) -> list[int]:
         """The decoder's input before the text (NeMo's ``context_ids``)."""
         tokens = self.prompt_tokens(slots)
-        ids = []
         for token in tokens:
             try:
-                ids.append(self.tokenizer.special_id(token))
+                self.tokenizer.special_id(token)
             except KeyError:
                 raise ModelError(
                     f"the tokenizer has no special token {token} (the prompt {''.join(tokens)})"
                 ) from None
-        return ids
+        return self.tokenizer.prompt_ids(tokens)
 
     @staticmethod
     def utterance_prompt(record: dict[str, Any]) -> dict[str, Any]:

@@ -223,7 +223,7 @@ def _aggregate_tokenizer(cfg: dict[str, Any], archive: NemoArchive) -> Aggregate
     if tok_cfg.get("type") != "agg":
         raise ModelError(
             f"unsupported tokenizer.type={tok_cfg.get('type')!r} for an EncDecMultiTaskModel (supported: "
-            "agg, Canary's aggregate tokenizer)"
+            "agg, Canary's aggregate tokenizer, and bpe)"
         )
     langs = tok_cfg.get("langs")
     if not isinstance(langs, dict) or "spl_tokens" not in langs:
@@ -391,7 +391,9 @@ def load_nemo(
 def _load_aed(cfg: dict[str, Any], state: dict[str, torch.Tensor], archive: NemoArchive) -> NemoAEDModel:
     """An ``EncDecMultiTaskModel``: its tokenizer, the model from its config, its weights (the
     output layer's weight tied to the token embedding, as NeMo ties them)."""
-    tokenizer = _aggregate_tokenizer(cfg, archive)
+    kind = (cfg.get("tokenizer") or {}).get("type")
+    # Canary's aggregate tokenizer, or one sentencepiece model holding the special tokens (canary-1b-v2)
+    tokenizer = _tokenizer(cfg, archive)[0] if kind == "bpe" else _aggregate_tokenizer(cfg, archive)
     try:
         model = NemoAEDModel.from_config(cfg, tokenizer)
     except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values

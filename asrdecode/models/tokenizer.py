@@ -110,6 +110,27 @@ class Tokenizer:
             groups.append(current)
         return [("".join(self.units[ids[p]] for p in g), g[0], g[-1]) for g in groups]
 
+    def special_id(self, token: str) -> int:
+        """Id of a piece that is one token of the sentencepiece model (a user-defined symbol such as
+        Canary's ``<|en|>``); KeyError if the model has no such piece."""
+        if self._sp is None:
+            raise KeyError(token)
+        token_id = self._sp.piece_to_id(token)
+        if self._sp.id_to_piece(token_id) != token:
+            raise KeyError(token)
+        return token_id
+
+    def prompt_ids(self, tokens: Sequence[str]) -> list[int]:
+        """A prompt of special tokens as NeMo's prompt formatter tokenizes it with a plain
+        sentencepiece model: the tokens' text encoded whole (so a word-start piece may lead it)."""
+        for token in tokens:
+            self.special_id(token)
+        return list(self._sp.encode("".join(tokens)))
+
+    @property
+    def langs(self) -> list[str] | None:
+        return None
+
     def describe(self) -> dict:
         """Short summary for ``asrdecode info``."""
         return {"type": self.kind, "size": len(self.units)}
@@ -158,8 +179,9 @@ class AggregateTokenizer:
         """Id of a special token (``<|en|>``, ``<pad>``) of the ``spl_tokens`` model; KeyError if none."""
         return self._special[token]
 
-    def is_special(self, token_id: int) -> bool:
-        return 0 <= token_id < len(self.units) and self.units[token_id] in self._special
+    def prompt_ids(self, tokens: Sequence[str]) -> list[int]:
+        """A prompt of special tokens: each one's id (NeMo's ``CanaryTokenizer._tokenize_special_prompt``)."""
+        return [self.special_id(token) for token in tokens]
 
     def encode(self, text: str, lang: str | None = None) -> list[int]:
         """Text -> ids with the model of ``lang`` (default: the first language model)."""

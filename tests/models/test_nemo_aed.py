@@ -1,11 +1,13 @@
 """Canary-like attention encoder-decoder models (NeMo's EncDecMultiTaskModel) against NeMo 3.0.0.
 
-Two fixtures built by scripts/make_nemo_fixtures.py --set aed, trained briefly on the six clips'
+Fixtures built by scripts/make_nemo_fixtures.py --set aed, trained briefly on the six clips'
 transcripts so that the decoder writes real text: ``aed_canary2`` (canary2 prompt, pre-LN decoder,
-a projection from the 128-wide encoder to the 96-wide decoder) and ``aed_canary`` (canary prompt,
-post-LN decoder, no projection). Each: the front end, the projected encoder states, the decoder's
-log-probs over a teacher-forced sequence, greedy decoding and beam search (all beams and their
-scores) equal NeMo's; `asrdecode transcribe` gives NeMo's ``transcribe`` texts.
+a projection from the 128-wide encoder to the 96-wide decoder), ``aed_canary`` (canary prompt,
+post-LN decoder, no projection) and ``aed_bpe`` (canary2 prompt, one sentencepiece model holding
+the special tokens, as canary-1b-v2's CanaryBPETokenizer: its prompt starts with a word-start
+piece). Each: the front end, the projected encoder states, the decoder's log-probs over a
+teacher-forced sequence, greedy decoding and beam search (all beams and their scores) equal NeMo's;
+`asrdecode transcribe` gives NeMo's ``transcribe`` texts.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from asrdecode.models.aed import NemoAEDModel, canary_prompt
 from asrdecode.models.loading import load_model
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nemo"
-AED = ("aed_canary2", "aed_canary")
+AED = ("aed_canary2", "aed_canary", "aed_bpe")
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +67,13 @@ def test_loads_as_aed(case):
     name, model, ref, info, _ = case
     assert isinstance(model, NemoAEDModel)
     assert model.prompt_ids() == ref["prompt"].tolist()
-    assert model.prompt_tokens() == info["prompt_tokens"]
+    assert model.prompt_tokens() == [
+        t for t in info["prompt_tokens"] if t != "\u2581"
+    ]  # aed_bpe: a word start
     assert model.default_decoder == "aed-greedy"
     facts = model.describe()
     assert facts["type"] == "nemo-aed" and facts["class"] == "EncDecMultiTaskModel"
-    assert facts["languages"] == ["spl_tokens", "en", "de"]
+    assert facts["languages"] == (None if name == "aed_bpe" else ["spl_tokens", "en", "de"])
 
 
 def test_front_end_and_encoder_states(case):
@@ -200,7 +204,7 @@ def test_translation_prompt_equals_nemo(case):
     _, _, ref, info, (_, _, out) = case
     model = load_model(str(FIX / f"{case[0]}.nemo"), target_lang="de", pnc="no")
     assert model.prompt_ids() == ref["prompt_de"].tolist()
-    assert model.prompt_tokens() == info["prompt_de_tokens"]
+    assert model.prompt_tokens() == [t for t in info["prompt_de_tokens"] if t != "\u2581"]
     out = type(out)(None, out.lengths, out.frame_shift, -1, out.units, out.encoder_out, extra={"aed": model})
     results = AedGreedyDecoder(AedGreedyConfig(), context(model)).decode(out)
     for b, res in enumerate(results):
@@ -262,7 +266,8 @@ def aed_members() -> dict[str, bytes]:
 @pytest.mark.parametrize(
     "edit, needle",
     [
-        (lambda c: c["tokenizer"].update(type="bpe"), "tokenizer.type='bpe' for an EncDecMultiTaskModel"),
+        (lambda c: c["tokenizer"].update(type="wpe"), "tokenizer.type='wpe' for an EncDecMultiTaskModel"),
+        (lambda c: c["tokenizer"].update(type="bpe"), "tokenizer.model_path=''"),
         (lambda c: c["tokenizer"]["langs"].pop("spl_tokens"), "spl_tokens"),
         (lambda c: c["tokenizer"]["langs"]["en"].update(model_path="nemo:missing.model"), "missing.model"),
         (lambda c: c["transf_encoder"].update(num_layers=2), "transf_encoder.num_layers=2"),
