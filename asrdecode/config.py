@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from asrdecode.errors import ConfigError
+from asrdecode.errors import ConfigError, shown
 
 DEFAULT_MODEL = "embedded:demo_ctc_bpe"  # model.path when a config names no model
 # What `asrdecode transcribe` runs with no --config and no model choice: real English (pocketsphinx's
@@ -164,15 +164,10 @@ def _valid_keys(cls: type, prefix: str = "") -> list[str]:
     return keys
 
 
-def _shown(text: str) -> str:
-    """User text in a one-line error: control characters (a newline in a YAML key) escaped."""
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
 def _unknown_key(key: str, valid: list[str]) -> ConfigError:
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return ConfigError(f"unknown config key '{_shown(key)}'{hint}; valid keys: {', '.join(valid)}")
+    return ConfigError(f"unknown config key '{shown(key)}'{hint}; valid keys: {', '.join(valid)}")
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -259,11 +254,11 @@ def dataclass_from_dict(
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`decoder.beam=12` → (['decoder', 'beam'], 12); the value is parsed as YAML."""
     if "=" not in text:
-        raise ConfigError(f"override '{_shown(text)}' must look like key.path=value")
+        raise ConfigError(f"override '{shown(text)}' must look like key.path=value")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override '{_shown(text)}' has an empty key")
+        raise ConfigError(f"override '{shown(text)}' has an empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -343,7 +338,7 @@ def validate_output(output: OutputConfig) -> None:
 def validate_engine(engine: EngineConfig) -> None:
     """One-line ConfigError for an engine section that cannot run."""
     if engine.type not in ("local", "ray"):
-        raise ConfigError(f"engine.type '{_shown(engine.type)}' is not one of: local, ray")
+        raise ConfigError(f"engine.type '{shown(engine.type)}' is not one of: local, ray")
     if engine.workers < 1:
         raise ConfigError(f"engine.workers must be at least 1, got {engine.workers}")
     if engine.cpus_per_worker < 0 or engine.gpus_per_worker < 0:
@@ -371,7 +366,7 @@ def validate_decoder_section(section: dict) -> Any:
         raise ConfigError(f"config section 'decoder' must be a mapping, got {section!r}")
     kind = section.get("type", "auto")
     if kind == "auto":
-        extra = sorted(_shown(str(k)) for k in section if k != "type")
+        extra = sorted(shown(str(k)) for k in section if k != "type")
         if extra:
             raise ConfigError(
                 f"decoder options {', '.join('decoder.' + k for k in extra)} need an explicit decoder.type "

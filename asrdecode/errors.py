@@ -33,6 +33,12 @@ class GraphError(AsrDecodeError):
     """A decoding graph, lexicon, unit list or ARPA file that cannot be built or loaded."""
 
 
+def shown(text: str) -> str:
+    """Text from an input (a YAML key, a state_dict key) in a one-line error: control characters
+    (a newline) escaped."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def one_line(err: BaseException, limit: int | None = None) -> str:
     """An exception's message on one line (its type name if it has none), cut to `limit` chars."""
     text = " ".join(str(err).split()) or type(err).__name__

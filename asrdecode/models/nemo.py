@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from asrdecode.atomic_files import atomic_target
-from asrdecode.errors import ModelError, one_line
+from asrdecode.errors import ModelError, one_line, shown
 from asrdecode.io.schema import NEMO_CONFIG, problem
 from asrdecode.models.aed import AED_CLASSES, NemoAEDModel
 from asrdecode.models.ctc import (
@@ -42,6 +42,9 @@ WEIGHTS_MEMBER = "model_weights.ckpt"
 _MAX_SMALL_MEMBER = 64 * 1024 * 1024  # config / tokenizer files larger than this are refused
 # Keys of NeMo CTC checkpoints that carry no inference weights of this model.
 _IGNORED_PREFIXES = ("spec_augmentation.", "loss.", "wer.", "ctc_wer.", "ctc_loss.")
+# What building a model from a config raises on values of the wrong type or size (a string for a
+# size, no attention heads, a negative or odd width, a size torch cannot allocate): one-line errors.
+CONFIG_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, RuntimeError)
 # Buffers that are recomputed from the config when a checkpoint lacks them.
 _OPTIONAL_KEYS = ("preprocessor.featurizer.window", "preprocessor.featurizer.fb")
 
@@ -272,7 +275,8 @@ def _fit_state_dict(
     ]
 
     def few(items: list[str]) -> str:
-        return ", ".join(items[:3]) + (f" (+{len(items) - 3} more)" if len(items) > 3 else "")
+        more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
+        return ", ".join(shown(x) for x in items[:3]) + more
 
     if missing:
         raise ModelError(f"weights do not match the config: missing {few(missing)}")
@@ -372,7 +376,7 @@ def load_nemo(
         model_type = NemoCTCModel if kind == "ctc" else NemoTransducerModel
         try:
             model = model_type.from_config(cfg, tokenizer, files)
-        except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values
+        except CONFIG_ERRORS as err:
             raise ModelError(f"invalid model config ({one_line(err, 200)})") from None
         _fit_state_dict(model, state, hybrid=cls in HYBRID_CLASSES, transducer=kind == "transducer")
         model.heads = ["transducer", "ctc"] if cls in HYBRID_CLASSES else [kind]
@@ -396,7 +400,7 @@ def _load_aed(cfg: dict[str, Any], state: dict[str, torch.Tensor], archive: Nemo
     tokenizer = _tokenizer(cfg, archive)[0] if kind == "bpe" else _aggregate_tokenizer(cfg, archive)
     try:
         model = NemoAEDModel.from_config(cfg, tokenizer)
-    except (TypeError, ValueError, KeyError, AttributeError) as err:  # wrongly typed config values
+    except CONFIG_ERRORS as err:
         raise ModelError(f"invalid model config ({one_line(err, 200)})") from None
     head = "log_softmax.mlp." + model.log_softmax._linears[-1] + ".weight"
     if head not in state and "transf_decoder._embedding.token_embedding.weight" in state:

@@ -125,22 +125,23 @@ def test_audio_resampled_as_it_is_read(originals, scratch, edits, cut):
         only_asrdecode_errors(lambda: loading.load_audio(Utterance("a", str(path)), target_sr=22050))
 
 
-def _nemo_members() -> dict[str, bytes]:
-    with tarfile.open(ROOT / "tests/fixtures/nemo/ctc_bpe.nemo") as tf:
+def _nemo_members(name: str) -> dict[str, bytes]:
+    with tarfile.open(ROOT / f"tests/fixtures/nemo/{name}.nemo") as tf:
         return {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isreg()}
 
 
-NEMO = _nemo_members()
+NEMO = {name: _nemo_members(name) for name in ("ctc_bpe", "aed_canary2")}
 
 
+@pytest.mark.parametrize("model", sorted(NEMO))
 @pytest.mark.parametrize("member", ["./model_config.yaml", "./model_weights.ckpt"])
 @given(edits=edits, cut=cuts)
-def test_nemo_members(scratch, member, edits, cut):
+def test_nemo_members(scratch, model, member, edits, cut):
     from asrdecode.models import load_nemo
 
     path = case_dir(scratch, "nemo") / "m.nemo"
     with tarfile.open(path, "w") as tf:
-        for name, data in NEMO.items():
+        for name, data in NEMO[model].items():
             data = mutate(data, edits, cut) if name == member else data
             info = tarfile.TarInfo(name)
             info.size = len(data)

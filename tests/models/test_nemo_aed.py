@@ -279,6 +279,13 @@ def aed_members() -> dict[str, bytes]:
         ),
         (lambda c: c["transf_decoder"]["config_dict"].update(rotary=True), "rotary"),
         (lambda c: c["head"].update(hidden_size=64), "head.hidden_size=64"),
+        (lambda c: c["transf_decoder"]["config_dict"].update(num_attention_heads=0), "invalid model config"),
+        (lambda c: c["transf_decoder"]["config_dict"].update(hidden_size=-1), "invalid model config"),
+        (
+            lambda c: c["transf_decoder"]["config_dict"].update(max_sequence_length=10**12),
+            "invalid model config",
+        ),
+        (lambda c: c["encoder"].update(n_heads=0), "invalid model config"),
         (
             lambda c: c.update(
                 prompt_defaults=[{"role": "user", "slots": {"source_lang": "xx", "target_lang": "en"}}]

@@ -167,6 +167,9 @@ def test_yaml_tags_are_not_constructed(members, tmp_path):
         (lambda c: c["encoder"].update(n_layers=2), "unexpected encoder.layers.2"),
         (lambda c: c["encoder"].update(conv_kernel_size=5), "shape"),
         (lambda c: c["encoder"].update(n_heads="four"), "n_heads"),
+        (lambda c: c["encoder"].update(n_heads=0), "invalid model config"),
+        (lambda c: c["encoder"].update(ff_expansion_factor=-1), "invalid model config"),
+        (lambda c: c["encoder"].update(conv_context_size=[]), "invalid model config"),
         (lambda c: c.update(tokenizer="just a string"), "tokenizer must be a mapping or null, got str"),
         (lambda c: c.update(encoder=[1, 2]), "encoder must be a mapping, got list"),
         (lambda c: c.update(decoding="greedy"), "decoding must be a mapping or null, got str"),
@@ -193,3 +196,14 @@ def test_build_graph_with_a_damaged_model_config_is_one_line(members, tmp_path):
     )  # fmt: skip
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert f"{path}: model_config.yaml: tokenizer must be a mapping or null, got str" in proc.stderr
+
+
+def test_state_dict_key_with_a_newline_is_shown_escaped(members, tmp_path):
+    """A weights file whose key holds a newline (a byte flipped in the archive, found by make fuzz):
+    the one-line error shows it escaped."""
+    state = torch.load(io.BytesIO(members["./model_weights.ckpt"]), weights_only=True)
+    state["preprocessor.featurizer.\nb"] = torch.zeros(1)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    path = write_tar(tmp_path / "k.nemo", {**members, "./model_weights.ckpt": buf.getvalue()})
+    expect_error(path, "unexpected preprocessor.featurizer.\\nb")
