@@ -82,6 +82,8 @@ class RunStats:
     failed: int = 0
     segmented: int = 0  # inputs longer than batch.segment_seconds, decoded in segments
     segmented_without_lattice: int = 0  # of those, inputs whose lattice was asked for but not written
+    # hypotheses an autoregressive decoder stopped at their length limit, without an end token
+    unfinished: int = 0
     audio_seconds: float = 0.0
     wall_seconds: float = 0.0
 
@@ -91,6 +93,7 @@ class RunStats:
         self.failed += other.failed
         self.segmented += other.segmented
         self.segmented_without_lattice += other.segmented_without_lattice
+        self.unfinished += other.unfinished
         self.audio_seconds += other.audio_seconds
 
 
@@ -460,6 +463,11 @@ class Transcriber:
         finally:
             self.stats.wall_seconds = time.perf_counter() - start
             self.writer.close(order=self.inputs.ids())
+        if self.stats.unfinished:
+            self.on_status(
+                f"warning: {self.stats.unfinished} hypothesis(es) stopped at the decoder's length limit "
+                "without an end token (their text may be cut: decoder.max_generation_delta)"
+            )
         if self.boost_oov:
             words = sorted(self.boost_oov)
             self.on_status(
@@ -509,7 +517,9 @@ class Transcriber:
                     for w in result.words:
                         w.start = min(max(w.start + offset, 0.0), limit)
                         w.end = min(max(w.end + offset, 0.0), limit)
-            self.boost_oov.update(getattr(self.decoder, "last_info", {}).get("oov_boost_words", ()))
+            info = getattr(self.decoder, "last_info", {})
+            self.boost_oov.update(info.get("oov_boost_words", ()))
+            self.stats.unfinished += info.get("unfinished", 0)
             return results
 
         return PendingDecode(collect, pending.cancel)
@@ -690,6 +700,7 @@ class Transcriber:
             "failed": self.stats.failed,
             "segmented": self.stats.segmented,
             "segmented_without_lattice": self.stats.segmented_without_lattice,
+            "unfinished_hypotheses": self.stats.unfinished,
             "interrupted": interrupted,
             "audio_hours_this_run": audio / 3600,
             "wall_seconds": self.stats.wall_seconds,

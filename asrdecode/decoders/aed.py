@@ -102,6 +102,7 @@ class AedGreedyDecoder:
     def __init__(self, config: AedGreedyConfig, context: DecoderContext):
         self.config = config
         self.context = context
+        self.last_info: dict = {}  # the last batch's count of hypotheses stopped without an end token
 
     @torch.inference_mode()
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
@@ -110,6 +111,7 @@ class AedGreedyDecoder:
             return []
         net, prompt, limits, state = _begin(output, self.config.max_generation_delta)
         ended = limits <= 0
+        closed = torch.zeros_like(ended)  # wrote the end token
         scores = torch.zeros(n, dtype=torch.float32, device=prompt.device)
         written = []
         tokens = prompt
@@ -118,12 +120,14 @@ class AedGreedyDecoder:
             best, nxt = log_probs.max(dim=-1)
             scores += torch.where(ended, torch.zeros_like(best), best.float())
             nxt = torch.where(ended, torch.full_like(nxt, net.pad_id), nxt)
+            closed |= nxt == net.eos_id
             ended |= (nxt == net.eos_id) | (limits <= step + 1)
             written.append(nxt)
             tokens = nxt[:, None]
             if bool(ended.all()):
                 break
         rows = torch.stack(written, dim=1).tolist() if written else [[] for _ in range(n)]
+        self.last_info = {"unfinished": int((~closed).sum())}
         return [
             _result(net, text_tokens(row, net.eos_id, net.pad_id), float(s))
             for row, s in zip(rows, scores.tolist(), strict=True)
@@ -150,6 +154,7 @@ class AedBeamDecoder:
             raise ValueError(f"decoder.nbest={config.nbest}: must be between 1 and beam_size")
         self.config = config
         self.context = context
+        self.last_info: dict = {}
 
     @torch.inference_mode()
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
@@ -198,6 +203,7 @@ class AedBeamDecoder:
         raw = scores.view(batch, k)
         sequences = prefixes[:, p:].view(batch, k, -1).tolist()
         results = []
+        unfinished = 0
         for b in range(batch):
             order = torch.argsort(penalised[b], descending=True, stable=True).tolist()
             best = int(torch.argmax(penalised[b]))
@@ -206,7 +212,9 @@ class AedBeamDecoder:
                 toks = text_tokens(sequences[b][j], net.eos_id, net.pad_id)
                 texts.append(([w for w, _, _ in net.timed_words(toks)], float(raw[b, j])))
             tokens = text_tokens(sequences[b][best], net.eos_id, net.pad_id)
+            unfinished += net.eos_id not in sequences[b][best]
             results.append(
                 _result(net, tokens, float(raw[b, best]), texts if self.config.nbest > 1 else None)
             )
+        self.last_info = {"unfinished": unfinished}
         return results

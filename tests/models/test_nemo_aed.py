@@ -187,7 +187,8 @@ def test_cli_transcribe_equals_nemo_transcribe(tmp_path):
     out = tmp_path / "out"
     transcribe = ["transcribe", str(FIX / "audio"), "--model", str(FIX / f"{name}.nemo"), "threads=1"]
     run(*transcribe, "--out", str(out))
-    assert json.loads((out / "report.json").read_text())["decoder"] == "aed-greedy"
+    report = json.loads((out / "report.json").read_text())
+    assert report["decoder"] == "aed-greedy" and report["unfinished_hypotheses"] == 0
     rows = {r["utt_id"]: r for r in map(json.loads, (out / "transcripts.jsonl").read_text().splitlines())}
     expected = dict(zip((str(u) for u in ref["utt_ids"]), info["transcribe_texts"], strict=True))
     assert {u: r["pred_text"] for u, r in rows.items()} == {
@@ -388,6 +389,9 @@ def test_results_do_not_depend_on_the_batch(case, beam):
     limits = (cut + 3 - len(model.prompt_ids())).clamp(min=0).tolist()
     for res, limit in zip(decoder.decode(short), limits, strict=True):
         assert len(res.tokens) <= limit + (1 if beam else 0)
+    assert decoder.last_info["unfinished"] > 0  # the cut ones stopped at their limits
+    decoder.decode(out)
+    assert decoder.last_info["unfinished"] == 0
 
 
 def test_word_times_from_frame_tokens_equal_nemo(tmp_path):
@@ -416,3 +420,19 @@ def test_word_times_from_frame_tokens_equal_nemo(tmp_path):
     ctm = (out / "hyp.ctm").read_text().splitlines()
     assert len(ctm) == sum(len(t) for t in info["transcribe_word_times"])
     assert len(list((out / "subtitles").glob("*.srt"))) == len(rows)
+
+
+def test_hypotheses_cut_at_the_length_limit_are_counted(tmp_path):
+    """A 0.9 s clip (11 encoder frames) with decoder.max_generation_delta=0: 2 tokens after the
+    9-token prompt, no end token: the report counts it and the run warns in one line."""
+    import soundfile as sf
+
+    wave, rate = sf.read(FIX / "audio" / "ps_librivox_0880.wav", dtype="float32")
+    folder = tmp_path / "short"
+    folder.mkdir()
+    sf.write(folder / "short.wav", wave[: int(0.9 * rate)], rate, subtype="PCM_16")
+    out = tmp_path / "out"
+    options = ["--decoder", "aed-greedy", "decoder.max_generation_delta=0", "threads=1", "--out", str(out)]
+    proc = run("transcribe", str(folder), "--model", str(FIX / "aed_canary2.nemo"), *options)
+    assert json.loads((out / "report.json").read_text())["unfinished_hypotheses"] == 1
+    assert "1 hypothesis(es) stopped at the decoder's length limit" in proc.stdout + proc.stderr
