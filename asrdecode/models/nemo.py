@@ -177,6 +177,35 @@ def _nemo_refs(section: dict[str, Any] | None) -> dict[str, str]:
     return refs
 
 
+# (config section, key, state_dict prefix of the numbered layers): sizes a model is built with before its
+# weights are compared, checked against the weights first (a huge count would build for ever)
+LAYER_COUNTS = (
+    (("encoder",), "n_layers", "encoder.layers."),
+    (("transf_decoder", "config_dict"), "num_layers", "transf_decoder._decoder.layers."),
+    (("head",), "num_layers", "log_softmax.mlp.layer"),
+)
+
+
+def check_layer_counts(cfg: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
+    """ModelError when a config asks for more numbered layers than the weights hold (a head's MLP
+    numbers its Linear layers 0, 2, 4, ...)."""
+    for path, key, prefix in LAYER_COUNTS:
+        section: Any = cfg
+        for name in path:
+            section = section.get(name) if isinstance(section, dict) else None
+        value = section.get(key) if isinstance(section, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        numbers = {
+            int(k[len(prefix) :].split(".", 1)[0])
+            for k in state
+            if k.startswith(prefix) and k[len(prefix) :].split(".", 1)[0].isdigit()
+        }
+        held = len(numbers)
+        if value > max(held, 1):
+            raise ModelError(f"{'.'.join((*path, key))}={value} but the weights hold {held} such layers")
+
+
 def _member_named(model_path: str) -> str:
     """The archive member a config's tokenizer path names: ``nemo:<name>``, or an absolute path of
     the machine that built it, looked for by its file name."""
@@ -366,6 +395,7 @@ def load_nemo(
                 f"model (supported: {', '.join(supported)})"
             )
         switch_attention(cfg, attention, att_context_size)
+        check_layer_counts(cfg, state)
         if kind == "aed":
             model = _load_aed(cfg, state, archive)
             if streaming != "offline":

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import yaml
 from helpers.fuzz import SECONDS, case_dir, cuts, edits, json_values, mutate, only_asrdecode_errors  # noqa: F401
 from hypothesis import given
 from hypothesis import strategies as st
@@ -131,6 +132,54 @@ def _nemo_members(name: str) -> dict[str, bytes]:
 
 
 NEMO = {name: _nemo_members(name) for name in ("ctc_bpe", "aed_canary2")}
+
+
+def _leaf_paths(node, prefix=()):
+    """Every scalar's key path in a config (lists by index)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    if items is None:
+        yield prefix
+        return
+    for key, value in items:
+        yield from _leaf_paths(value, (*prefix, key))
+
+
+AED_CONFIG = yaml.safe_load(NEMO["aed_canary2"]["./model_config.yaml"])
+AED_PATHS = [
+    p for p in _leaf_paths(AED_CONFIG)
+    if p[0] in ("encoder", "transf_decoder", "transf_encoder", "head", "tokenizer", "prompt_defaults",
+                "prompt_format", "model_defaults", "preprocessor")
+]  # fmt: skip
+CONFIG_VALUES = st.sampled_from(
+    [0, -1, 1, 3, 2.5, "x", None, True, [], {}, "nemo:../x", "<|en|>", "\n", 10**12]
+)
+
+
+@given(path=st.sampled_from(AED_PATHS), value=CONFIG_VALUES)
+def test_aed_config_values(scratch, path, value):
+    """A Canary config with one value replaced (a size of 0, -1 or 10**12, a string, a list, ...):
+    loading it and writing its prompt end in a model or one line."""
+    from asrdecode.models.loading import load_model
+
+    cfg = json.loads(json.dumps(AED_CONFIG))
+    node = cfg
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    members = {**NEMO["aed_canary2"], "./model_config.yaml": yaml.safe_dump(cfg, sort_keys=False).encode()}
+    archive = case_dir(scratch, "nemo") / "aed.nemo"
+    with tarfile.open(archive, "w") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+    def load():
+        model = load_model(str(archive))
+        if model.has_languages():
+            model.prompt_ids()
+
+    only_asrdecode_errors(load)
 
 
 @pytest.mark.parametrize("model", sorted(NEMO))

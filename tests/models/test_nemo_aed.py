@@ -276,7 +276,19 @@ def aed_members() -> dict[str, bytes]:
         (lambda c: c["transf_decoder"]["config_dict"].update(hidden_act="swish"), "swish"),
         (
             lambda c: c["transf_decoder"]["config_dict"].update(num_layers=3),
-            "missing transf_decoder._decoder.layers.2",
+            "transf_decoder.config_dict.num_layers=3 but the weights hold 2 such layers",
+        ),
+        (
+            lambda c: c["transf_decoder"]["config_dict"].update(num_layers=10**12),
+            "weights hold 2 such layers",
+        ),
+        (
+            lambda c: c["head"].update(num_layers=10**12),
+            "head.num_layers=1000000000000 but the weights hold 1",
+        ),
+        (
+            lambda c: c["encoder"].update(n_layers=10**12),
+            "encoder.n_layers=1000000000000 but the weights hold 3",
         ),
         (lambda c: c["transf_decoder"]["config_dict"].update(rotary=True), "rotary"),
         (lambda c: c["head"].update(hidden_size=64), "head.hidden_size=64"),
