@@ -100,6 +100,7 @@ class ShardWorker:
         t.writer, t.stats, t.boost_oov = ShardOutput(), RunStats(), set()
         t.timer.seconds = dict.fromkeys(STAGES, 0.0)
         start = time.perf_counter()
+        utts = t._with_valid_prompts(utts)  # an AED model's per-utterance prompts, as a local run checks them
         t._run_batches(plan_batches(utts, t.cfg.batch.max_seconds, t.cfg.batch.max_utterances), start)
         out: ShardOutput = t.writer
         return ShardResult(

@@ -157,3 +157,25 @@ def test_workers_whose_search_threads_score_say_so(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [r["pred_text"] for r in rows(out)] == ["go forward ten meters"] * 3
     assert json.loads((out / "report.json").read_text())["scores_deferred"] is True
+
+
+def test_canary_prompts_per_line_on_ray(tmp_path):
+    """A Canary manifest on Ray workers: each line's own prompt, as a local run decodes it; a line
+    whose language the model lacks fails in one line there too."""
+    wavs = sorted((FIX / "audio").glob("*.wav"))
+    lines = [{"audio_filepath": str(w), "utt_id": f"u{i}"} | ({"target_lang": "de"} if i % 2 else {})
+             for i, w in enumerate(wavs)]  # fmt: skip
+    lines.append({"audio_filepath": str(wavs[0]), "utt_id": "fr", "target_lang": "fr"})
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    model = str(FIX / "aed_canary.nemo")
+    local, ray = tmp_path / "local", tmp_path / "ray"
+    assert cli("transcribe", str(path), "--model", model, "--out", str(local)).returncode == 0
+    proc = cli(
+        "transcribe", str(path), "--model", model, "--out", str(ray), "--engine", "ray", "--workers", "2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert same_transcripts(ray, local)
+    for out in (local, ray):
+        errors = [json.loads(x) for x in (out / "errors.jsonl").read_text().splitlines()]
+        assert [e["utt_id"] for e in errors] == ["fr"] and "<|fr|>" in errors[0]["error"]
