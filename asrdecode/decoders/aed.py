@@ -21,6 +21,7 @@ model writes Canary's frame tokens (a ``<|timestamp|>`` prompt: `NemoAEDModel.ti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -88,8 +89,11 @@ def _begin(output: ModelOutput, delta: int) -> tuple[Any, torch.Tensor, torch.Te
     return net, prompt, limits, net.start(enc, lengths)
 
 
-def _result(net: Any, tokens: list[int], score: float, nbest=None) -> DecodeResult:
-    words = [Word(word, start, end) for word, start, end in net.timed_words(tokens)]
+def _result(net: Any, tokens: list[int], log_probs: list[float], score: float, nbest=None) -> DecodeResult:
+    """The words of ``tokens`` (each token's log-probability given: a word's confidence is the least
+    probability of its tokens, as NeMo's ``max_prob`` confidence with ``min`` aggregation)."""
+    probs = [math.exp(x) for x in log_probs[: len(tokens)]]
+    words = [Word(word, start, end, conf) for word, start, end, conf in net.timed_words(tokens, probs)]
     return DecodeResult(words=words, tokens=tokens, token_frames=[], score=score, nbest=nbest)
 
 
@@ -113,7 +117,7 @@ class AedGreedyDecoder:
         ended = limits <= 0
         closed = torch.zeros_like(ended)  # wrote the end token
         scores = torch.zeros(n, dtype=torch.float32, device=prompt.device)
-        written = []
+        written, chosen = [], []
         tokens = prompt
         for step in range(int(limits.max())):
             log_probs = net.step(state, tokens)
@@ -123,14 +127,16 @@ class AedGreedyDecoder:
             closed |= nxt == net.eos_id
             ended |= (nxt == net.eos_id) | (limits <= step + 1)
             written.append(nxt)
+            chosen.append(best.float())
             tokens = nxt[:, None]
             if bool(ended.all()):
                 break
         rows = torch.stack(written, dim=1).tolist() if written else [[] for _ in range(n)]
+        row_log_probs = torch.stack(chosen, dim=1).tolist() if chosen else [[] for _ in range(n)]
         self.last_info = {"unfinished": int((~closed).sum())}
         return [
-            _result(net, text_tokens(row, net.eos_id, net.pad_id), float(s))
-            for row, s in zip(rows, scores.tolist(), strict=True)
+            _result(net, text_tokens(row, net.eos_id, net.pad_id), lps, float(s))
+            for row, lps, s in zip(rows, row_log_probs, scores.tolist(), strict=True)
         ]
 
 
@@ -169,6 +175,7 @@ class AedBeamDecoder:
         rows = torch.arange(batch, device=device).repeat_interleave(k)
         state = state.select(rows)
         prefixes = torch.cat((prompt[rows], first), dim=1)
+        token_log_probs = scores.clone()  # [B*k, tokens so far]: each written token's log-probability
         row_limits = limits[rows][:, None]  # loop steps after the first token, per hypothesis
         ended = (row_limits <= 0).long()
         hyp_lengths = torch.full_like(scores, p + 2)
@@ -193,6 +200,8 @@ class AedBeamDecoder:
             written = tokens_i.view(batch, k * k).gather(1, index).view(-1, 1)
             written = torch.where(done[:, None], torch.full_like(written, net.pad_id), written)
             prefixes = torch.cat((prefixes[source], written), dim=1)
+            written_lp = scores_i.view(batch, k * k).gather(1, index).view(-1, 1)
+            token_log_probs = torch.cat((token_log_probs[source], written_lp), dim=1)
             state = state.select(source)
             live = prefixes.ne(net.eos_id) & prefixes.ne(net.pad_id)
             hyp_lengths = 1 + live.sum(dim=1, keepdim=True).to(scores.dtype)
@@ -202,6 +211,7 @@ class AedBeamDecoder:
         penalised = (scores / length_penalty(hyp_lengths, alpha)).view(batch, k)
         raw = scores.view(batch, k)
         sequences = prefixes[:, p:].view(batch, k, -1).tolist()
+        sequence_log_probs = token_log_probs.view(batch, k, -1).tolist()
         results = []
         unfinished = 0
         for b in range(batch):
@@ -210,11 +220,10 @@ class AedBeamDecoder:
             texts = []
             for j in order[: self.config.nbest]:
                 toks = text_tokens(sequences[b][j], net.eos_id, net.pad_id)
-                texts.append(([w for w, _, _ in net.timed_words(toks)], float(raw[b, j])))
+                texts.append(([w[0] for w in net.timed_words(toks)], float(raw[b, j])))
             tokens = text_tokens(sequences[b][best], net.eos_id, net.pad_id)
             unfinished += net.eos_id not in sequences[b][best]
-            results.append(
-                _result(net, tokens, float(raw[b, best]), texts if self.config.nbest > 1 else None)
-            )
+            nbest = texts if self.config.nbest > 1 else None
+            results.append(_result(net, tokens, sequence_log_probs[b][best], float(raw[b, best]), nbest))
         self.last_info = {"unfinished": unfinished}
         return results

@@ -44,8 +44,8 @@ _TRUE = {"yes", "true", "1"}
 _FALSE = {"no", "false", "0"}
 PROMPT_FORMATS = ("canary", "canary2")
 #: input record fields that set an utterance's prompt slots
-#: a word between two frame tokens, as Canary writes them with a ``<|timestamp|>`` prompt
-TIMED_WORD = re.compile(r"<\|(\d+)\|>(.*?)<\|(\d+)\|>")
+#: a frame token, as Canary writes them around each word with a ``<|timestamp|>`` prompt
+FRAME_TOKEN = re.compile(r"<\|(\d+)\|>")
 PROMPT_KEYS = (
     "source_lang",
     "target_lang",
@@ -618,20 +618,33 @@ class NemoAEDModel(NemoModelBase):
     def tokens_to_words(self, tokens: list[int]) -> list[tuple[str, int, int]]:
         return self.tokenizer.words_of(tokens)
 
-    def timed_words(self, tokens: list[int]) -> list[tuple[str, float | None, float | None]]:
-        """The words of a hypothesis with their times where it has Canary's frame tokens: each text
-        between a start and an end frame token (``<|12|> word<|15|>``) is timed by those frames
-        (frame x the encoder's frame shift) and other text is left out, as NeMo's
-        ``process_aed_timestamp_outputs`` reads them; a timed text of several words gives each the
-        span. Without frame tokens: the words, untimed."""
-        text = self.tokenizer.decode(tokens).strip()
-        if not re.search(r"<\|\d+\|>.*?<\|\d+\|>", text):
-            return [(word, None, None) for word, _, _ in self.tokenizer.words_of(tokens)]
+    def timed_words(
+        self, tokens: list[int], probs: list[float] | None = None
+    ) -> list[tuple[str, float | None, float | None, float | None]]:
+        """(word, start, end, confidence) of a hypothesis. Where it has Canary's frame tokens, the
+        tokens between a start and an end frame token (``<|12|> word<|15|>``) are timed by those
+        frames (frame x the encoder's frame shift) and tokens outside such a pair are left out, as
+        NeMo's ``process_aed_timestamp_outputs`` reads the text (frame tokens paired in turn); a
+        timed text of several words gives each the span. Without frame tokens the words are untimed.
+        ``probs``: each token's probability; a word's confidence is its tokens' least (else None)."""
+        units = self.tokenizer.units
+        frames = [
+            (i, int(m.group(1)))
+            for i, t in enumerate(tokens)
+            if 0 <= t < len(units) and (m := FRAME_TOKEN.fullmatch(units[t]))
+        ]
+
+        def words_in(lo: int, hi: int, start: float | None, end: float | None) -> list[tuple]:
+            found = self.tokenizer.words_of(tokens[lo:hi])
+            return [(w, start, end, min(probs[lo + a : lo + b + 1]) if probs else None) for w, a, b in found]
+
+        if len(frames) < 2:
+            return words_in(0, len(tokens), None, None)
         words = []
-        for match in TIMED_WORD.finditer(text):
-            start = round(int(match.group(1)) * self.frame_shift, 3)
-            end = round(int(match.group(3)) * self.frame_shift, 3)
-            words += [(word, start, end) for word in match.group(2).split()]
+        for (first, start), (last, end) in zip(frames[0::2], frames[1::2], strict=False):
+            words += words_in(
+                first + 1, last, round(start * self.frame_shift, 3), round(end * self.frame_shift, 3)
+            )
         return words
 
     def describe(self) -> dict:

@@ -448,3 +448,30 @@ def test_hypotheses_cut_at_the_length_limit_are_counted(tmp_path):
     proc = run("transcribe", str(folder), "--model", str(FIX / "aed_canary2.nemo"), *options)
     assert json.loads((out / "report.json").read_text())["unfinished_hypotheses"] == 1
     assert "1 hypothesis(es) stopped at the decoder's length limit" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("beam", [False, True])
+def test_word_confidences_are_their_tokens_least_probability(case, beam):
+    """A word's confidence: the least probability of its tokens, each as NeMo's network gives it on
+    the way to it (NeMo's teacher-forced log-probs over the same tokens: greedy and beam search
+    write the transcripts the fixtures learnt)."""
+    _, model, ref, _, (_, _, out) = case
+    decoder = (
+        AedBeamDecoder(AedBeamConfig(beam_size=2), context(model))
+        if beam
+        else AedGreedyDecoder(AedGreedyConfig(), context(model))
+    )
+    p = len(ref["prompt"])
+    checked = 0
+    for b, res in enumerate(decoder.decode(out)):
+        n = int(ref["teacher_len"][b])
+        text = ref["teacher_ids"][b, p : n - 1].tolist()  # the transcript's tokens, no end token
+        if res.tokens != text:
+            continue
+        checked += 1
+        probs = np.exp(ref["teacher_log_probs"][b, np.arange(p - 1, n - 2), text])
+        words = model.tokenizer.words_of(res.tokens)
+        assert [w.word for w in res.words] == [w for w, _, _ in words]
+        for w, (_, first, last) in zip(res.words, words, strict=True):
+            assert w.confidence == pytest.approx(float(probs[first : last + 1].min()), abs=1e-4)
+    assert checked >= 5
