@@ -7,6 +7,9 @@ made once with (the exact commands used; pip's cache served torch):
     nice -n 5 /work/nemo-venv/bin/pip install torch==2.9.1 torchaudio==2.9.1
     nice -n 5 /work/nemo-venv/bin/pip install "nemo-toolkit[asr]==3.0.0" torch==2.9.1 torchaudio==2.9.1
 
+(the ``--set aed`` / ``aed-large`` models were made in a venv made with ``pip install torch==2.13.0``, the
+CPU build on this machine's disk, then ``pip install "nemo-toolkit[asr]==3.0.0" torch==2.13.0``)
+
 Sets (``--set``):
 
 * ``tiny`` (committed to tests/fixtures/nemo/, < 5 MB each): ``rnnt_char`` — ``EncDecRNNTModel`` with a
@@ -54,6 +57,14 @@ on a 79 s input (`buffered_reference`), written to ``reference/ctc_bpe_buffered.
 ``--set buffered-rnnt``: no new model; NeMo's buffered inference of the transducer ``rnnt_bpe``
 (``BatchedFrameASRRNNT``, "middle" merge) on the same input (`buffered_rnnt_reference`), written to
 ``reference/rnnt_bpe_buffered.npz``.
+
+``--set aed`` (one model per run: ``--only NAME``; NeMo restores a timestamp model after the first):
+Canary-like ``EncDecMultiTaskModel`` fixtures trained 300 steps on the clips' transcripts
+(``AED_SPECS``: canary2 / canary prompts, pre- / post-LN decoders, the aggregate or a single
+sentencepiece tokenizer, frame tokens) and NeMo's references: features, encoder states,
+teacher-forced log-probs, greedy, beam (each utterance alone and batched), a ``de`` prompt,
+``transcribe`` texts and word times. ``--set aed-large``: an 87M-parameter random model for
+``asrdecode bench aed --large``.
 
 ``--set attention``: no new model; NeMo's ``change_attention_model("rel_pos_local_attn", [8, 8])`` on the
 shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_reference`).
