@@ -408,9 +408,11 @@ class NemoAEDModel(NemoModelBase):
         self.log_softmax = log_softmax
         self.prompt_format = prompt_format
         self.prompt_slots: dict[str, Any] = dict(prompt_defaults)
-        self.bos_id = tokenizer.special_id("<|startoftranscript|>")
-        self.eos_id = tokenizer.special_id("<|endoftext|>")
-        self.pad_id = tokenizer.special_id("<pad>")
+        try:
+            self.eos_id = tokenizer.special_id("<|endoftext|>")
+            self.pad_id = tokenizer.special_id("<pad>")
+        except KeyError as err:
+            raise ModelError(f"the tokenizer has no {err.args[0]} (not a Canary tokenizer)") from None
         self._check_prompt()
 
     # ----------------------------------------------------------------- construction

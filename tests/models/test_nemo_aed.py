@@ -258,10 +258,14 @@ def rewritten(members: dict[str, bytes], path: Path, edit) -> Path:
     return path
 
 
+def archive_members(name: str) -> dict[str, bytes]:
+    with tarfile.open(FIX / f"{name}.nemo") as tf:
+        return {i.name: tf.extractfile(i).read() for i in tf.getmembers() if i.isreg()}
+
+
 @pytest.fixture(scope="module")
 def aed_members() -> dict[str, bytes]:
-    with tarfile.open(FIX / "aed_canary2.nemo") as tf:
-        return {i.name: tf.extractfile(i).read() for i in tf.getmembers() if i.isreg()}
+    return archive_members("aed_canary2")
 
 
 @pytest.mark.parametrize(
@@ -475,3 +479,19 @@ def test_word_confidences_are_their_tokens_least_probability(case, beam):
         for w, (_, first, last) in zip(res.words, words, strict=True):
             assert w.confidence == pytest.approx(float(probs[first : last + 1].min()), abs=1e-4)
     assert checked >= 5
+
+
+def test_tokenizer_without_canary_tokens_is_one_line(tmp_path):
+    """A Canary config whose tokenizer is the plain BPE-128 of the CTC fixture (no <|endoftext|>)."""
+    ctc = dict(archive_members("ctc_bpe"))
+    model = next(k for k in ctc if k.endswith("_tokenizer.model"))
+    members = {**archive_members("aed_bpe"), model: ctc[model]}
+
+    def edit(cfg):
+        cfg["tokenizer"]["model_path"] = "nemo:" + model.removeprefix("./")
+
+    path = rewritten(members, tmp_path / "t.nemo", edit)
+    with pytest.raises(
+        ModelError, match=r"t.nemo: the tokenizer has no <\|endoftext\|> \(not a Canary tokenizer\)"
+    ):
+        load_model(str(path))
