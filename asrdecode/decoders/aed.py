@@ -7,8 +7,8 @@ Both feed the model's prompt, then one token per step, to the network a model pu
 ``GreedySequenceGenerator`` and ``BeamSearchSequenceGenerator`` do:
 
 - greedy: the arg max token at each step; a hypothesis that wrote ``<|endoftext|>`` is padded
-  after it; the batch stops when all have ended or after ``max_generation_delta`` steps beyond
-  the encoder's frames (and never past the decoder's positions).
+  after it; each utterance stops there or after ``max_generation_delta`` tokens beyond its own
+  encoder frames (never past the decoder's positions), the batch when all have stopped.
 - beam: the ``beam_size`` best extensions of each of the ``beam_size`` best prefixes, ranked by
   their log-probability divided by the length penalty of Wu et al. 2016 (GNMT, eq. 14:
   ((5 + |Y|) / 6) ** alpha, ``length_penalty`` = alpha, |Y| counting the prompt); an ended
