@@ -500,8 +500,9 @@ class Transcriber:
             boosts = [u.boost for u in utts]
             out.extra["boost"] = [boosts[b] for b in windows.owner] if windows is not None else boosts
         utterance_prompt = getattr(self.model, "utterance_prompt", None)
-        if utterance_prompt is not None and any(utterance_prompt(u.record) for u in utts):
-            out.extra["prompt_slots"] = [utterance_prompt(u.record) for u in utts]
+        prompts = [utterance_prompt(u.record) for u in utts] if utterance_prompt is not None else []
+        if any(prompts):
+            out.extra["prompt_slots"] = prompts
         with self.timer.stage("decode"):
             pending = start_decode(self.decoder, out)
 

@@ -118,13 +118,6 @@ def nemo_child(request: Path) -> int:
     return 0
 
 
-def text_tokens(row: list[int], eos: int, pad: int) -> list[int]:
-    end = len(row)
-    while end and row[end - 1] in (eos, pad):
-        end -= 1
-    return row[:end]
-
-
 def divergence_margin(model, out, b: int, ours: list[int], theirs: list[int]) -> float | None:
     """Where two token sequences for utterance ``b`` first differ: the log-probability of ours minus
     that of NeMo's there, in our model (a near tie if tiny); None if one is the other's prefix."""
@@ -167,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         AedGreedyConfig,
         AedGreedyDecoder,
         generation_limits,
+        text_tokens,
     )
     from asrdecode.decoders.base import DecoderContext
     from asrdecode.models.loading import load_model

@@ -202,7 +202,7 @@ class AedBeamDecoder:
             prefixes = torch.cat((prefixes[source], written), dim=1)
             written_lp = scores_i.view(batch, k * k).gather(1, index).view(-1, 1)
             token_log_probs = torch.cat((token_log_probs[source], written_lp), dim=1)
-            state = state.select(source)
+            state = state.select(source, same_utterances=True)  # sources stay within their utterance
             live = prefixes.ne(net.eos_id) & prefixes.ne(net.pad_id)
             hyp_lengths = 1 + live.sum(dim=1, keepdim=True).to(scores.dtype)
             ended = ((~live[:, -1:]) | (row_limits <= step + 1)).long()

@@ -362,13 +362,20 @@ class AedState:
     cross_bias: torch.Tensor
     position: int = 0
 
-    def select(self, index: torch.Tensor) -> AedState:
-        """The state of hypotheses ``index`` (rows of this one; beam search's reordering)."""
+    def select(self, index: torch.Tensor, same_utterances: bool = False) -> AedState:
+        """The state of hypotheses ``index`` (rows of this one; beam search's reordering).
+        ``same_utterances``: each row takes a row of its own utterance, whose encoder keys and
+        values are its own already: only the self-attention caches are reordered."""
         layers = [
-            LayerCache(c.self_key[index], c.self_value[index], c.cross_key[index], c.cross_value[index])
+            LayerCache(
+                c.self_key[index],
+                c.self_value[index],
+                c.cross_key if same_utterances else c.cross_key[index],
+                c.cross_value if same_utterances else c.cross_value[index],
+            )
             for c in self.layers
         ]
-        return AedState(layers, self.cross_bias[index], self.position)
+        return AedState(layers, self.cross_bias if same_utterances else self.cross_bias[index], self.position)
 
 
 _DECODER_CFG_KEYS = {

@@ -183,14 +183,6 @@ class AggregateTokenizer:
         """A prompt of special tokens: each one's id (NeMo's ``CanaryTokenizer._tokenize_special_prompt``)."""
         return [self.special_id(token) for token in tokens]
 
-    def encode(self, text: str, lang: str | None = None) -> list[int]:
-        """Text -> ids with the model of ``lang`` (default: the first language model)."""
-        lang = lang or next(x for x in self.langs if x != "spl_tokens")
-        if lang not in self.offsets:
-            raise KeyError(lang)
-        sp = self._sp[self.langs.index(lang)]
-        return [i + self.offsets[lang] for i in sp.encode(text)]
-
     def decode(self, ids: Sequence[int]) -> str:
         """Ids -> text: pieces joined, '▁' read as a space (NeMo's ``AggregateTokenizer.ids_to_text``);
         ids beyond the vocabulary (the output layer is rounded up to 8) are skipped."""
