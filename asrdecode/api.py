@@ -120,7 +120,7 @@ def make_decoder(
     frame_shift: float = 0.04,
     **options: Any,
 ) -> Decoder:
-    """A decoder (``ctc-greedy``, ``wfst``, ``wfst-otf``, ``let``, ``transducer-greedy``,
+    """A decoder (``ctc-greedy``, ``ctc-beam``, ``wfst``, ``wfst-otf``, ``let``, ``transducer-greedy``,
     ``transducer-beam``) with its options as keyword arguments (``graph=``, ``beam=``, ...). The
     model's units, blank, frame shift and word grouping come from ``model``, or from ``units``
     (blank = ``len(units)`` unless given; words = units joined, ``▁`` starting a word)."""

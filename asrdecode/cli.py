@@ -528,6 +528,7 @@ BENCHMARKS = {
     "lattice-scaling": ("lattice_scaling", "Lattice decoding time against input length."),
     "transducer-greedy": ("transducer_greedy", "Transducer greedy decoding vs NeMo's (NeMo's own venv)."),
     "transducer-beam": ("transducer_beam", "Transducer beam search vs NeMo's (NeMo's own venv)."),
+    "ctc-beam": ("ctc_beam", "CTC beam search (with a token LM) vs NeMo's beam_batch (NeMo's own venv)."),
     "aed": ("aed_decode", "AED (Canary) greedy and beam search vs NeMo's generators (NeMo's own venv)."),
     "graph-build": ("build_graph", "`asrdecode build-graph` vs Kaldi's recipe: time, memory, size."),
     "first-use": ("first_use", "The first run of the default setup: graph build, then transcription."),

@@ -8,6 +8,7 @@ from typing import Any
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.aed import AedBeamDecoder, AedGreedyDecoder
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
+from asrdecode.decoders.ctc_beam import CtcBeamDecoder
 from asrdecode.decoders.ctc_greedy import CtcGreedyDecoder
 from asrdecode.decoders.let import LetDecoder
 from asrdecode.decoders.transducer_beam import TransducerBeamDecoder
@@ -18,6 +19,7 @@ from asrdecode.errors import ConfigError
 
 DECODERS: dict[str, type] = {
     CtcGreedyDecoder.name: CtcGreedyDecoder,
+    CtcBeamDecoder.name: CtcBeamDecoder,
     TransducerGreedyDecoder.name: TransducerGreedyDecoder,
     TransducerBeamDecoder.name: TransducerBeamDecoder,
     WfstDecoder.name: WfstDecoder,

@@ -35,6 +35,14 @@ def ctc_best_path(
         log_probs = log_probs.clone()
         log_probs[..., blank_id] -= blank_penalty
     frame_max, labels = log_probs.max(dim=-1)
+    emit, run_end = ctc_runs(labels, lengths, blank_id)
+    return labels, emit, run_end, frame_max
+
+
+def ctc_runs(labels: torch.Tensor, lengths: torch.Tensor, blank_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens of CTC paths ``labels`` [B, T] (one symbol per frame; frames >= ``lengths`` ignored):
+    (emit_mask [B, T]: the first frame of each non-blank run, run_end [B, T]: for emitting frames, the
+    last frame of that run)."""
     B, T = labels.shape
     valid = torch.arange(T, device=labels.device)[None, :] < lengths.to(labels.device)[:, None]
     prev = torch.nn.functional.pad(labels, (1, 0), value=-1)[:, :-1]
@@ -48,7 +56,7 @@ def ctc_best_path(
     big = torch.full_like(pos, T)
     ends = torch.where(run_last, pos, big)
     run_end = ends.flip(-1).cummin(-1).values.flip(-1)
-    return labels, emit, run_end, frame_max
+    return emit, run_end
 
 
 class CtcGreedyDecoder:

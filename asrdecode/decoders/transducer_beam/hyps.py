@@ -11,6 +11,11 @@ Hypotheses with the same token sequence are found in constant time by a rolling 
 sequence (paper 004 eq. 1, ``H' = (H * P + token + 1) mod M``, M = 2^31 - 1 prime, P = 10^9 + 7 prime),
 compared together with the token count, the last token and the next frame, so a hash collision alone
 cannot merge two different hypotheses.
+
+CTC paths (``ctc=True``, the ``ctc-beam`` decoder): every step is one frame; a symbol is a new token only
+if it is not blank and differs from the path's previous symbol (blank included: ``last_label`` is then
+the last symbol, so "a blank a" is two tokens and "a a" one), and identical hypotheses are merged by
+taking the best path's score (``max``, NeMo's CTC rule) instead of the sum of their paths.
 """
 
 from __future__ import annotations
@@ -47,9 +52,16 @@ class BatchedBeamHyps:
     """
 
     def __init__(
-        self, batch: int, beam: int, blank: int, device: torch.device, dtype: torch.dtype, capacity: int = 16
+        self,
+        batch: int,
+        beam: int,
+        blank: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        capacity: int = 16,
+        ctc: bool = False,
     ) -> None:
-        self.batch, self.beam, self.blank = batch, beam, blank
+        self.batch, self.beam, self.blank, self.ctc = batch, beam, blank, ctc
         self.device = device
 
         def full(value, *shape, dt=torch.long):
@@ -95,14 +107,19 @@ class BatchedBeamHyps:
         labels: torch.Tensor,
         scores: torch.Tensor,
         durations: torch.Tensor,
-    ) -> None:
+    ) -> torch.Tensor:
         """Store one step: slot k of utterance b becomes parent slot ``parents[b, k]`` extended by
         ``labels[b, k]`` (token, blank or -1 = unchanged) with new log score ``scores[b, k]``; the symbol
         moves the hypothesis ``durations[b, k]`` frames on (RNN-T: blank 1, token 0; -1: ignored).
-        ``frame_tokens`` restarts at 0 after a frame advance and counts tokens that stay on the frame."""
+        ``frame_tokens`` restarts at 0 after a frame advance and counts tokens that stay on the frame.
+        Returns [B, K]: which slots took a new token."""
         self.reserve(self.steps + 1)
-        is_token = (labels >= 0) & (labels != self.blank)
-        moves = torch.where(labels >= 0, durations, 0)
+        is_symbol = labels >= 0
+        is_token = is_symbol & (labels != self.blank)
+        last_label = self.gather_slots(self.last_label, parents)
+        if self.ctc:  # a repeat of the path's last symbol continues it
+            is_token &= labels != last_label
+        moves = torch.where(is_symbol, durations, 0)
         time = self.gather_slots(self.time, parents)
         prev_hash = self.gather_slots(self.hash, parents)
         step = self.steps
@@ -118,8 +135,9 @@ class BatchedBeamHyps:
         self.num_tokens.copy_(self.gather_slots(self.num_tokens, parents) + is_token.long())
         self.prefix_hash.copy_(torch.where(is_token, prev_hash, self.gather_slots(self.prefix_hash, parents)))
         self.hash.copy_(torch.where(is_token, rolling_hash(prev_hash, labels), prev_hash))
-        self.last_label.copy_(torch.where(is_token, labels, self.gather_slots(self.last_label, parents)))
+        self.last_label.copy_(torch.where(is_symbol if self.ctc else is_token, labels, last_label))
         self.steps += 1
+        return is_token
 
     def same_hypothesis(self) -> torch.Tensor:
         """[B, K, K]: slot i and slot j hold the same token sequence at the same frame (hash, token
@@ -131,13 +149,14 @@ class BatchedBeamHyps:
 
     def recombine_(self) -> None:
         """Merge identical hypotheses (paper 004 section 2.1, "merging"): the best-scoring slot of each
-        group gets the log-sum-exp of the group's scores (the probabilities of the alignments add up),
-        the others get -inf. Ties keep the lowest slot."""
+        group gets the log-sum-exp of the group's scores (the probabilities of the alignments add up;
+        CTC paths: the best score), the others get -inf. Ties keep the lowest slot."""
         if self.beam == 1:
             return
         group = torch.where(self.same_hypothesis(), self.scores.unsqueeze(1), float("-inf"))
         keeper = group.argmax(dim=-1) == self._slots
-        self.scores.copy_(torch.where(keeper, torch.logsumexp(group, dim=-1), float("-inf")))
+        merged = group.amax(dim=-1) if self.ctc else torch.logsumexp(group, dim=-1)
+        self.scores.copy_(torch.where(keeper, merged, float("-inf")))
 
     # ----------------------------------------------------------------- results
     def backtrack(self, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
