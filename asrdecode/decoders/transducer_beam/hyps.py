@@ -15,7 +15,9 @@ cannot merge two different hypotheses.
 CTC paths (``ctc=True``, the ``ctc-beam`` decoder): every step is one frame; a symbol is a new token only
 if it is not blank and differs from the path's previous symbol (blank included: ``last_label`` is then
 the last symbol, so "a blank a" is two tokens and "a a" one), and identical hypotheses are merged by
-taking the best path's score (``max``, NeMo's CTC rule) instead of the sum of their paths.
+taking the best path's score (``max``, NeMo's CTC rule) instead of the sum of their paths. All slots of
+an utterance are on the same frame, so the frame bookkeeping (``time``, ``frames``, ``durations``,
+``frame_tokens``) and ``prefix_hash`` are not kept.
 """
 
 from __future__ import annotations
@@ -117,23 +119,26 @@ class BatchedBeamHyps:
         is_symbol = labels >= 0
         is_token = is_symbol & (labels != self.blank)
         last_label = self.gather_slots(self.last_label, parents)
-        if self.ctc:  # a repeat of the path's last symbol continues it
-            is_token &= labels != last_label
-        moves = torch.where(is_symbol, durations, 0)
-        time = self.gather_slots(self.time, parents)
         prev_hash = self.gather_slots(self.hash, parents)
         step = self.steps
         self.labels[step] = labels
         self.parents[step] = parents
-        self.frames[step] = time
-        self.durations[step] = moves
         self.scores.copy_(scores)
-        self.time.copy_(time + moves)
-        self.frame_tokens.copy_(
-            torch.where(moves > 0, 0, self.gather_slots(self.frame_tokens, parents) + is_token.long())
-        )
+        if self.ctc:  # a repeat of the path's last symbol continues it; the step is the frame
+            is_token &= labels != last_label
+        else:
+            moves = torch.where(is_symbol, durations, 0)
+            time = self.gather_slots(self.time, parents)
+            self.frames[step] = time
+            self.durations[step] = moves
+            self.time.copy_(time + moves)
+            self.frame_tokens.copy_(
+                torch.where(moves > 0, 0, self.gather_slots(self.frame_tokens, parents) + is_token.long())
+            )
+            self.prefix_hash.copy_(
+                torch.where(is_token, prev_hash, self.gather_slots(self.prefix_hash, parents))
+            )
         self.num_tokens.copy_(self.gather_slots(self.num_tokens, parents) + is_token.long())
-        self.prefix_hash.copy_(torch.where(is_token, prev_hash, self.gather_slots(self.prefix_hash, parents)))
         self.hash.copy_(torch.where(is_token, rolling_hash(prev_hash, labels), prev_hash))
         self.last_label.copy_(torch.where(is_symbol if self.ctc else is_token, labels, last_label))
         self.steps += 1
@@ -143,7 +148,10 @@ class BatchedBeamHyps:
         """[B, K, K]: slot i and slot j hold the same token sequence at the same frame (hash, token
         count, last token and next frame all equal)."""
         eq = self.hash.unsqueeze(2) == self.hash.unsqueeze(1)
-        for value in (self.num_tokens, self.last_label, self.time):
+        values = (
+            (self.num_tokens, self.last_label) if self.ctc else (self.num_tokens, self.last_label, self.time)
+        )
+        for value in values:
             eq &= value.unsqueeze(2) == value.unsqueeze(1)
         return eq
 
