@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from asrdecode.machine import cache_sizes, cpu_model
@@ -64,6 +65,41 @@ def write_report(path: str | Path, report: dict) -> Path:
         load = f" (load average at start {start}, at end {end})"
     print(f"\nwrote {out}{load}")
     return out
+
+
+def interleaved_passes(
+    args: argparse.Namespace,
+    data: dict,
+    specs: list,
+    decoders: dict,
+    peer: Callable[[object, int], dict] | None = None,
+) -> tuple[dict, dict]:
+    """Time every decoder of ``specs`` (``decoders[spec].decode``) on every batch of ``data`` (batch
+    size -> model outputs): ``args.warmup`` untimed passes, then ``args.repeats`` timed ones, the
+    decoders (and the peer's pass, ``peer(spec, size)`` -> its reply with ``seconds``) interleaved
+    within a pass so all see the same load. Returns (times, results): ``("asrdecode" | "nemo", size,
+    spec)`` -> the timed passes' seconds, and -> the last pass's results (ours) or reply (the peer's)."""
+    import time
+
+    times: dict = {}
+    results: dict = {}
+    for rep in range(args.warmup + args.repeats):
+        for size, outputs in data.items():
+            for spec in specs:
+                total, got = 0.0, []
+                for out in outputs:
+                    start = time.perf_counter()
+                    got += decoders[spec].decode(out)
+                    total += time.perf_counter() - start
+                results["asrdecode", size, spec] = got
+                if rep >= args.warmup:
+                    times.setdefault(("asrdecode", size, spec), []).append(total)
+                if peer is not None:
+                    reply = peer(spec, size)
+                    results["nemo", size, spec] = reply
+                    if rep >= args.warmup:
+                        times.setdefault(("nemo", size, spec), []).append(reply["seconds"])
+    return times, results
 
 
 def sphinx_static_graph() -> Path:

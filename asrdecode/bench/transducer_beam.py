@@ -37,7 +37,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from asrdecode.bench.harness import machine_info, timing_setup
+from asrdecode.bench.harness import interleaved_passes, machine_info, timing_setup
 from asrdecode.bench.transducer_greedy import (
     NemoChild,
     batches,
@@ -198,25 +198,9 @@ def run(args) -> dict:
     specs = decoder_specs(args)
     decoders = {spec: make_decoder(model, *spec, args) for spec in specs}
     peer = NemoPeer(args.nemo_python, path, data, args) if args.nemo else None
-    times: dict = {}
-    results: dict = {}
     try:
-        for rep in range(args.warmup + args.repeats):
-            for size in args.batch_sizes:
-                for spec in specs:
-                    total, res = 0.0, []
-                    for out in data[size]:
-                        dt, got = timed(lambda o=out, d=decoders[spec]: d.decode(o))
-                        total += dt
-                        res += got
-                    results["asrdecode", size, spec] = res
-                    if rep >= args.warmup:
-                        times.setdefault(("asrdecode", size, spec), []).append(total)
-                    if peer is not None:
-                        reply = peer.run(spec[0], spec[1], size)
-                        results["nemo", size, spec] = reply
-                        if rep >= args.warmup:
-                            times.setdefault(("nemo", size, spec), []).append(reply["seconds"])
+        ask = None if peer is None else (lambda spec, size: peer.run(spec[0], spec[1], size))
+        times, results = interleaved_passes(args, data, specs, decoders, ask)
     finally:
         if peer is not None:
             peer.close()
