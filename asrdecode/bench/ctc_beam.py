@@ -40,6 +40,7 @@ from asrdecode.bench.harness import interleaved_passes, machine_info, timing_set
 from asrdecode.bench.transducer_beam import load_manifest
 from asrdecode.bench.transducer_greedy import (
     NemoChild,
+    answer_passes,
     batches,
     parse_with_nemo_options,
     print_and_write,
@@ -110,7 +111,6 @@ def nemo_child(request: Path) -> int:
     """Runs under NeMo's venv: timed passes of NeMo's beam_batch / greedy_batch on the given log-probs."""
     import json
 
-    import nemo
     from nemo.collections.asr.models import ASRModel
     from omegaconf import OmegaConf
 
@@ -146,29 +146,21 @@ def nemo_child(request: Path) -> int:
             decoders[beam, lm] = model.decoding.decoding
         return decoders[beam, lm]
 
-    versions = {"nemo": nemo.__version__, "torch": torch.__version__, "threads": torch.get_num_threads()}
-    print("@@" + json.dumps({"versions": versions}), flush=True)
-    with torch.inference_mode():
-        for line in sys.stdin:
-            parts = line.split()
-            if not parts or parts[0] == "quit":
-                break
-            beam, lm, size = int(parts[0]), parts[1] == "1", parts[2]
-            infer = decoder(beam, lm)
-            seconds, tokens = 0.0, []
-            for lp, n in inputs[size]:
-                dt, out = timed(lambda x=lp, m=n, f=infer: f(decoder_output=x, decoder_lengths=m))
-                seconds += dt
-                for h in out[0]:
-                    seq = torch.as_tensor(h.y_sequence).tolist()
-                    if beam == 1 and not lm:  # greedy_batch keeps the frame labels: CTC's collapse
-                        seq = [x for i, x in enumerate(seq) if x != blank and (i == 0 or x != seq[i - 1])]
-                    tokens.append(seq)
-            print(
-                "@@" + json.dumps({"seconds": seconds, "tokens": tokens, "class": type(infer).__name__}),
-                flush=True,
-            )
-    return 0
+    def one_pass(words: list[str]) -> dict:
+        beam, lm, size = int(words[0]), words[1] == "1", words[2]
+        infer = decoder(beam, lm)
+        seconds, tokens = 0.0, []
+        for lp, n in inputs[size]:
+            dt, out = timed(lambda x=lp, m=n, f=infer: f(decoder_output=x, decoder_lengths=m))
+            seconds += dt
+            for h in out[0]:
+                seq = torch.as_tensor(h.y_sequence).tolist()
+                if beam == 1 and not lm:  # greedy_batch keeps the frame labels: CTC's collapse
+                    seq = [x for i, x in enumerate(seq) if x != blank and (i == 0 or x != seq[i - 1])]
+                tokens.append(seq)
+        return {"seconds": seconds, "tokens": tokens, "class": type(infer).__name__}
+
+    return answer_passes(one_pass)
 
 
 # ----------------------------------------------------------------- ours

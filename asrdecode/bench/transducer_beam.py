@@ -40,6 +40,7 @@ import torch
 from asrdecode.bench.harness import interleaved_passes, machine_info, timing_setup
 from asrdecode.bench.transducer_greedy import (
     NemoChild,
+    answer_passes,
     batches,
     parse_with_nemo_options,
     print_and_write,
@@ -98,7 +99,6 @@ class NemoPeer(NemoChild):
 
 def nemo_child(request: Path) -> int:
     """Runs under NeMo's venv: timed passes of NeMo's beam/greedy decoders on the given encoder outputs."""
-    import nemo
     from nemo.collections.asr.models import ASRModel
     from omegaconf import OmegaConf
 
@@ -138,26 +138,21 @@ def nemo_child(request: Path) -> int:
             decoders[strategy, beam] = model.decoding.decoding
         return decoders[strategy, beam]
 
-    versions = {"nemo": nemo.__version__, "torch": torch.__version__, "threads": torch.get_num_threads()}
-    print("@@" + json.dumps({"versions": versions}), flush=True)
-    with torch.inference_mode():
-        for line in sys.stdin:
-            parts = line.split()
-            if not parts or parts[0] == "quit":
-                break
-            strategy, beam, size = parts[0], int(parts[1]), parts[2]
-            infer = decoder(strategy, beam)
-            seconds, tokens = 0.0, []
-            for enc, enc_len in inputs[size]:
-                dt, out = timed(lambda e=enc, n=enc_len, f=infer: f(encoder_output=e, encoded_lengths=n))
-                seconds += dt
-                tokens += [torch.as_tensor(h.y_sequence).tolist() for h in out[0]]
-            reply = {"seconds": seconds, "tokens": tokens, "class": type(infer).__name__}
-            computer = getattr(infer, "decoding_computer", None)
-            if computer is not None:
-                reply["computer"] = type(computer).__name__
-            print("@@" + json.dumps(reply), flush=True)
-    return 0
+    def one_pass(words: list[str]) -> dict:
+        strategy, beam, size = words[0], int(words[1]), words[2]
+        infer = decoder(strategy, beam)
+        seconds, tokens = 0.0, []
+        for enc, enc_len in inputs[size]:
+            dt, out = timed(lambda e=enc, n=enc_len, f=infer: f(encoder_output=e, encoded_lengths=n))
+            seconds += dt
+            tokens += [torch.as_tensor(h.y_sequence).tolist() for h in out[0]]
+        reply = {"seconds": seconds, "tokens": tokens, "class": type(infer).__name__}
+        computer = getattr(infer, "decoding_computer", None)
+        if computer is not None:
+            reply["computer"] = type(computer).__name__
+        return reply
+
+    return answer_passes(one_pass)
 
 
 # ----------------------------------------------------------------- ours

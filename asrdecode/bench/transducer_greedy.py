@@ -147,6 +147,22 @@ class NemoChild:
         self.tmp.cleanup()
 
 
+def answer_passes(handle) -> int:
+    """The NeMo child's loop (under NeMo's venv): say it is ready with its versions, then answer each
+    stdin line (its words) with ``handle(words)``'s reply as ``@@{json}``, until ``quit``."""
+    import nemo
+
+    versions = {"nemo": nemo.__version__, "torch": torch.__version__, "threads": torch.get_num_threads()}
+    print("@@" + json.dumps({"versions": versions}), flush=True)
+    with torch.inference_mode():
+        for line in sys.stdin:
+            words = line.split()
+            if not words or words[0] == "quit":
+                break
+            print("@@" + json.dumps(handle(words)), flush=True)
+    return 0
+
+
 class NemoPeer(NemoChild):
     """This script's NeMo child: the request holds audio batches + our encoder outputs; each line
     ``<what> <batch size>`` (what: encoder | labels | frames) is one timed pass over that size's batches."""
