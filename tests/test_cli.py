@@ -84,6 +84,38 @@ def test_folder_and_kaldi_dir_inputs(tmp_path):
     assert json.loads((out2 / "report.json").read_text())["scored_utterances"] == 6
 
 
+def test_kaldi_segments_give_a_recording_level_ctm(tmp_path):
+    """Segments of one recording: hyp.ctm is Kaldi's recording-level CTM (file, channel from
+    reco2file_and_channel, times from the recording's start: each word of transcripts.jsonl shifted
+    by its segment's start), in segment order, and a resumed run rebuilds it the same."""
+    wave, rate = sf.read(AUDIO / "ps_goforward.wav", dtype="int16")
+    rec = tmp_path / "meeting.wav"
+    sf.write(rec, np.concatenate([wave, wave, wave]), rate)
+    seconds = len(wave) / rate
+    kdir = tmp_path / "kaldi"
+    kdir.mkdir()
+    (kdir / "wav.scp").write_text(f"meeting {rec}\n")
+    starts = [0.0, seconds, 2 * seconds]
+    (kdir / "segments").write_text(
+        "".join(f"s{i} meeting {t:.3f} {t + seconds:.3f}\n" for i, t in enumerate(starts))
+    )
+    (kdir / "reco2file_and_channel").write_text("meeting meeting_file A\n")
+    out = tmp_path / "o"
+    run("transcribe", str(kdir), "--model", str(MODEL), "--out", str(out))
+    want = []
+    for row in read_jsonl(out / "transcripts.jsonl"):
+        assert row["recording_id"] == "meeting"
+        shift = row.get("offset", 0.0)
+        want += [(f"{shift + w['start']:.3f}", w["word"]) for w in row["words"]]
+    ctm = (out / "hyp.ctm").read_text().splitlines()
+    assert ctm and [tuple(line.split()[2:5:2]) for line in ctm] == want
+    assert {tuple(line.split()[:2]) for line in ctm} == {("meeting_file", "A")}
+    first = (out / "hyp.ctm").read_text()
+    (out / "hyp.ctm").write_text(first[: len(first) // 2])  # as a killed run leaves it
+    run("transcribe", str(kdir), "--model", str(MODEL), "--out", str(out))
+    assert (out / "hyp.ctm").read_text() == first
+
+
 def test_save_logprobs_then_decoder_only(tmp_path, manifest):
     out = tmp_path / "a"
     run("transcribe", str(manifest), "--model", str(MODEL), "--out", str(out), "--save-logprobs")

@@ -440,7 +440,11 @@ _ARK_RE = re.compile(r"\.(ark|scp):\d+$|^-$")
 
 
 def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> InputSet:
-    """Kaldi data dir: wav.scp (+ optional segments, text, utt2dur).
+    """Kaldi data dir: wav.scp (+ optional segments, text, utt2dur, reco2file_and_channel).
+
+    With segments, each utterance's record names its recording (`recording_id`; with
+    reco2file_and_channel also `ctm_file` / `ctm_channel`), so that hyp.ctm is written per recording
+    in the recording's time, as Kaldi's scoring does (`writers.ctm_lines`).
 
     Plain paths are resolved against the working directory first (Kaldi runs from the recipe root),
     then the data dir and its two parents. Pipe entries (`cmd |`) are not run: the common
@@ -503,6 +507,8 @@ def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> Input
             spans.append((utt, rec, start, None if end == -1 else end))
     else:
         spans = [(rec, rec, 0.0, None) for rec in recs]
+    # segments of recordings: hyp.ctm is written per recording, in its time (Kaldi's convert_ctm.pl)
+    ctm_names = _read_reco2file_and_channel(data_dir, recs) if seg_file.is_file() else {}
 
     utts = []
     for utt, rec, start, end in spans:
@@ -524,6 +530,10 @@ def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> Input
         text = texts[utt][1] if utt in texts else None
         if text is not None:
             record["text"] = text
+        if seg_file.is_file():
+            record["recording_id"] = rec
+            if rec in ctm_names:
+                record["ctm_file"], record["ctm_channel"] = ctm_names[rec]
         utts.append(
             Utterance(
                 utt,
@@ -545,6 +555,25 @@ def read_kaldi_dir(data_dir: str | Path, *, channel: int | None = None) -> Input
     if not utts:
         raise InputError(f"{wav_scp}: no entries")
     return InputSet("kaldi", data_dir, utts, warnings)
+
+
+def _read_reco2file_and_channel(data_dir: Path, recs: dict) -> dict[str, tuple[str, str]]:
+    """Kaldi's optional reco2file_and_channel (`<recording-id> <file-id> <channel>`, the names a CTM
+    and an STM use) -> recording -> (file, channel); {} without the file."""
+    path = data_dir / "reco2file_and_channel"
+    if not path.is_file():
+        return {}
+    names: dict[str, tuple[str, str]] = {}
+    for lineno, line in read_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 3:
+            raise InputError(f"{path}:{lineno}: expected '<recording-id> <file-id> <channel>'")
+        if fields[0] not in recs:
+            raise InputError(f"{path}:{lineno}: recording {fields[0]!r} is not in wav.scp")
+        names[fields[0]] = (fields[1], fields[2])
+    return names
 
 
 def _parse_wav_entry(entry: str, data_dir: Path, where: str) -> tuple[str, int | None, str | None]:

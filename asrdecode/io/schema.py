@@ -116,6 +116,11 @@ TRANSCRIPT_RECORD: Schema = {
     "words": [{"word": str, "start": _NUMBER_OR_NULL, "end": _NUMBER_OR_NULL, "conf?": _NUMBER_OR_NULL}],
     "score?": _NUMBER_OR_NULL,
     "lattice_density?": _NUMBER_OR_NULL,
+    # a segment of a Kaldi recording: its hyp.ctm lines are in the recording's time
+    "offset?": _NUMBER_OR_NULL,
+    "recording_id?": (str, int),
+    "ctm_file?": (str, int),
+    "ctm_channel?": (str, int),
 }
 
 # a line of errors.jsonl

@@ -379,16 +379,25 @@ def text_line(rec: dict) -> str:
 
 
 def ctm_lines(rec: dict) -> list[str]:
-    """CTM lines `utt_id 1 start dur word [conf]`, times relative to the utterance start
-    (the confidence column is left out when the decoder gives none; words without times, as an
-    attention encoder-decoder writes them, have no line)."""
+    """CTM lines `utt_id 1 start dur word [conf]`, times relative to the utterance start; for a
+    segment of a recording (a Kaldi data dir with segments, or a manifest line with `recording_id`:
+    the record has it) `file channel start dur word [conf]`
+    in the recording's time, as Kaldi's `utils/convert_ctm.pl` writes them for sclite (file and
+    channel from reco2file_and_channel, else the recording id and 1). The confidence column is left
+    out when the decoder gives none; words without times, as an attention encoder-decoder writes
+    them, have no line."""
     out = []
+    name, channel, shift = rec["utt_id"], "1", 0.0
+    if rec.get("recording_id") is not None:
+        name = str(rec.get("ctm_file") or rec["recording_id"])
+        channel = str(rec.get("ctm_channel") or "1")
+        shift = float(rec.get("offset") or 0.0)
     for w in rec.get("words") or []:
         if w.get("start") is None or w.get("end") is None:
             continue
         start, end = float(w.get("start") or 0.0), float(w.get("end") or 0.0)
         word = "_".join(str(w.get("word", "")).split()) or "<unk>"
-        line = f"{rec['utt_id']} 1 {start:.3f} {max(end - start, 0.0):.3f} {word}"
+        line = f"{name} {channel} {shift + start:.3f} {max(end - start, 0.0):.3f} {word}"
         if w.get("conf") is not None:
             line += f" {float(w['conf']):.4f}"
         out.append(line + "\n")

@@ -212,6 +212,21 @@ def test_kaldi_segments(tmp_path):
     assert (u2.offset, u2.duration) == (1.5, 1.0)
     assert u3.offset == 2.0 and u3.duration == pytest.approx(1.0)
     assert len(load_audio(u2)[0]) == 16000
+    assert u2.record["recording_id"] == "rec" and "ctm_file" not in u2.record
+    (d / "reco2file_and_channel").write_text("rec rec_file A\n")
+    assert read_inputs(d).utterances[1].record | {} == u2.record | {
+        "ctm_file": "rec_file",
+        "ctm_channel": "A",
+    }
+    (d / "reco2file_and_channel").write_text("rec rec_file\n")
+    with pytest.raises(
+        InputError, match=r"reco2file_and_channel:1: expected '<recording-id> <file-id> <channel>'"
+    ):
+        read_inputs(d)
+    (d / "reco2file_and_channel").write_text("other f A\n")
+    with pytest.raises(InputError, match=r"reco2file_and_channel:1: recording 'other' is not in wav.scp"):
+        read_inputs(d)
+    (d / "reco2file_and_channel").unlink()
     (d / "segments").write_text("u1 rec 0.0 1.0\nu2 nope 0 1\n")
     with pytest.raises(InputError, match=r"segments:2: recording 'nope' is not in wav.scp"):
         read_inputs(d)

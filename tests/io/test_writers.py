@@ -308,3 +308,21 @@ def test_subtitles_come_before_their_transcript_and_a_failure_is_one_error(tmp_p
     with OutputWriter(out, subtitles=("srt",)) as w2:
         w2.write_results([U(2)], [R(2)])
     assert sorted(p.name for p in (out / "subtitles").iterdir()) == ["u1.srt", "u1.vtt", "u2.srt"]
+
+
+def test_ctm_of_a_recording_segment_is_in_the_recording_time():
+    """A segment of a recording (Kaldi segments: the record names the recording) gets Kaldi's
+    recording-level CTM (`utils/convert_ctm.pl`): file, channel, times from the recording's start."""
+    from asrdecode.io.writers import ctm_lines
+
+    words = [{"word": "a", "start": 0.1, "end": 0.4, "conf": 0.9}, {"word": "b", "start": 0.5, "end": 0.8}]
+    rec = {"utt_id": "u2", "words": words}
+    assert ctm_lines(rec) == ["u2 1 0.100 0.300 a 0.9000\n", "u2 1 0.500 0.300 b\n"]
+    rec |= {"recording_id": "rec", "offset": 1.5}
+    assert ctm_lines(rec) == ["rec 1 1.600 0.300 a 0.9000\n", "rec 1 2.000 0.300 b\n"]
+    rec |= {"ctm_file": "rec_file", "ctm_channel": "A"}
+    assert ctm_lines(rec)[0] == "rec_file A 1.600 0.300 a 0.9000\n"
+    assert (
+        ctm_lines({"utt_id": "u1", "words": words, "recording_id": "rec"})[0]
+        == "rec 1 0.100 0.300 a 0.9000\n"
+    )
