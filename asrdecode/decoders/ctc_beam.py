@@ -2,7 +2,7 @@
 strategy (``BatchedBeamCTCComputer``) step for step.
 
 A hypothesis is a CTC path (one symbol per frame, blank included), kept as a slot of a
-:class:`~asrdecode.decoders.transducer_beam.hyps.BatchedBeamHyps` tree in CTC mode (paper 004 section
+:class:`~asrdecode.decoders.beam_hyps.BatchedBeamHyps` tree in CTC mode (paper 004 section
 2.1: back-pointers, rolling-hash merging). At frame t every slot s of an utterance is extended by every
 output k (V tokens + blank):
 
@@ -17,7 +17,7 @@ last frame ``alpha * ln p_LM(</s> | tokens)`` is added and the best score wins (
 normalisation: NeMo decodes CTC with ``score_norm=False``).
 
 The LM (:class:`asrdecode.lm.ngram_tensor.BatchedNgramLM`, one state per slot from ``<s>``, advanced on
-new tokens only: :class:`~asrdecode.decoders.transducer_beam.fusion.LmFusionState`) reads NeMo's token
+new tokens only: :class:`~asrdecode.decoders.beam_hyps.LmFusionState`) reads NeMo's token
 ARPA (``ngram_lm_token_ids: ngpu``, token i written as ``chr(i + 100)``, as NeMo's
 ``NGramGPULanguageModel``) or an ARPA over the model's unit strings (``words``); it needs the blank after
 the units (NeMo's layout). ``DecodeResult.score`` is the fused score, ``lm_score`` = ln p_LM of the
@@ -43,11 +43,9 @@ from typing import ClassVar
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.beam_hyps import NO_LABEL, BatchedBeamHyps, LmFusionState, flat_slots
 from asrdecode.decoders.ctc_greedy import ctc_runs
 from asrdecode.decoders.lms import load_fusion_lm
-from asrdecode.decoders.transducer_beam.common import flat_slots
-from asrdecode.decoders.transducer_beam.fusion import LmFusionState
-from asrdecode.decoders.transducer_beam.hyps import NO_LABEL, BatchedBeamHyps
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 

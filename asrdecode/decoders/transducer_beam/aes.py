@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import torch
 
+from asrdecode.decoders.beam_hyps import NO_LABEL, BatchedBeamHyps, LmFusionState, flat_slots, rolling_hash
 from asrdecode.decoders.transducer_beam.alsd import FusionConfig
-from asrdecode.decoders.transducer_beam.common import SlotPrediction, flat_slots, joint_log_probs, slot_frames
+from asrdecode.decoders.transducer_beam.common import SlotPrediction, joint_log_probs, slot_frames
 from asrdecode.decoders.transducer_beam.fusion import (
-    LmFusionState,
     forced_blank_score,
     fuse_all,
     fuse_selected,
 )
-from asrdecode.decoders.transducer_beam.hyps import NO_LABEL, BatchedBeamHyps, rolling_hash
 
 __all__ = ["aes_search"]
 

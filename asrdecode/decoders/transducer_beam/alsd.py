@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import torch
 
-from asrdecode.decoders.transducer_beam.common import SlotPrediction, flat_slots, joint_log_probs, slot_frames
+from asrdecode.decoders.beam_hyps import NO_LABEL, BatchedBeamHyps, LmFusionState, flat_slots
+from asrdecode.decoders.transducer_beam.common import SlotPrediction, joint_log_probs, slot_frames
 from asrdecode.decoders.transducer_beam.fusion import (
-    LmFusionState,
     forced_blank_score,
     fuse_all,
     fuse_selected,
 )
-from asrdecode.decoders.transducer_beam.hyps import NO_LABEL, BatchedBeamHyps
 
 __all__ = ["FusionConfig", "alsd_search"]
 

@@ -1,17 +1,11 @@
-"""Pieces shared by ALSD++ and AES++: the prediction network of every beam slot, the joint at each
-slot's frame, and the flat (utterance x slot) indexing."""
+"""Pieces shared by ALSD++ and AES++: the prediction network of every beam slot and the joint at each
+slot's frame."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["SlotPrediction", "flat_slots", "joint_log_probs", "slot_frames"]
-
-
-def flat_slots(parents: torch.Tensor) -> torch.Tensor:
-    """[B, K] parent slots -> [B*K] rows of the flattened beam."""
-    B, K = parents.shape
-    return (parents + torch.arange(B, device=parents.device).unsqueeze(1) * K).reshape(-1)
+__all__ = ["SlotPrediction", "joint_log_probs", "slot_frames"]
 
 
 def slot_frames(enc_proj: torch.Tensor, time: torch.Tensor, last_frame: torch.Tensor) -> torch.Tensor:

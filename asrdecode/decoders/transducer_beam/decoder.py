@@ -50,11 +50,11 @@ from typing import ClassVar
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.beam_hyps import BatchedBeamHyps
 from asrdecode.decoders.lms import load_fusion_lm
 from asrdecode.decoders.transducer_beam.aes import aes_search
 from asrdecode.decoders.transducer_beam.alsd import FusionConfig, alsd_search
 from asrdecode.decoders.transducer_beam.fusion import BLANK_LM_SCORE_MODES, PRUNING_MODES
-from asrdecode.decoders.transducer_beam.hyps import BatchedBeamHyps
 from asrdecode.decoders.transducer_greedy import token_words, transducer_network
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput

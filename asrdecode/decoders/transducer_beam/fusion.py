@@ -10,8 +10,9 @@ Pruning (``pruning_mode``, paper 004 "Early/late pruning"): ``early`` picks each
 candidates by the transducer's scores and then adds the LM; ``late`` adds the LM to the whole
 vocabulary first and then picks (needs LM scores for every token: the batched LM gives them in one call).
 
-:class:`LmFusionState` carries one LM state per beam slot: the LM reads the slot's tokens only (blanks
-do not advance it), starting from ``<s>``; no ``</s>`` score is added at the end (as NeMo).
+:class:`asrdecode.decoders.beam_hyps.LmFusionState` carries one LM state per beam slot: the LM reads the
+slot's tokens only (blanks do not advance it), starting from ``<s>``; no ``</s>`` score is added at the
+end (as NeMo).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import torch
 __all__ = [
     "BLANK_LM_SCORE_MODES",
     "PRUNING_MODES",
-    "LmFusionState",
     "forced_blank_score",
     "fuse_all",
     "fuse_selected",
@@ -78,34 +78,3 @@ def forced_blank_score(blank_logp: torch.Tensor, fusion) -> torch.Tensor:
     if fusion is not None and fusion.blank_mode == "lm_weighted_full":
         return blank_logp * (1.0 + fusion.alpha)
     return blank_logp
-
-
-class LmFusionState:
-    """Per-slot LM states of a flattened beam ([B*K] rows) and their scores for every next token.
-
-    ``lm``: an object with ``init_states(n, device)`` and ``advance(states) -> (log-probs [n, V],
-    next states [n, V])`` (:class:`asrdecode.lm.ngram_tensor.BatchedNgramLM`); scores are natural log.
-    ``scores`` = alpha * ln p_LM(k | slot history) [n, V]; ``totals`` [n] = ln p_LM of each slot's tokens
-    so far (from ``<s>``, no alpha, no ``</s>``): the LM part reported with the results.
-    """
-
-    def __init__(self, lm, alpha: float, rows: int, device: torch.device, dtype: torch.dtype) -> None:
-        self.lm, self.alpha, self.dtype = lm, float(alpha), dtype
-        self.states = lm.init_states(rows, device)
-        self.totals = torch.zeros(rows, dtype=dtype, device=device)
-        self._advance()
-
-    def _advance(self) -> None:
-        logp, self.next_states = self.lm.advance(self.states)
-        self.logp = logp.to(self.dtype)
-        self.scores = self.logp * self.alpha
-
-    def update(self, flat_parents: torch.Tensor, labels: torch.Tensor, is_token: torch.Tensor) -> None:
-        """New slots = parents ``flat_parents`` [N] extended by ``labels`` [N] where ``is_token``."""
-        states = self.states.index_select(0, flat_parents)
-        next_states = self.next_states.index_select(0, flat_parents)
-        token = torch.where(is_token, labels, 0).unsqueeze(-1)
-        token_logp = torch.gather(self.logp.index_select(0, flat_parents), 1, token).squeeze(-1)
-        self.totals = self.totals.index_select(0, flat_parents) + torch.where(is_token, token_logp, 0.0)
-        self.states = torch.where(is_token, torch.gather(next_states, 1, token).squeeze(-1), states)
-        self._advance()

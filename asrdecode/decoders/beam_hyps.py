@@ -1,4 +1,6 @@
-"""BatchedBeamHyps: the beam hypotheses of a batch as a tree of tensors (paper 004 section 2.1).
+"""The beam state of the batched beam searches (`transducer-beam`, `ctc-beam`): BatchedBeamHyps, the
+hypotheses of a batch as a tree of tensors (paper 004 section 2.1), and LmFusionState, each slot's
+token-LM state.
 
 Every utterance b keeps exactly K hypotheses (slots); a slot that is not in use has score -inf. One
 search step extends every slot by exactly one symbol: a token, a blank, or "nothing" (label -1: a
@@ -26,7 +28,15 @@ import torch
 
 from asrdecode.decoders.workspace import grow_tensors
 
-__all__ = ["HASH_BASE", "HASH_MODULUS", "NO_LABEL", "BatchedBeamHyps", "rolling_hash"]
+__all__ = [
+    "HASH_BASE",
+    "HASH_MODULUS",
+    "NO_LABEL",
+    "BatchedBeamHyps",
+    "LmFusionState",
+    "flat_slots",
+    "rolling_hash",
+]
 
 HASH_MODULUS = 2**31 - 1  # a prime; H * HASH_BASE < 2^62, so int64 arithmetic never overflows
 HASH_BASE = 1_000_000_007
@@ -188,3 +198,40 @@ class BatchedBeamHyps:
         normalisation, "+1" for the start symbol)."""
         key = self.scores / (self.num_tokens + 1).to(self.scores.dtype) if score_norm else self.scores
         return torch.argsort(key, dim=-1, descending=True, stable=True)
+
+
+def flat_slots(parents: torch.Tensor) -> torch.Tensor:
+    """[B, K] parent slots -> [B*K] rows of the flattened beam."""
+    B, K = parents.shape
+    return (parents + torch.arange(B, device=parents.device).unsqueeze(1) * K).reshape(-1)
+
+
+class LmFusionState:
+    """Per-slot LM states of a flattened beam ([B*K] rows) and their scores for every next token.
+
+    ``lm``: an object with ``init_states(n, device)`` and ``advance(states) -> (log-probs [n, V],
+    next states [n, V])`` (:class:`asrdecode.lm.ngram_tensor.BatchedNgramLM`); scores are natural log.
+    ``scores`` = alpha * ln p_LM(k | slot history) [n, V]; ``totals`` [n] = ln p_LM of each slot's tokens
+    so far (from ``<s>``, no alpha, no ``</s>``): the LM part reported with the results.
+    """
+
+    def __init__(self, lm, alpha: float, rows: int, device: torch.device, dtype: torch.dtype) -> None:
+        self.lm, self.alpha, self.dtype = lm, float(alpha), dtype
+        self.states = lm.init_states(rows, device)
+        self.totals = torch.zeros(rows, dtype=dtype, device=device)
+        self._advance()
+
+    def _advance(self) -> None:
+        logp, self.next_states = self.lm.advance(self.states)
+        self.logp = logp.to(self.dtype)
+        self.scores = self.logp * self.alpha
+
+    def update(self, flat_parents: torch.Tensor, labels: torch.Tensor, is_token: torch.Tensor) -> None:
+        """New slots = parents ``flat_parents`` [N] extended by ``labels`` [N] where ``is_token``."""
+        states = self.states.index_select(0, flat_parents)
+        next_states = self.next_states.index_select(0, flat_parents)
+        token = torch.where(is_token, labels, 0).unsqueeze(-1)
+        token_logp = torch.gather(self.logp.index_select(0, flat_parents), 1, token).squeeze(-1)
+        self.totals = self.totals.index_select(0, flat_parents) + torch.where(is_token, token_logp, 0.0)
+        self.states = torch.where(is_token, torch.gather(next_states, 1, token).squeeze(-1), states)
+        self._advance()
