@@ -43,6 +43,22 @@ def _fail(err: BaseException, debug: bool) -> None:
     sys.exit(2)
 
 
+def _out_of_memory(err: RuntimeError) -> str:
+    """The one-line message for torch's allocation failures (a beam, batch or model too large for
+    the device: CPU ``can't allocate memory``, ``torch.OutOfMemoryError``), '' for other errors."""
+    import re
+
+    text = str(err)
+    if type(err).__name__ != "OutOfMemoryError" and "can't allocate memory" not in text:
+        return ""
+    size = re.search(r"tried to allocate ([0-9.]+ ?[KMGT]?i?B|[0-9]+ bytes)", text)
+    what = f" (tried to allocate {size.group(1)})" if size else ""
+    return (
+        f"out of memory{what}: lower batch.max_seconds or batch.max_utterances, the decoder's beam or "
+        "max_active, or run on a device with more memory; results written so far are kept"
+    )
+
+
 class _Group(click.Group):
     """Turns AsrDecodeError (and common OS errors) into one-line messages unless --debug."""
 
@@ -56,6 +72,10 @@ class _Group(click.Group):
             if debug:
                 raise
             _fail(err, debug)
+        except RuntimeError as err:
+            if debug or not _out_of_memory(err):
+                raise
+            _fail(AsrDecodeError(_out_of_memory(err)), debug)
         except KeyboardInterrupt:
             console.print(
                 "[yellow]interrupted:[/] finished results are kept; rerun the same command to resume"

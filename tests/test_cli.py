@@ -341,3 +341,17 @@ def test_log_file_has_the_runs_events(tmp_path):
     assert kinds[0] == "start" and kinds[-1] == "report" and "status" in kinds and "progress" in kinds
     assert events[-1]["decoded_this_run"] == 6 and all(isinstance(e["time"], float) for e in events)
     assert events[0]["config"]["model"]["path"] == str(MODEL)
+
+
+@pytest.mark.parametrize(
+    ("model", "decoder"), [("ctc_bpe.nemo", "ctc-beam"), ("rnnt_bpe.nemo", "transducer-beam")]
+)
+def test_a_beam_too_large_for_memory_is_one_line(tmp_path, model, decoder):
+    """A beam whose hypotheses cannot be allocated ends the run with one line naming what to lower,
+    not torch's traceback."""
+    proc = run("transcribe", str(AUDIO), "--model", str(FIX / model), "--out", str(tmp_path / "o"),
+               f"decoder.type={decoder}", "decoder.beam_size=1000000000000", check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "out of memory (tried to allocate" in line and "decoder's beam" in line
