@@ -17,6 +17,7 @@ from asrdecode.errors import AsrDecodeError, ConfigError, one_line
 from asrdecode.graph.cache import cache_root
 from asrdecode.lm.backoff import BackoffReadings
 from asrdecode.lm.difference import DifferenceLM, ngram_lm_from_file
+from asrdecode.lm.ngpu_nemo import read_ngpu_nemo
 from asrdecode.lm.ngram_tensor import BatchedNgramLM
 from asrdecode.lm.rescore import NbestRescorer, rescoring_vocabulary
 
@@ -120,13 +121,20 @@ def load_fusion_lm(
     key: str = "decoder.ngram_lm",
 ):
     """The token-level LM of a decoder's shallow fusion over a model's ``units`` (blank excluded):
-    ``token_ids="ngpu"``: NeMo's token ARPA (ids = unit indices, ``vocab_size=len(units)``);
+    ``token_ids="ngpu"``: NeMo's token ARPA (ids = unit indices, ``vocab_size=len(units)``) or NeMo's
+    NGPU-LM ``.nemo`` file (`asrdecode.lm.ngpu_nemo`);
     ``"words"``: the ARPA's words are the unit strings. A transducer's blank (`blank_id`) must come
     after the units. ``key`` names the config option in errors."""
     if blank_id is not None and blank_id != len(units):
         raise ConfigError(f"{key} needs the blank after the {len(units)} units (blank id {blank_id})")
     if token_ids not in FUSION_TOKEN_IDS:
         raise ConfigError(f"{key}_token_ids must be one of {', '.join(FUSION_TOKEN_IDS)}, got {token_ids!r}")
+    if str(path).endswith(".nemo"):  # NeMo's NGPU-LM file (NGramGPULanguageModel.save_to)
+        if token_ids != "ngpu":
+            raise ConfigError(
+                f"{key}: {path} is an NGPU-LM .nemo file (NeMo's token ids): {key}_token_ids must be ngpu"
+            )
+        return read_ngpu_nemo(path, len(units))
     if token_ids == "ngpu":
         return BatchedNgramLM.from_arpa(path, token_ids="ngpu", vocab_size=len(units))
     return BatchedNgramLM.from_arpa(path, vocab=list(units), token_ids="words")

@@ -85,6 +85,19 @@ def test_equals_nemo_each_utterance(model, name):
         assert ours.score == pytest.approx(best["score"], rel=1e-5, abs=1e-4), (name, b)
 
 
+@pytest.mark.parametrize(
+    "name", sorted(n for n, c in REFERENCE["cases"].items() if "ngram_lm_model" in c["overrides"]["beam"])
+)
+def test_lm_as_nemo_saves_it(model, name):
+    """The token LM as NeMo saves it (NGPU-LM .nemo, lm_tokens.nemo) gives NeMo's results as the ARPA."""
+    case = REFERENCE["cases"][name]
+    options = options_of(case) | {"ngram_lm": str(FIX / "lm_tokens.nemo")}
+    for ours, ref in zip(decoder(model, **options).decode(fixture_output(model)), case["alone"], strict=True):
+        best = ref[0] if isinstance(ref, list) else ref
+        assert (ours.tokens, ours.token_frames) == (best["tokens"], best["timestamps"])
+        assert ours.score == pytest.approx(best["score"], rel=1e-5, abs=1e-4)
+
+
 def test_nemo_batched_search_differs_only_past_an_utterance_end(model):
     """NeMo searches a shorter utterance's padded frames too; for the longest utterance of the batch,
     which has none, its batched result is ours."""
