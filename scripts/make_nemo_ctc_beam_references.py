@@ -11,11 +11,11 @@ tests/fixtures/nemo/reference/ctc_bpe.npz) with ``ctc_bpe``'s own decoding modul
 ``beam_threshold``, the token LM tests/fixtures/nemo/lm_tokens.arpa at ``ngram_lm_alpha``), each
 utterance alone (its own length, a batch of one) and the six as one batch, and writes each
 hypothesis' tokens, frames and score (the n-best lists where ``return_best_hypothesis`` is false),
-with the versions and the exact overrides, to tests/fixtures/nemo/reference/ctc_beam.json; and the token LM
-as NeMo saves it (``NGramGPULanguageModel.from_arpa(...).save_to``) to tests/fixtures/nemo/lm_tokens.nemo. Also the
-texts of ``transcribe`` on the six clips (batch size 1) with the LM case ``TRANSCRIBE_CASE``, and of the same
-decoding of NeMo's forward output for each clip cut to its encoded length (``transcribe`` searches the frames
-NeMo's forward returns past it as well).
+with the versions and the exact overrides, to tests/fixtures/nemo/reference/ctc_beam.json; and the token
+LM as NeMo saves it (``NGramGPULanguageModel.from_arpa(...).save_to``) to tests/fixtures/nemo/lm_tokens.nemo.
+Also the texts of ``transcribe`` on the six clips (batch size 1) with the LM case ``TRANSCRIBE_CASE``, and
+of the same decoding of NeMo's forward output for each clip cut to its encoded length (``transcribe``
+searches the frames NeMo's forward returns past it as well).
 """
 
 from __future__ import annotations
