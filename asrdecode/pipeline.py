@@ -443,6 +443,7 @@ class Transcriber:
                 self.writer.close()
                 raise
         loading_done()  # a collector paused by the command: loading's garbage collected, the rest frozen
+        self._warn_if_boosts_unused()
         start = time.perf_counter()
         interrupted = False
         try:
@@ -480,6 +481,21 @@ class Transcriber:
         if interrupted:
             raise KeyboardInterrupt
         return report
+
+    def _warn_if_boosts_unused(self) -> None:
+        """One warning when inputs carry boost lists (a manifest's ``boost``) that the decoder does
+        not apply (word boosting is a WFST decoders' feature)."""
+        from asrdecode.decoders import DECODERS, decoder_name
+
+        name = decoder_name(self.cfg.decoder)
+        boosted = sum(1 for u in self.todo if u.boost)
+        if not boosted or name not in DECODERS or getattr(DECODERS[name], "takes_boost", False):
+            return
+        takers = ", ".join(n for n, cls in DECODERS.items() if getattr(cls, "takes_boost", False))
+        self.on_status(
+            f"warning: {boosted} input(s) carry boost lists, which decoder.type={name} does not apply "
+            f"(word boosting: {takers})"
+        )
 
     def _report_progress(self, start: float, unfinished_seconds: float = 0.0) -> None:
         """Progress so far; `unfinished_seconds`: audio decoded of an input still in segments."""

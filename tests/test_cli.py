@@ -355,3 +355,21 @@ def test_a_beam_too_large_for_memory_is_one_line(tmp_path, model, decoder):
     assert "Traceback" not in proc.stderr
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert "out of memory (tried to allocate" in line and "decoder's beam" in line
+
+
+def test_boost_lists_a_decoder_does_not_apply_are_said(tmp_path, manifest):
+    """A manifest's boost lists with a decoder that has no word boosting: one warning naming the
+    decoders that have it; the transcripts are those of the run without them."""
+    lines = [json.loads(x) for x in manifest.read_text().splitlines()]
+    boosted = tmp_path / "boosted.jsonl"
+    boosted.write_text(
+        "".join(json.dumps(r | {"boost": ["forward"]}) + "\n" for r in lines[:2])
+        + "".join(json.dumps(r) + "\n" for r in lines[2:])
+    )
+    proc = run("transcribe", str(boosted), "--model", str(MODEL), "--out", str(tmp_path / "o"))
+    warning = [x for x in (proc.stdout + proc.stderr).splitlines() if "boost lists" in x]
+    assert len(warning) == 1
+    assert "2 input(s) carry boost lists, which decoder.type=ctc-greedy does not apply" in warning[0]
+    assert "wfst, wfst-otf" in warning[0]
+    rows = {r["utt_id"]: r["pred_text"] for r in read_jsonl(tmp_path / "o" / "transcripts.jsonl")}
+    assert rows == reference_texts()

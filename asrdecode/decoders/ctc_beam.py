@@ -60,7 +60,7 @@ class CtcBeamConfig:
     beam_beta: float = 0.0  # added for each new token (NeMo beam.beam_beta, an insertion bonus)
     beam_threshold: float = 20.0  # drop candidates this far or more below the frame's best
     return_best_hypothesis: bool = True  # false: also the n-best list
-    ngram_lm: str = ""  # token-level ARPA (plain or .gz) for shallow fusion (NeMo beam.ngram_lm_model)
+    ngram_lm: str = ""  # token ARPA (plain/.gz) or NGPU-LM .nemo, shallow fusion (NeMo beam.ngram_lm_model)
     ngram_lm_alpha: float = 1.0  # LM weight, used with ngram_lm (NeMo beam.ngram_lm_alpha)
     ngram_lm_token_ids: str = "ngpu"  # ngpu: NeMo's token ARPA (token i = chr(i + 100)) | words: the units
 

@@ -97,7 +97,7 @@ class TransducerGreedyConfig:
     max_symbols: int = 10  # most tokens emitted on one encoder frame (NeMo greedy.max_symbols)
     loop: str = "labels"  # labels (paper 003 Alg. 3) | frames (Alg. 2, the baseline)
     cuda_graphs: bool = False  # loop labels on CUDA: replay the loop stages as CUDA graphs (ignored on CPU)
-    ngram_lm: str = ""  # token-level ARPA (plain or .gz) for shallow fusion (NeMo greedy.ngram_lm_model)
+    ngram_lm: str = ""  # token ARPA (plain/.gz) or NGPU-LM .nemo (NeMo greedy.ngram_lm_model)
     ngram_lm_alpha: float = 0.0  # LM weight (NeMo greedy.ngram_lm_alpha)
     ngram_lm_token_ids: str = "ngpu"  # ngpu: NeMo's token ARPA (token i = chr(i + 100)) | words: the units
 

@@ -76,7 +76,7 @@ class TransducerBeamConfig:
     maes_num_steps: int = 2  # maes: expansion steps per frame
     maes_expansion_beta: int = 2  # maes: candidates per hypothesis = beam_size + beta
     maes_expansion_gamma: float = 2.3  # maes: prune candidates more than gamma below a hypothesis' best
-    ngram_lm: str = ""  # token-level ARPA (plain or .gz) for shallow fusion (NeMo beam.ngram_lm_model)
+    ngram_lm: str = ""  # token ARPA (plain/.gz) or NGPU-LM .nemo, shallow fusion (NeMo beam.ngram_lm_model)
     ngram_lm_alpha: float = 0.0  # LM weight (NeMo beam.ngram_lm_alpha)
     ngram_lm_token_ids: str = "ngpu"  # ngpu: NeMo's token ARPA (token i = chr(i + 100)) | words: the units
     blank_lm_score_mode: str = "lm_weighted_full"  # lm_weighted_full (paper 004 eq. 3) | no_score (eq. 2)

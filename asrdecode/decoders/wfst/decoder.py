@@ -214,6 +214,7 @@ class _Stream:
 class WfstDecoder:
     """Batched WFST decoder; see the module docstring. One instance decodes many batches."""
 
+    takes_boost: ClassVar[bool] = True  # applies the inputs' per-utterance boost lists
     name: ClassVar[str] = "wfst"
     config_type: ClassVar[type] = WfstConfig
     # options of the shared config this decoder refuses (the on-the-fly decoders' LM history
