@@ -45,7 +45,7 @@ import torch
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
 from asrdecode.decoders.beam_hyps import NO_LABEL, BatchedBeamHyps, LmFusionState, flat_slots
 from asrdecode.decoders.ctc_greedy import ctc_runs
-from asrdecode.decoders.lms import load_fusion_lm
+from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 
@@ -111,7 +111,8 @@ def ctc_beam_search(
         active = (t < lengths).unsqueeze(1)  # [B, 1]
         repeat = hyps.last_label.unsqueeze(-1) == vocab  # [B, K, V+1]
         cand = log_probs[:, t, :].unsqueeze(1) + hyps.scores.unsqueeze(-1)
-        cand = torch.where(repeat | is_blank, cand, cand + beam_beta)
+        if beam_beta:  # (NeMo adds it even when 0: the same values)
+            cand = torch.where(repeat | is_blank, cand, cand + beam_beta)
         if fusion is not None:
             lm_scores = fusion.scores.view(B, K, -1)  # alpha * ln p_LM, [B, K, V]
             cand[..., :-1] += torch.where(repeat[..., :-1], 0.0, lm_scores)
@@ -145,11 +146,7 @@ class CtcBeamDecoder:
         _check_options(config)
         self.config = config
         self.context = context
-        self.lm = None
-        if config.ngram_lm:
-            self.lm = load_fusion_lm(
-                config.ngram_lm, config.ngram_lm_token_ids, context.units, context.blank_id
-            )
+        self.lm = fusion_lm_of(config, context)
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         if output.log_probs is None:

@@ -138,3 +138,11 @@ def load_fusion_lm(
     if token_ids == "ngpu":
         return BatchedNgramLM.from_arpa(path, token_ids="ngpu", vocab_size=len(units))
     return BatchedNgramLM.from_arpa(path, vocab=list(units), token_ids="words")
+
+
+def fusion_lm_of(config: Any, context: Any):
+    """The token LM of a decoder config's shallow fusion (its ``ngram_lm``, ``ngram_lm_token_ids``)
+    over the decoder context's units (`load_fusion_lm`), or None without one."""
+    if not config.ngram_lm:
+        return None
+    return load_fusion_lm(config.ngram_lm, config.ngram_lm_token_ids, context.units, context.blank_id)

@@ -71,7 +71,7 @@ from typing import Any, ClassVar
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
-from asrdecode.decoders.lms import load_fusion_lm
+from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.decoders.workspace import grow_tensors
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
@@ -755,11 +755,7 @@ class TransducerGreedyDecoder:
             raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
         self.config = config
         self.context = context
-        self.lm = None
-        if config.ngram_lm:
-            self.lm = load_fusion_lm(
-                config.ngram_lm, config.ngram_lm_token_ids, context.units, context.blank_id
-            )
+        self.lm = fusion_lm_of(config, context)
 
     def _lm_on(self, device: torch.device):
         """The fusion LM (None without one), moved to ``device`` on first use there."""

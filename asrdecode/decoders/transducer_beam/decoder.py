@@ -51,7 +51,7 @@ import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult
 from asrdecode.decoders.beam_hyps import BatchedBeamHyps
-from asrdecode.decoders.lms import load_fusion_lm
+from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.decoders.transducer_beam.aes import aes_search
 from asrdecode.decoders.transducer_beam.alsd import FusionConfig, alsd_search
 from asrdecode.decoders.transducer_beam.fusion import BLANK_LM_SCORE_MODES, PRUNING_MODES
@@ -136,11 +136,7 @@ class TransducerBeamDecoder:
         self.config = config
         self.strategy = STRATEGIES[config.strategy]
         self.context = context
-        self.lm = None
-        if config.ngram_lm:
-            self.lm = load_fusion_lm(
-                config.ngram_lm, config.ngram_lm_token_ids, context.units, context.blank_id
-            )
+        self.lm = fusion_lm_of(config, context)
 
     def _fusion(self, device: torch.device) -> FusionConfig | None:
         """The LM fusion settings (None without an LM), the LM moved to ``device`` on first use there."""
