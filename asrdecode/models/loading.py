@@ -10,6 +10,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 CHECKOUT = Path(__file__).resolve().parent.parent.parent  # a source checkout: asrdecode/, configs/, data/
 REPO_MODELS = CHECKOUT / "data" / "models"
 SPHINX_EMBEDDED = {"sphinx-en-us": ("en-us", "en-us")}  # name -> path inside pocketsphinx/model
+HAMA_SUFFIX = ".safetensors"  # converted hama models (scripts/convert_hama_model.py)
 
 
 def _pocketsphinx_model(name: str) -> Path:
@@ -28,7 +29,8 @@ def _pocketsphinx_model(name: str) -> Path:
 def resolve_packaged_path(value: str) -> str:
     """`embedded:` paths of files that ship with asrdecode or pocketsphinx -> real paths:
     `embedded:sphinx-en-us` = the pocketsphinx acoustic model folder, `embedded:sphinx-en-us/../X` =
-    files beside it (`cmudict-en-us.dict`, `en-us.lm.bin`); `embedded:DIR/FILE` = a file under
+    files beside it (`cmudict-en-us.dict`, `en-us.lm.bin`); `embedded:NAME` = an embedded model
+    (`resolve_model_path`); `embedded:DIR/FILE` = a file under
     asrdecode's assets (`embedded:configs/sphinx-en-us-otf.yaml`, `embedded:lm/...`). A relative
     path that is not there from the current folder but is in asrdecode's source checkout (the
     shipped configs name its `configs/` and `data/` files so) -> that file (`in_checkout`). Any other
@@ -39,6 +41,8 @@ def resolve_packaged_path(value: str) -> str:
             folder = _pocketsphinx_model(name)
             rest = value[len(prefix) :].lstrip("/")
             return str((folder / rest).resolve()) if rest else str(folder)
+    if value.startswith("embedded:") and "/" not in value:
+        return str(resolve_model_path(value))  # an embedded model: `embedded:hama-ipa-ctc`
     if value.startswith("embedded:") and "/" in value:
         rest = value.split(":", 1)[1]
         candidate = (ASSETS / rest).resolve()
@@ -73,12 +77,21 @@ def resolve_model_path(spec: str) -> Path:
         if name in SPHINX_EMBEDDED:
             return _pocketsphinx_model(name)
         for folder in (ASSETS, REPO_MODELS):
-            candidate = folder / f"{name}.nemo"
-            if candidate.is_file():
-                return candidate
+            for suffix in (".nemo", HAMA_SUFFIX):
+                candidate = folder / f"{name}{suffix}"
+                if candidate.is_file():
+                    return candidate
+        known = sorted(
+            {
+                p.stem
+                for folder in (ASSETS, REPO_MODELS)
+                for p in [*folder.glob("*.nemo"), *folder.glob("*" + HAMA_SUFFIX)]
+            }
+            | set(SPHINX_EMBEDDED)
+        )
         raise ModelError(
-            f"{spec}: embedded model not found (looked in {ASSETS} and {REPO_MODELS}); "
-            "run scripts/train_demo_model.py or pass --model PATH"
+            f"{spec}: no such embedded model (embedded models: {', '.join(known)}); "
+            "pass --model PATH for a file"
         )
     from asrdecode.io.manifests import user_path
 
@@ -110,7 +123,8 @@ def load_model(
     model_type: ``auto`` (a ``.nemo`` file: CTC or transducer by the class in its config; hybrid
     RNN-T/TDT + CTC models their transducer unless ``head`` says ctc; a folder with an ``mdef``:
     sphinx), ``nemo-ctc``,
-    ``nemo-transducer`` (RNN-T/TDT, or a hybrid's transducer part) or ``sphinx`` (a pocketsphinx
+    ``nemo-transducer`` (RNN-T/TDT, or a hybrid's transducer part), ``hama`` (a converted hama phoneme
+    CTC model, ``.safetensors``, e.g. ``embedded:hama-ipa-ctc``) or ``sphinx`` (a pocketsphinx
     PTM model folder, e.g. ``embedded:sphinx-en-us``; ``topn`` = its Gaussian selection, 0 = full;
     ``threads`` = CPU threads scoring chunks of frames, 0 = all cores; ``density_floor`` = nats,
     -1 = pocketsphinx's, 0 = none). ``head``: which output of a NeMo hybrid RNN-T/TDT + CTC model
@@ -128,6 +142,8 @@ def load_model(
     if kind == "auto":
         if path.suffix == ".nemo":
             kind = "nemo"
+        elif path.suffix == HAMA_SUFFIX:
+            kind = "hama"
         elif is_sphinx_folder(path):
             kind = "sphinx"
         else:
@@ -168,6 +184,10 @@ def load_model(
         raise ModelError(
             f"model.source_lang / target_lang / pnc / timestamps: only NeMo AED models (model.type={kind})"
         )
+    if kind == "hama":
+        from asrdecode.models.hama import load_hama
+
+        return load_hama(path)
     if kind == "sphinx":
         from asrdecode.models.sphinx import POCKETSPHINX_DENSITY_FLOOR, load_sphinx
 
@@ -179,5 +199,5 @@ def load_model(
         return load_sphinx(path, topn=topn, threads=threads, density_floor=floor)
     raise ModelError(
         f"{path}: unsupported model.type '{kind}' "
-        "(supported: auto, nemo-ctc, nemo-transducer, nemo-aed, sphinx)"
+        "(supported: auto, nemo-ctc, nemo-transducer, nemo-aed, sphinx, hama)"
     )
