@@ -520,7 +520,7 @@ def export_nemo(
     was_training = model.training
     model.eval()
     tmp = out.with_suffix(".nemo.tmp")
-    save_nemo(model, cfg, tmp, files)
+    save_nemo(model, cfg, tmp, files, dtype=torch.float16)  # half the file (data/README.md)
     tmp.replace(out)
     out.chmod(0o644)  # mkstemp inside save_nemo leaves 0600; the model is meant to be shared
     model.train(was_training)

@@ -450,9 +450,12 @@ def save_nemo(
     cfg: dict[str, Any] | None,
     path: str | os.PathLike,
     tokenizer_files: dict[str, bytes] | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Write ``model`` (CTC or transducer) as a NeMo-compatible ``.nemo`` tar (plain, members ``./<name>``).
 
+    ``dtype`` (e.g. ``torch.float16``) stores the floating-point tensors in that type (loading casts
+    them back to the model's float32, as NeMo's ``restore_from`` does).
     ``cfg`` defaults to ``model.config`` and ``tokenizer_files`` to ``model.tokenizer_files``. Every
     ``nemo:<name>`` reference of ``cfg['tokenizer']`` must be among ``tokenizer_files``. A missing
     ``target`` is filled in (EncDecCTCModelBPE / EncDecRNNTBPEModel with a tokenizer section, else
@@ -482,7 +485,10 @@ def save_nemo(
         _check_file_name(name)
 
     buf = io.BytesIO()
-    torch.save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, buf)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    if dtype is not None:
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    torch.save(state, buf)
     payload: list[tuple[str, bytes]] = [
         (CONFIG_MEMBER, yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True).encode("utf-8")),
         (WEIGHTS_MEMBER, buf.getvalue()),
