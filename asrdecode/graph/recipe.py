@@ -31,7 +31,8 @@ class GraphBuildConfig:
     """What `build-graph` reads (YAML `configs/graph/*.yaml`); paths are relative to the cwd.
 
     model: a NeMo `.nemo` CTC checkpoint: units = its decoder vocabulary (blank last) and, for
-      lexicon_type bpe, its sentencepiece tokenizer. With `units` too, the two must agree.
+      lexicon_type bpe, its sentencepiece tokenizer; or a converted hama model (`.safetensors`,
+      `embedded:hama-ipa-ctc`: its phones and word boundary). With `units` too, the two must agree.
     units: a tokens.txt (`sym id` per line, or one symbol per line = column order);
       or unit_list: the model's units in column order (e.g. `model.units`).
     blank: `auto` (a `<blk>`/`<blank>` entry if present, else `last`), `first`, `last`, or the

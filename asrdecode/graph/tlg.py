@@ -36,7 +36,7 @@ from asrdecode.graph.units import (
     add_disambig,
     check_units_agree,
     read_lexicon,
-    read_nemo_units,
+    read_model_units,
     read_units_entries,
     read_units_file,
     resolve_units,
@@ -57,7 +57,7 @@ def build_tlg(
     sp_model = cfg.sentencepiece_model
     nemo_tmp = tempfile.TemporaryDirectory(prefix="asrdecode-nemo-")
     if cfg.model is not None:
-        nemo_units, nemo_sp = read_nemo_units(cfg.model, Path(nemo_tmp.name))
+        nemo_units, nemo_sp = read_model_units(cfg.model, Path(nemo_tmp.name))
         units = resolve_units(nemo_units, "last", source=str(cfg.model))
         if cfg.units is not None:
             check_units_agree(read_units_entries(cfg.units), units, cfg.units, cfg.model)

@@ -158,6 +158,31 @@ def read_nemo_units(path: str | Path, tmp: Path) -> tuple[list[str], Path | None
     return [str(v) for v in vocab], sp_path
 
 
+def read_model_units(path: str | Path, tmp: Path) -> tuple[list[str], Path | None]:
+    """Units (blank last, not listed) of the CTC model a TLG is built for: a NeMo `.nemo`
+    (`read_nemo_units`) or a converted hama model (`.safetensors`, its metadata's units)."""
+    if Path(path).suffix == ".safetensors":
+        return read_hama_units(path), None
+    return read_nemo_units(path, tmp)
+
+
+def read_hama_units(path: str | Path) -> list[str]:
+    """The units in a converted hama model's safetensors metadata (nothing else of the file is read)."""
+    import json
+
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+        units = json.loads(meta["units"])
+    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as err:
+        raise GraphError(f"{path}: not a converted hama model with units in its metadata ({err})") from None
+    if not isinstance(units, list) or not units or not all(isinstance(u, str) for u in units):
+        raise GraphError(f"{path}: the units in its metadata are not a list of symbols")
+    return units
+
+
 def check_units_agree(
     file_units: list[tuple[str, int]], model: Units, units_path: str | Path, model_path: str | Path
 ) -> None:

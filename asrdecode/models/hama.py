@@ -22,7 +22,6 @@ pipeline, `batch.segment_seconds`).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
@@ -109,10 +108,7 @@ class SelfAttention(nn.Module):
         """x: [B, T, D]; key_valid: [B, 1, 1, T] True for frames inside the utterance."""
         b, t, d = x.shape
         qkv = self.in_proj(self.norm(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(d // self.heads))
-        scores = scores.masked_fill(~key_valid, float("-inf"))
-        context = torch.matmul(torch.softmax(scores, dim=-1), v)
+        context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=key_valid)
         return self.out_proj(context.transpose(1, 2).reshape(b, t, d))
 
 
