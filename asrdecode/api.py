@@ -75,7 +75,7 @@ def transcribe(
     are written to ``out`` (resumed if it holds an earlier run, unless ``overwrite``), else to a
     temporary folder that is removed. Errors are `AsrDecodeError`s with one-line messages; a bad
     audio file is skipped (listed in ``errors.jsonl``) unless ``strict``."""
-    from asrdecode.config import build_config, uses_default_setup
+    from asrdecode.config import build_config, setup_of
     from asrdecode.pipeline import Transcriber
 
     items = _override_items(overrides, options)
@@ -85,7 +85,7 @@ def transcribe(
         items.append(f"decoder.type={decoder}")
     with tempfile.TemporaryDirectory(prefix="asrdecode-") as tmp:
         source = _input_path(inputs, Path(tmp))
-        cfg = build_config(config, items, default_setup=uses_default_setup(config, items, source))
+        cfg = build_config(config, items, setup=setup_of(config, items, source))
         folder = Path(out) if out is not None else Path(tmp) / "out"
         Transcriber(cfg, source, folder, overwrite=overwrite, strict=strict, on_progress=on_progress).run()
         lines = (folder / "transcripts.jsonl").read_text().splitlines()

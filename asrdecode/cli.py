@@ -252,7 +252,7 @@ def transcribe(
       asrdecode transcribe out/syn/logprobs --decoder ctc-greedy --out out/syn-redecode
       asrdecode transcribe my_recordings/ --engine ray --workers 4 --out out/ray
     """
-    from asrdecode.config import DEFAULT_SETUP, build_config, config_to_yaml, uses_default_setup
+    from asrdecode.config import DEFAULT_SETUP, build_config, config_to_yaml, setup_of
 
     items = list(overrides)
     if model:
@@ -275,12 +275,13 @@ def transcribe(
     ):
         if value is not None:
             items.append(f"{key}={value}")
-    default_setup = uses_default_setup(config_file, items, input_path)
-    cfg = build_config(config_file, items, default_setup=default_setup)
+    setup = setup_of(config_file, items, input_path)
+    cfg = build_config(config_file, items, setup=setup)
     if print_config:
-        if default_setup:
+        if setup is not None:
+            what = "the default setup" if setup == DEFAULT_SETUP else "the model's own setup"
             out_console.print(
-                f"# the default setup ({DEFAULT_SETUP}; --model or --config to change)",
+                f"# {what} ({setup}; --model or --config to change)",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -544,6 +545,7 @@ BENCHMARKS = {
     "wfst-otf": ("wfst_otf", "`wfst-otf` (small graph + big LM on the fly) vs `wfst` on the big graph."),
     "let": ("let_decode", "`let` vs `wfst-otf` and `wfst` on the same graphs, LMs and log-probs."),
     "wfst-ops": ("wfst_torch_ops", "Torch operations per frame of the `wfst` torch backend."),
+    "gpu": ("gpu", "Every decoder on cuda vs the CPU: RTFx, launches and syncs per frame, GPU memory."),
     "lm-backoff": ("lm_backoff", "An LM's backoff read exactly vs as G's cheapest paths; wfst-otf vs wfst."),
     "lattice-scaling": ("lattice_scaling", "Lattice decoding time against input length."),
     "transducer-greedy": ("transducer_greedy", "Transducer greedy decoding vs NeMo's (NeMo's own venv)."),

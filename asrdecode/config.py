@@ -25,6 +25,11 @@ DEFAULT_MODEL = "embedded:demo_ctc_bpe"  # model.path when a config names no mod
 # What `asrdecode transcribe` runs with no --config and no model choice: real English (pocketsphinx's
 # en-us HMM, a small HCLG built on first use, its full trigram on the fly with wfst-otf)
 DEFAULT_SETUP = "embedded:configs/sphinx-en-us-otf.yaml"
+# The setup a run starts from when `--model` names one of these embedded models and no config is given
+MODEL_SETUPS = {
+    "embedded:hama-ipa-ctc": "embedded:configs/hama-en-us-otf.yaml",
+    "embedded:sphinx-en-us": "embedded:configs/sphinx-en-us-otf.yaml",
+}
 
 
 @dataclass
@@ -292,18 +297,24 @@ def load_yaml(path: str | Path) -> dict:
 
 
 def build_config(
-    config_file: str | Path | None = None, overrides: list[str] | None = None, default_setup: bool = False
+    config_file: str | Path | None = None,
+    overrides: list[str] | None = None,
+    default_setup: bool = False,
+    setup: str | None = None,
 ) -> RunConfig:
     """YAML file (optional; `embedded:configs/...` for packaged ones) + CLI overrides → validated
     RunConfig (decoder section included). ``default_setup`` (no file given): start from
-    `DEFAULT_SETUP`; when the overrides choose another decoder.type, its decoder options that the
-    chosen decoder does not take are left out (``--decoder let`` or ``wfst`` keep the same graph)."""
+    `DEFAULT_SETUP`, or from ``setup`` (a packaged setup: `setup_of`); when the overrides choose
+    another decoder.type, its decoder options that the chosen decoder does not take are left out
+    (``--decoder let`` or ``wfst`` keep the same graph)."""
     from asrdecode.models.loading import resolve_packaged_path
 
-    if default_setup and config_file is None:
-        config_file = DEFAULT_SETUP
+    if default_setup and setup is None:
+        setup = DEFAULT_SETUP
+    if setup is not None and config_file is None:
+        config_file = setup
     tree: dict = load_yaml(resolve_packaged_path(str(config_file))) if config_file else {}
-    preset = dict(tree.get("decoder") or {}) if default_setup else {}
+    preset = dict(tree.get("decoder") or {}) if setup is not None else {}
     given: set[str] = set()
     for item in overrides or []:
         path, value = parse_override(item)
@@ -345,16 +356,31 @@ def validate_engine(engine: EngineConfig) -> None:
         raise ConfigError("engine.cpus_per_worker and engine.gpus_per_worker must not be negative")
 
 
-def uses_default_setup(config_file: str | Path | None, overrides: list[str], input_path: Path) -> bool:
-    """True when a run gets `DEFAULT_SETUP`: no config file, no other model (``model.path`` or
-    ``model.type``; settings such as ``model.threads`` keep it), and the input is audio (a saved
-    log-probs folder keeps the plain defaults: its decoder follows its model)."""
+def setup_of(config_file: str | Path | None, overrides: list[str], input_path: Path) -> str | None:
+    """The packaged setup a run starts from, or None: with no config file and audio input (a saved
+    log-probs folder keeps the plain defaults: its decoder follows its model), `DEFAULT_SETUP` when
+    no model is chosen (``model.path`` or ``model.type``; settings such as ``model.threads`` keep
+    it), the model's own setup when ``model.path`` is an embedded model of `MODEL_SETUPS` (and
+    ``model.type`` is not set)."""
     from asrdecode.io.manifests import LOGPROBS_META
 
-    chooses_model = ("model.path", "model.type", "model")
-    if config_file is not None or any(item.split("=", 1)[0].strip() in chooses_model for item in overrides):
-        return False
-    return not (Path(input_path) / LOGPROBS_META).is_file()
+    if config_file is not None or (Path(input_path) / LOGPROBS_META).is_file():
+        return None
+    chosen = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.strip() in ("model.path", "model.type", "model"):
+            chosen[key.strip()] = value.strip()
+    if not chosen:
+        return DEFAULT_SETUP
+    if set(chosen) == {"model.path"}:
+        return MODEL_SETUPS.get(chosen["model.path"])
+    return None
+
+
+def uses_default_setup(config_file: str | Path | None, overrides: list[str], input_path: Path) -> bool:
+    """True when a run gets `DEFAULT_SETUP` (`setup_of`)."""
+    return setup_of(config_file, overrides, input_path) == DEFAULT_SETUP
 
 
 def validate_decoder_section(section: dict) -> Any:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from helpers.wfst_graphs import device_graph
 
-from asrdecode.config import DEFAULT_SETUP, build_config, uses_default_setup
+from asrdecode.config import DEFAULT_SETUP, MODEL_SETUPS, build_config, setup_of, uses_default_setup
 from asrdecode.decoders.wfst import WfstDecoder
 from asrdecode.errors import ConfigError
 from asrdecode.models.loading import resolve_packaged_path
@@ -44,6 +44,21 @@ def test_when_the_default_setup_applies(tmp_path):
     assert uses_default_setup(None, ["model.threads=0", "model.topn=0"], REAL)  # the default model tuned
     (tmp_path / "logprobs.json").write_text("{}")
     assert not uses_default_setup(None, [], tmp_path)  # saved log-probs: the decoder follows their model
+
+
+def test_an_embedded_model_with_a_setup_of_its_own_starts_from_it(tmp_path):
+    for model, setup in MODEL_SETUPS.items():
+        assert setup_of(None, [f"model.path={model}", "decoder.beam=10"], REAL) == setup
+        assert Path(resolve_packaged_path(setup)).is_file()
+        assert build_config(None, [f"model.path={model}"], setup=setup).model.path == model
+    assert setup_of(None, ["model.path=embedded:hama-ipa-ctc", "model.type=hama"], REAL) is None
+    assert setup_of(ROOT / "configs/ctc-greedy.yaml", ["model.path=embedded:hama-ipa-ctc"], REAL) is None
+    assert setup_of(None, ["model.path=embedded:demo_ctc_bpe"], REAL) is None
+    (tmp_path / "logprobs.json").write_text("{}")
+    assert setup_of(None, ["model.path=embedded:hama-ipa-ctc"], tmp_path) is None
+    out = run("transcribe", str(REAL), "--model", "embedded:hama-ipa-ctc", "--print-config").stdout
+    assert out.startswith("# the model's own setup (embedded:configs/hama-en-us-otf.yaml")
+    assert yaml.safe_load(out)["decoder"]["type"] == "wfst-otf"
 
 
 def test_default_setup_is_sphinx_on_the_fly():

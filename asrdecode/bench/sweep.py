@@ -166,12 +166,12 @@ def read_set(manifest: Path) -> tuple[list, dict[str, str]]:
 
 
 def run_asrdecode(system: System, value, manifest: Path, out: Path) -> Point:
-    from asrdecode.config import build_config, uses_default_setup
+    from asrdecode.config import build_config, setup_of
     from asrdecode.pipeline import Transcriber
 
     items = [*system.overrides, f"{system.key}={value}"]
     config = system.config
-    cfg = build_config(config, items, default_setup=uses_default_setup(config, items, manifest))
+    cfg = build_config(config, items, setup=setup_of(config, items, manifest))
     report = Transcriber(cfg, manifest, out, overwrite=True).run()
     hyps = {
         r["utt_id"]: r["pred_text"]
