@@ -140,8 +140,14 @@ def fastest(repeats: list[dict]) -> tuple[dict, list[float], bool]:
     return best, seconds, any(run["hyps"] != repeats[0]["hyps"] for run in repeats[1:])
 
 
+def setup_row(setup: str) -> str:
+    """The row of a setup (`--setup "CONFIG [KEY=VALUE ...]"`): its config file's name and overrides."""
+    config, *overrides = setup.split()
+    return " ".join([f"setup {Path(config).name.removesuffix('.yaml')}", *overrides])
+
+
 SETS = {  # manifest -> how it was used
-    "data/demo/real/manifest.jsonl": "seen: earlier sessions chose graph pruning and weights on it",
+    "data/demo/real/manifest.jsonl": "tuning set (pocketsphinx's test clips)",
     "data/real/dev/manifest.jsonl": "tuning set",
     "data/real/test/manifest.jsonl": "held out: never used for any choice",
     "data/real/phone-dev/manifest.jsonl": "tuning set (telephone prompts, 8 kHz)",
@@ -165,6 +171,9 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
     for decoder in args.on_the_fly:  # the default setup: the small graph + the full LM, all cores
         overrides = [*all_cores, f"decoder.type={decoder}"]
         runs[f"asrdecode {decoder}, full LM"] = (None, None, overrides, decoder)
+    for i, setup in enumerate(args.setup):  # a setup as a user runs it (its own threads)
+        config, *overrides = setup.split()
+        runs[setup_row(setup)] = (Path(config), None, overrides, f"setup-{i}-{Path(config).stem}")
     out = args.out / manifest.parent.name
     peer_lms = {"pocketsphinx, same LM": lm}
     if not args.no_default_lm:
@@ -198,14 +207,18 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
         "rows": {},
     }
     peer_scores = {name: score(refs, run["hyps"]) for name, run in peers.items()}
+    setup_scores = {setup_row(s): score(refs, ours[setup_row(s)]["hyps"]) for s in args.setup}
     for name, run in ours.items():
         stages = run["report"]["stage_seconds"]
         seconds = sum(stages[k] for k in ("features", "model", "decode"))
         run_score = score(refs, run["hyps"])
-        paired = {peer: compare_paired(run_score, peer_score) for peer, peer_score in peer_scores.items()}
+        others = {**peer_scores, **{k: v for k, v in list(setup_scores.items())[:1] if k != name}}
+        paired = {other: compare_paired(run_score, other_score) for other, other_score in others.items()}
         result["rows"][name] = {
             "wer": run_score.wer,
             "cer": run_score.cer,
+            "errors": run_score.errors,
+            "ref_words": run_score.ref_words,
             "rtfx": audio / seconds,
             "rtfx_vs_pocketsphinx": audio / seconds / ps_rtfx,
             "decode_seconds": seconds,
@@ -222,6 +235,8 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
         result["rows"][name] = {
             "wer": run_score.wer,
             "cer": run_score.cer,
+            "errors": run_score.errors,
+            "ref_words": run_score.ref_words,
             "rtfx": rtfx,
             "rtfx_vs_pocketsphinx": rtfx / ps_rtfx,
             "decode_seconds": run["decode_seconds"],
@@ -248,10 +263,13 @@ def evaluate_set(args: argparse.Namespace, manifest: Path, lm: Path) -> dict:
 def print_set(result: dict) -> None:
     print(f"\n{result['manifest']} ({result['use']}): {result['utterances']} recordings, "
           f"{result['audio_seconds']:.1f} s\n")  # fmt: skip
-    print(f"{'decoder':<26}{'WER':>8}{'CER':>8}{'RTFx':>9}{'vs PS':>8}")
+    width = max(26, *(len(name) + 2 for name in result["rows"]))
+    print(f"{'decoder':<{width}}{'WER':>8}{'CER':>8}{'RTFx':>9}{'vs PS':>8}{'end-to-end':>12}")
     for name, r in result["rows"].items():
+        e2e = f"{r['rtfx_end_to_end']:>12.1f}" if "rtfx_end_to_end" in r else f"{'':>12}"
         print(
-            f"{name:<26}{r['wer']:>8.1%}{r['cer']:>8.1%}{r['rtfx']:>9.1f}{r['rtfx_vs_pocketsphinx']:>7.2f}x"
+            f"{name:<{width}}{r['wer']:>8.1%}{r['cer']:>8.1%}{r['rtfx']:>9.1f}"
+            f"{r['rtfx_vs_pocketsphinx']:>7.2f}x{e2e}"
         )
     for name, r in result["rows"].items():
         for peer, c in r.get("paired", {}).items():
@@ -268,6 +286,23 @@ def print_set(result: dict) -> None:
         print(f"(hypotheses of {names} differ between repeats)")
     if result["repeats"] > 1:
         print(f"RTFx: the fastest of {result['repeats']} runs per row (every run's seconds in the JSON)")
+
+
+def print_pooled(results: list[dict]) -> dict:
+    """Each row's WER over the tuning sets together and over the held-out ones together."""
+    pooled: dict = {}
+    for group, keyword in (("tuning sets", "tuning"), ("held-out sets", "held out")):
+        chosen = [r for r in results if keyword in r["use"]]
+        names = [n for n in (chosen[0]["rows"] if chosen else {}) if all(n in r["rows"] for r in chosen)]
+        if not chosen or not names:
+            continue
+        print(f"\npooled over the {group} ({', '.join(r['manifest'] for r in chosen)}):")
+        for name in names:
+            errors = sum(r["rows"][name]["errors"] for r in chosen)
+            words = sum(r["rows"][name]["ref_words"] for r in chosen)
+            pooled.setdefault(group, {})[name] = {"errors": errors, "ref_words": words, "wer": errors / words}
+            print(f"  {name:<40}{errors / words:>8.1%}  ({errors} errors / {words} words)")
+    return pooled
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -301,6 +336,14 @@ def main(argv: list[str] | None = None) -> None:
         "from the cache + pocketsphinx's full trigram)",
     )
     ap.add_argument(
+        "--setup",
+        action="append",
+        default=[],
+        help="also this setup as a user runs it: 'CONFIG [KEY=VALUE ...]' (repeatable; e.g. "
+        "'configs/hama-en-us-otf.yaml decoder.type=let'); the first one is each asrdecode row's "
+        "utterance-by-utterance comparison",
+    )
+    ap.add_argument(
         "--same-lm-config",
         type=Path,
         help="also this config on all cores (configs/sphinx-en-us-same-lm.yaml: the same LM read exactly)",
@@ -317,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.repeats < 1:
         sys.exit("bench real-speech: --repeats must be >= 1")
 
-    if args.no_static and not args.on_the_fly and args.same_lm_config is None:
+    if args.no_static and not args.on_the_fly and args.same_lm_config is None and not args.setup:
         sys.exit(
             "bench real-speech: --no-static leaves no asrdecode row (add --on-the-fly or --same-lm-config)"
         )
@@ -339,6 +382,7 @@ def main(argv: list[str] | None = None) -> None:
     results = [evaluate_set(args, m, lm) for m in manifests]
     for result in results:
         print_set(result)
+    pooled = print_pooled(results)
     load_after = os.getloadavg()
     machine = machine_info(load)
     print(f"\n{machine['cpu']} (L2 {machine['caches'].get('L2', '?')} per core), "
@@ -353,6 +397,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_average_before": load,
         "load_average_after": load_after,
         "sets": results,
+        "pooled": pooled,
     }
     args.json.write_text(json.dumps(summary, indent=2))
     print(f"wrote {args.json}")
