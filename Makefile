@@ -23,10 +23,14 @@ real-data: install
 	$(BIN)/python scripts/prepare_real_speech.py --if-needed
 
 ## demo: real English first (the default setup: no config, graph built into the cache on first use),
-## then the embedded neural demo models; a summary table at the end
+## then pocketsphinx's HMM on the same sets, then the embedded neural demo models; a summary table at the end
 demo: install real-data
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --out $(OUT)/demo-real-default --overwrite
 	$(BIN)/asrdecode transcribe data/real/test/manifest.jsonl --out $(OUT)/real-test-default --overwrite
+	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --model embedded:sphinx-en-us \
+		--out $(OUT)/demo-real-sphinx --overwrite
+	$(BIN)/asrdecode transcribe data/real/test/manifest.jsonl --model embedded:sphinx-en-us \
+		--out $(OUT)/real-test-sphinx --overwrite
 	$(BIN)/asrdecode transcribe data/demo/synthetic/manifest.jsonl --model embedded:demo_ctc_bpe \
 		--out $(OUT)/demo-synthetic --overwrite
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --model embedded:demo_ctc_bpe \
@@ -45,8 +49,10 @@ demo: install real-data
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --config configs/transducer-greedy.yaml \
 		--model embedded:demo_tdt_bpe --out $(OUT)/demo-real-tdt --overwrite
 	$(BIN)/python scripts/demo_summary.py \
-		"real speech, default (sphinx + wfst-otf)=$(OUT)/demo-real-default" \
+		"real speech, default (hama + wfst-otf)=$(OUT)/demo-real-default" \
 		"real speech held out (real/test), default=$(OUT)/real-test-default" \
+		"real speech, sphinx HMM + wfst-otf=$(OUT)/demo-real-sphinx" \
+		"real speech held out (real/test), sphinx=$(OUT)/real-test-sphinx" \
 		"synthetic TTS, demo CTC, ctc-greedy=$(OUT)/demo-synthetic" \
 		"synthetic TTS, demo CTC, wfst + demo TLG=$(OUT)/demo-synthetic-wfst" \
 		"real speech, demo CTC, ctc-greedy=$(OUT)/demo-real" \

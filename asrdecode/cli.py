@@ -238,8 +238,9 @@ def transcribe(
       a Kaldi data dir (wav.scp, text?, segments?)
       a folder written by --save-logprobs (runs only the decoder)
     With no --config and no --model, audio is transcribed as English with the default setup
-    (pocketsphinx's en-us model, a graph built into the cache on first use, its full trigram
-    applied on the fly by wfst-otf; see --print-config). Any config key can be overridden as
+    (hama's phoneme CTC model, a graph built into the cache on first use, pocketsphinx's full
+    trigram applied on the fly by wfst-otf; see --print-config; --model embedded:sphinx-en-us for
+    pocketsphinx's HMM instead). Any config key can be overridden as
     KEY.PATH=VALUE (e.g. batch.max_seconds=60). Rerunning into the same --out resumes;
     --overwrite starts again.
 

@@ -22,14 +22,14 @@ import yaml
 from asrdecode.errors import ConfigError, shown
 
 DEFAULT_MODEL = "embedded:demo_ctc_bpe"  # model.path when a config names no model
-# What `asrdecode transcribe` runs with no --config and no model choice: real English (pocketsphinx's
-# en-us HMM, a small HCLG built on first use, its full trigram on the fly with wfst-otf)
-DEFAULT_SETUP = "embedded:configs/sphinx-en-us-otf.yaml"
+# Real English with pocketsphinx's en-us HMM, a small HCLG built on first use and its full trigram on
+# the fly with wfst-otf (`--model embedded:sphinx-en-us`)
+SPHINX_SETUP = "embedded:configs/sphinx-en-us-otf.yaml"
+# What `asrdecode transcribe` runs with no --config and no model choice: real English with hama's
+# phoneme CTC model, a small TLG built on first use and pocketsphinx's full trigram on the fly
+DEFAULT_SETUP = "embedded:configs/hama-en-us-otf.yaml"
 # The setup a run starts from when `--model` names one of these embedded models and no config is given
-MODEL_SETUPS = {
-    "embedded:hama-ipa-ctc": "embedded:configs/hama-en-us-otf.yaml",
-    "embedded:sphinx-en-us": "embedded:configs/sphinx-en-us-otf.yaml",
-}
+MODEL_SETUPS = {"embedded:hama-ipa-ctc": DEFAULT_SETUP, "embedded:sphinx-en-us": SPHINX_SETUP}
 
 
 @dataclass

@@ -5,7 +5,7 @@
     .venv/bin/python scripts/export_sphinx_lm.py --full     # + data/cache/sphinx-en-us.arpa.gz (35 MB)
     .venv/bin/python scripts/export_sphinx_lm.py --vocab 20000 --prune 1e-7
     .venv/bin/python scripts/export_sphinx_lm.py --prune 1e-5 --exact-bigram \
-        --name sphinx-en-us-72k-small --out asrdecode/assets/lm   # the default setup's small graph LM
+        --name sphinx-en-us-72k-small --out asrdecode/assets/lm   # the small graph LM (both setups)
 
 pocketsphinx 5.1.1's own `NGramModel.write(path, 'arpa')` multiplies every log10 value by a
 constant that changes from run to run, and dies (SIGSEGV) at the end of the bigrams, before any

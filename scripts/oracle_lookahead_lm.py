@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Do late LM refunds cause the default setup's search errors? An oracle small LM to find out.
+"""Do late LM refunds cause the sphinx setup's search errors? An oracle small LM to find out.
 
     .venv/bin/python scripts/oracle_lookahead_lm.py out/bench/diagnose_s38_default_real-phone-dev.json \
         --out out/oracle-lm
     .venv/bin/asrdecode build-graph --config out/oracle-lm/graph.yaml --out out/oracle-lm/graph
-    .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/phone-dev/manifest.jsonl --config default \
+    .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/phone-dev/manifest.jsonl --config sphinx-otf \
         --graph out/oracle-lm/graph
 
 `wfst-otf` searches a small HCLG whose bigram LM costs are pushed towards the start of each word,

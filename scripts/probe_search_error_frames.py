@@ -4,10 +4,10 @@
     .venv/bin/python scripts/probe_search_error_frames.py data/real/phone-dev/manifest.jsonl \
         out/bench/diagnose_default_phone-dev.json [--json OUT] [--all | --own] [KEY=VALUE ...]
 
-Input: a diagnosis of the same input with the default setup (`asrdecode bench
-diagnose-pocketsphinx DATA --config default --json`): pocketsphinx's words per utterance and their
+Input: a diagnosis of the same input with the sphinx setup (`asrdecode bench
+diagnose-pocketsphinx DATA --config sphinx-otf --json`): pocketsphinx's words per utterance and their
 cost in our model. For each of its search errors (`--all`: every utterance where the words
-differ) the search at the default setup's pruning, or with the KEY=VALUE overrides
+differ) the search at the sphinx setup's pruning, or with the KEY=VALUE overrides
 (`decoder.beam=13`, `decoder.graph=DIR`, ...), runs beside the best path of pocketsphinx's words
 (`asrdecode.bench.search_loss.follow_path`): the first frame where the search lost it and the
 pruning step (history, beam, max_active, bound), the cost the path added there in parts, and
@@ -30,7 +30,7 @@ import torch
 
 from asrdecode.bench.diagnose_pocketsphinx import pcm_and_output, words_cost
 from asrdecode.bench.search_loss import follow_words
-from asrdecode.config import build_config
+from asrdecode.config import SPHINX_SETUP, build_config
 from asrdecode.decoders import DecoderContext, make_decoder
 from asrdecode.decoders.wfst.align import cheaper, force_align
 from asrdecode.errors import AsrDecodeError
@@ -43,13 +43,13 @@ from asrdecode.models.loading import load_model
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="manifest.jsonl")
-    ap.add_argument("diagnosis", type=Path, help="diagnose-pocketsphinx --config default --json of it")
+    ap.add_argument("diagnosis", type=Path, help="diagnose-pocketsphinx --config sphinx-otf --json of it")
     ap.add_argument("--json", type=Path, help="write the rows here")
     ap.add_argument("--own", action="store_true", help="follow our own words (a check: never lost)")
     ap.add_argument(
         "--all", action="store_true", help="every utterance where the words differ, not only search errors"
     )
-    ap.add_argument("overrides", nargs="*", help="config overrides of the default setup")
+    ap.add_argument("overrides", nargs="*", help="config overrides of the sphinx setup")
     args = ap.parse_intermixed_args()
 
     try:
@@ -57,7 +57,7 @@ def main() -> None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         sys.exit(f"probe: {args.diagnosis}: not a diagnosis JSON ({err})")
     try:
-        cfg = build_config(None, args.overrides, default_setup=True)
+        cfg = build_config(None, args.overrides, setup=SPHINX_SETUP)
         cfg.decoder.graph = resolve_graph_spec(cfg.decoder.graph)
         model = load_model(
             cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor

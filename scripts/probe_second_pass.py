@@ -6,7 +6,7 @@
 
 pocketsphinx searches twice: a lexicon-tree pass, then a flat pass with a wider beam (1e-64 against
 1e-48) over only the words whose ends the first pass reached. This probe tries the same with the
-default setup (the small HCLG + `wfst-otf`):
+sphinx setup (the small HCLG + `wfst-otf`):
 
 1. pass 1: the default settings, keeping every arc the search crossed within its beam (the search's
    raw lattice arcs, no lattice pruning); its word set is the output labels of those arcs;
@@ -17,7 +17,7 @@ default setup (the small HCLG + `wfst-otf`):
 
 Per utterance it prints the words that changed; at the end the search errors of pass 1 and pass 2
 against pocketsphinx's words (their forced costs from the diagnosis JSON of the same input, made by
-`asrdecode bench diagnose-pocketsphinx --config default --json`), the WER of each and the seconds
+`asrdecode bench diagnose-pocketsphinx --config sphinx-otf --json`), the WER of each and the seconds
 of each pass (one thread, in this process; run it on a quiet machine). An analysis probe, not a
 decoder: it reads the compiled search's per-thread workspace.
 """
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from asrdecode.bench.diagnose_pocketsphinx import pcm_and_output
-from asrdecode.config import build_config
+from asrdecode.config import SPHINX_SETUP, build_config
 from asrdecode.decoders import DecoderContext, make_decoder
 from asrdecode.decoders.wfst_otf.decoder import WfstOtfDecoder
 from asrdecode.graph.cache import resolve_graph_spec
@@ -67,13 +67,13 @@ def restrict_to_words(graph: DeviceGraph, arcs: dict, words: set[int]) -> Device
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="manifest.jsonl")
-    ap.add_argument("diagnosis", type=Path, help="diagnose-pocketsphinx --config default --json of it")
+    ap.add_argument("diagnosis", type=Path, help="diagnose-pocketsphinx --config sphinx-otf --json of it")
     ap.add_argument("--beam", type=float, default=15.0)
     ap.add_argument("--max-active", type=int, default=50000)
     args = ap.parse_args()
 
     rows = {r["id"]: r for r in json.loads(args.diagnosis.read_text())["utterances"]}
-    cfg = build_config(None, [], default_setup=True)
+    cfg = build_config(None, [], setup=SPHINX_SETUP)
     cfg.decoder.graph = resolve_graph_spec(cfg.decoder.graph)
     model = load_model(
         cfg.model.path, cfg.model.type, cfg.model.topn, cfg.model.threads, cfg.model.density_floor

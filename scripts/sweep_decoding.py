@@ -4,7 +4,7 @@
     .venv/bin/python scripts/sweep_decoding.py \\
         decoder.acoustic_scale=0.0870,0.0952,0.10526,0.1176 decoder.max_active=5000,20000
     .venv/bin/python scripts/sweep_decoding.py --config configs/sphinx-en-us-otf.yaml \\
-        --graph cache:embedded:configs/graph/sphinx-en-us-small.yaml decoder.beam=9,11,13   # default setup
+        --graph cache:embedded:configs/graph/sphinx-en-us-small.yaml decoder.beam=9,11,13   # the sphinx setup
 
 For each `--manifest` (default: the tuning sets data/real/dev, data/demo/real and
 data/real/phone-dev; never point it at data/real/test or data/real/phone-test, the held-out sets)

@@ -1,6 +1,7 @@
 """The default setup: `asrdecode transcribe AUDIO --out O` with no --config and no --model transcribes
-English with pocketsphinx's en-us model, a small HCLG built into the cache on first use and
-pocketsphinx's full trigram (`en-us.lm.bin`) applied on the fly by `wfst-otf`."""
+English with hama's phoneme CTC model, a small TLG built into the cache on first use and
+pocketsphinx's full trigram (`en-us.lm.bin`) applied on the fly by `wfst-otf`; the sphinx setup
+(`--model embedded:sphinx-en-us`): pocketsphinx's en-us HMM with a small HCLG and the same LM."""
 
 from __future__ import annotations
 
@@ -14,14 +15,22 @@ import pytest
 import yaml
 from helpers.wfst_graphs import device_graph
 
-from asrdecode.config import DEFAULT_SETUP, MODEL_SETUPS, build_config, setup_of, uses_default_setup
+from asrdecode.config import (
+    DEFAULT_SETUP,
+    MODEL_SETUPS,
+    SPHINX_SETUP,
+    build_config,
+    setup_of,
+    uses_default_setup,
+)
 from asrdecode.decoders.wfst import WfstDecoder
 from asrdecode.errors import ConfigError
 from asrdecode.models.loading import resolve_packaged_path
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "data" / "demo" / "real"
-GRAPH_CONFIG = "embedded:configs/graph/sphinx-en-us-small.yaml"
+GRAPH_CONFIG = "embedded:configs/graph/hama-en-us-small.yaml"
+SPHINX_GRAPH_CONFIG = "embedded:configs/graph/sphinx-en-us-small.yaml"
 CLIPS = ("ps_goforward", "ps_tidigits_dhd.2934z", "ps_cards_001")  # short clips, 6.3 s in all
 ONE_STATE = {"num_states": 1, "start": 0, "final": [0.0], "arcs": [(0, 1, 1, 0.5, 0)]}
 
@@ -56,46 +65,55 @@ def test_an_embedded_model_with_a_setup_of_its_own_starts_from_it(tmp_path):
     assert setup_of(None, ["model.path=embedded:demo_ctc_bpe"], REAL) is None
     (tmp_path / "logprobs.json").write_text("{}")
     assert setup_of(None, ["model.path=embedded:hama-ipa-ctc"], tmp_path) is None
-    out = run("transcribe", str(REAL), "--model", "embedded:hama-ipa-ctc", "--print-config").stdout
-    assert out.startswith("# the model's own setup (embedded:configs/hama-en-us-otf.yaml")
-    assert yaml.safe_load(out)["decoder"]["type"] == "wfst-otf"
+    out = run("transcribe", str(REAL), "--model", "embedded:sphinx-en-us", "--print-config").stdout
+    assert out.startswith(f"# the model's own setup ({SPHINX_SETUP}")
+    assert yaml.safe_load(out)["model"]["type"] == "sphinx"
 
 
-def test_default_setup_is_sphinx_on_the_fly():
+def test_default_setup_is_hama_on_the_fly():
     cfg = build_config(None, [], default_setup=True)
-    assert cfg.model.path == "embedded:sphinx-en-us" and cfg.model.type == "sphinx"
+    assert cfg.model.path == "embedded:hama-ipa-ctc"
     dec = cfg.to_dict()["decoder"]
-    assert dec["type"] == "wfst-otf"
-    assert dec["graph"] == "cache:embedded:configs/graph/sphinx-en-us-small.yaml"
+    assert dec["type"] == "wfst-otf" and dec["graph"] == f"cache:{GRAPH_CONFIG}"
     lm = Path(resolve_packaged_path(dec["lm"]))
     assert lm.name == "en-us.lm.bin" and lm.is_file()
-    graph = yaml.safe_load(
-        Path(resolve_packaged_path("embedded:configs/graph/sphinx-en-us-small.yaml")).read_text()
-    )
-    assert Path(resolve_packaged_path(graph["arpa"])).is_file()
-    # the same file is the repository's configs/sphinx-en-us-otf.yaml
-    assert (ROOT / "configs/sphinx-en-us-otf.yaml").resolve() == Path(resolve_packaged_path(DEFAULT_SETUP))
+    assert cfg.batch.segment_seconds == 30
+    graph = yaml.safe_load(Path(resolve_packaged_path(GRAPH_CONFIG)).read_text())
+    for key in ("arpa", "lexicon", "model"):
+        assert Path(resolve_packaged_path(graph[key])).is_file()
+    # the same files are the repository's configs/*-otf.yaml
+    assert (ROOT / "configs/hama-en-us-otf.yaml").resolve() == Path(resolve_packaged_path(DEFAULT_SETUP))
+    assert (ROOT / "configs/sphinx-en-us-otf.yaml").resolve() == Path(resolve_packaged_path(SPHINX_SETUP))
     # without the default setup the plain defaults stay: the demo CTC model and its natural decoder
     plain = build_config(None, [])
     assert plain.model.path == "embedded:demo_ctc_bpe" and plain.to_dict()["decoder"] == {"type": "auto"}
 
 
-def test_other_decoder_on_the_default_setup_keeps_graph_and_drops_foreign_options():
-    let = build_config(None, ["decoder.type=let"], default_setup=True).to_dict()["decoder"]
+def test_the_sphinx_setup_by_its_model():
+    assert setup_of(None, ["model.path=embedded:sphinx-en-us"], REAL) == SPHINX_SETUP
+    cfg = build_config(None, ["model.path=embedded:sphinx-en-us"], setup=SPHINX_SETUP)
+    assert cfg.model.type == "sphinx" and cfg.decoder.graph == f"cache:{SPHINX_GRAPH_CONFIG}"
+    assert Path(resolve_packaged_path(cfg.decoder.lm)).name == "en-us.lm.bin"
+
+
+def test_other_decoder_on_a_setup_keeps_graph_and_drops_foreign_options():
+    let = build_config(None, ["decoder.type=let"], setup=SPHINX_SETUP).to_dict()["decoder"]
     assert let["type"] == "let" and let["lm"].endswith("en-us.lm.bin") and let["beam"] == 9.5
-    # the default's history cap is wfst-otf's (let's groups have group_capacity): left out
-    assert build_config(None, [], default_setup=True).decoder.history_max > 0 and let["history_max"] == 0
-    cfg = build_config(None, ["decoder.type=wfst"], default_setup=True)
+    # the sphinx setup's history cap is wfst-otf's (let's groups have group_capacity): left out
+    assert build_config(None, [], setup=SPHINX_SETUP).decoder.history_max > 0 and let["history_max"] == 0
+    cfg = build_config(None, ["decoder.type=wfst"], setup=SPHINX_SETUP)
     wfst = cfg.to_dict()["decoder"]
     assert wfst["graph"].startswith("cache:") and "lm" not in wfst
     # the preset's LM history pruning, which wfst refuses, is left out too: the decoder can be made
     assert cfg.decoder.history_beam == 0
     WfstDecoder(cfg.decoder, graph=device_graph(ONE_STATE), words={1: "a"})
     with pytest.raises(ConfigError, match="decoder.lm"):  # an option the user gives is still checked
-        build_config(None, ["decoder.type=wfst", "decoder.lm=x.arpa"], default_setup=True)
-    given = build_config(None, ["decoder.type=wfst", "decoder.history_beam=6"], default_setup=True)
+        build_config(None, ["decoder.type=wfst", "decoder.lm=x.arpa"], setup=SPHINX_SETUP)
+    given = build_config(None, ["decoder.type=wfst", "decoder.history_beam=6"], setup=SPHINX_SETUP)
     with pytest.raises(ConfigError, match="history_beam"):
         WfstDecoder(given.decoder, graph=device_graph(ONE_STATE), words={1: "a"})
+    default = build_config(None, ["decoder.type=let"], default_setup=True).to_dict()["decoder"]
+    assert default["graph"] == f"cache:{GRAPH_CONFIG}" and default["acoustic_scale"] == 1.5
 
 
 def test_print_config_names_the_default():
@@ -112,9 +130,14 @@ def test_info_without_a_path_describes_the_default(tmp_path, monkeypatch):
     monkeypatch.setenv("ASRDECODE_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("COLUMNS", "250")
     out = run("info").stdout
-    for fact in ("embedded:configs/sphinx-en-us-otf.yaml", "wfst-otf (beam 9.5", "en-us.lm.bin"):
+    for fact in (
+        "embedded:configs/hama-en-us-otf.yaml",
+        "embedded:hama-ipa-ctc",
+        "wfst-otf (beam 10",
+        "en-us.lm.bin",
+    ):
         assert fact in out
-    assert str(tmp_path / "empty-cache" / "graphs" / "hclg-sphinx-") in out and "not built yet" in out
+    assert str(tmp_path / "empty-cache" / "graphs" / "tlg-") in out and "not built yet" in out
 
 
 def test_info_lists_the_other_cached_graphs(tmp_path, monkeypatch):
@@ -152,17 +175,17 @@ def three_clips(tmp_path_factory) -> Path:
 
 
 def test_first_use_builds_then_reuses_and_let_agrees(three_clips, tmp_path):
-    """No options: the graph is built into the (suite's private) cache with named stages, the run
-    reports the sphinx model and wfst-otf; a second run reuses graph and LM tables (no build) and
-    gives the same words; `--decoder let` (paper 002, same graph and LMs) finds the same words on
-    these clips."""
+    """No options: the TLG is built into the (suite's private) cache with named stages, the run
+    reports hama's model and wfst-otf and gets every word of these clips; a second run reuses graph
+    and LM tables (no build) and gives the same words; `--decoder let` (paper 002, same graph and
+    LMs) finds the same words."""
     first = run("transcribe", str(three_clips), "--out", str(tmp_path / "a"))
     cache = Path(os.environ["ASRDECODE_CACHE"])
-    assert "graph build: determinize done" in first.stderr or "graph cache: building" not in first.stderr
-    assert list((cache / "graphs").glob("hclg-sphinx-*/meta.json"))
-    assert list((cache / "lm").glob("difference-*.safetensors"))
+    assert "graph build: LG done" in first.stderr or "graph cache: building" not in first.stderr
+    assert list((cache / "graphs").glob("tlg-*/meta.json"))
     report = json.loads((tmp_path / "a" / "report.json").read_text())
-    assert report["model"] == "embedded:sphinx-en-us" and report["decoder"] == "wfst-otf"
+    assert report["model"] == "embedded:hama-ipa-ctc" and report["decoder"] == "wfst-otf"
+    assert report["wer"] == 0.0
     second = run("transcribe", str(three_clips), "--out", str(tmp_path / "b"))
     assert "graph build" not in second.stderr
     let = run("transcribe", str(three_clips), "--decoder", "let", "--out", str(tmp_path / "c"))
@@ -175,14 +198,40 @@ def test_first_use_builds_then_reuses_and_let_agrees(three_clips, tmp_path):
     }
     assert texts["a"] == texts["b"] == texts["c"]
     assert all(texts["a"].values()) and let.returncode == 0
-    # the diagnosis against pocketsphinx runs on the default setup too: forced alignment through the
+
+
+def test_sphinx_setup_first_use_and_its_diagnosis(three_clips, tmp_path):
+    """`--model embedded:sphinx-en-us`: the small HCLG is built into the cache with named stages,
+    a second run reuses graph and LM tables, `--decoder let` finds the same words, and the
+    diagnosis against pocketsphinx runs on that setup."""
+    sphinx = ("--model", "embedded:sphinx-en-us")
+    first = run("transcribe", str(three_clips), *sphinx, "--out", str(tmp_path / "a"))
+    cache = Path(os.environ["ASRDECODE_CACHE"])
+    assert "graph build: determinize done" in first.stderr or "graph cache: building" not in first.stderr
+    assert list((cache / "graphs").glob("hclg-sphinx-*/meta.json"))
+    assert list((cache / "lm").glob("difference-*.safetensors"))
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert report["model"] == "embedded:sphinx-en-us" and report["decoder"] == "wfst-otf"
+    second = run("transcribe", str(three_clips), *sphinx, "--out", str(tmp_path / "b"))
+    assert "graph build" not in second.stderr
+    let = run("transcribe", str(three_clips), *sphinx, "--decoder", "let", "--out", str(tmp_path / "c"))
+    texts = {
+        name: {
+            r["utt_id"]: r["pred_text"]
+            for r in map(json.loads, (tmp_path / name / "transcripts.jsonl").open())
+        }
+        for name in ("a", "b", "c")
+    }
+    assert texts["a"] == texts["b"] == texts["c"]
+    assert all(texts["a"].values()) and let.returncode == 0
+    # the diagnosis against pocketsphinx runs on the sphinx setup too: forced alignment through the
     # small graph plus the LM difference of the words gives our own 1-best its decoded cost
     run(
-        "bench", "diagnose-pocketsphinx", str(three_clips), "--config", "default", "--json",
+        "bench", "diagnose-pocketsphinx", str(three_clips), "--config", "sphinx-otf", "--json",
         str(tmp_path / "diagnosis.json"),
     )  # fmt: skip
     diagnosis = json.loads((tmp_path / "diagnosis.json").read_text())
-    # pocketsphinx gets the config's decoder.lm: for the default setup its own en-us.lm.bin
+    # pocketsphinx gets the config's decoder.lm: for the sphinx setup its own en-us.lm.bin
     assert diagnosis["decoder"] == "wfst-otf" and Path(diagnosis["lm"]).name == "en-us.lm.bin"
     rows = diagnosis["utterances"]
     assert {r["id"]: r["asrdecode"] for r in rows} == texts["a"]

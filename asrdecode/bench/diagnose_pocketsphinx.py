@@ -3,15 +3,15 @@
 
     .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/dev/manifest.jsonl
     .venv/bin/asrdecode bench diagnose-pocketsphinx my_wavs/ --graph GRAPH_DIR decoder.beam=18
-    .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/test/manifest.jsonl --config default
+    .venv/bin/asrdecode bench diagnose-pocketsphinx data/real/test/manifest.jsonl --config sphinx-otf
 
 No transcripts needed. Each recording is read and resampled to 16 kHz once; the same samples go to
 pocketsphinx 5.1.1's own decoder (`asrdecode/bench/peers.py`: a fresh front end per
 utterance; given the LM file the graph was built from, `--lm`; default: the graph's `arpa`) and
-to asrdecode (`--config`, the pocketsphinx en-us HMM + HCLG + `wfst`; `--config default` is the
-default setup: the small-LM HCLG + `wfst-otf` with pocketsphinx's full trigram; with an on-the-fly
-config pocketsphinx gets its `decoder.lm`, for the default setup its own en-us.lm.bin, the same
-trigram; `decoder.type=let` works the same way).
+to asrdecode (`--config`, the pocketsphinx en-us HMM + HCLG + `wfst`; `--config sphinx-otf` is the
+sphinx setup, `embedded:configs/sphinx-en-us-otf.yaml`: the small-LM HCLG + `wfst-otf` with
+pocketsphinx's full trigram; with an on-the-fly config pocketsphinx gets its `decoder.lm`, for the
+sphinx setup its own en-us.lm.bin, the same trigram; `decoder.type=let` works the same way).
 Then both word sequences, and the reference if the input has one, are force-aligned through the
 same HCLG with the same scales (`asrdecode.decoders.wfst.align`: the exhaustive best path that
 outputs exactly those words; with an on-the-fly decoder plus the LM difference of the words), and
@@ -58,7 +58,7 @@ import torch
 from asrdecode.audio.loading import load_audio, resample_batch
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.bench.search_loss import follow_words
-from asrdecode.config import build_config
+from asrdecode.config import SPHINX_SETUP, build_config
 from asrdecode.decoders import DecoderContext, decoder_name, make_decoder
 from asrdecode.decoders.wfst.align import cheaper, force_align
 from asrdecode.errors import AsrDecodeError
@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", type=Path, help="manifest.jsonl, audio folder or Kaldi data dir")
     ap.add_argument(
-        "--config", default=str(ROOT / "configs/sphinx-en-us.yaml"), help="a config file, or `default`"
+        "--config",
+        default=str(ROOT / "configs/sphinx-en-us.yaml"),
+        help="a config file, or `sphinx-otf` (the sphinx on-the-fly setup)",
     )
     ap.add_argument("--graph", help="graph folder (default: the config's decoder.graph)")
     ap.add_argument(
@@ -143,8 +145,8 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         graph = [f"decoder.graph={args.graph}"] if args.graph else []
-        default = args.config == "default"
-        cfg = build_config(None if default else args.config, [*graph, *args.overrides], default_setup=default)
+        setup = SPHINX_SETUP if args.config == "sphinx-otf" else None
+        cfg = build_config(None if setup else args.config, [*graph, *args.overrides], setup=setup)
         kind = decoder_name(cfg.decoder)
         if kind not in DECODERS_WITH_GRAPH:
             sys.exit(f"diagnose: the config's decoder must be one of {', '.join(DECODERS_WITH_GRAPH)}")

@@ -7,16 +7,16 @@ directly with the large LM, on the same log-probs.
     .venv/bin/asrdecode bench let --cases 20k sphinx --beams 8 10 13 16 --plot out/bench/let_sweep
 
 Cases: the two of asrdecode bench wfst-otf (whose helpers this script imports), same graphs, LMs,
-log-probs and beams, and the default setup's:
+log-probs and beams, and the sphinx setup's:
 
 * ``demo``: the embedded demo model on the 44 demo clips; large LM = the demo trigram, small = its
   entropy-pruned copy (data/demo/otf/small-lm.arpa); beam 16, max_active 10000.
 * ``20k``: the 20k-word synthetic trigram (character lexicon, spelled 10%-confused log-probs of
   ``--utterances`` corpus sentences) and its copy pruned at ``--threshold-20k`` (1e-5: a small graph
   of 4% of the large one's bytes; 1e-6: 30%); beam 10, max_active 10000.
-* ``sphinx``: the default setup (`asrdecode info`): pocketsphinx's en-us HMM scored on the device on
-  the tuning sets data/demo/real and data/real/dev, the small HCLG (built into the graph cache on
-  first use) and pocketsphinx's full trigram on the fly; its scales, beam, max_active, history
+* ``sphinx``: the sphinx setup (`--model embedded:sphinx-en-us`): pocketsphinx's en-us HMM scored
+  on the device on the tuning sets data/demo/real and data/real/dev, the small HCLG (built into the
+  graph cache on first use) and pocketsphinx's full trigram on the fly; its scales, beam, max_active, history
   beam and (`wfst-otf` only: `let`'s group capacity is its counterpart) history cap (no `wfst` row:
   a static graph of the full trigram does not build here).
 
@@ -153,16 +153,16 @@ def ratio_at_equal_wer(row: dict, peers: list[dict]) -> float | None:
 
 
 def sphinx_inputs() -> tuple:
-    """The default setup's model on the tuning sets: (senone log-likelihoods, lengths, references,
-    frame shift, the default setup's decoder config, its decoder options)."""
+    """The sphinx setup's model on the tuning sets: (senone log-likelihoods, lengths, references,
+    frame shift, the sphinx setup's decoder config, its decoder options)."""
     import torch
 
     from asrdecode.audio.loading import load_audio, resample_batch
-    from asrdecode.config import build_config
+    from asrdecode.config import SPHINX_SETUP, build_config
     from asrdecode.io.manifests import read_inputs
     from asrdecode.models.loading import load_model
 
-    cfg = build_config(None, [], default_setup=True)
+    cfg = build_config(None, [], setup=SPHINX_SETUP)
     d = cfg.decoder
     model = load_model(cfg.model.path, cfg.model.type, cfg.model.topn, 1, cfg.model.density_floor).eval()
     outputs, refs = [], []
@@ -188,7 +188,7 @@ def sphinx_inputs() -> tuple:
 
 
 def sphinx_case(inputs: tuple) -> tuple:
-    """The default setup on the tuning sets: (no large graph, small HCLG, full LM, senone
+    """The sphinx setup on the tuning sets: (no large graph, small HCLG, full LM, senone
     log-likelihoods, lengths, references, frame shift, beam, decoder options)."""
     from asrdecode.graph.cache import resolve_graph_spec
 
@@ -198,8 +198,8 @@ def sphinx_case(inputs: tuple) -> tuple:
 
 def sphinx_static_case(inputs: tuple) -> tuple:
     """The static path's LM on the fly: `wfst` on the static sphinx HCLG (configs/sphinx-en-us.yaml's
-    graph, built with data/lm/sphinx-en-us-72k.arpa.gz) against the default setup's small HCLG
-    with that graph's ARPA on the fly; the default setup's scales and beam, the static path's
+    graph, built with data/lm/sphinx-en-us-72k.arpa.gz) against the sphinx setup's small HCLG
+    with that graph's ARPA on the fly; the sphinx setup's scales and beam, the static path's
     max_active, no history beam or cap (`wfst` keeps one token per graph state)."""
     from asrdecode.config import build_config
     from asrdecode.decoders import decoder_options
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     for c in sphinx:
         if c == "sphinx":
             *case, beam, options = sphinx_case(inputs)
-            name = "sphinx HCLG, default setup (demo/real + real/dev)"
+            name = "sphinx HCLG, sphinx setup (demo/real + real/dev)"
         else:
             *case, beam, options = sphinx_static_case(inputs)
             name = "sphinx HCLG, the static graph's LM on the fly (demo/real + real/dev)"

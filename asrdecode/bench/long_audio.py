@@ -4,7 +4,7 @@ minutes (data/demo/real clips concatenated with 0.5 s gaps, cycling), each in it
 
     .venv/bin/asrdecode bench long-audio                       # demo CTC, local attention
     .venv/bin/asrdecode bench long-audio --minutes 10 --options ""   # full attention (20 GB!)
-    .venv/bin/asrdecode bench long-audio --model "" --options ""      # the default setup (sphinx)
+    .venv/bin/asrdecode bench long-audio --model "" --options ""      # the default setup
     .venv/bin/asrdecode bench long-audio --model "" --options "" --minutes 60 --rate 44100 --channels 2
     .venv/bin/asrdecode bench long-audio --model "" --options "" --minutes 60 --format m4a
 

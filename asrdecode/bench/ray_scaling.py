@@ -3,7 +3,7 @@
 
     .venv/bin/asrdecode bench ray-scaling                       # demo CTC on data/demo/synthetic x8
     .venv/bin/asrdecode bench ray-scaling --manifest data/real/dev/manifest.jsonl --repeat 2 \
-        --config embedded:configs/sphinx-en-us-otf.yaml model.threads=1     # the default setup
+        --config embedded:configs/sphinx-en-us-otf.yaml model.threads=1     # the sphinx setup
 
 Every run is `asrdecode transcribe` in a child process into a fresh folder. Printed per run: wall
 seconds of the whole command (process start, Ray start, model loads included), the report's RTFx
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--manifest", default=str(ROOT / "data/demo/synthetic/manifest.jsonl"))
     ap.add_argument("--repeat", type=int, default=8, help="each utterance this many times (new ids)")
     ap.add_argument("--model", default="embedded:demo_ctc_bpe")
-    ap.add_argument("--config", help="a run config instead of --model (e.g. the default setup's)")
+    ap.add_argument("--config", help="a run config instead of --model (e.g. configs/hama-en-us-otf.yaml)")
     ap.add_argument("--json", type=Path, default=ROOT / "out/bench/ray_scaling.json")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. model.threads=1")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (threads=...)")
