@@ -6,6 +6,7 @@ the `on_progress` callback).
 
 from __future__ import annotations
 
+import copy
 import platform
 import resource
 import time
@@ -166,7 +167,7 @@ class Transcriber:
         on_error: Callable[[str, str], None] | None = None,
         on_status: Callable[[str], None] | None = None,
     ):
-        self.cfg = cfg
+        self.cfg = copy.deepcopy(cfg)  # the run resolves parts of it (the decoder of `auto`)
         self.input_path = Path(input_path)
         self.out_dir = Path(out_dir)
         self.overwrite = overwrite
@@ -185,17 +186,25 @@ class Transcriber:
     def _open(self) -> None:
         """Read the inputs and open the output folder (resuming): what is left to decode."""
         from asrdecode.io.manifests import read_inputs
+        from asrdecode.io.provenance import run_setup, source_of
         from asrdecode.io.subtitles import subtitle_formats
         from asrdecode.io.writers import OutputWriter
 
         self.inputs = read_inputs(self.input_path)
+        for utt in self.inputs.utterances:  # records name their file wherever they are read from
+            if utt.audio_path and "audio_filepath" in utt.record:
+                utt.record["audio_filepath"] = source_of(utt)["audio_filepath"]
         output = self.cfg.output
         self.writer = OutputWriter(
             self.out_dir,
             overwrite=self.overwrite,
             subtitles=subtitle_formats(output.subtitles),
             subtitle_style=output.subtitle_style(),
+            setup=run_setup(self.cfg, self.inputs.meta),
+            sources={u.utt_id: source_of(u) for u in self.inputs.utterances},
         )
+        for warning in [*self.inputs.warnings, *self.writer.warnings]:
+            self.on_status(f"warning: {warning}")
         done = self.writer.done_ids()
         self.todo = [u for u in self.inputs.utterances if u.utt_id not in done]
         self.stats.utterances = len(self.inputs.utterances)

@@ -14,13 +14,14 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from asrdecode.atomic_files import atomic_write_text
 from asrdecode.errors import InputError, OutputError
+from asrdecode.io.provenance import SETUP, STALE, read_setup, same_source, setup_differences, setup_json
 from asrdecode.io.schema import ERROR_RECORD, TRANSCRIPT_RECORD, problem
 from asrdecode.io.subtitles import SubtitleStyle, record_subtitles
 
@@ -50,6 +51,10 @@ class OutputWriter:
     overwrite=False resumes: complete lines of an earlier run are kept (`done_ids()`), a partial
     last line (a run killed mid-write) is cut off, and text/hyp.ctm are rebuilt to match.
     overwrite=True starts fresh. A lock file keeps two runs from writing the same folder.
+    `setup` (`provenance.run_setup`): the settings that make this run's transcripts, kept in
+    setup.json; a folder whose results another setup made is refused (`OutputError`) unless
+    overwrite. `sources` (utt_id -> `provenance.source_of`): the run's inputs; a resumed line whose
+    id is not among them, or that was made from another file or span, moves to stale.jsonl.
     `subtitles` (formats of `asrdecode.io.subtitles`): each transcript also gets
     subtitles/<utt>.<fmt>, written before its line (a resumed run writes the missing ones).
     Use as a context manager, or call close().
@@ -61,8 +66,11 @@ class OutputWriter:
         overwrite: bool = False,
         subtitles: tuple[str, ...] = (),
         subtitle_style: SubtitleStyle | None = None,
+        setup: dict | None = None,
+        sources: Mapping[str, dict] | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
+        self.sources = sources
         self.subtitles = subtitles
         self.subtitle_style = subtitle_style or SubtitleStyle()
         self.warnings: list[str] = []
@@ -75,24 +83,29 @@ class OutputWriter:
         self._done: set[str] = set()
         self._files: dict[str, IO[str]] = {}
         try:
-            for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT):  # leftovers of a killed atomic write
+            for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT, SETUP):  # leftovers of a killed atomic write
                 for tmp in self.out_dir.glob(f".{name}.*.tmp"):
                     tmp.unlink(missing_ok=True)
             if overwrite:
-                for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT, LATTICE_ARCHIVE):
+                for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT, LATTICE_ARCHIVE, STALE):
                     (self.out_dir / name).unlink(missing_ok=True)
                 for fst in (self.out_dir / LATTICES).glob("*.fst"):
                     fst.unlink()
                 for sub in (self.out_dir / SUBTITLES).glob("*.*"):
                     if sub.suffix in (".srt", ".vtt"):
                         sub.unlink()
-            else:
+            if setup is not None:  # after the old results are gone: setup.json never names others
+                self._check_setup(setup)
+            if not overwrite:
                 self._recover()
             for name in (TRANSCRIPTS, TEXT):  # hyp.ctm / errors.jsonl are created on first use
                 self._open(name)
         except OSError as e:
             self._release()
             raise OutputError(f"{self.out_dir}: cannot write output files: {e.strerror or e}") from None
+        except BaseException:
+            self._release()
+            raise
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -203,6 +216,20 @@ class OutputWriter:
                 raise OutputError(f"{self.out_dir}: in use by another asrdecode run") from None
         return fh
 
+    def _check_setup(self, setup: dict) -> None:
+        """Refuse a folder whose transcripts another setup made; record `setup` in setup.json."""
+        path = self.out_dir / SETUP
+        old = read_setup(path)
+        if old == setup:
+            return
+        results = self.out_dir / TRANSCRIPTS
+        if results.is_file() and results.stat().st_size > 0:
+            raise OutputError(
+                f"{self.out_dir}: holds results of another setup ({setup_differences(old, setup)}); "
+                "--overwrite decodes everything again, or choose another --out"
+            )
+        atomic_write_text(path, setup_json(setup))
+
     def _close_files(self) -> None:
         """Close the append handles; a buffer that cannot be flushed (disk full) marks the run failed."""
         for f in self._files.values():
@@ -242,13 +269,20 @@ class OutputWriter:
         kept: list[dict] = []
         if path.exists():
             records, good_bytes, clean = _read_jsonl_records(path, self.warnings)
+            stale: list[dict] = []
             for rec in records:
                 if rec["utt_id"] in self._done:
                     clean = False
                     self.warnings.append(f"{path}: dropped a duplicate line for {rec['utt_id']!r}")
                     continue
+                if self.sources is not None and not self._current(rec):
+                    stale.append(rec)
+                    continue
                 self._done.add(rec["utt_id"])
                 kept.append(rec)
+            if stale:
+                clean = False
+                self._move_stale(stale)
             if clean:
                 if good_bytes != path.stat().st_size:
                     os.truncate(path, good_bytes)  # cut the partial line of a killed run
@@ -257,6 +291,32 @@ class OutputWriter:
         self._rebuild_derived(kept)
         self._compact_errors()
         self._recover_lattices()
+
+    def _current(self, rec: dict) -> bool:
+        """Whether a resumed record is of one of this run's inputs, made from the same file and span."""
+        source = self.sources.get(rec["utt_id"]) if self.sources is not None else None
+        return source is not None and same_source(rec, source)
+
+    def _move_stale(self, records: list[dict]) -> None:
+        """Append resumed records that are not of this run's inputs to stale.jsonl (their
+        utterances are decoded again), with one warning."""
+        with open(self.out_dir / STALE, "a", encoding="utf-8", newline="\n") as fh:
+            fh.write("".join(_dumps(r) + "\n" for r in records))
+            fh.flush()
+            os.fsync(fh.fileno())
+        gone = [r["utt_id"] for r in records if self.sources is not None and r["utt_id"] not in self.sources]
+        changed = [r["utt_id"] for r in records if r["utt_id"] not in gone]
+        what = []
+        if gone:
+            what.append(f"{len(gone)} whose id is not among the inputs now ({_some(gone)})")
+        if changed:
+            what.append(
+                f"{len(changed)} whose id now names another file or span ({_some(changed)}: decoded again)"
+            )
+        self.warnings.append(
+            f"{self.out_dir / TRANSCRIPTS}: moved {len(records)} result(s) to {self.out_dir / STALE}: "
+            + "; ".join(what)
+        )
 
     def _recover_lattices(self) -> None:
         """Keep the complete lattice entries of utterances with a transcript, first one each."""
@@ -314,6 +374,12 @@ class OutputWriter:
         lines = [_dumps(e) + "\n" for e in kept]
         if "".join(lines).encode("utf-8") != path.read_bytes():
             _atomic_write(path, lines)
+
+
+def _some(ids: list[str], limit: int = 3) -> str:
+    """Up to `limit` ids, quoted, and how many more."""
+    shown = ", ".join(repr(i) for i in ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -85,6 +85,7 @@ def test_ray_run_resumes_a_folder(manifest, local_run, tmp_path):
     out.mkdir()
     kept = (local_run / "transcripts.jsonl").read_text().splitlines()[:10]
     (out / "transcripts.jsonl").write_text("\n".join(kept) + "\n")
+    shutil.copy(local_run / "setup.json", out)  # what a killed run leaves: its setup, some results
     args = ["transcribe", str(manifest), "--model", str(MODEL), "--out", str(out), "batch.max_utterances=4"]
     proc = cli(*args, "--engine", "ray", "--workers", "2")
     assert proc.returncode == 0, proc.stderr
