@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import soundfile as sf
 from helpers.cli import AUDIO, FIX, MODEL, read_jsonl, run
@@ -38,3 +39,25 @@ def test_a_rerun_with_another_model_refuses_and_new_files_replace_stale_ids(tmp_
 
     proc = run("transcribe", str(audio), "--model", other, "--out", str(out), "--overwrite")
     assert len(read_jsonl(out / "transcripts.jsonl")) == 3 and not (out / "stale.jsonl").exists()
+
+
+def test_transcripts_jsonl_feeds_back_as_a_manifest_from_any_folder(tmp_path):
+    """A folder given as a relative path: its records name their files absolutely, so the
+    transcripts read as a manifest from another folder give the same texts (and no earlier
+    run's result fields linger)."""
+    (tmp_path / "audio").mkdir()
+    for name in ("ps_goforward", "ps_cards_005"):
+        shutil.copy(AUDIO / f"{name}.wav", tmp_path / "audio" / f"{name}.wav")
+    run("transcribe", "audio", "--model", str(MODEL), "--out", "first", cwd=tmp_path)
+    first = read_jsonl(tmp_path / "first" / "transcripts.jsonl")
+    assert all(Path(r["audio_filepath"]).is_absolute() for r in first)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run("transcribe", "../first/transcripts.jsonl", "--model", str(MODEL), "--decoder", "ctc-beam",
+        "decoder.return_best_hypothesis=false", "--out", "second", cwd=elsewhere)  # fmt: skip
+    second = read_jsonl(elsewhere / "second" / "transcripts.jsonl")
+    assert [r["utt_id"] for r in second] == [r["utt_id"] for r in first] and "nbest" in second[0]
+    run("transcribe", "second/transcripts.jsonl", "--model", str(MODEL), "--out", "third", cwd=elsewhere)
+    third = read_jsonl(elsewhere / "third" / "transcripts.jsonl")
+    assert [r["pred_text"] for r in third] == [r["pred_text"] for r in first]
+    assert not any("nbest" in r for r in third)  # the second run's n-best is not echoed

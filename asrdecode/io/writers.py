@@ -38,6 +38,10 @@ LATTICES = "lattices"  # folder: lat.ark.txt (all utterances) and <utt>.fst file
 LATTICE_ARCHIVE = "lattices/lat.ark.txt"
 SUBTITLES = "subtitles"  # folder: <utt>.srt / <utt>.vtt (output.subtitles)
 LOCK = ".asrdecode.lock"
+# what a result adds to its input record
+RESULT_FIELDS = frozenset(
+    {"pred_text", "words", "score", "acoustic_score", "lm_score", "nbest", "lattice_density"}
+)
 
 try:  # POSIX only; elsewhere two runs on one folder are not detected
     import fcntl
@@ -417,8 +421,9 @@ def batch_records(
 
 
 def result_record(utt: Utterance, result: DecodeResult, extra: dict | None = None) -> dict:
-    """The transcripts.jsonl object: input record, then extra fields, then the result."""
-    rec: dict[str, Any] = dict(utt.record)
+    """The transcripts.jsonl object: input record (less the result fields of an earlier run's
+    transcripts.jsonl read as a manifest), then extra fields, then the result."""
+    rec: dict[str, Any] = {k: v for k, v in utt.record.items() if k not in RESULT_FIELDS}
     if extra:
         rec.update(extra)
     rec["utt_id"] = utt.utt_id
