@@ -1,13 +1,14 @@
 """asrdecode: batch speech transcription with batched, device-agnostic speech decoders.
 
 The Python API (`asrdecode.api`, loaded on first use): `transcribe`, `load_model`, `load_graph`,
-`make_decoder`, `decode`; see docs/api.md.
+`make_decoder`, `decode`, and `InputsFailed` (inputs a `transcribe` call could not transcribe);
+see docs/api.md.
 """
 
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["decode", "load_graph", "load_model", "make_decoder", "transcribe"]
+__all__ = ["InputsFailed", "decode", "load_graph", "load_model", "make_decoder", "transcribe"]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,9 +23,10 @@ from typing import Any
 import torch
 
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult
+from asrdecode.errors import InputError, InputsFailed
 from asrdecode.models.base import ModelOutput
 
-__all__ = ["decode", "load_graph", "load_model", "make_decoder", "transcribe"]
+__all__ = ["InputsFailed", "decode", "load_graph", "load_model", "make_decoder", "transcribe"]
 
 
 def _override_items(overrides: Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> list[str]:
@@ -43,6 +44,9 @@ def _input_path(inputs: str | Path | Iterable[str | Path], folder: Path) -> Path
 
     if isinstance(inputs, (str, Path)):
         return Path(inputs)
+    inputs = list(inputs)
+    if not inputs:
+        raise InputError("no inputs given (an empty list of audio files)")
     rows, seen = [], set()
     for i, item in enumerate(inputs):
         path = user_path(item).resolve()
@@ -73,9 +77,13 @@ def transcribe(
     ``config`` / ``model`` / ``decoder`` / options: as the CLI's ``--config``, ``--model``,
     ``--decoder`` and ``KEY.PATH=VALUE``; with neither config nor model, the default setup. Files
     are written to ``out`` (resumed if it holds an earlier run, unless ``overwrite``), else to a
-    temporary folder that is removed. Errors are `AsrDecodeError`s with one-line messages; a bad
-    audio file is skipped (listed in ``errors.jsonl``) unless ``strict``."""
+    temporary folder that is removed. Errors are `AsrDecodeError`s with one-line messages. Inputs
+    that cannot be transcribed (a missing, empty or damaged file) are skipped while the others are
+    decoded, then raised as one `InputsFailed` naming them (its ``rows``: the others' records,
+    ``failed``: one entry per failed input), for a list, a folder and a manifest alike; ``strict``
+    stops at the first instead."""
     from asrdecode.config import build_config, setup_of
+    from asrdecode.io.writers import read_errors
     from asrdecode.pipeline import Transcriber
 
     items = _override_items(overrides, options)
@@ -87,9 +95,15 @@ def transcribe(
         source = _input_path(inputs, Path(tmp))
         cfg = build_config(config, items, setup=setup_of(config, items, source))
         folder = Path(out) if out is not None else Path(tmp) / "out"
-        Transcriber(cfg, source, folder, overwrite=overwrite, strict=strict, on_progress=on_progress).run()
+        runner = Transcriber(cfg, source, folder, overwrite=overwrite, strict=strict, on_progress=on_progress)
+        runner.run()
         lines = (folder / "transcripts.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        rows = [json.loads(line) for line in lines if line.strip()]
+        errors = {e["utt_id"]: e for e in read_errors(folder)}
+        failed = [errors[u] for u in runner.inputs.ids() if u in errors]
+    if failed:
+        raise InputsFailed(rows, failed)
+    return rows
 
 
 def load_model(spec: str, **options: Any):

@@ -33,6 +33,24 @@ class GraphError(AsrDecodeError):
     """A decoding graph, lexicon, unit list or ARPA file that cannot be built or loaded."""
 
 
+class InputsFailed(AsrDecodeError):
+    """Inputs a `transcribe` call could not transcribe: ``rows`` holds the others' transcript
+    records, ``failed`` one ``{"utt_id", "path", "error"}`` per failed input, in input order."""
+
+    def __init__(self, rows: list[dict], failed: list[dict]) -> None:
+        self.rows = rows
+        self.failed = failed
+        named = "; ".join(_naming(f.get("path") or f["utt_id"], f.get("error") or "") for f in failed[:3])
+        more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+        total = len(rows) + len(failed)
+        super().__init__(one_line(ValueError(f"{len(failed)} of {total} input(s) failed: {named}{more}")))
+
+
+def _naming(name: str, message: str) -> str:
+    """`message`, led by `name` unless it names it already."""
+    return message if name in message else f"{name}: {message}"
+
+
 def shown(text: str) -> str:
     """Text from an input (a YAML key, a state_dict key) in a one-line error: control characters
     (a newline) escaped."""

@@ -492,6 +492,12 @@ def write_report(out_dir: str | Path, report: dict) -> Path:
     return path
 
 
+def read_errors(out_dir: str | Path) -> list[dict]:
+    """The entries of out_dir/errors.jsonl (``utt_id``, ``path``, ``error``); [] without one."""
+    path = Path(out_dir) / ERRORS
+    return _read_jsonl_records(path, [])[0] if path.is_file() else []
+
+
 def _read_jsonl_records(path: Path, warnings: list[str]) -> tuple[list[dict], int, bool]:
     """Complete lines that parse and fit the file's schema (`TRANSCRIPT_RECORD` for
     transcripts.jsonl, `ERROR_RECORD` otherwise) -> (records, byte length of the valid prefix,
