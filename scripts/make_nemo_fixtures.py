@@ -1,18 +1,33 @@
 """Build random-weight NeMo transducer checkpoints and NeMo's reference outputs (run by hand, never by tests).
 
 NeMo is not a dependency of asrdecode: this script runs in a separate venv outside the project,
-made once with (the exact commands used; pip's cache served torch):
+made with (the committed fixtures were made in this one; a CPU build of torch):
 
     python3 -m venv /work/nemo-venv
-    nice -n 5 /work/nemo-venv/bin/pip install torch==2.9.1 torchaudio==2.9.1
-    nice -n 5 /work/nemo-venv/bin/pip install "nemo-toolkit[asr]==3.0.0" torch==2.9.1 torchaudio==2.9.1
+    nice -n 10 /work/nemo-venv/bin/pip install "torch==2.13.0+cpu"
+    nice -n 10 /work/nemo-venv/bin/pip install "nemo-toolkit[asr]==3.0.0" "torch==2.13.0+cpu"
 
-(the ``--set aed`` / ``aed-large`` models were made in a venv made with ``pip install torch==2.13.0``, the
-CPU build on this machine's disk, then ``pip install "nemo-toolkit[asr]==3.0.0" torch==2.13.0``)
+The committed models are as small as each family allows (``TINY_ENCODER``: 80 mels, dw_striding x8,
+a 2-layer FastConformer with d_model 16 and 2 heads; prediction and joint networks 16 wide; ConvASR
+blocks of 16-32 channels), so that the checkout travels (tests/test_tree_size.py). Their BPE-128
+tokenizer is the one the fixtures always had with the lowercase-only normalizer of
+`slim_sentencepiece`. Rebuild them in this order (each set reads the models before it):
+
+    P="/work/nemo-venv/bin/python scripts/make_nemo_fixtures.py --out tests/fixtures/nemo"
+    for s in base tiny ctc; do $P --set $s; done
+    for n in aed_canary2 aed_canary aed_bpe aed_timestamps; do $P --set aed --only $n; done
+    for s in attention streaming buffered buffered-rnnt; do $P --set $s; done
+    /work/nemo-venv/bin/python scripts/make_nemo_beam_references.py
+    /work/nemo-venv/bin/python scripts/make_nemo_ctc_beam_references.py
 
 Sets (``--set``):
 
-* ``tiny`` (committed to tests/fixtures/nemo/, < 5 MB each): ``rnnt_char`` — ``EncDecRNNTModel`` with a
+* ``base``: ``ctc_bpe`` (``EncDecCTCModelBPE``), ``rnnt_bpe`` and ``tdt_bpe`` (``EncDecRNNTBPEModel``,
+  TDT durations 0..4), each rebuilt from its own committed config at the tiny sizes; the
+  transducers' references add NeMo's greedy with the token LM (``lm_tokens.arpa``, alpha 0.5),
+  ``malsd_batch`` with and without it and, for RNN-T, ``maes_batch`` (`decodings_of`), with the exact
+  merged decoding configs in ``reference/<name>.json`` (``decodings``).
+* ``tiny``: ``rnnt_char`` — ``EncDecRNNTModel`` with a
   character vocabulary; ``rnnt_lstm2`` — ``EncDecRNNTBPEModel`` (the fixture BPE-128 tokenizer) whose
   prediction network is a 2-layer LSTM; ``hybrid_rnnt_ctc`` / ``hybrid_tdt_ctc`` —
   ``EncDecHybridRNNTCTCBPEModel`` (BPE-128) with an RNN-T or TDT transducer and an ``aux_ctc`` head
@@ -21,10 +36,11 @@ Sets (``--set``):
   ``att_context_size [8, 8]`` (NeMo's sliding-window attention, as parakeet models do for long audio);
   ``rnnt_streaming`` — a cache-aware streaming encoder (causal downsampling, causal convolutions,
   ``chunked_limited`` attention, ``att_context_size [[16, 3], [16, 0]]``: references for both). All:
-  the 3-layer FastConformer of ``rnnt_bpe.nemo``.
-  Writes ``<name>.nemo``, ``reference/<name>.npz`` and ``reference/<name>.json`` in the layout of the
-  shared NeMo fixture set (``encoder_out`` [B, D, T'], ``greedy_*`` -1 padded, ``joint_*`` for frames
-  0..4 of utterance 0 after <SOS>).
+  the FastConformer of ``rnnt_bpe.nemo``.
+  Writes ``<name>.nemo``, ``reference/<name>.npz`` and ``reference/<name>.json`` (``encoder_out``
+  [B, D, T'], ``greedy_*`` -1 padded, ``joint_*`` for frames 0..4 of utterance 0 after <SOS>). Only
+  ``ctc_bpe``'s reference holds the batch's ``features``: every model has its front end, and
+  `batch_features` checks that NeMo's features of each are those, bit for bit.
 * ``small`` (for asrdecode bench transducer-greedy, ~56 MB each, not committed): ``rnnt_small`` and
   ``tdt_small`` (durations 0..4) — NeMo's FastConformer-Transducer "Small" row (d_model 176, 16 layers,
   4 heads, ff x4, conv kernel 9, pred/joint 320, 1 LSTM layer) with a 1024-token BPE tokenizer trained
@@ -91,8 +107,17 @@ CHAR_LABELS = [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
 MAX_SYMBOLS = 10
 TARGET_RATE = 0.3  # greedy tokens per encoder frame after tuning
 JOINT_FRAMES = 5
+# the committed models' sizes: the smallest that still exercise each family (80 mels, dw_striding x8)
+TINY_ENCODER = {"d_model": 16, "n_heads": 2, "n_layers": 2, "subsampling_conv_channels": 8}
+TINY_PRED = TINY_JOINT = 16
+LM_ALPHA = 0.5  # the token LM's weight in the references that use lm_tokens.arpa
+QUIET_PIECES = ("<unk>", "\u2581")  # BPE outputs the tuned heads never pick (their texts space words apart)
 
 SPECS = {
+    # --set base: the RNN-T and TDT models the other sets start from, with NeMo's LM-fused greedy and
+    # batched beam decodings (`extra_decodings`)
+    "rnnt_bpe": {"set": "base", "seed": 1, "vocab": "bpe128", "pred_layers": 1, "durations": None},
+    "tdt_bpe": {"set": "base", "seed": 2, "vocab": "bpe128", "pred_layers": 1, "durations": [0, 1, 2, 3, 4]},
     "rnnt_char": {"set": "tiny", "seed": 11, "vocab": "char", "pred_layers": 1, "durations": None},
     "rnnt_lstm2": {"set": "tiny", "seed": 12, "vocab": "bpe128", "pred_layers": 2, "durations": None},
     "hybrid_rnnt_ctc": {
@@ -156,23 +181,74 @@ def _members(path: Path) -> dict[str, bytes]:
         return {m.name.removeprefix("./"): tf.extractfile(m).read() for m in tf.getmembers() if m.isreg()}
 
 
+def tiny_sizes(cfg: dict) -> dict:
+    """A FastConformer CTC or transducer config (a plain dict) at the `TINY_ENCODER` sizes."""
+    cfg["encoder"].update(TINY_ENCODER)
+    d_model = TINY_ENCODER["d_model"]
+    if "joint" in cfg:
+        cfg["model_defaults"].update(enc_hidden=d_model, pred_hidden=TINY_PRED, joint_hidden=TINY_JOINT)
+        cfg["decoder"]["prednet"]["pred_hidden"] = TINY_PRED
+        cfg["joint"]["jointnet"].update(
+            encoder_hidden=d_model, pred_hidden=TINY_PRED, joint_hidden=TINY_JOINT
+        )
+    else:
+        cfg["decoder"]["feat_in"] = d_model
+    return cfg
+
+
 def base_config(durations: list[int] | None) -> dict:
-    """The shared fixtures' RNN-T (or TDT) model config, as a plain dict."""
+    """The committed RNN-T (or TDT) fixture's model config at the tiny sizes, as a plain dict."""
     src = FIX / ("tdt_bpe.nemo" if durations else "rnnt_bpe.nemo")
-    return yaml.safe_load(_members(src)["model_config.yaml"])
+    return tiny_sizes(yaml.safe_load(_members(src)["model_config.yaml"]))
+
+
+def slim_sentencepiece(data: bytes, lowercase: bool) -> bytes:
+    """The same sentencepiece model (pieces, ids, scores, whitespace handling) with a small normalizer
+    in place of the ~240 KB NFKC table sentencepiece embeds by default: A-Z folded to a-z (the rule
+    the fixture BPE-128's case folding needs) or none. Idempotent; lowercase ASCII encodes as before."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(data)
+    charsmap = b""
+    if lowercase:
+        with tempfile.TemporaryDirectory() as tmp:
+            rules, text = Path(tmp) / "lower.tsv", Path(tmp) / "text.txt"
+            rules.write_text("".join(f"{c:X}\t{c + 32:X}\n" for c in range(ord("A"), ord("Z") + 1)))
+            text.write_text("hello world this is a tiny text\n" * 50)
+            spm.SentencePieceTrainer.train(
+                input=str(text), model_prefix=str(Path(tmp) / "lower"), vocab_size=20, model_type="bpe",
+                normalization_rule_tsv=str(rules), minloglevel=2,
+            )  # fmt: skip
+            rule_model = sentencepiece_model_pb2.ModelProto()
+            rule_model.ParseFromString((Path(tmp) / "lower.model").read_bytes())
+            charsmap = rule_model.normalizer_spec.precompiled_charsmap
+    model.normalizer_spec.name = "lowercase" if lowercase else "identity"
+    model.normalizer_spec.precompiled_charsmap = charsmap
+    slim = model.SerializeToString()
+    before = spm.SentencePieceProcessor(model_proto=data)
+    after = spm.SentencePieceProcessor(model_proto=slim)
+    texts = [line.split(" ", 1)[1] for line in (FIX / "audio" / "text").read_text().splitlines()]
+    for text in texts + ["Go Forward"] * lowercase:
+        if before.encode(text) != after.encode(text):
+            raise SystemExit(f"slim_sentencepiece: {text!r} encodes differently")
+    return slim
 
 
 def bpe128_dir(tmp: Path) -> Path:
-    """The fixture BPE-128 sentencepiece files, unpacked for NeMo's tokenizer setup."""
+    """The fixture BPE-128 sentencepiece files, unpacked for NeMo's tokenizer setup (the model with
+    the lowercase-only normalizer of `slim_sentencepiece`)."""
     members = _members(FIX / "rnnt_bpe.nemo")
     out = tmp / "bpe128"
     if out.is_dir():
         return out
     out.mkdir()
     for name, data in members.items():
-        for suffix, target in (("_tokenizer.model", "tokenizer.model"), ("_vocab.txt", "vocab.txt")):
-            if name.endswith(suffix):
-                (out / target).write_bytes(data)
+        if name.endswith("_tokenizer.model"):
+            (out / "tokenizer.model").write_bytes(slim_sentencepiece(data, lowercase=True))
+        if name.endswith("_vocab.txt"):
+            (out / "vocab.txt").write_bytes(data)
         if name.endswith("_tokenizer.vocab"):
             (out / "tokenizer.vocab").write_bytes(data)
     return out
@@ -191,7 +267,7 @@ def canary_bpe_dir(tmp: Path, special: list[str]) -> Path:
     spm.SentencePieceTrainer.train(
         input=str(text), model_prefix=str(out / "tokenizer"), vocab_size=256 + len(special), model_type="bpe",
         character_coverage=1.0, num_threads=1, bos_id=-1, eos_id=-1, unk_id=0, pad_id=-1,
-        user_defined_symbols=special, minloglevel=2,
+        user_defined_symbols=special, normalization_rule_name="identity", minloglevel=2,
     )  # fmt: skip
     sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
     (out / "vocab.txt").write_text("".join(sp.id_to_piece(i) + "\n" for i in range(sp.get_piece_size())))
@@ -324,6 +400,12 @@ def greedy_stats(hyps, enc_len: torch.Tensor) -> dict:
     }
 
 
+def quiet_rows(model) -> list[int]:
+    """The output rows of `QUIET_PIECES` in a BPE model's vocabulary (none for characters)."""
+    vocab = list(model.tokenizer.vocab) if hasattr(model, "tokenizer") and model.tokenizer else []
+    return [i for i, piece in enumerate(vocab) if piece in QUIET_PIECES]
+
+
 @torch.inference_mode()
 def tune_heads(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> dict:
     """Re-draw the joint output layers so greedy decoding is not degenerate (see the module docstring)."""
@@ -365,6 +447,7 @@ def tune_heads(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> di
         weight[:vocab] = rows + 0.5 * noise_rows[:vocab]
         out_layer.weight.copy_(weight)
         out_layer.bias.zero_()
+        out_layer.bias[quiet_rows(model)] = -30.0
         lo, hi = -40.0, 60.0
         for _ in range(14):  # more blank bias -> fewer tokens
             mid = 0.5 * (lo + hi)
@@ -391,10 +474,10 @@ def tune_heads(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int) -> di
 
 
 @torch.inference_mode()
-def tune_ctc_head(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int, head=None) -> dict:
-    """A hybrid's CTC head (1x1 conv over encoder frames) re-drawn like the joint: token rows
-    orthogonal to the mean encoder direction (so frames disagree on their best token), blank bias
-    bisected so that ~30% of the valid frames' argmax is a token."""
+def tune_ctc_head(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int, head=None, gain=4.0) -> dict:
+    """A CTC head (1x1 conv over encoder frames) re-drawn like the joint: token rows orthogonal to the
+    mean encoder direction (so frames disagree on their best token), scaled to logits of about `gain`
+    spread, blank bias bisected so that ~30% of the valid frames' argmax is a token."""
     gen = torch.Generator().manual_seed(seed + 2000)
     head = head if head is not None else model.ctc_decoder  # a hybrid's aux CTC head by default
     conv = head.decoder_layers[0]
@@ -402,9 +485,10 @@ def tune_ctc_head(model, enc: torch.Tensor, enc_len: torch.Tensor, seed: int, he
     u = frames.mean(0)
     u = u / u.norm()
     w = torch.randn(conv.weight.shape[0], conv.weight.shape[1], generator=gen)
-    w = (w - (w @ u)[:, None] * u[None]) * (4.0 / frames.std(0).norm())
+    w = (w - (w @ u)[:, None] * u[None]) * (gain / frames.std(0).norm())
     conv.weight.copy_(w[:, :, None])
     conv.bias.zero_()
+    conv.bias[quiet_rows(model)] = -30.0
     blank = conv.weight.shape[0] - 1
 
     def token_rate() -> float:
@@ -440,8 +524,21 @@ def ctc_reference(model, enc: torch.Tensor, enc_len: torch.Tensor) -> dict[str, 
 
 
 def audio_batch() -> dict[str, np.ndarray]:
-    data = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
-    return {k: data[k] for k in data.files}
+    """The six clips of audio/ in the order of audio/text, float32, zero-padded (tests read the same)."""
+    import soundfile
+
+    ids = [
+        line.split(" ", 1)[0] for line in (FIX / "audio" / "text").read_text().splitlines() if line.strip()
+    ]
+    clips = [soundfile.read(FIX / "audio" / f"{u}.wav", dtype="float32")[0] for u in ids]
+    audio = np.zeros((len(clips), max(len(c) for c in clips)), dtype=np.float32)
+    for i, clip in enumerate(clips):
+        audio[i, : len(clip)] = clip
+    return {
+        "audio": audio,
+        "audio_len": np.array([len(c) for c in clips], dtype=np.int64),
+        "utt_ids": np.array(ids),
+    }
 
 
 @torch.inference_mode()
@@ -451,6 +548,20 @@ def front(model, audio: dict[str, np.ndarray]):
     )
     enc, enc_len = model.encoder(audio_signal=feats, length=feats_len)
     return feats, feats_len, enc, enc_len
+
+
+def batch_features(
+    name: str, out: Path, feats: torch.Tensor, feats_len: torch.Tensor
+) -> dict[str, np.ndarray]:
+    """``features`` and ``features_len`` for ``ctc_bpe``'s reference; every other model has the same
+    preprocessor config, and its NeMo features are checked to be ctc_bpe's, bit for bit, instead of
+    being stored again (``features_len`` only)."""
+    if name == "ctc_bpe":
+        return {"features": feats.numpy(), "features_len": feats_len.numpy()}
+    stored = np.load(out / "reference" / "ctc_bpe.npz", allow_pickle=False)
+    if not np.array_equal(stored["features"], feats.numpy()):
+        raise SystemExit(f"{name}: NeMo's features differ from ctc_bpe's")
+    return {"features_len": feats_len.numpy()}
 
 
 def padded(rows: list[list[int]]) -> np.ndarray:
@@ -530,7 +641,10 @@ def _jasper(filters, repeat, kernel, stride=1, dilation=1, residual=False, **ext
 CONVASR = "nemo.collections.asr.modules.ConvASREncoder"
 SE = {"se": True, "se_context_size": -1, "se_reduction_ratio": 8}
 STRIDE = {"stride_last": True, "residual_mode": "stride_add"}
-CTC_SPECS = {  # CTC models built from the shared ctc_bpe.nemo config with another encoder / vocabulary
+CTC_SPECS = {  # CTC models built from the committed ctc_bpe.nemo config with another encoder / vocabulary
+    # --set base: the FastConformer CTC itself, its head soft (gain 0.6: about the flat log-probs of the
+    # earlier, wider fixture, whose many near alternatives the WFST and lattice tests need)
+    "ctc_bpe": {"seed": 40, "vocab": "bpe128", "encoder": {}, "gain": 0.6},
     "conformer_ctc_char": {  # Conformer-CTC (not Fast): striding subsampling 4x, kernel 31, char labels
         "seed": 41,
         "vocab": "char",
@@ -542,11 +656,11 @@ CTC_SPECS = {  # CTC models built from the shared ctc_bpe.nemo config with anoth
         "encoder": {
             "_target_": CONVASR, "feat_in": 80, "activation": "relu", "conv_mask": True,
             "jasper": [
-                _jasper(64, 1, 11, stride=2),
-                _jasper(64, 2, 13, residual=True),
-                _jasper(96, 2, 15, residual=True),
-                _jasper(96, 1, 29, dilation=2),
-                _jasper(128, 1, 1),
+                _jasper(16, 1, 11, stride=2),
+                _jasper(16, 2, 13, residual=True),
+                _jasper(24, 2, 15, residual=True),
+                _jasper(24, 1, 29, dilation=2),
+                _jasper(32, 1, 1),
             ],
         },
     },
@@ -556,12 +670,12 @@ CTC_SPECS = {  # CTC models built from the shared ctc_bpe.nemo config with anoth
         "encoder": {
             "_target_": CONVASR, "feat_in": 80, "activation": "swish", "conv_mask": True,
             "jasper": [
-                _jasper(64, 1, 5, **SE),
-                _jasper(64, 2, 11, stride=2, residual=True, **SE, **STRIDE),
-                _jasper(64, 2, 13, residual=True, **SE),
-                _jasper(96, 2, 15, stride=2, residual=True, **SE, **STRIDE),
-                _jasper(96, 1, 41, **SE),
-                _jasper(128, 1, 1),
+                _jasper(16, 1, 5, **SE),
+                _jasper(16, 2, 11, stride=2, residual=True, **SE, **STRIDE),
+                _jasper(16, 2, 13, residual=True, **SE),
+                _jasper(24, 2, 15, stride=2, residual=True, **SE, **STRIDE),
+                _jasper(24, 1, 41, **SE),
+                _jasper(32, 1, 1),
             ],
         },
     },
@@ -575,11 +689,13 @@ def build_ctc(name: str, out: Path) -> dict:
     from omegaconf import OmegaConf
 
     spec = CTC_SPECS[name]
-    cfg = yaml.safe_load(_members(FIX / "ctc_bpe.nemo")["model_config.yaml"])
+    cfg = tiny_sizes(yaml.safe_load(_members(FIX / "ctc_bpe.nemo")["model_config.yaml"]))
     for key in ("nemo_version", "target", "tokenizer"):
         cfg.pop(key, None)
-    for section in ("train_ds", "validation_ds", "test_ds"):
+    for section in ("train_ds", "test_ds"):
         cfg[section] = None
+    if spec["vocab"] == "char":
+        cfg["validation_ds"] = None
     if "_target_" in spec["encoder"]:  # another encoder class: its whole section
         cfg["encoder"] = dict(spec["encoder"])
         cfg["decoder"]["feat_in"] = spec["encoder"]["jasper"][-1]["filters"]
@@ -596,7 +712,7 @@ def build_ctc(name: str, out: Path) -> dict:
         model = EncDecCTCModelBPE(cfg=OmegaConf.create(cfg)).eval()
     audio = audio_batch()
     _, _, enc, enc_len = front(model, audio)
-    tuning = tune_ctc_head(model, enc, enc_len, spec["seed"], head=model.decoder)
+    tuning = tune_ctc_head(model, enc, enc_len, spec["seed"], head=model.decoder, gain=spec.get("gain", 4.0))
     path = out / f"{name}.nemo"
     model.save_to(str(path))
     restored = ASRModel.restore_from(str(path), map_location="cpu").eval()
@@ -607,16 +723,21 @@ def build_ctc(name: str, out: Path) -> dict:
             log_probs, decoder_lengths=enc_len, return_hypotheses=True
         )
     labels = [torch.as_tensor(h.y_sequence).tolist() for h in hyps]
+    blank = log_probs.shape[-1] - 1
+    tokens = [[t for i, t in enumerate(row) if t != blank and (i == 0 or t != row[i - 1])] for row in labels]
     arrays = {
         "utt_ids": audio["utt_ids"],
-        "features": feats.numpy(),
-        "features_len": feats_len.numpy(),
+        "audio_len": audio["audio_len"],
+        **batch_features(name, out, feats, feats_len),
         "encoder_out": enc.numpy(),
         "encoder_len": enc_len.numpy(),
         "log_probs": log_probs.float().numpy(),
         "greedy_frame_labels": padded(labels),
         "greedy_frame_labels_len": np.array([len(t) for t in labels], dtype=np.int32),
+        "greedy_tokens": padded(tokens),  # the frame labels with repeats merged and blanks dropped
+        "greedy_tokens_len": np.array([len(t) for t in tokens], dtype=np.int32),
         "greedy_text": np.array([h.text for h in hyps]),
+        "greedy_score": np.array([float(h.score) for h in hyps], dtype=np.float32),
     }
     ref, info = save_reference(out, name, path, restored, arrays, spec["seed"])
     info |= {
@@ -628,6 +749,90 @@ def build_ctc(name: str, out: Path) -> dict:
     }
     (ref / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
+
+
+def plain_config(cfg) -> dict:
+    """An OmegaConf decoding config as JSON: enums by value, the token LM by its file name."""
+    import enum
+
+    from omegaconf import OmegaConf
+
+    def plain(value):
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, str) and value == str(FIX / "lm_tokens.arpa"):
+            return "lm_tokens.arpa"
+        return value
+
+    return plain(OmegaConf.to_container(cfg, resolve=True))
+
+
+def decodings_of(tdt: bool) -> dict[str, dict]:
+    """The overrides of the base models' extra references: greedy with the token LM, ALSD++ with and
+    without it (lm_weighted_full, late pruning) and, for RNN-T, AES++ (NeMo's defaults)."""
+    lm = {"ngram_lm_model": str(FIX / "lm_tokens.arpa"), "ngram_lm_alpha": LM_ALPHA}
+    greedy = {"max_symbols": MAX_SYMBOLS, "loop_labels": True, "use_cuda_graph_decoder": False}
+    beam = {"beam_size": 4, "return_best_hypothesis": True, "score_norm": True, "allow_cuda_graphs": False}
+    out = {
+        "greedy_lm": {"strategy": "greedy_batch", "greedy": {**greedy, **lm}},
+        "malsd": {"strategy": "malsd_batch", "beam": {**beam, "max_symbols": MAX_SYMBOLS}},
+        "malsd_lm": {
+            "strategy": "malsd_batch",
+            "beam": {
+                **beam,
+                "max_symbols": MAX_SYMBOLS,
+                **lm,
+                "blank_lm_score_mode": "lm_weighted_full",
+                "pruning_mode": "late",
+            },
+        },  # fmt: skip
+    }
+    if tdt:
+        out["greedy_lm"]["tdt_include_token_duration"] = True
+    else:
+        out["maes"] = {
+            "strategy": "maes_batch",
+            "beam": {**beam, "maes_num_steps": 2, "maes_expansion_beta": 2, "maes_expansion_gamma": 2.3},
+        }
+    return out
+
+
+@torch.inference_mode()
+def extra_decodings(model, enc: torch.Tensor, enc_len: torch.Tensor, tdt: bool) -> tuple[dict, dict]:
+    """NeMo's `decodings_of` on the restored model's encoder output: (arrays, report entries with the
+    exact merged decoding config). TDT: the LM-fused greedy's per-token durations of each utterance
+    decoded alone as well (``greedy_lm_durations_single``; README, known issue 1)."""
+    from omegaconf import OmegaConf
+
+    arrays, report = {}, {}
+    saved = OmegaConf.to_container(model.cfg.decoding)  # each decoding from this one, not the last
+    for label, over in decodings_of(tdt).items():
+        base = OmegaConf.create(saved)
+        model.change_decoding_strategy(OmegaConf.merge(base, OmegaConf.create(over)), verbose=False)
+        hyps = greedy(model, enc, enc_len)
+        arrays.update(hyp_arrays(hyps, label, tdt))
+        single = [
+            greedy(model, enc[b : b + 1, :, : int(enc_len[b])], enc_len[b : b + 1])[0]
+            for b in range(len(hyps))
+        ]
+        if tdt and label == "greedy_lm":
+            arrays[f"{label}_durations_single"] = padded(
+                [torch.as_tensor(h.token_duration).tolist() for h in single]
+            )
+        report[label] = {
+            "overrides": plain_config(OmegaConf.create(over)),
+            "decoding_config": plain_config(model.cfg.decoding),
+            "nemo_decoder": type(model.decoding.decoding).__name__,
+            "batch_equals_single_utterance": all(
+                h.y_sequence.tolist() == o.y_sequence.tolist() for h, o in zip(hyps, single, strict=True)
+            ),
+        }
+    set_greedy(model)
+    return arrays, report
 
 
 def build(name: str, out: Path, tmp: Path) -> dict:
@@ -699,8 +904,7 @@ def build(name: str, out: Path, tmp: Path) -> dict:
     arrays = {
         "utt_ids": audio["utt_ids"],
         "audio_len": audio["audio_len"],
-        "features": feats.numpy(),
-        "features_len": feats_len.numpy(),
+        **batch_features(name, out, feats, feats_len),
         "encoder_out": enc.numpy(),
         "encoder_len": enc_len.numpy(),
         **hyp_arrays(hyps, "greedy", tdt),
@@ -712,6 +916,10 @@ def build(name: str, out: Path, tmp: Path) -> dict:
         )
     if spec.get("hybrid"):
         arrays.update(ctc_reference(restored, enc, enc_len))
+    if spec["set"] == "base":
+        extra, decodings = extra_decodings(restored, enc, enc_len, tdt)
+        arrays.update(extra)
+        info["decodings"] = {"greedy": {"overrides": overrides}, **decodings}
     choices = spec.get("encoder", {}).get("att_context_size")
     if choices and isinstance(choices[0], list):  # multi-lookahead: every other context too
         for i, context in enumerate(choices[1:], 1):
@@ -741,20 +949,21 @@ def build(name: str, out: Path, tmp: Path) -> dict:
 
 AED_SPECS = {  # Canary-like EncDecMultiTaskModel: the ctc_bpe front end and encoder, a Transformer decoder
     "aed_canary2": {  # canary2 prompt, pre-LN decoder, encoder 128 -> decoder 96 (a projection)
-        "seed": 51, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 96, "dec_layers": 2,
+        "seed": 51, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 32, "dec_layers": 2,
         "tokens": [
             "<|endoftext|>", "<|startoftranscript|>", "<|nopnc|>", "<|pnc|>", "<|nospeech|>",
             "<|startofcontext|>", "<|itn|>", "<|noitn|>", "<|timestamp|>", "<|notimestamp|>", "<|diarize|>",
             "<|nodiarize|>", "<|emo:undefined|>", "<|en|>", "<|de|>",
         ],
     },
-    "aed_canary": {  # canary (1.0) prompt, post-LN decoder, no projection (128 wide)
-        "seed": 52, "prompt_format": "canary", "pre_ln": False, "dec_hidden": 128, "dec_layers": 2,
+    "aed_canary": {  # canary (1.0) prompt, post-LN decoder, no projection (as wide as the encoder)
+        "seed": 52, "prompt_format": "canary", "pre_ln": False, "d_model": 32, "dec_hidden": 32,
+        "dec_layers": 2,
         "tokens": ["translate", "transcribe", "en", "de"],
     },
     "aed_bpe": {  # canary2 prompt with one sentencepiece model holding the special tokens (canary-1b-v2's
         # CanaryBPETokenizer) instead of the aggregate tokenizer
-        "seed": 55, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 96, "dec_layers": 2,
+        "seed": 55, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 32, "dec_layers": 2,
         "tokenizer": "bpe",
         "tokens": [
             "<|endoftext|>", "<|startoftranscript|>", "<|nopnc|>", "<|pnc|>", "<|nospeech|>",
@@ -763,7 +972,7 @@ AED_SPECS = {  # Canary-like EncDecMultiTaskModel: the ctc_bpe front end and enc
         ],
     },
     "aed_timestamps": {  # aed_canary2 trained to write Canary 2's frame tokens around each word
-        "seed": 54, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 96, "dec_layers": 2,
+        "seed": 54, "prompt_format": "canary2", "pre_ln": True, "dec_hidden": 32, "dec_layers": 2,
         "timestamps": True,
         "tokens": [
             "<|endoftext|>", "<|startoftranscript|>", "<|nopnc|>", "<|pnc|>", "<|nospeech|>",
@@ -784,6 +993,7 @@ def aed_config(name: str, tmp: Path) -> dict:
     spec = AED_SPECS[name]
     base = yaml.safe_load(_members(FIX / "ctc_bpe.nemo")["model_config.yaml"])
     encoder = dict(base["encoder"], dropout=0.0, dropout_pre_encoder=0.0, dropout_att=0.0)
+    encoder["d_model"] = spec.get("d_model", encoder["d_model"])
     hidden = spec["dec_hidden"]
     if spec.get("tokenizer") == "bpe":
         tokenizer = {
@@ -795,6 +1005,8 @@ def aed_config(name: str, tmp: Path) -> dict:
     else:
         spl = tmp / f"{name}_spl"
         CanaryTokenizer.build_special_tokenizer(spec["tokens"], spl, force_rebuild=True)
+        special = spl / "tokenizer.model"  # special tokens only: no normalizer needed
+        special.write_bytes(slim_sentencepiece(special.read_bytes(), lowercase=False))
         bpe = bpe128_dir(tmp)
         tokenizer = {
             "dir": None, "type": "agg",
@@ -1037,8 +1249,7 @@ def build_aed(name: str, out: Path) -> dict:
     k = AED_BEAM["beam_size"]
     arrays = {
         "utt_ids": audio["utt_ids"],
-        "features": feats.numpy(),
-        "features_len": feats_len.numpy(),
+        **batch_features(name, out, feats, feats_len),
         "encoder_states": enc_states.numpy(),
         "encoder_len": enc_len.numpy(),
         "prompt": prompt[0].numpy(),
@@ -1325,18 +1536,20 @@ def buffered_rnnt_reference(out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sets = ("tiny", "small", "attention", "ctc", "aed", "aed-large", "streaming", "buffered", "buffered-rnnt")
+    sets = ("base", "tiny", "small", "attention", "ctc", "aed", "aed-large", "streaming", "buffered",
+            "buffered-rnnt")  # fmt: skip
     parser.add_argument("--set", choices=sets, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.set == "ctc":
+    if args.set in ("base", "ctc"):  # base: ctc_bpe first, then the transducers below
         for name in CTC_SPECS:
-            if not args.only or name in args.only:
+            if (name == "ctc_bpe") == (args.set == "base") and (not args.only or name in args.only):
                 print(json.dumps(build_ctc(name, args.out), indent=2), flush=True)
-        return 0
+        if args.set == "ctc":
+            return 0
     if args.set == "aed":
         for name in AED_SPECS:
             if not args.only or name in args.only:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from asrdecode.bench.harness import sphinx_static_graph
-from asrdecode.bench.wfst_decode import BENCH, FIXTURE, demo_graph, load_npz, sphinx_loglikes
+from asrdecode.bench.wfst_decode import BENCH, DEMO_LOGPROBS, demo_graph, load_npz, sphinx_loglikes
 from asrdecode.decoders.dispatch_count import DispatchCounter  # noqa: E402
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder  # noqa: E402
 from asrdecode.decoders.wfst.core import TokenPassing  # noqa: E402
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     cases = []
     if "demo" in args.cases:
-        lp, lengths = load_npz(FIXTURE / "reference" / "ctc_bpe.npz", args.utterances)
+        lp, lengths = load_npz(DEMO_LOGPROBS, args.utterances)
         cases.append(
             ("demo TLG (BPE, bigram)", demo_graph(BENCH / "wfst-graph"), lp, lengths, 0.08, 10.0, 10000)
         )

@@ -254,7 +254,6 @@ def test_cli_transcribe_equals_nemo(tmp_path):
     for utt, (frames, length) in REFERENCE["forward_frames_and_length"].items():
         if frames == length:
             assert REFERENCE["transcribe"][utt] == texts[utt], utt
-    assert REFERENCE["transcribe"] != texts  # the padded frame changed one text
     proc = run("transcribe", str(AUDIO), "--model", str(MODEL), "--out", str(tmp_path / "bad"),
                "decoder.type=ctc-beam", "decoder.beam_size=0", check=False)  # fmt: skip
     assert proc.returncode != 0

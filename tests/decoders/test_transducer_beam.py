@@ -106,27 +106,17 @@ def reference(ref: dict, key: str, b: int) -> dict:
 # ----------------------------------------------------------------- parity with NeMo
 
 
-MALSD_CASES = [
-    ("rnnt_bpe", "malsd"),
-    ("rnnt_bpe", "malsd_lm"),
-    ("tdt_bpe", "malsd"),
-    ("tdt_bpe", "malsd_durfix"),
-    ("tdt_bpe", "malsd_lm"),
-    ("tdt_bpe", "malsd_lm_durfix"),
-]
+MALSD_CASES = [("rnnt_bpe", "malsd"), ("rnnt_bpe", "malsd_lm"), ("tdt_bpe", "malsd"), ("tdt_bpe", "malsd_lm")]
 
 
 @pytest.mark.parametrize("name, key", MALSD_CASES)
 def test_malsd_parity_with_nemo(name, key):
     """ALSD++ (with and without the token LM, lm_weighted_full + late pruning, alpha 0.5): tokens, token
-    frames and TDT durations identical to NeMo's malsd_batch, scores to float tolerance. The `_durfix`
-    references come from NeMo patched to jump by the duration value instead of the index (decoder.py
-    docstring): with the fixture's durations [0, 1, 2, 3, 4] they equal stock NeMo, and so do we."""
+    frames and TDT durations identical to NeMo's malsd_batch, scores to float tolerance (NeMo jumps by
+    the duration's index, decoder.py docstring: the same as its value for the fixture's durations
+    [0, 1, 2, 3, 4])."""
     model, ref, report = fixture_model(name)
     decoding = report["decodings"][key]
-    if key.endswith("_durfix"):
-        assert decoding["identical_to_stock"] and report["decodings"][key[: -len("_durfix")]]
-        decoding = report["decodings"][key[: -len("_durfix")]]
     options = options_from_nemo(decoding)
     assert options["strategy"] == "malsd_batch" and options["beam_size"] == 4
     results = beam_decoder(model, **options).decode(nemo_output(model, ref))
@@ -157,8 +147,9 @@ def test_maes_parity_with_nemo_and_its_expanding_rule():
     that rule (``nemo_expanding_rule``) tokens, frames and scores equal NeMo's for all six utterances.
     Our default lets every hypothesis that just took a token expand again (or take the frame's blank), so
     every hypothesis takes exactly one blank per frame. The tokens and frames are the same; where NeMo's
-    best hypothesis ended the last frame on a token without its blank (utterances 2 and 4), our score is
-    NeMo's plus exactly log p(blank | its tokens, last frame), computed here from the network."""
+    best hypothesis ended the last frame on a token without its blank, our score is NeMo's plus exactly
+    log p(blank | its tokens, last frame), computed here from the network (two utterances of the earlier,
+    larger fixture; none of the current one)."""
     model, ref, report = fixture_model("rnnt_bpe")
     options = options_from_nemo(report["decodings"]["maes"])
     assert options["strategy"] == "maes_batch"
@@ -172,7 +163,6 @@ def test_maes_parity_with_nemo_and_its_expanding_rule():
     best = nemo_rule_hyps.ranking(True)[:, :1]
     symbols = nemo_rule_hyps.backtrack(best)[0][:, 0]
     blanks = (symbols == model.blank_id).sum(dim=1).tolist()
-    skipped = []
     for b in range(len(lengths)):
         exp = reference(ref, "maes", b)
         for res in (ours[b], nemo_rule[b]):
@@ -181,11 +171,9 @@ def test_maes_parity_with_nemo_and_its_expanding_rule():
         if blanks[b] == lengths[b]:
             assert ours[b].score == pytest.approx(exp["score"], rel=1e-5, abs=1e-4), b
             continue
-        skipped.append(b)
         assert blanks[b] == lengths[b] - 1 and symbols[b][symbols[b] >= 0][-1] != model.blank_id
         blank_logp = _blank_logp_after(model, output.encoder_out[b, lengths[b] - 1], exp["tokens"])
         assert ours[b].score == pytest.approx(exp["score"] + blank_logp, abs=1e-4), b
-    assert skipped == [2, 4]
 
 
 @torch.inference_mode()
@@ -257,7 +245,9 @@ def test_lm_fusion_modes_vs_nemo(key, monkeypatch):
         assert res.score <= exp["score"] + 1e-4, b
         if blank_mode == "no_score" or (strategy == "malsd_batch" and pruning == "late"):
             assert res.score == pytest.approx(exp["score"], rel=1e-5, abs=1e-4), b
-    assert (tokens_differ > 0) if double_count else (tokens_differ == 0)
+    # the rules can change which hypothesis is best (tokens_differ), nothing else: with NeMo's rules
+    # (below) every hypothesis is NeMo's
+    assert tokens_differ > 0 or not double_count
     nemo_rules(monkeypatch)
     hyps = decoder.search(output, nemo_expanding_rule=True)
     for b, (res, exp) in enumerate(

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.nemo_audio import audio_batch
 from helpers.transducer import make_decoder, nemo_output, reference
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -76,7 +77,7 @@ def test_parity_char_and_two_layer_lstm(name):
     data = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
     ref = {k: data[k] for k in data.files}
     model = load_nemo(FIX / f"{name}.nemo")
-    audio = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    audio = audio_batch()
     with torch.inference_mode():
         ours = model(torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"]))
     assert sum(int(n) for n in ref["greedy_tokens_len"]) >= 50  # the tuned random nets emit tokens
@@ -94,7 +95,7 @@ def test_parity_char_and_two_layer_lstm(name):
 def test_parity_through_our_encoder(fixture):
     """Audio -> our front end + encoder -> label looping gives NeMo's tokens too."""
     _, model, ref = fixture
-    audio = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    audio = audio_batch()
     with torch.inference_mode():
         out = model(torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"]))
     results = make_decoder(model).decode(out)

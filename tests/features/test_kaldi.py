@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torchaudio.compliance.kaldi as tak
+from helpers.nemo_audio import audio_batch
 
 from asrdecode.errors import ConfigError
 from asrdecode.features.kaldi import (
@@ -24,7 +24,7 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nemo"
 @pytest.fixture(scope="module")
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
     """Three real clips cut to 0.4-1.0 s, zero padded, plus one too short for a single window."""
-    a = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)["audio"]
+    a = audio_batch()["audio"]
     lens = torch.tensor([16000, 9000, 6403, 300])
     wav = torch.zeros(4, 16000)
     for b, n in enumerate(lens.tolist()):

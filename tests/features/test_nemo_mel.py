@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.nemo_audio import audio_batch
 
 from asrdecode.errors import ModelError
 from asrdecode.features.nemo_mel import NemoMelConfig, NemoMelPreprocessor, nemo_mel_filterbank
@@ -35,7 +36,7 @@ CFG = {
 
 @pytest.fixture(scope="module")
 def audio() -> tuple[torch.Tensor, torch.Tensor]:
-    a = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    a = audio_batch()
     return torch.from_numpy(a["audio"]), torch.from_numpy(a["audio_len"])
 
 

@@ -299,8 +299,10 @@ def write_arpa(path: Path, sentences: list[list[str]]) -> None:
 
 
 def nemo_log_probs() -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Real model outputs of the NeMo fixture: log_probs [6, T, 129], lengths, greedy texts."""
-    d = np.load(FIXTURES / "reference" / "ctc_bpe.npz")
+    """Real model outputs over the fixture's BPE-128 units: NeMo 3.0.0's log_probs [6, T, 129], lengths
+    and greedy texts of the earlier, 128-wide ctc_bpe fixture (reference/ctc_bpe_128.npz; the same
+    units), whose flat log-probs give the graph searches many near alternatives."""
+    d = np.load(FIXTURES / "reference" / "ctc_bpe_128.npz")
     return d["log_probs"], d["encoder_len"], [str(t) for t in d["greedy_text"]]
 
 

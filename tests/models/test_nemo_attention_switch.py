@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.nemo_audio import audio_batch
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import DecoderContext
@@ -25,7 +26,7 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nemo"
 
 @pytest.fixture(scope="module")
 def audio() -> tuple[torch.Tensor, torch.Tensor]:
-    data = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    data = audio_batch()
     return torch.from_numpy(data["audio"]), torch.from_numpy(data["audio_len"])
 
 

@@ -42,7 +42,7 @@ def test_buffered_inference_equals_nemo():
         out = model(torch.from_numpy(audio)[None], torch.tensor([len(audio)]))
     n = int(out.lengths[0])
     assert n == ref["log_probs"].shape[0]
-    np.testing.assert_allclose(out.log_probs[0, :n].numpy(), ref["log_probs"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(out.log_probs[0, :n].numpy(), ref["log_probs"], atol=1e-4, rtol=1e-5)
     blank = model.blank_id
     expected, previous = [], blank  # NeMo's greedy_merge of the kept argmax tokens
     for t in ref["unmerged"].tolist():

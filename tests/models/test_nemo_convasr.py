@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.nemo_audio import audio_batch
 
 from asrdecode.decoders.base import DecoderContext
 from asrdecode.decoders.ctc_greedy import CtcGreedyConfig, CtcGreedyDecoder
@@ -31,7 +32,7 @@ def test_convasr_equals_nemo(name):
     info = model.describe()
     assert info["encoder"]["family"] == family and model.subsampling_factor == factor
     assert model.tokenizer.kind == vocab and info["head"] == "ctc"
-    audio = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
+    audio = audio_batch()
     with torch.inference_mode():
         out = model(torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"]))
     assert out.lengths.tolist() == ref["encoder_len"].tolist()

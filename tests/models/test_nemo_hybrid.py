@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.nemo_audio import audio_batch
 
 from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.base import DecoderContext
@@ -31,8 +32,7 @@ HYBRIDS = ("hybrid_rnnt_ctc", "hybrid_tdt_ctc")
 
 @pytest.fixture(scope="module")
 def audio() -> dict[str, np.ndarray]:
-    data = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
-    return {k: data[k] for k in data.files}
+    return audio_batch()
 
 
 @pytest.fixture(scope="module", params=HYBRIDS)

@@ -164,7 +164,7 @@ def test_yaml_tags_are_not_constructed(members, tmp_path):
         (lambda c: c["decoder"].update(num_classes=127), "num_classes"),
         (lambda c: c["decoder"].update(_target_="x.ConvASRDecoderClassification"), "DecoderClassification"),
         (lambda c: c["tokenizer"].update(type="wpe"), "wpe"),
-        (lambda c: c["encoder"].update(n_layers=2), "unexpected encoder.layers.2"),
+        (lambda c: c["encoder"].update(n_layers=1), "unexpected encoder.layers.1"),
         (lambda c: c["encoder"].update(conv_kernel_size=5), "shape"),
         (lambda c: c["encoder"].update(n_heads="four"), "n_heads"),
         (lambda c: c["encoder"].update(n_heads=0), "invalid model config"),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers.nemo_audio import audio_batch
 
 from asrdecode.errors import ModelError
 from asrdecode.models import ModelOutput, load_nemo, save_nemo
@@ -38,8 +39,7 @@ def fixture(request) -> tuple[str, NemoTransducerModel, dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def audio() -> dict[str, np.ndarray]:
-    data = np.load(FIX / "reference" / "audio_batch.npz", allow_pickle=False)
-    return {k: data[k] for k in data.files}
+    return audio_batch()
 
 
 def test_loads_as_transducer(fixture):
@@ -194,8 +194,8 @@ def test_tokenizer_size_mismatch_is_detected(members, tmp_path):
         cfg["joint"].pop("vocabulary")
 
     def grow(state: dict) -> None:  # weights of a 130-token model
-        state["decoder.prediction.embed.weight"] = torch.zeros(131, 64)
-        state["joint.joint_net.2.weight"] = torch.zeros(136, 96)
+        state["decoder.prediction.embed.weight"] = torch.zeros(131, 16)
+        state["joint.joint_net.2.weight"] = torch.zeros(136, 16)
         state["joint.joint_net.2.bias"] = torch.zeros(136)
 
     path = _write(tmp_path / "vocab.nemo", members, edit, grow)
@@ -217,10 +217,10 @@ def test_plain_rnnt_config_and_hybrid_as_transducer(members, tmp_path):
 
     def hybrid(cfg: dict) -> None:
         cfg["target"] = "nemo.collections.asr.models.EncDecHybridRNNTCTCBPEModel"
-        cfg["aux_ctc"] = {"decoder": {"feat_in": 128, "num_classes": 128}}
+        cfg["aux_ctc"] = {"decoder": {"feat_in": 16, "num_classes": 128}}
 
     def add_ctc(state: dict) -> None:
-        state["ctc_decoder.decoder_layers.0.weight"] = torch.zeros(129, 128, 1)
+        state["ctc_decoder.decoder_layers.0.weight"] = torch.zeros(129, 16, 1)
         state["ctc_decoder.decoder_layers.0.bias"] = torch.zeros(129)
 
     path = _write(tmp_path / "hybrid.nemo", members, hybrid, add_ctc)
@@ -287,7 +287,7 @@ def test_extra_layouts_load(extra_fixture):
     assert model.tokenizer.kind == ("char" if name == "rnnt_char" else "bpe")
     if name == "rnnt_char":
         assert model.units == [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
-    assert ref["joint_pred_sos_h"].shape == (spec["layers"], 64)
+    assert ref["joint_pred_sos_h"].shape == (spec["layers"], 16)
     local = name == "rnnt_local"
     assert info["encoder"]["self_attention_model"] == ("rel_pos_local_attn" if local else "rel_pos")
     assert info["encoder"]["att_context_size"] == CONTEXT.get(name, [-1, -1])
