@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 OUT    ?= out
 
-.PHONY: install real-data demo test fuzz lint clean-out
+.PHONY: install real-data demo-data lm-data demo test fuzz lint clean-out
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,9 +22,22 @@ install: $(STAMP)
 real-data: install
 	$(BIN)/python scripts/prepare_real_speech.py --if-needed
 
+## demo-data: data/demo's wavs and ARPA files from their tracked FLAC and gzip copies, checked against
+## data/demo/packed/SHA256SUMS (scripts/pack_data.py)
+demo-data: install
+	$(BIN)/python scripts/pack_data.py unpack
+
+## lm-data: data/lm's LMs (not tracked), exported from the installed pocketsphinx's en-us.lm.bin when
+## first needed (under 2 minutes here) and checked against data/lm/SHA256SUMS
+lm-data: install
+	@cd data/lm && sha256sum --quiet -c SHA256SUMS 2>/dev/null && echo "data/lm: up to date" || { cd ../.. && \
+		$(BIN)/python scripts/export_sphinx_lm.py && $(BIN)/python scripts/exact_readable_lm.py \
+		data/lm/sphinx-en-us-72k.arpa.gz data/lm/sphinx-en-us-72k-exact.arpa.gz && \
+		cd data/lm && sha256sum --quiet -c SHA256SUMS && echo "data/lm: made, checksums match"; }
+
 ## demo: real English first (the default setup: no config, graph built into the cache on first use),
 ## then pocketsphinx's HMM on the same sets, then the embedded neural demo models; a summary table at the end
-demo: install real-data
+demo: install real-data demo-data
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --out $(OUT)/demo-real-default --overwrite
 	$(BIN)/asrdecode transcribe data/real/test/manifest.jsonl --out $(OUT)/real-test-default --overwrite
 	$(BIN)/asrdecode transcribe data/demo/real/manifest.jsonl --model embedded:sphinx-en-us \
@@ -63,7 +76,7 @@ demo: install real-data
 		"real speech, demo TDT, transducer-greedy=$(OUT)/demo-real-tdt"
 
 ## test: install and run the whole suite, on up to 4 worker processes (one per core; pytest-xdist)
-test: install real-data
+test: install real-data demo-data lm-data
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
 ## fuzz: the long profile of the input fuzzing (tests/fuzz; the suite runs 150 cases per format)

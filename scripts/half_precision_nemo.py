@@ -1,16 +1,18 @@
-"""Rewrite .nemo files with their floating-point weights in half precision (in place).
+"""Rewrite .nemo files with their floating-point weights in half precision, gzip-compressed (in place).
 
     .venv/bin/python scripts/half_precision_nemo.py data/models/demo_*_bpe.nemo
 
 Only ``model_weights.ckpt`` changes (float tensors to float16; integer buffers as they are); every
-other member is copied byte for byte. Loaders cast the weights back to float32 (asrdecode's and
-NeMo's ``restore_from``), so a model's outputs move by float16 rounding only: the demo models'
-transcripts and WERs this changes are in data/README.md. Running it twice changes nothing.
+other member is copied byte for byte, and the tar is written through gzip (no name or time in its
+header: the same bytes every run), which asrdecode and NeMo's ``restore_from`` both read. Loaders
+cast the weights back to float32, so a model's outputs move by float16 rounding only: the demo
+models' transcripts and WERs this changes are in data/README.md. Running it twice changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import tarfile
 from pathlib import Path
@@ -24,7 +26,12 @@ def halve(path: Path) -> tuple[int, int]:
     """Rewrite ``path``; returns its sizes before and after."""
     before = path.stat().st_size
     tmp = path.with_suffix(".nemo.tmp")
-    with tarfile.open(path) as src, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as out:
+    with (
+        tarfile.open(path) as src,
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=9, mtime=0) as packed,
+        tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as out,
+    ):
         for info in src.getmembers():
             fh = src.extractfile(info) if info.isreg() else None
             data = fh.read() if fh is not None else b""
