@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 OUT    ?= out
 
-.PHONY: install real-data demo-data lm-data demo test fuzz lint clean-out
+.PHONY: install real-data demo-data lm-data demo test gpu-wheels fuzz lint clean-out
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,15 @@ demo: install real-data demo-data
 ## test: install and run the whole suite, on up to 4 worker processes (one per core; pytest-xdist)
 test: install real-data demo-data lm-data
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
+
+## gpu-wheels: the cp312 manylinux x86-64 wheels scripts/gpu_check.sh needs on the GPU machine
+## (scripts/gpu_wheels.txt: what its image lacks) into .whl/, carried there with the checkout
+gpu-wheels: install
+	rm -rf .whl
+	$(BIN)/python -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --implementation cp \
+		--abi cp312 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d .whl -r scripts/gpu_wheels.txt
+	@du -cb .whl/*.whl | tail -n 1 | awk '{ printf "gpu-wheels: %.1f MiB in .whl/\n", $$1 / 1048576; \
+		if ($$1 > 20 * 1048576) { print "gpu-wheels: over the 20 MiB budget" > "/dev/stderr"; exit 1 } }'
 
 ## fuzz: the long profile of the input fuzzing (tests/fuzz; the suite runs 150 cases per format)
 fuzz: install

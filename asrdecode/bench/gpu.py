@@ -1,0 +1,267 @@
+"""Every decoder on a CUDA device against the CPU (`asrdecode bench gpu`; scripts/gpu_check.sh runs it).
+
+    asrdecode bench gpu --out out/bench/gpu       # batch 1, 32 and 256
+    asrdecode bench gpu --quick --out /tmp/gpu    # one utterance at batch 1, a small graph (seconds)
+
+Inputs: the NeMo fixture models (tests/fixtures/nemo: `ctc_bpe` for the CTC and WFST decoders,
+`rnnt_bpe`, `aed_canary2`) run once, untimed, on the fixture clips cycled to each row's utterances.
+For each decoder and batch size: seconds of audio decoded per second (RTFx) on cuda and on the CPU
+with all its cores (the compiled backend for `wfst` and `wfst-otf`, the same torch code for the
+others) and their ratio; torch operations (each a kernel launch on a GPU; a replayed CUDA graph
+counts none and a Triton kernel is not a torch operation) and host synchronisations per frame step
+(`DispatchCounter`, one untimed pass over the first two batches); the peak GPU memory of the timed
+pass. `wfst` and `wfst-otf` search the demo TLG (the demo trigram, data/demo/packed/graph/lm.arpa.gz,
+as bigrams over the fixture's BPE units, built once into --graphs; `--quick`: data/demo/otf/small-lm.arpa),
+`wfst-otf` with the whole trigram on the fly. Without CUDA only the CPU rows are made. Rows run batch
+size by batch size; bench_gpu.json and bench_gpu.md in --out are rewritten after each row, and rows
+that would start past `--seconds` are listed as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from asrdecode.bench.harness import machine_info
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "nemo"
+DEMO_LM = ROOT / "data" / "demo" / "packed" / "graph" / "lm.arpa.gz"  # tracked (make demo-data unpacks it)
+SMALL_LM = ROOT / "data" / "demo" / "otf" / "small-lm.arpa"
+
+
+@dataclass
+class Case:
+    """One decoder: its fixture model, its `decoder:` section and the options of each device."""
+
+    name: str
+    model: str
+    section: dict[str, Any]
+    on: dict[str, dict[str, Any]] = field(default_factory=dict)  # "cuda" / "cpu" -> extra options
+
+
+def cases(graph: Path, lm: Path) -> list[Case]:
+    search = {"graph": str(graph), "beam": 10.0, "max_active": 10000}
+    torch_search = {"backend": "torch", "cuda_graphs": True}
+    compiled = {"backend": "compiled", "threads": 0}
+    return [
+        Case("ctc-greedy", "ctc_bpe", {"type": "ctc-greedy"}),
+        Case("ctc-beam", "ctc_bpe", {"type": "ctc-beam", "beam_size": 4}),
+        Case("wfst", "ctc_bpe", {"type": "wfst", **search}, {"cuda": torch_search, "cpu": compiled}),
+        Case(
+            "wfst-otf",
+            "ctc_bpe",
+            {"type": "wfst-otf", **search, "lm": str(lm)},
+            {"cuda": torch_search, "cpu": compiled},
+        ),
+        Case("transducer-greedy", "rnnt_bpe", {"type": "transducer-greedy"}, {"cuda": {"cuda_graphs": True}}),
+        Case("transducer-beam", "rnnt_bpe", {"type": "transducer-beam", "strategy": "malsd", "beam_size": 4}),
+        Case("aed-greedy", "aed_canary2", {"type": "aed-greedy"}),
+        Case("aed-beam", "aed_canary2", {"type": "aed-beam", "beam_size": 4}),
+    ]
+
+
+def clips(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixture clips (sorted by name) cycled to `n` utterances: a padded batch and lengths."""
+    import soundfile
+
+    audio = [soundfile.read(p, dtype="float32")[0] for p in sorted((FIX / "audio").glob("*.wav"))]
+    rows = [audio[i % len(audio)] for i in range(n)]
+    wav = torch.zeros(n, max(len(r) for r in rows))
+    for i, r in enumerate(rows):
+        wav[i, : len(r)] = torch.from_numpy(r)
+    return wav, torch.tensor([len(r) for r in rows])
+
+
+def demo_graph(folder: Path, quick: bool) -> Path:
+    """The demo TLG (or, `quick`, the small demo LM's), built once into `folder`."""
+    from asrdecode.graph import GraphBuildConfig, build_graph
+
+    out = folder / ("gpu-graph-small" if quick else "gpu-graph")
+    if not (out / "meta.json").is_file():
+        arpa = SMALL_LM if quick else DEMO_LM
+        cfg = GraphBuildConfig(
+            arpa=str(arpa),
+            model=str(FIX / "ctc_bpe.nemo"),
+            lexicon_type="bpe",
+            topology="compact",
+            max_order=2,
+        )
+        build_graph(cfg, out)
+    return out
+
+
+def model_outputs(model: Any, wav: torch.Tensor, lens: torch.Tensor, batch: int, device: str) -> list:
+    """The model's outputs for `wav` in batches of `batch` on `device` (untimed)."""
+    outputs = []
+    with torch.inference_mode():
+        for i in range(0, len(wav), batch):
+            n = int(lens[i : i + batch].max())
+            outputs.append(model(wav[i : i + batch, :n].to(device), lens[i : i + batch].to(device)))
+    return outputs
+
+
+def count_pass(decoder: Any, outputs: list) -> dict[str, float]:
+    """Torch operations and host syncs per frame step over the first two batches."""
+    from asrdecode.decoders.dispatch_count import DispatchCounter
+
+    part = outputs[:2]
+    with DispatchCounter() as c:
+        for out in part:
+            decoder.decode(out)
+    steps = sum(int(out.lengths.max()) for out in part)
+    return {"ops_per_frame": c.ops / steps, "syncs_per_frame": c.syncs / steps, "sync_ops": dict(c.sync_ops)}
+
+
+def run_row(case: Case, model: Any, device: str, batch: int, wav: torch.Tensor, lens: torch.Tensor) -> dict:
+    """One decoder at one batch size on one device: RTFx of a timed pass after a warm-up batch."""
+    from asrdecode.decoders import DecoderContext, make_decoder
+
+    context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+    decoder = make_decoder({**case.section, **case.on.get(device, {})}, context)
+    outputs = model_outputs(model, wav, lens, batch, device)
+    cuda = device == "cuda"
+    decoder.decode(outputs[0])  # warm-up: compiles, captures, grows capacities
+    row: dict[str, Any] = {"decoder": case.name, "device": device, "batch": batch, "utterances": len(wav)}
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for out in outputs:
+        decoder.decode(out)
+    if cuda:
+        torch.cuda.synchronize()
+        row["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    row["seconds"] = time.perf_counter() - start
+    row["rtfx"] = float(lens.sum()) / 16000 / row["seconds"]
+    row.update(count_pass(decoder, outputs))
+    return row
+
+
+def run(args: argparse.Namespace) -> None:
+    """Every row, batch sizes in turn (all decoders at batch 1 first); the report is rewritten after
+    each row, and rows past the time budget (`--seconds`) are listed as skipped."""
+    from asrdecode.models.loading import load_model
+
+    start = time.perf_counter()
+    cuda = torch.cuda.is_available()
+    devices = ["cuda", "cpu"] if cuda else ["cpu"]
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cores)
+    graph = demo_graph(Path(args.graphs), args.quick)
+    chosen = [
+        c for c in cases(graph, SMALL_LM if args.quick else DEMO_LM) if c.name in (args.decoders or [c.name])
+    ]
+    report = {
+        "machine": machine_info(args.load_start),
+        "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
+        "cpu_threads": cores,
+        "graph": str(graph),
+        "quick": args.quick,
+        "rows": [],
+    }
+    models: dict[tuple[str, str], Any] = {}
+    for batch in [1] if args.quick else args.batch:
+        n = 1 if args.quick else max(batch, min(16 * batch, args.utterances))
+        wav, lens = clips(n)
+        for case in chosen:
+            for device in devices:
+                row = {"decoder": case.name, "device": device, "batch": batch}
+                if args.seconds and time.perf_counter() - start > args.seconds:
+                    row["error"] = f"skipped: past the {args.seconds:.0f} s budget"
+                else:
+                    key = (case.model, device)
+                    try:
+                        if key not in models:
+                            models[key] = load_model(str(FIX / f"{case.model}.nemo")).to(device).eval()
+                        row = run_row(case, models[key], device, batch, wav, lens)
+                    except Exception as err:  # one failing row must not hide the others
+                        row["error"] = repr(err)[:300]
+                report["rows"].append(row)
+                print(one_line(row), flush=True)
+                write(report, Path(args.out))
+
+
+def write(report: dict, out: Path) -> None:
+    report["machine"]["load_average_at_end"] = os.getloadavg()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_gpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "bench_gpu.md").write_text(table(report))
+
+
+def one_line(row: dict) -> str:
+    head = f"{row['decoder']:<18} {row['device']:<4} batch {row['batch']:>3}"
+    if "error" in row:
+        return f"{head}  error: {row['error']}"
+    memory = f", peak {row['peak_gpu_mib']:.0f} MiB" if "peak_gpu_mib" in row else ""
+    return (
+        f"{head}  RTFx {row['rtfx']:9.1f}  ops/frame {row['ops_per_frame']:7.1f}  "
+        f"syncs/frame {row['syncs_per_frame']:5.2f}{memory}"
+    )
+
+
+def table(report: dict) -> str:
+    """A markdown table: one line per decoder and batch, cuda next to the CPU."""
+    by = {(r["decoder"], r["batch"], r["device"]): r for r in report["rows"]}
+    device = report["cuda_device"] or "no CUDA device"
+    lines = [
+        f"GPU: {device}; CPU: {report['machine']['cpu']}, {report['cpu_threads']} threads; torch "
+        f"{report['machine']['torch']}; load {report['machine']['load_average_at_start'][0]:.2f} before, "
+        f"{report['machine']['load_average_at_end'][0]:.2f} after",
+        "",
+        "| decoder | batch | RTFx cuda | RTFx CPU | cuda / CPU | ops per frame (cuda) "
+        "| syncs per frame (cuda) | peak GPU MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def cell(row: dict | None, key: str, fmt: str) -> str:
+        if row is None:
+            return "-"
+        return "error" if "error" in row else format(row[key], fmt)
+
+    for (name, batch, dev), cpu in by.items():
+        if dev != "cpu":
+            continue
+        gpu = by.get((name, batch, "cuda"))
+        ratio = "-"
+        if gpu and "error" not in gpu and "error" not in cpu:
+            ratio = f"{gpu['rtfx'] / cpu['rtfx']:.2f}"
+        counted = gpu if gpu is not None else cpu
+        lines.append(
+            f"| {name} | {batch} | {cell(gpu, 'rtfx', '.1f')} | {cell(cpu, 'rtfx', '.1f')} | {ratio} "
+            f"| {cell(counted, 'ops_per_frame', '.1f')} | {cell(counted, 'syncs_per_frame', '.2f')} "
+            f"| {cell(gpu, 'peak_gpu_mib', '.0f')} |"
+        )
+    if report["cuda_device"] is None:
+        lines += ["", "No CUDA device: the ops and syncs columns are the CPU run's."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="out/bench/gpu", help="folder of bench_gpu.json and bench_gpu.md")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 32, 256])
+    ap.add_argument(
+        "--utterances", type=int, default=256, help="at most this many per row (at least a batch)"
+    )
+    ap.add_argument("--decoders", nargs="*", help="only these decoders")
+    ap.add_argument("--graphs", default="out/bench", help="where the demo graph is built (once)")
+    ap.add_argument("--quick", action="store_true", help="one utterance at batch 1, the small demo graph")
+    ap.add_argument("--seconds", type=float, default=0.0, help="skip the rows that start later (0: none)")
+    args = ap.parse_args(argv)
+    args.load_start = os.getloadavg()
+    run(args)
+    out = Path(args.out)
+    print((out / "bench_gpu.md").read_text())
+    print(f"wrote {out / 'bench_gpu.json'} and {out / 'bench_gpu.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""scripts/gpu_check.sh, the GPU check the GPU machine runs unchanged, here without CUDA: it says so
+in one line, collects the cuda tests and writes the benchmark's CPU rows of every decoder (--quick)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from asrdecode.bench.gpu import cases
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the whole check runs (scripts/gpu_check.sh)")
+def test_cpu_part(tmp_path):
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "GPU_WHEELS": str(tmp_path / "no-wheels"),
+        "GPU_CHECK_GRAPHS": str(tmp_path / "graphs"),
+    }
+    cmd = ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path / "out"), "--quick"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = [line for line in proc.stdout.splitlines() if line.startswith("gpu_check:") and "CUDA" in line]
+    assert said == [
+        "gpu_check: no CUDA device: running the CPU part only (cuda tests skipped, the benchmark's CPU rows)"
+    ]
+    tests = next(line for line in proc.stdout.splitlines() if line.startswith("gpu_check: cuda tests:"))
+    assert "skipped" in tests and "error" not in tests
+    report = json.loads((tmp_path / "out" / "bench_gpu.json").read_text())
+    names = [c.name for c in cases(Path("g"), Path("lm"))]
+    assert [(r["decoder"], r["batch"]) for r in report["rows"]] == [(n, 1) for n in names]
+    for row in report["rows"]:
+        assert "error" not in row, row
+        assert row["device"] == "cpu" and row["rtfx"] > 0 and row["ops_per_frame"] >= 0
+    assert report["cuda_device"] is None and "| wfst | 1 |" in (tmp_path / "out" / "bench_gpu.md").read_text()
+
+
+def test_bad_option_is_one_line(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path), "--fast"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "gpu_check: unknown option --fast (usage: scripts/gpu_check.sh OUT_DIR [--quick])"
+    ]
