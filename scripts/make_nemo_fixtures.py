@@ -524,21 +524,14 @@ def ctc_reference(model, enc: torch.Tensor, enc_len: torch.Tensor) -> dict[str, 
 
 
 def audio_batch() -> dict[str, np.ndarray]:
-    """The six clips of audio/ in the order of audio/text, float32, zero-padded (tests read the same)."""
-    import soundfile
+    """The six clips of audio/ in the order of audio/text, float32, zero-padded: the batch the tests
+    read (tests/helpers/nemo_audio.py, which needs only numpy and soundfile)."""
+    import sys
 
-    ids = [
-        line.split(" ", 1)[0] for line in (FIX / "audio" / "text").read_text().splitlines() if line.strip()
-    ]
-    clips = [soundfile.read(FIX / "audio" / f"{u}.wav", dtype="float32")[0] for u in ids]
-    audio = np.zeros((len(clips), max(len(c) for c in clips)), dtype=np.float32)
-    for i, clip in enumerate(clips):
-        audio[i, : len(clip)] = clip
-    return {
-        "audio": audio,
-        "audio_len": np.array([len(c) for c in clips], dtype=np.int64),
-        "utt_ids": np.array(ids),
-    }
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.nemo_audio import audio_batch as fixture_batch
+
+    return fixture_batch()
 
 
 @torch.inference_mode()

@@ -82,20 +82,9 @@ def clips(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def demo_graph(folder: Path, quick: bool) -> Path:
     """The demo TLG (or, `quick`, the small demo LM's), built once into `folder`."""
-    from asrdecode.graph import GraphBuildConfig, build_graph
+    from asrdecode.bench.wfst_decode import demo_graph as build
 
-    out = folder / ("gpu-graph-small" if quick else "gpu-graph")
-    if not (out / "meta.json").is_file():
-        arpa = SMALL_LM if quick else DEMO_LM
-        cfg = GraphBuildConfig(
-            arpa=str(arpa),
-            model=str(FIX / "ctc_bpe.nemo"),
-            lexicon_type="bpe",
-            topology="compact",
-            max_order=2,
-        )
-        build_graph(cfg, out)
-    return out
+    return build(folder / ("gpu-graph-small" if quick else "gpu-graph"), SMALL_LM if quick else DEMO_LM)
 
 
 def model_outputs(model: Any, wav: torch.Tensor, lens: torch.Tensor, batch: int, device: str) -> list:

@@ -119,12 +119,13 @@ class ProcessMemory:
 
 
 # ------------------------------------------------------------------ inputs
-def demo_graph(out: Path) -> Path:
+def demo_graph(out: Path, arpa: Path = ROOT / "data" / "demo" / "graph" / "lm.arpa") -> Path:
+    """The compact TLG of `arpa`'s bigrams over the NeMo fixture's BPE units, built once into `out`."""
     from asrdecode.graph import GraphBuildConfig, build_graph
 
     if not (out / "TLG.fst").is_file():
         cfg = GraphBuildConfig(
-            arpa=str(ROOT / "data" / "demo" / "graph" / "lm.arpa"),
+            arpa=str(arpa),
             model=str(FIXTURE / "ctc_bpe.nemo"),
             lexicon_type="bpe",
             topology="compact",
