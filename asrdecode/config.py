@@ -11,6 +11,9 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,8 +22,10 @@ from typing import Any
 
 import yaml
 
-from asrdecode.errors import ConfigError, shown
+from asrdecode.errors import ConfigError, one_line, shown
 
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+MAX_THREADS = 1024  # the most threads any setting may ask for
 DEFAULT_MODEL = "embedded:demo_ctc_bpe"  # model.path when a config names no model
 # Real English with pocketsphinx's en-us HMM, a small HCLG built on first use and its full trigram on
 # the fly with wfst-otf (`--model embedded:sphinx-en-us`)
@@ -203,12 +208,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"config key '{key}' expects a mapping, got {value!r}")
         return value
     if tp is float:
+        value = _number_text(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"config key '{key}' expects a number, got {value!r}")
+            raise ConfigError(f"config key '{key}' expects a number, got {_shown_value(value)}")
         return float(value)
     if tp is int:
+        value = _number_text(value)
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            value = int(value)  # 1e3
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"config key '{key}' expects an integer, got {value!r}")
+            raise ConfigError(f"config key '{key}' expects an integer, got {_shown_value(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
@@ -223,6 +232,19 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return dataclass_from_dict(tp, value, prefix=f"{key}.")
     return value
+
+
+def _number_text(value: Any) -> Any:
+    """A number written as text that YAML 1.1 reads as a string (``1e3``, ``-2E-1``) as a float;
+    any other value as it is."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def _shown_value(value: Any) -> str:
+    """A bad value in a one-line error: its repr, cut to 80 characters."""
+    return one_line(ValueError(repr(value)), 80)
 
 
 def dataclass_from_dict(
@@ -330,9 +352,54 @@ def build_config(
         tree["decoder"] = {k: v for k, v in section.items() if k == "type" or k in takes or k in given}
     cfg = dataclass_from_dict(RunConfig, tree)
     cfg.decoder = validate_decoder_section(cfg.decoder or {})
+    validate_run(cfg)
+    return cfg
+
+
+def validate_run(cfg: RunConfig) -> None:
+    """The range checks of every section that need no file (one-line ConfigErrors): batch sizes,
+    thread counts, the engine and the outputs (the decoder's options: `validate_decoder_section`)."""
+    validate_batch(cfg.batch)
+    if cfg.features.type != "auto":
+        raise ConfigError(
+            f"features.type={shown(cfg.features.type)}: use auto (every model brings its own front end: "
+            "NeMo log-mel from the checkpoint, the sphinx MFCC)"
+        )
+    threads = {"threads": cfg.threads, "model.threads": cfg.model.threads}
+    if hasattr(cfg.decoder, "threads"):
+        threads["decoder.threads"] = cfg.decoder.threads
+    for key, value in threads.items():
+        check_threads(key, value)
+    model = cfg.model
+    if not (math.isfinite(model.chunk_seconds) and model.chunk_seconds >= 0):
+        raise ConfigError(f"model.chunk_seconds must be seconds >= 0 (0 = off), got {model.chunk_seconds}")
+    if not (math.isfinite(model.buffer_seconds) and model.buffer_seconds > 0):
+        raise ConfigError(f"model.buffer_seconds must be seconds > 0, got {model.buffer_seconds}")
+    if model.topn < 0:
+        raise ConfigError(f"model.topn must be >= 0 (0 = the full mixture), got {model.topn}")
     validate_engine(cfg.engine)
     validate_output(cfg.output)
-    return cfg
+
+
+def check_threads(key: str, value: int) -> None:
+    """A thread count: 0 (all cores) up to `MAX_THREADS`."""
+    if not 0 <= value <= MAX_THREADS:
+        cores = os.cpu_count() or 1
+        raise ConfigError(
+            f"{key}={value}: use 0 (all {cores} cores of this machine) up to {MAX_THREADS} threads"
+        )
+
+
+def validate_batch(batch: BatchConfig) -> None:
+    """One-line ConfigError for batch sizes that cannot make batches."""
+    if not (math.isfinite(batch.max_seconds) and batch.max_seconds > 0):
+        raise ConfigError(f"batch.max_seconds must be seconds > 0, got {batch.max_seconds}")
+    if batch.max_utterances < 1:
+        raise ConfigError(f"batch.max_utterances must be at least 1, got {batch.max_utterances}")
+    if not (math.isfinite(batch.segment_seconds) and batch.segment_seconds >= 0):
+        raise ConfigError(
+            f"batch.segment_seconds must be seconds >= 0 (0 = never cut), got {batch.segment_seconds}"
+        )
 
 
 def validate_output(output: OutputConfig) -> None:
@@ -354,6 +421,8 @@ def validate_engine(engine: EngineConfig) -> None:
         raise ConfigError(f"engine.workers must be at least 1, got {engine.workers}")
     if engine.cpus_per_worker < 0 or engine.gpus_per_worker < 0:
         raise ConfigError("engine.cpus_per_worker and engine.gpus_per_worker must not be negative")
+    if engine.workers > MAX_THREADS or engine.cpus_per_worker > MAX_THREADS:
+        raise ConfigError(f"engine.workers and engine.cpus_per_worker: at most {MAX_THREADS}")
 
 
 def setup_of(config_file: str | Path | None, overrides: list[str], input_path: Path) -> str | None:

@@ -191,6 +191,7 @@ class Transcriber:
         from asrdecode.io.writers import OutputWriter
 
         self.inputs = read_inputs(self.input_path)
+        self._check_settings()
         for utt in self.inputs.utterances:  # records name their file wherever they are read from
             if utt.audio_path and "audio_filepath" in utt.record:
                 utt.record["audio_filepath"] = source_of(utt)["audio_filepath"]
@@ -211,6 +212,38 @@ class Transcriber:
         self.stats.resumed = len(self.inputs.utterances) - len(self.todo)
         self.input_kind = self.inputs.kind
         self.logprobs_meta = self.inputs.meta
+        if self.strict:
+            self._check_readable()
+
+    def _check_settings(self) -> None:
+        """What the settings name, checked before the output folder is made and anything is loaded:
+        the model's file (or embedded name) and family options, the decoder's files."""
+        from asrdecode.decoders import check_decoder_files
+        from asrdecode.models.loading import check_model_settings
+
+        if self.inputs.kind != "logprobs":
+            model = asdict(self.cfg.model)
+            prompt = {k: model[k] for k in ("source_lang", "target_lang", "pnc", "timestamps")}
+            options = ("head", "attention", "att_context_size", "streaming", "chunk_seconds", "density_floor")
+            check_model_settings(model["path"], model["type"], *(model[k] for k in options), prompt=prompt)
+        if self.cfg.decoder is not None:
+            check_decoder_files(self.cfg.decoder)
+
+    def _check_readable(self) -> None:
+        """``--strict``: every input left to decode is a readable file (or saved log-prob
+        matrix), before anything is loaded; the first that is not stops the run (`_fail`)."""
+        from asrdecode.io.manifests import unreadable
+
+        try:
+            for utt in self.todo:
+                problem = utt.error or unreadable(utt.logprobs_path or utt.audio_path)
+                if problem is None and utt.duration is None and utt.logprobs_path is None:
+                    problem = f"{utt.audio_path}: not a readable audio file"
+                if problem is not None:
+                    self._fail(utt, problem)
+        except AudioError:
+            self.writer.close()
+            raise
 
     def _load(self) -> None:
         """Load the model (none for saved log-probs) and make the decoder."""
@@ -233,11 +266,6 @@ class Transcriber:
             options = asdict(model_cfg)
             self.model = load_model(options.pop("path"), options.pop("type"), **options)
             self.model = self.model.to(self.device).eval()
-            if self.cfg.features.type != "auto":
-                raise ConfigError(
-                    f"features.type={self.cfg.features.type}: use auto (every model brings its own front "
-                    "end: NeMo log-mel from the checkpoint, the sphinx MFCC)"
-                )
             self.frame_shift = self.model.frame_shift
             self.units = list(self.model.units)
             self.blank_id = self.model.blank_id

@@ -104,3 +104,53 @@ def test_unknown_key_with_control_characters_is_one_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         build_config(None, ["engine.type=a\tb"])
     assert "\t" not in str(err.value)
+
+
+def test_numbers_in_exponent_form_are_numbers():
+    """YAML 1.1 reads `1e3` as text; a number key takes it as the number it is."""
+    cfg = build_config(None, ["decoder.type=wfst-otf", "decoder.beam=1e1", "batch.max_utterances=1e2"])
+    assert cfg.decoder.beam == 10.0 and cfg.batch.max_utterances == 100
+    assert build_config(None, ["decoder.type=ctc-beam", "decoder.beam_size=2E0"]).decoder.beam_size == 2
+    with pytest.raises(ConfigError, match="expects an integer, got 1.5"):
+        build_config(None, ["decoder.type=ctc-beam", "decoder.beam_size=1.5e0"])
+    assert build_config(None, ["model.source_lang=1e3"]).model.source_lang == "1e3"  # text stays text
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("batch.max_seconds=-5", "batch.max_seconds must be seconds > 0"),
+        ("batch.max_seconds=.nan", "batch.max_seconds must be seconds > 0"),
+        ("batch.max_utterances=0", "batch.max_utterances must be at least 1"),
+        ("batch.segment_seconds=-1", "batch.segment_seconds must be seconds >= 0"),
+        ("threads=1000000", "threads=1000000: use 0"),
+        ("model.threads=-1", "model.threads=-1: use 0"),
+        ("model.chunk_seconds=-1", "model.chunk_seconds must be"),
+        ("engine.workers=100000", "engine.workers"),
+        ("features.type=kaldi-fbank", "features.type=kaldi-fbank: use auto"),
+    ],
+)
+def test_every_section_is_checked_when_the_config_is_built(override, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(None, [override])
+
+
+@pytest.mark.parametrize(
+    ("decoder", "override", "message"),
+    [
+        ("wfst", "decoder.threads=5000", "decoder.threads=5000: use 0"),
+        ("wfst", "decoder.word_beam=-1", "decoder.word_beam must be >= 0"),
+        ("wfst", "decoder.history_max=3", "decoder.history_max bounds"),
+        ("wfst-otf", "decoder.lm_cache=3", "decoder.lm_cache: 3 is not 0 or a power of two"),
+        ("let", "decoder.beam=0", "decoder.beam must be > 0"),
+        ("let", "decoder.group_capacity=0", "decoder.group_capacity must be >= 1"),
+        ("ctc-beam", "decoder.beam_size=0", "decoder.beam_size must be >= 1"),
+        ("transducer-beam", "decoder.strategy=x", "decoder.strategy must be one of"),
+        ("transducer-greedy", "decoder.loop=x", "decoder.loop must be 'labels' or 'frames'"),
+        ("aed-beam", "decoder.nbest=9", "decoder.nbest=9: must be between 1 and beam_size"),
+    ],
+)
+def test_decoder_options_are_checked_before_any_graph_or_lm(decoder, override, message):
+    """No graph, LM or model is named: the check needs none of them."""
+    with pytest.raises(ConfigError, match=message):
+        build_config(None, [f"decoder.type={decoder}", override])

@@ -35,6 +35,7 @@ __all__ = [
     "Decoder",
     "DecoderContext",
     "Word",
+    "check_decoder_files",
     "decoder_config_from_dict",
     "decoder_name",
     "decoder_section",
@@ -50,10 +51,44 @@ def _decoder_class(section: dict) -> type:
 
 
 def decoder_config_from_dict(section: dict):
-    """Validate the `decoder:` section against the selected decoder's config dataclass."""
+    """Validate the `decoder:` section against the selected decoder's config dataclass and the
+    decoder's own range checks (its ``check_options``)."""
     cls = _decoder_class(section)
     options = {k: v for k, v in section.items() if k != "type"}
-    return dataclass_from_dict(cls.config_type, options, prefix="decoder.")
+    config = dataclass_from_dict(cls.config_type, options, prefix="decoder.")
+    check = getattr(cls, "check_options", None)
+    if check is not None:  # the option ranges, before any graph, LM or model is loaded
+        check(config)
+    return config
+
+
+# decoder options that name a file (`graph` also a folder, or `cache:BUILD_CONFIG.yaml`)
+FILE_OPTIONS = ("graph", "lexicon", "lm", "small_lm", "rescore_lm", "rescore_graph_lm", "ngram_lm")
+
+
+def check_decoder_files(settings: Any) -> None:
+    """The files a decoder's settings name are there (a `cache:` build config is read, nothing is
+    built or loaded): one-line ConfigErrors naming the option, before anything is loaded."""
+    from pathlib import Path
+
+    from asrdecode.decoders.lms import lm_file
+    from asrdecode.graph.cache import CACHE_PREFIX, load_graph_config
+    from asrdecode.models.loading import resolve_packaged_path
+
+    for key in FILE_OPTIONS:
+        value = getattr(settings, key, "")
+        if not isinstance(value, str) or not value:
+            continue
+        if key == "graph" and value.startswith(CACHE_PREFIX):
+            config = resolve_packaged_path(value[len(CACHE_PREFIX) :])
+            if not Path(config).is_file():
+                raise ConfigError(f"decoder.graph={value}: build config {config} not found")
+            load_graph_config(config)
+        elif key == "graph":
+            if not Path(value).exists():
+                raise ConfigError(f"decoder.graph: {value}: no such graph folder or file")
+        else:
+            lm_file(key, value)
 
 
 def _class_of_settings(settings: Any) -> type:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 
 #: NeMo's penalty for an ended beam hypothesis's other extensions (``NEG_INF``)
@@ -153,11 +154,16 @@ class AedBeamDecoder:
     name: ClassVar[str] = "aed-beam"
     config_type: ClassVar[type] = AedBeamConfig
 
-    def __init__(self, config: AedBeamConfig, context: DecoderContext):
+    @staticmethod
+    def check_options(config: AedBeamConfig) -> None:
+        """One-line ConfigErrors for values the search cannot use."""
         if config.beam_size < 1:
-            raise ValueError(f"decoder.beam_size={config.beam_size}: must be at least 1")
+            raise ConfigError(f"decoder.beam_size={config.beam_size}: must be at least 1")
         if not 1 <= config.nbest <= config.beam_size:
-            raise ValueError(f"decoder.nbest={config.nbest}: must be between 1 and beam_size")
+            raise ConfigError(f"decoder.nbest={config.nbest}: must be between 1 and beam_size")
+
+    def __init__(self, config: AedBeamConfig, context: DecoderContext):
+        self.check_options(config)
         self.config = config
         self.context = context
         self.last_info: dict = {}

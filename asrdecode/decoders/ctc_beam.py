@@ -141,6 +141,7 @@ class CtcBeamDecoder:
 
     name: ClassVar[str] = "ctc-beam"
     config_type: ClassVar[type] = CtcBeamConfig
+    check_options = staticmethod(_check_options)
 
     def __init__(self, config: CtcBeamConfig, context: DecoderContext) -> None:
         _check_options(config)

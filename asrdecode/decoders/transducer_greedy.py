@@ -744,7 +744,9 @@ class TransducerGreedyDecoder:
     name: ClassVar[str] = "transducer-greedy"
     config_type: ClassVar[type] = TransducerGreedyConfig
 
-    def __init__(self, config: TransducerGreedyConfig, context: DecoderContext) -> None:
+    @staticmethod
+    def check_options(config: TransducerGreedyConfig) -> None:
+        """One-line ConfigErrors for values the search cannot use."""
         if config.max_symbols < 1:
             raise ConfigError(f"decoder.max_symbols must be >= 1, got {config.max_symbols}")
         if config.loop not in ("labels", "frames"):
@@ -753,6 +755,9 @@ class TransducerGreedyDecoder:
             raise ConfigError(f"decoder.ngram_lm_alpha must be a finite number, got {config.ngram_lm_alpha}")
         if config.ngram_lm_alpha and not config.ngram_lm:
             raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
+
+    def __init__(self, config: TransducerGreedyConfig, context: DecoderContext) -> None:
+        self.check_options(config)
         self.config = config
         self.context = context
         self.lm = fusion_lm_of(config, context)

@@ -42,11 +42,13 @@ def cache_root() -> Path:
 
 
 def load_graph_config(config_file: str | Path | None, overrides: Sequence[str] = ()) -> GraphBuildConfig:
-    """A graph build config from YAML + `key=value` overrides; `embedded:` model paths resolved."""
+    """A graph build config from YAML + `key=value` overrides; the config file and the files it
+    names resolved as `transcribe` resolves them (`embedded:` paths, the shipped `configs/` and
+    `data/` from any folder: `resolve_packaged_path`)."""
     from asrdecode.config import apply_override, dataclass_from_dict, load_yaml, parse_override
     from asrdecode.models.loading import resolve_packaged_path
 
-    tree = load_yaml(config_file) if config_file else {}
+    tree = load_yaml(resolve_packaged_path(str(config_file))) if config_file else {}
     for item in overrides:
         path, value = parse_override(item)
         apply_override(tree, path, value)

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shlex
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -900,6 +901,25 @@ def probe_duration(path: str | Path) -> float | None:
     if not info.samplerate:
         return None
     return info.frames / info.samplerate
+
+
+def unreadable(path: str | Path | None) -> str | None:
+    """Why `path` cannot be read as an input file (missing, not a regular file: a folder, a FIFO,
+    a device; no permission; empty), or None; nothing is opened."""
+    if path is None:
+        return "no file"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"{path}: file not found"
+    except (OSError, ValueError) as err:
+        return f"{path}: cannot read: {getattr(err, 'strerror', None) or one_line(err)}"
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else None
+        return f"{path}: {kind or 'a device or socket'}, not a regular file"
+    if not os.access(path, os.R_OK):
+        return f"{path}: cannot read: permission denied"
+    return f"{path}: empty file (0 bytes)" if os.stat(path).st_size == 0 else None
 
 
 def _first_char(path: Path) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from asrdecode.errors import ModelError
@@ -11,6 +12,10 @@ CHECKOUT = Path(__file__).resolve().parent.parent.parent  # a source checkout: a
 REPO_MODELS = CHECKOUT / "data" / "models"
 SPHINX_EMBEDDED = {"sphinx-en-us": ("en-us", "en-us")}  # name -> path inside pocketsphinx/model
 HAMA_SUFFIX = ".safetensors"  # converted hama models (scripts/convert_hama_model.py)
+# model.type of NeMo checkpoints -> the head they load (auto: as the checkpoint's class says)
+NEMO_KINDS = {"nemo": "auto", "nemo-ctc": "ctc", "nemo-transducer": "transducer", "nemo-aed": "aed"}
+# a model hub's name (`nvidia/parakeet-tdt-0.6b-v2`): an owner and a model, no file suffix
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def _pocketsphinx_model(name: str) -> Path:
@@ -97,6 +102,11 @@ def resolve_model_path(spec: str) -> Path:
 
     path = user_path(spec)
     if not path.exists():
+        if HUB_NAME.fullmatch(spec) and not spec.endswith((".nemo", HAMA_SUFFIX)):
+            raise ModelError(
+                f"{spec}: no such model file; models are files here, not hub names: download the "
+                "checkpoint (a .nemo file) and pass its path (which models load: docs/models.md)"
+            )
         raise ModelError(f"{path}: model file not found")
     return path
 
@@ -137,28 +147,14 @@ def load_model(
     ``source_lang`` / ``target_lang`` / ``pnc`` / ``timestamps``: the prompt of a NeMo AED (Canary) model
     (`NemoAEDModel.set_prompt`); empty = the checkpoint's defaults.
     """
-    path = resolve_model_path(spec)
-    kind = model_type
-    if kind == "auto":
-        if path.suffix == ".nemo":
-            kind = "nemo"
-        elif path.suffix == HAMA_SUFFIX:
-            kind = "hama"
-        elif is_sphinx_folder(path):
-            kind = "sphinx"
-        else:
-            raise ModelError(f"{path}: cannot tell the model type from the name; set model.type")
-    nemo_kinds = {"nemo": "auto", "nemo-ctc": "ctc", "nemo-transducer": "transducer", "nemo-aed": "aed"}
     prompt = {"source_lang": source_lang, "target_lang": target_lang, "pnc": pnc, "timestamps": timestamps}
-    heads = ("auto", "transducer", "ctc")
-    if head not in heads:
-        raise ModelError(f"model.head={head}: use one of {', '.join(heads)}")
-    if kind in nemo_kinds:
+    path, kind = check_model_settings(
+        spec, model_type, head, attention, att_context_size, streaming, chunk_seconds, density_floor, prompt
+    )
+    if kind in NEMO_KINDS:
         from asrdecode.models.nemo import load_nemo
 
-        if head != "auto" and nemo_kinds[kind] not in ("auto", head):
-            raise ModelError(f"model.head={head} contradicts model.type={kind}")
-        kind_of_head = head if head != "auto" else nemo_kinds[kind]
+        kind_of_head = head if head != "auto" else NEMO_KINDS[kind]
         model = load_nemo(path, kind_of_head, attention, att_context_size, streaming)
         if hasattr(model, "set_prompt"):
             try:
@@ -173,6 +169,54 @@ def load_model(
         if chunk_seconds > 0:
             model.use_buffered(chunk_seconds, buffer_seconds)
         return model
+    if kind == "hama":
+        from asrdecode.models.hama import load_hama
+
+        return load_hama(path)
+    from asrdecode.models.sphinx import POCKETSPHINX_DENSITY_FLOOR, load_sphinx
+
+    floor = POCKETSPHINX_DENSITY_FLOOR if density_floor == -1.0 else density_floor
+    return load_sphinx(path, topn=topn, threads=threads, density_floor=floor)
+
+
+def check_model_settings(
+    spec: str,
+    model_type: str = "auto",
+    head: str = "auto",
+    attention: str = "auto",
+    att_context_size: list[int] | None = None,
+    streaming: str = "offline",
+    chunk_seconds: float = 0.0,
+    density_floor: float = -1.0,
+    prompt: dict | None = None,
+) -> tuple[Path, str]:
+    """(the model's file or folder, its kind: `NEMO_KINDS`, ``hama`` or ``sphinx``) for the
+    settings of `load_model`, checked as far as they can be without reading the model: the file
+    exists (or the embedded name is known), its type is known and the options are its family's
+    (one-line ModelErrors)."""
+    path = resolve_model_path(spec)
+    kind = model_type
+    if kind == "auto":
+        if path.suffix == ".nemo":
+            kind = "nemo"
+        elif path.suffix == HAMA_SUFFIX:
+            kind = "hama"
+        elif is_sphinx_folder(path):
+            kind = "sphinx"
+        else:
+            raise ModelError(f"{path}: cannot tell the model type from the name; set model.type")
+    heads = ("auto", "transducer", "ctc")
+    if head not in heads:
+        raise ModelError(f"model.head={head}: use one of {', '.join(heads)}")
+    if kind in NEMO_KINDS:
+        if head != "auto" and NEMO_KINDS[kind] not in ("auto", head):
+            raise ModelError(f"model.head={head} contradicts model.type={kind}")
+        return path, kind
+    if kind not in ("hama", "sphinx"):
+        raise ModelError(
+            f"{path}: unsupported model.type '{kind}' "
+            "(supported: auto, nemo-ctc, nemo-transducer, nemo-aed, sphinx, hama)"
+        )
     if attention != "auto" or att_context_size or streaming != "offline" or chunk_seconds > 0:
         raise ModelError(
             "model.attention / att_context_size / streaming / chunk_seconds: only NeMo models "
@@ -180,24 +224,10 @@ def load_model(
         )
     if head not in ("auto",):
         raise ModelError(f"model.head={head}: only NeMo models have heads to choose (model.type={kind})")
-    if any(v not in (None, "") for v in prompt.values()):
+    if any(v not in (None, "") for v in (prompt or {}).values()):
         raise ModelError(
             f"model.source_lang / target_lang / pnc / timestamps: only NeMo AED models (model.type={kind})"
         )
-    if kind == "hama":
-        from asrdecode.models.hama import load_hama
-
-        return load_hama(path)
-    if kind == "sphinx":
-        from asrdecode.models.sphinx import POCKETSPHINX_DENSITY_FLOOR, load_sphinx
-
-        if density_floor < 0 and density_floor != -1.0:
-            raise ModelError(
-                f"model.density_floor={density_floor}: use -1 (pocketsphinx's), 0 (none) or nats > 0"
-            )
-        floor = POCKETSPHINX_DENSITY_FLOOR if density_floor == -1.0 else density_floor
-        return load_sphinx(path, topn=topn, threads=threads, density_floor=floor)
-    raise ModelError(
-        f"{path}: unsupported model.type '{kind}' "
-        "(supported: auto, nemo-ctc, nemo-transducer, nemo-aed, sphinx, hama)"
-    )
+    if kind == "sphinx" and density_floor < 0 and density_floor != -1.0:
+        raise ModelError(f"model.density_floor={density_floor}: use -1 (pocketsphinx's), 0 (none) or nats")
+    return path, kind

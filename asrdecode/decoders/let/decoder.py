@@ -41,7 +41,7 @@ from asrdecode.decoders.base import DecoderContext, DecodeResult, PendingDecode
 from asrdecode.decoders.lms import load_difference_lm
 from asrdecode.decoders.wfst.compiled import CompiledRunner, PendingBatch, as_costs, search_settings
 from asrdecode.decoders.wfst.core import PruningOptions
-from asrdecode.decoders.wfst.decoder import GraphSearchConfig
+from asrdecode.decoders.wfst.decoder import GraphSearchConfig, check_search_options
 from asrdecode.decoders.wfst.lattice import backward_costs, collapse_kernel
 from asrdecode.decoders.wfst.paths import (
     BestPath,
@@ -226,6 +226,24 @@ class LetDecoder:
     config_type: ClassVar[type] = LetConfig
     refused_options: ClassVar[tuple[str, ...]] = ("history_max",)  # its groups: group_capacity
 
+    @staticmethod
+    def check_options(c: LetConfig) -> None:
+        """One-line ConfigErrors for values the search cannot use (no graph or LM read)."""
+        if c.backend not in BACKENDS:
+            raise ConfigError(f"decoder.backend: {c.backend!r} is not one of {', '.join(BACKENDS)}")
+        if c.backend == "torch":
+            raise ConfigError("decoder.backend: torch is not implemented for let (use compiled or auto)")
+        if c.group_capacity < 1:
+            raise ConfigError("decoder.group_capacity must be >= 1")
+        if c.bucket_width < 0:
+            raise ConfigError("decoder.bucket_width must be >= 0")
+        if c.history_max:  # left out when the default setup is switched to let (`refused_options`)
+            raise ConfigError(
+                "decoder.history_max is wfst-otf's; let's groups keep decoder.group_capacity members "
+                "(switching a wfst-otf config to let: add decoder.history_max=0)"
+            )
+        check_search_options(c)
+
     def __init__(
         self,
         config: LetConfig,
@@ -235,23 +253,7 @@ class LetDecoder:
         lm: DifferenceLM | None = None,
     ) -> None:
         c = config
-        if c.backend not in BACKENDS:
-            raise ConfigError(f"decoder.backend: {c.backend!r} is not one of {', '.join(BACKENDS)}")
-        if c.backend == "torch":
-            raise ConfigError("decoder.backend: torch is not implemented for let (use compiled or auto)")
-        if c.group_capacity < 1:
-            raise ConfigError("decoder.group_capacity must be >= 1")
-        if c.bucket_width < 0 or c.threads < 0 or c.beam <= 0:
-            raise ConfigError("decoder.bucket_width and decoder.threads must be >= 0, decoder.beam > 0")
-        if not c.word_beam >= 0:
-            raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
-        if not c.history_beam >= 0:
-            raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
-        if c.history_max:  # left out when the default setup is switched to let (`refused_options`)
-            raise ConfigError(
-                "decoder.history_max is wfst-otf's; let's groups keep decoder.group_capacity members "
-                "(switching a wfst-otf config to let: add decoder.history_max=0)"
-            )
+        self.check_options(c)
         self.config = c
         self.context = context
         # the graph with its word insertion penalty, and best paths -> words, word times and costs
@@ -263,8 +265,6 @@ class LetDecoder:
         self.search = LetSearch(self.paths.graph, lm, c.group_capacity, c.threads)
         self.path_lm = self.search.lm  # `DifferenceLM.arrays()`, as `wfst-otf`'s
         self.rescoring = NbestRescoring.for_config(c, self.paths)
-        if c.prune_interval < 0 or c.lattice_beam < 0:
-            raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
         self.settings = c.search_settings(
             self.paths.graph.num_states, bucket_width=c.bucket_width, capacity=c.group_capacity,
             lattice_beam=c.lattice_beam, prune_interval=c.prune_interval,

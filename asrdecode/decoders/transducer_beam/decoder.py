@@ -130,6 +130,7 @@ class TransducerBeamDecoder:
 
     name: ClassVar[str] = "transducer-beam"
     config_type: ClassVar[type] = TransducerBeamConfig
+    check_options = staticmethod(_check_options)
 
     def __init__(self, config: TransducerBeamConfig, context: DecoderContext) -> None:
         _check_options(config)

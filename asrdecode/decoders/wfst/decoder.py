@@ -156,6 +156,22 @@ class GraphSearchConfig(PruningOptions):
         return search_settings(self, num_states, **extra)
 
 
+def check_search_options(config: GraphSearchConfig) -> None:
+    """The range checks of the options every WFST search shares (one-line ConfigErrors)."""
+    if not config.beam > 0:
+        raise ConfigError(f"decoder.beam must be > 0, got {config.beam}")
+    if config.threads < 0:
+        raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
+    if config.prune_interval < 0 or config.lattice_beam < 0:
+        raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
+    if not config.word_beam >= 0:
+        raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
+    if not config.history_beam >= 0:
+        raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
+    if config.history_max < 0:
+        raise ConfigError("decoder.history_max must be >= 0 (0 = off)")
+
+
 @dataclass
 class WfstConfig(GraphSearchConfig):
     """Options of the `wfst` decoder: the shared ones (`GraphSearchConfig`, lattices included) and
@@ -221,6 +237,25 @@ class WfstDecoder:
     # pruning): left out when the default setup's decoder section is switched to this decoder
     refused_options: ClassVar[tuple[str, ...]] = ("history_beam", "history_max")
 
+    @classmethod
+    def check_options(cls, config: WfstConfig) -> None:
+        """One-line ConfigErrors for values the search cannot use (no graph read)."""
+        if config.backend not in BACKENDS:
+            raise ConfigError(f"decoder.backend: {config.backend!r} is not one of {', '.join(BACKENDS)}")
+        check_search_options(config)
+        if config.history_beam > 0 and "history_beam" in cls.refused_options:
+            raise ConfigError(
+                "decoder.history_beam prunes LM histories of the on-the-fly decoders (wfst-otf, let); "
+                "wfst keeps one token per graph state"
+            )
+        if config.history_max > 0 and "history_max" in cls.refused_options:
+            raise ConfigError(
+                "decoder.history_max bounds the LM histories of wfst-otf; "
+                "wfst keeps one token per graph state"
+            )
+        if config.kernel not in KERNELS:
+            raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
+
     def __init__(
         self,
         config: WfstConfig,
@@ -228,6 +263,7 @@ class WfstDecoder:
         graph: DeviceGraph | None = None,
         words: dict[int, str] | None = None,
     ):
+        self.check_options(config)
         self.config = config
         self.context = context
         self.paths = GraphPaths.for_decoder(
@@ -243,30 +279,6 @@ class WfstDecoder:
         self._stream_tokens: Tokens | None = None
         self._next_stream = 0
         self._stream_backend: str | None = None
-        if config.backend not in BACKENDS:
-            raise ConfigError(f"decoder.backend: {config.backend!r} is not one of {', '.join(BACKENDS)}")
-        if config.threads < 0:
-            raise ConfigError("decoder.threads must be >= 0 (0 = number of cores)")
-        if config.prune_interval < 0 or config.lattice_beam < 0:
-            raise ConfigError("decoder.prune_interval and decoder.lattice_beam must be >= 0")
-        if not config.word_beam >= 0:
-            raise ConfigError("decoder.word_beam must be >= 0 (0 = off)")
-        if not config.history_beam >= 0:
-            raise ConfigError("decoder.history_beam must be >= 0 (0 = off)")
-        if config.history_beam > 0 and "history_beam" in self.refused_options:
-            raise ConfigError(
-                "decoder.history_beam prunes LM histories of the on-the-fly decoders (wfst-otf, let); "
-                "wfst keeps one token per graph state"
-            )
-        if config.history_max < 0:
-            raise ConfigError("decoder.history_max must be >= 0 (0 = off)")
-        if config.history_max > 0 and "history_max" in self.refused_options:
-            raise ConfigError(
-                "decoder.history_max bounds the LM histories of wfst-otf; "
-                "wfst keeps one token per graph state"
-            )
-        if config.kernel not in KERNELS:
-            raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
         self._compiled: Any = None
         self.path_lm: tuple | None = None  # `DifferenceLM.arrays()` of an on-the-fly LM (`wfst-otf`)
         self.rescoring = NbestRescoring.for_config(config, self.paths)

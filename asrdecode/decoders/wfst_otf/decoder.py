@@ -87,6 +87,15 @@ class WfstOtfDecoder(WfstDecoder):
     config_type: ClassVar[type] = WfstOtfConfig
     refused_options: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def check_options(cls, config: WfstOtfConfig) -> None:
+        """One-line ConfigErrors for values the search cannot use (no graph or LM read)."""
+        if config.want_lattice and config.backend == "torch":
+            raise ConfigError(LATTICE_BACKEND)
+        super().check_options(config)
+        if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
+            raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")
+
     def __init__(
         self,
         config: WfstOtfConfig,
@@ -95,13 +104,9 @@ class WfstOtfDecoder(WfstDecoder):
         words: dict[int, str] | None = None,
         lm: DifferenceLM | None = None,
     ) -> None:
-        if config.want_lattice and config.backend == "torch":
-            raise ConfigError(LATTICE_BACKEND)
         super().__init__(config, context, graph, words)
         if lm is None:
             lm = load_difference_lm(config, self.words, self.paths.olabel)
-        if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
-            raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")
         self.diff = lm
         self.path_lm = lm.arrays()
         self._lms: dict[str, DifferenceLM | HostLookupLM] = {}

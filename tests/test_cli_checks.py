@@ -1,0 +1,52 @@
+"""Settings and inputs are checked before anything is loaded and before `--out` is made: one line
+each, no output folder left behind, `--strict` stops before the model loads."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from helpers.cli import AUDIO, MODEL, read_jsonl, run
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "nope.nemo"], "nope.nemo: model file not found"),
+        (["--model", "nvidia/parakeet-tdt-0.6b-v2"], "models are files here, not hub names"),
+        (["--model", "embedded:demo_ctc"], "embedded models: demo_ctc_bpe,"),
+        (["--model", str(MODEL), "batch.max_seconds=-5"], "batch.max_seconds must be seconds > 0"),
+        (["--model", str(MODEL), "--decoder", "wfst", "decoder.graph=nope"], "decoder.graph: nope"),
+        (["--model", str(MODEL), "threads=1000000"], "threads=1000000: use 0"),
+    ],
+)
+def test_bad_settings_stop_before_loading_and_leave_no_output_folder(tmp_path, args, message):
+    out = tmp_path / "out"
+    proc = run("transcribe", str(AUDIO), *args, "--out", str(out), check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert not out.exists()
+
+
+def test_strict_checks_every_input_before_the_model_loads(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)
+    rows = [
+        {"audio_filepath": str(AUDIO / "ps_goforward.wav")},
+        {"audio_filepath": str(fifo), "duration": 1.0},
+    ]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    proc = run("transcribe", str(manifest), "--model", str(MODEL), "--strict", "--out", str(out), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "pipe.wav: a FIFO (named pipe), not a regular file" in proc.stderr.splitlines()[-1]
+    assert "loading model" not in proc.stderr and not read_jsonl(out / "transcripts.jsonl")
+    assert [e["utt_id"] for e in read_jsonl(out / "errors.jsonl")] == ["pipe"]
+
+
+def test_build_graph_reads_shipped_configs_from_any_folder(tmp_path):
+    out = tmp_path / "graph"
+    run("build-graph", "--config", "configs/graph/demo-ctc-bpe-tlg.yaml", "--out", str(out), cwd=tmp_path)
+    assert (out / "meta.json").is_file()
