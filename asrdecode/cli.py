@@ -22,7 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from asrdecode import __version__
-from asrdecode.errors import AsrDecodeError
+from asrdecode.errors import AsrDecodeError, message_line
 from asrdecode.gc_pause import paused_while_loading
 
 console = Console(stderr=True)
@@ -32,8 +32,9 @@ out_console = Console()
 def say(con: Console, label: str, text: object) -> None:
     """One line on `con`: a markup `label` and `text` as it is (escaped: a file name with
     brackets is not markup) and never wrapped or shortened at the console width (a long path in a
-    one-line error stays whole and on one line)."""
-    con.print(f"{label}{escape(str(text))}", highlight=False, soft_wrap=True)
+    one-line error stays whole and on one line; control characters are escaped and a message of
+    thousands of characters is cut in its middle: `message_line`)."""
+    con.print(f"{label}{escape(message_line(str(text)))}", highlight=False, soft_wrap=True)
 
 
 def _fail(err: BaseException, debug: bool) -> None:

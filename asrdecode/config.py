@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from asrdecode.errors import ConfigError, one_line, shown
+from asrdecode.io.lines import MAX_NESTING, check_nesting, read_text_bytes, unreadable_value
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 MAX_THREADS = 1024  # the most threads any setting may ask for
@@ -290,6 +291,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except RecursionError:
+        raise ConfigError(f"override {shown(key)}: nested more than {MAX_NESTING} levels deep") from None
+    except ValueError as err:
+        raise ConfigError(f"override {shown(key)}: {unreadable_value(err)}") from None
+    check_nesting(value, f"override {shown(key)}", ConfigError)
     return key.split("."), value
 
 
@@ -308,11 +314,16 @@ def load_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"{p}: config file not found")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(read_text_bytes(p, ConfigError).decode("utf-8")) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}{where}: invalid YAML ({getattr(err, 'problem', err)})") from None
+        raise ConfigError(f"{p}{where}: invalid YAML ({shown(str(getattr(err, 'problem', err)))})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested more than {MAX_NESTING} levels deep") from None
+    except ValueError as err:  # not UTF-8, a number of too many digits
+        raise ConfigError(f"{p}: {unreadable_value(err)}") from None
+    check_nesting(data, str(p), ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: config must be a YAML mapping")
     return data

@@ -57,6 +57,19 @@ def shown(text: str) -> str:
     return text if text.isprintable() else repr(text)[1:-1]
 
 
+MESSAGE_LIMIT = 2000  # characters of a message shown on the terminal or kept in errors.jsonl
+
+
+def message_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """A message as one printable line: control characters (a newline in a file name) escaped, and
+    a message longer than `limit` (a megabyte-long file name) cut in its middle, saying so."""
+    text = shown(text)
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]} ... ({len(text) - 2 * keep} characters left out) ... {text[-keep:]}"
+
+
 def one_line(err: BaseException, limit: int | None = None) -> str:
     """An exception's message on one line (its type name if it has none), cut to `limit` chars."""
     text = " ".join(str(err).split()) or type(err).__name__

@@ -372,6 +372,7 @@ class Transcriber:
             except AudioError as err:
                 self._fail(utt, str(err))
                 continue
+            self._warn_if_cut_short(utt)
             good.append(utt)
             waves.append(torch.from_numpy(np.ascontiguousarray(wave)))
             rates.append(rate)
@@ -386,6 +387,14 @@ class Transcriber:
                 keep_u.append(utt)
                 keep_w.append(wave)
         return keep_u, keep_w
+
+    def _warn_if_cut_short(self, utt) -> None:
+        """A warning for an input read whole that may yet be cut short (`cut_short_warning`)."""
+        from asrdecode.audio.loading import cut_short_warning
+
+        warning = cut_short_warning(utt)
+        if warning is not None:
+            self.on_status(f"warning: {warning}")
 
     def _load_logprob_batch(self, utts):
         from asrdecode.io.manifests import load_logprobs
@@ -624,6 +633,7 @@ class Transcriber:
         seconds = self._segment_seconds()
         if wave is None:  # read as it is cut, the reading timed as the load stage
             blocks: Iterable[np.ndarray] = self.timer.timed("load", audio_blocks(utt, rate))
+            self._warn_if_cut_short(utt)
         else:
             blocks = [wave.detach().cpu().numpy()]
         per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // seconds)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ import jiwer
 import numpy as np
 
 from asrdecode.errors import InputError
+from asrdecode.io.lines import parse_json
 
 # ----------------------------------------------------------------------------------------------------
 # Reading
@@ -55,10 +55,7 @@ def read_transcripts(path: str | Path, field: str = "pred_text") -> dict[str, st
 
 
 def _jsonl_entry(line: str, key: str, where: str) -> tuple[str, str]:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{where}: invalid JSON: {e.msg} at column {e.colno}") from None
+    obj = parse_json(line, where)
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected a JSON object")
     for k in ("utt_id", "id"):

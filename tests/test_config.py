@@ -154,3 +154,26 @@ def test_decoder_options_are_checked_before_any_graph_or_lm(decoder, override, m
     """No graph, LM or model is named: the check needs none of them."""
     with pytest.raises(ConfigError, match=message):
         build_config(None, [f"decoder.type={decoder}", override])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("decoder:\n  boost: " + "[" * 10_000 + "]" * 10_000 + "\n", "nested more than 100 levels deep"),
+        ("threads: " + "9" * 5000 + "\n", "a number of 5000 digits, too long to read"),
+        ("# caf\xe9\nthreads: 1\n", "not valid UTF-8 text (byte 0xe9 at offset 5)"),
+    ],
+)
+def test_unreadable_config_files_are_one_line(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(ConfigError) as err:
+        build_config(path, [])
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_unreadable_override_values_are_one_line():
+    with pytest.raises(ConfigError, match="override threads: a number of 5000 digits"):
+        build_config(None, ["threads=" + "9" * 5000])
+    with pytest.raises(ConfigError, match="override decoder.boost: nested more than 100"):
+        build_config(None, ["decoder.type=wfst", "decoder.boost=" + "[" * 2000 + "]" * 2000])

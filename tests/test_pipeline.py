@@ -65,3 +65,49 @@ def test_stage_timer_times_the_items_production_not_their_use(monkeypatch):
         clock[0] += 10.0  # decoding it
         got.append(block)
     assert got == [0, 1, 2] and timer.seconds["load"] == 6.0
+
+
+def test_the_output_folder_is_locked_before_the_model_loads(tmp_path, monkeypatch):
+    """A second run started while the first loads its model finds the folder taken."""
+    import fcntl
+
+    import asrdecode.models.loading as loading
+
+    real_load = loading.load_model
+    held = []
+
+    def load_and_check(*args, **kwargs):
+        with open(tmp_path / "out" / ".asrdecode.lock") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(True)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(loading, "load_model", load_and_check)
+    cfg = build_config(None, [f"model.path={MODEL}", "threads=1"])
+    Transcriber(cfg, AUDIO / "ps_goforward.wav", tmp_path / "out").run()
+    assert held == [True]
+
+
+def test_input_and_resume_warnings_are_shown(tmp_path):
+    """Renamed duplicate ids and resumed lines dropped for their schema reach `on_status` (the
+    terminal and the log)."""
+    manifest = tmp_path / "m.jsonl"
+    wav = str(AUDIO / "ps_goforward.wav")
+    manifest.write_text(
+        json.dumps({"audio_filepath": wav}) + "\n" + json.dumps({"audio_filepath": wav}) + "\n"
+    )
+    cfg = build_config(None, [f"model.path={MODEL}", "threads=1"])
+    statuses: list[str] = []
+    Transcriber(cfg, manifest, tmp_path / "out", on_status=statuses.append).run()
+    assert any("id 'ps_goforward' already used, using 'ps_goforward-2'" in s for s in statuses)
+    rows = (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()
+    broken = json.loads(rows[0]) | {"pred_text": 5}
+    (tmp_path / "out" / "transcripts.jsonl").write_text(json.dumps(broken) + "\n" + rows[1] + "\n")
+    statuses.clear()
+    report = Transcriber(cfg, manifest, tmp_path / "out", on_status=statuses.append).run()
+    assert any(
+        s.startswith("warning: ") and "dropped a line (pred_text must be a string" in s for s in statuses
+    )
+    assert report["resumed"] == 1 and report["decoded_this_run"] == 1

@@ -19,11 +19,19 @@ import torch
 
 from asrdecode.audio.containers import ContainerAudio, describe_container_error
 from asrdecode.errors import AudioError, one_line
-from asrdecode.io.manifests import CONTAINER_EXTENSIONS, Utterance
+from asrdecode.io.manifests import CONTAINER_EXTENSIONS, Utterance, unreadable
+from asrdecode.quiet_stderr import is_mpeg, quiet_stderr
 
 #: A segment may run this far past the end of its file (manifest durations are rounded); the
 #: read is then cut at the end of the file. Kaldi's extract-segments uses 0.5 s as well.
 MAX_OVERSHOOT_SECONDS = 0.5
+#: The sample rates a file may declare: a rate outside them is a damaged header (1 Hz would make
+#: an 89 KB file hours long).
+MIN_RATE, MAX_RATE = 1000, 768000
+#: The largest sample value read: float files hold audio within [-1, 1] (a little over when
+#: clipped; some tools write 16-bit integer values as floats); far beyond is a damaged file, whose
+#: features would overflow.
+MAX_SAMPLE = 1e6
 #: Frames read (and down-mixed) at a time: 8 MB of float32 stereo.
 READ_BLOCK_FRAMES = 1 << 20
 #: Resampling runs over pieces of this many seconds of input (with the filter's context on both
@@ -48,18 +56,16 @@ def load_audio(utt: Utterance, target_sr: int | None = None) -> tuple[np.ndarray
 
 
 def _checked_path(utt: Utterance) -> str:
-    """utt's audio file, or AudioError: the utterance's own error, no file, a folder, 0 bytes."""
+    """utt's audio file, or AudioError: the utterance's own error, no file, not a regular file (a
+    folder, a FIFO, which would block the read forever; nothing is opened), 0 bytes."""
     if utt.error:
         raise AudioError(utt.error)
     path = utt.audio_path
     if not path:
         raise AudioError(f"{utt.utt_id}: no audio file for this utterance")
-    if not os.path.exists(path):
-        raise AudioError(f"{path}: file not found")
-    if os.path.isdir(path):
-        raise AudioError(f"{path}: is a directory, not an audio file")
-    if os.path.getsize(path) == 0:
-        raise AudioError(f"{path}: empty file (0 bytes)")
+    problem = unreadable(path)
+    if problem is not None:
+        raise AudioError(problem)
     return path
 
 
@@ -68,7 +74,8 @@ def open_audio(path: str) -> sf.SoundFile | ContainerAudio:
     M4A/MP4, WebM/Matroska, WMA, AMR, ...). A file neither reads raises libsndfile's error, or
     FFmpeg's for a container's extension (`CONTAINER_EXTENSIONS`)."""
     try:
-        return sf.SoundFile(path)
+        with quiet_stderr(is_mpeg(path)):
+            return sf.SoundFile(path)
     except sf.LibsndfileError as e:
         if "format not recognised" not in str(e).lower():
             raise
@@ -83,6 +90,8 @@ def open_audio(path: str) -> sf.SoundFile | ContainerAudio:
 def describe_audio_file(path: str) -> str:
     """``"FORMAT CODEC, RATE Hz, N ch"`` of an audio file by the library that reads it (``WAV
     PCM_16``, ``mov aac``), or ``"unreadable"``."""
+    if unreadable(path) is not None:
+        return "unreadable"
     try:
         with _audio_errors(path), open_audio(path) as f:
             kind = f.format.removeprefix("FFMPEG:") + (f" {f.subtype}" if f.subtype else "")
@@ -170,8 +179,10 @@ def _open_span(f: sf.SoundFile | ContainerAudio, utt: Utterance, path: str) -> t
     sr = int(f.samplerate)
     frames = int(f.frames)
     channels = int(f.channels)
-    if sr <= 0:
-        raise AudioError(f"{path}: invalid sample rate {sr}")
+    if not MIN_RATE <= sr <= MAX_RATE:
+        raise AudioError(
+            f"{path}: sample rate {sr} Hz in its header, outside {MIN_RATE}-{MAX_RATE} Hz: a damaged header"
+        )
     if frames <= 0:
         raise AudioError(f"{path}: contains no audio samples (empty or truncated file)")
     if f.format in ("WAV", "WAVEX"):
@@ -208,9 +219,10 @@ def _mono_blocks(
 ) -> Iterator[np.ndarray]:
     """The next `n` frames of `f` (fewer at the end of the file) as float32 mono blocks of
     `READ_BLOCK_FRAMES`: the temporaries are a block's, whatever the recording's length."""
-    got = 0
+    got, mpeg = 0, getattr(f, "format", "") == "MP3"
     while got < n:
-        data = f.read(min(READ_BLOCK_FRAMES, n - got), dtype="float32", always_2d=True)
+        with quiet_stderr(mpeg):
+            data = f.read(min(READ_BLOCK_FRAMES, n - got), dtype="float32", always_2d=True)
         k = data.shape[0]
         if k == 0:
             return
@@ -222,6 +234,11 @@ def _mono_blocks(
             block = data.mean(axis=1, dtype=np.float64).astype(np.float32)
         if not np.isfinite(block).all():
             raise AudioError(f"{path}: contains NaN or infinite sample values")
+        peak = float(np.abs(block).max()) if block.size else 0.0
+        if peak > MAX_SAMPLE:
+            raise AudioError(
+                f"{path}: sample values up to {peak:.3g} (audio samples lie within [-1, 1]): a damaged file"
+            )
         got += k
         yield np.ascontiguousarray(block)
 
@@ -256,6 +273,71 @@ def _check_wav_complete(path: str) -> None:
         raise
     except (OSError, struct.error):
         return
+
+
+# MPEG audio frame headers: kbit/s by (MPEG-1?, layer) and bitrate index; Hz by version
+_MPEG_KBPS = {
+    (True, 1): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
+    (True, 2): (0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
+    (True, 3): (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    (False, 1): (0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
+    (False, 2): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+}
+_MPEG_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+
+
+def _mpeg_frame_bytes(head: bytes) -> int:
+    """The length in bytes of the MPEG audio frame whose 4-byte header is `head`; 0 if it is no
+    frame header (or a free-format one, whose length it does not say)."""
+    if len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
+        return 0
+    version, layer = (head[1] >> 3) & 3, 4 - ((head[1] >> 1) & 3)
+    index, rate_index, padding = head[2] >> 4, (head[2] >> 2) & 3, (head[2] >> 1) & 1
+    if version == 1 or layer == 4 or index in (0, 15) or rate_index == 3:
+        return 0
+    mpeg1 = version == 3
+    kbps = _MPEG_KBPS[(mpeg1, layer if mpeg1 or layer == 1 else 2)][index]
+    rate = _MPEG_RATES[version][rate_index]
+    if layer == 1:
+        return (12000 * kbps // rate + padding) * 4
+    return (144000 if mpeg1 or layer == 2 else 72000) * kbps // rate + padding
+
+
+def mpeg_cut_short(path: str) -> bool:
+    """Whether an MP3 file ends inside a frame: cut short, though a file without a length header
+    (Xing/Info) reads as whole (its length is estimated from its size). Frames are walked from the
+    first after an ID3v2 tag to the end (an ID3v1 or APE tag there is allowed); a file whose frames
+    cannot be walked (free format, damage midway) is not judged: False."""
+    import mmap
+
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            end = len(data) - (128 if data[-128:-125] == b"TAG" else 0)
+            pos = 0
+            if data[:3] == b"ID3" and len(data) >= 10:
+                pos = 10 + sum((b & 0x7F) << (7 * (3 - i)) for i, b in enumerate(data[6:10]))
+                pos += 10 if data[5] & 0x10 else 0
+            while pos < end:
+                if end - pos < 4:
+                    return True  # less than a frame header left
+                length = _mpeg_frame_bytes(data[pos : pos + 4])
+                if not length:
+                    return False  # a tag (APE, Lyrics3) or damage: not judged
+                if pos + length > end:
+                    return True
+                pos += length
+            return False
+    except (OSError, ValueError):
+        return False
+
+
+def cut_short_warning(utt: Utterance) -> str | None:
+    """A warning for an input that may be cut short though it reads as whole: an MP3 ending inside
+    a frame (`mpeg_cut_short`; a file whose length header says more is an error when read)."""
+    path = utt.audio_path
+    if path and is_mpeg(path) and mpeg_cut_short(path):
+        return f"{path}: ends inside an MP3 frame: the file may be cut short (its last words may be missing)"
+    return None
 
 
 def _describe_sf_error(e: Exception) -> str:

@@ -13,6 +13,7 @@ state ``s`` is not final.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -167,6 +168,18 @@ class DeviceGraph:
             ns = self.nextstate.cpu()
             if bool(((ns < 0) | (ns >= S)).any()) or bool((self.ilabel.cpu() < 0).any()):
                 raise GraphError("graph has a nextstate out of range or a negative ilabel")
+            if bool((self.olabel.cpu() < 0).any()):
+                raise GraphError("graph has a negative olabel (word id)")
+        for name in ("weight", "final"):  # +inf: no arc / not final; NaN or -inf breaks every search
+            values = getattr(self, name).cpu()
+            bad = int((torch.isnan(values) | (values == -math.inf)).sum())
+            if bad:
+                raise GraphError(f"graph has {bad} {name} value(s) that are NaN or -inf")
+        columns = self.meta.get("num_columns")
+        if isinstance(columns, int) and not self.max_ilabel <= columns < 2**31:
+            raise GraphError(
+                f"graph declares num_columns {columns}; its input labels read {self.max_ilabel} model columns"
+            )
         if S and not 0 <= self.start < S:
             raise GraphError(f"graph start state {self.start} is out of range for {S} states")
 

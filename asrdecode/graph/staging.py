@@ -8,7 +8,6 @@ import contextlib
 import ctypes
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from asrdecode.graph.format import (
     graph_file_names,
 )
 from asrdecode.graph.recipe import RECIPE_VERSION, GraphBuildConfig
+from asrdecode.io.lines import parse_json, read_text_bytes
 from asrdecode.io.schema import GRAPH_META, problem
 
 log = logging.getLogger("asrdecode.graph")
@@ -107,10 +107,7 @@ def cache_key(cfg: GraphBuildConfig, inputs: dict[str, dict[str, str]]) -> dict[
 
 def read_graph_meta(path: Path) -> dict[str, Any]:
     """A graph folder's meta.json, checked against `GRAPH_META` (one-line GraphError otherwise)."""
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise GraphError(f"{path}: not readable JSON ({err})") from None
+    meta = parse_json(read_text_bytes(path, GraphError), str(path), GraphError)
     if (wrong := problem(meta, GRAPH_META)) is not None:
         raise GraphError(f"{path}: {wrong}")
     return meta
@@ -127,8 +124,8 @@ def cached_meta(
     if not meta_path.is_file() or not all((out / f).is_file() for f in files):
         return None
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError):
+        meta = parse_json(read_text_bytes(meta_path, GraphError), str(meta_path), GraphError)
+    except GraphError:
         return None
     if not isinstance(meta, dict) or problem(meta, GRAPH_META) is not None:
         return None

@@ -23,8 +23,9 @@ import numpy as np
 import soundfile as sf
 
 from asrdecode.atomic_files import atomic_target, atomic_write_text
-from asrdecode.errors import InputError, LogprobsError, one_line
-from asrdecode.io.lines import read_lines
+from asrdecode.errors import InputError, LogprobsError, OutputError, one_line
+from asrdecode.io.lines import parse_json, read_lines, read_text_bytes
+from asrdecode.quiet_stderr import is_mpeg, quiet_stderr
 
 #: Extensions of the containers read by FFmpeg (`asrdecode.audio.containers`), not libsndfile.
 CONTAINER_EXTENSIONS: tuple[str, ...] = (
@@ -99,12 +100,9 @@ class LogprobsMeta:
     def from_file(cls, path: str | Path) -> LogprobsMeta:
         """Read and validate logprobs.json (InputError naming the file on any problem)."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{path}: not found (a log-prob folder needs {LOGPROBS_META})") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{path}: cannot read: {one_line(e)}") from None
+        if not path.is_file():
+            raise InputError(f"{path}: not found (a log-prob folder needs {LOGPROBS_META})")
+        data = parse_json(read_text_bytes(path), str(path))
         if not isinstance(data, dict):
             raise InputError(f"{path}: expected a JSON object")
         try:
@@ -222,6 +220,8 @@ def read_inputs(path: str | Path, *, channel: int | None = None) -> InputSet:
     p = user_path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
+    if not p.is_dir() and (problem := unreadable(p)) is not None:  # a FIFO would block the read
+        raise InputError(problem)
     if p.is_dir():
         if (p / LOGPROBS_META).is_file():
             return read_logprobs_dir(p)
@@ -329,11 +329,7 @@ def read_jsonl_manifest(
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            hint = " (JSON Lines expected: one object per line)" if line.lstrip().startswith("[") else ""
-            raise InputError(f"{where}: invalid JSON: {e.msg} at column {e.colno}{hint}") from None
+        obj = parse_json(line, where)
         if not isinstance(obj, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         explicit = None
@@ -713,10 +709,22 @@ def save_logprobs(
     if arr.ndim != 2:
         raise ValueError(f"log_probs for {utt_id!r} must be [T, V], got shape {arr.shape}")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / logprobs_filename(utt_id)
-    with atomic_target(target) as tmp, open(tmp, "wb") as f:
-        np.save(f, arr, allow_pickle=False)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_target(target) as tmp, open(tmp, "wb") as f:
+            np.save(f, arr, allow_pickle=False)
+        _append_utterance_info(out_dir, utt_id, text, duration, record)
+    except OSError as err:  # a full disk: numpy says only "N requested and M written"
+        why = err.strerror or f"a short write ({one_line(err)}): is the disk full?"
+        raise OutputError(f"{target}: cannot write the log-probs: {why}") from None
+    return target
+
+
+def _append_utterance_info(
+    out_dir: Path, utt_id: str, text: str | None, duration: float | None, record: dict | None
+) -> None:
+    """utterances.jsonl's line for `utt_id` (its reference, duration and input record), if any."""
     info: dict[str, Any] = {}
     if text is not None:
         info["text"] = text
@@ -732,7 +740,6 @@ def save_logprobs(
                 if f.read(1) != b"\n":
                     line = "\n" + line
             f.write((line + "\n").encode("utf-8"))
-    return target
 
 
 def write_logprobs_meta(
@@ -813,8 +820,8 @@ def _read_utt_sidecar(path: Path) -> dict[str, dict]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
+            obj = parse_json(line, f"{path}:{lineno}")
+        except InputError:
             continue  # partial line of a killed run
         if not isinstance(obj, dict) or not isinstance(obj.get("utt_id"), str):
             raise InputError(f"{path}:{lineno}: expected an object with a string 'utt_id'")
@@ -892,8 +899,11 @@ def _default_num_columns(units: list[str], blank_id: int) -> int:
 def probe_duration(path: str | Path) -> float | None:
     """Duration in seconds from the audio header (libsndfile's, or FFmpeg's container for a format
     libsndfile does not know), or None if the file cannot be opened."""
+    if unreadable(path) is not None:  # missing, empty, or a FIFO that opening would block on
+        return None
     try:
-        info = sf.info(str(path))
+        with quiet_stderr(is_mpeg(path)):
+            info = sf.info(str(path))
     except Exception:
         from asrdecode.audio.containers import container_duration
 

@@ -20,7 +20,8 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from asrdecode.atomic_files import atomic_write_text
-from asrdecode.errors import InputError, OutputError
+from asrdecode.errors import InputError, OutputError, message_line
+from asrdecode.io.lines import parse_json
 from asrdecode.io.provenance import SETUP, STALE, read_setup, same_source, setup_differences, setup_json
 from asrdecode.io.schema import ERROR_RECORD, TRANSCRIPT_RECORD, problem
 from asrdecode.io.subtitles import SubtitleStyle, record_subtitles
@@ -397,7 +398,7 @@ def error_entry(
     if not isinstance(utt, str):
         path = path or utt.audio_path or utt.logprobs_path
         utt = utt.utt_id
-    return utt, path, str(error)
+    return utt, path, message_line(str(error))
 
 
 def batch_records(
@@ -520,10 +521,10 @@ def _read_jsonl_records(path: Path, warnings: list[str]) -> tuple[list[dict], in
                 good = pos
             continue
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = parse_json(raw, f"{path}:{lineno}")
             wrong = problem(obj, schema)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            wrong = "not a JSON line"
+        except InputError as err:
+            wrong = str(err).removeprefix(f"{path}:{lineno}: ")
         if wrong is not None:
             clean = False
             warnings.append(f"{path}:{lineno}: dropped a line ({wrong})")

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from helpers.fuzz import only_asrdecode_errors
 
 from asrdecode.audio import load_audio, resample_batch
-from asrdecode.audio.loading import audio_blocks
+from asrdecode.audio.loading import (
+    _mpeg_frame_bytes,
+    audio_blocks,
+    cut_short_warning,
+    describe_audio_file,
+    mpeg_cut_short,
+)
 from asrdecode.errors import AudioError
 from asrdecode.io import Utterance
 
@@ -82,7 +92,7 @@ def test_missing_empty_and_non_audio_files(tmp_path):
     (tmp_path / "garbage.flac").write_bytes(np.random.default_rng(0).bytes(3000))
     assert_audio_error(utt(tmp_path / "garbage.flac"))
     (tmp_path / "dir.wav").mkdir()
-    assert_audio_error(utt(tmp_path / "dir.wav"), "directory")
+    assert_audio_error(utt(tmp_path / "dir.wav"), "a folder, not a regular file")
     with pytest.raises(AudioError, match="^wav.scp:3: pipe not run$"):
         load_audio(Utterance("u", str(tmp_path / "x.wav"), error="wav.scp:3: pipe not run"))
     with pytest.raises(AudioError, match="no audio file"):
@@ -99,6 +109,70 @@ def test_truncated_files(tmp_path, ext, subtype):
     assert_audio_error(utt(p), "truncated")
     p.write_bytes(data[:30])  # header cut
     assert_audio_error(utt(p))
+
+
+def test_a_fifo_is_refused_without_being_opened(tmp_path):
+    """Opening a named pipe would wait for a writer forever: it is refused by its type (the
+    time-limited harness fails the test should that ever block)."""
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)
+    only_asrdecode_errors(lambda: load_audio(utt(fifo)))
+    assert_audio_error(utt(fifo), "a FIFO (named pipe), not a regular file")
+    assert describe_audio_file(str(fifo)) == "unreadable"
+
+
+def test_a_sample_rate_outside_audio_is_a_damaged_header(tmp_path):
+    """A header that says 1 Hz would make an 89 KB file 12 hours long."""
+    sf.write(tmp_path / "one.wav", np.zeros(44000, np.int16), 1, subtype="PCM_16")
+    assert_audio_error(utt(tmp_path / "one.wav"), "sample rate 1 Hz in its header", "damaged header")
+
+
+def test_float_samples_far_outside_audio_are_a_damaged_file(tmp_path):
+    x = np.zeros(16000, np.float32)
+    x[100] = 1e30
+    sf.write(tmp_path / "huge.wav", x, 16000, subtype="FLOAT")
+    assert_audio_error(utt(tmp_path / "huge.wav"), "sample values up to 1e+30")
+    x[100] = 1.5  # clipped float audio is still audio
+    sf.write(tmp_path / "loud.wav", x, 16000, subtype="FLOAT")
+    assert load_audio(utt(tmp_path / "loud.wav"))[0].max() == 1.5
+
+
+def mp3_without_length_header(path: Path) -> bytes:
+    """An MP3 as libsndfile writes it, less its first frame (the Xing header that declares the
+    length): what many encoders write, whose length a reader estimates from its size."""
+    x = (0.3 * np.sin(np.arange(48000) * 0.05)).astype(np.float32)
+    sf.write(path, x, 16000, format="MP3")
+    data = path.read_bytes()
+    first = _mpeg_frame_bytes(data[:4])
+    assert b"Xing" in data[:first]
+    return data
+
+
+def test_a_cut_mp3_is_an_error_with_a_length_header_and_a_warning_without(tmp_path):
+    data = mp3_without_length_header(tmp_path / "whole.mp3")
+    (tmp_path / "half.mp3").write_bytes(data[: len(data) // 2 + 37])
+    assert_audio_error(utt(tmp_path / "half.mp3"), "truncated")
+    plain = data[_mpeg_frame_bytes(data[:4]) :]
+    (tmp_path / "plain.mp3").write_bytes(plain)
+    assert not mpeg_cut_short(str(tmp_path / "plain.mp3"))
+    assert cut_short_warning(utt(tmp_path / "whole.mp3")) is None
+    (tmp_path / "cut.mp3").write_bytes(plain[: len(plain) // 2 + 37])
+    load_audio(utt(tmp_path / "cut.mp3"))  # reads as whole: its length is estimated from its size
+    warning = cut_short_warning(utt(tmp_path / "cut.mp3"))
+    assert warning is not None and "ends inside an MP3 frame" in warning
+
+
+def test_libmpg123s_own_lines_stay_off_the_terminal(tmp_path):
+    data = mp3_without_length_header(tmp_path / "whole.mp3")
+    (tmp_path / "half.mp3").write_bytes(data[: len(data) // 2])
+    code = (
+        "import sys; from asrdecode.audio.loading import load_audio; from asrdecode.io import Utterance\n"
+        "try: load_audio(Utterance('u', sys.argv[1]))\nexcept Exception as e: print(e)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "half.mp3")], capture_output=True, text=True, check=True
+    )
+    assert "truncated" in proc.stdout and proc.stderr == ""
 
 
 def test_nan_samples_are_rejected(tmp_path):

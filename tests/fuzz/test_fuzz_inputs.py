@@ -220,6 +220,70 @@ def test_run_config_yaml(scratch, tree, key):
     only_asrdecode_errors(lambda: build_config(path))
 
 
+@given(edits=edits, cut=cuts)
+def test_run_config_bytes(scratch, edits, cut):
+    """A shipped config's bytes mutated: text that is not UTF-8, numbers of thousands of digits."""
+    from asrdecode.config import build_config
+
+    path = case_dir(scratch, "cfg") / "c.yaml"
+    path.write_bytes(mutate((ROOT / "configs/ctc-beam.yaml").read_bytes(), edits, cut))
+    only_asrdecode_errors(lambda: build_config(path))
+
+
+NESTINGS = st.tuples(st.integers(1, 20_000), st.sampled_from(["list", "mapping"]))
+
+
+def _nested(depth: int, kind: str) -> str:
+    return "[" * depth + "]" * depth if kind == "list" else '{"a": ' * depth + "1" + "}" * depth
+
+
+@given(nesting=NESTINGS, where=st.sampled_from(["manifest", "config", "override"]))
+def test_nested_values(scratch, nesting, where):
+    """Values nested up to 20,000 levels deep in a manifest line, a config file or an override
+    (Python's parsers recurse: a RecursionError is not a message)."""
+    from asrdecode.config import build_config
+    from asrdecode.io.manifests import read_inputs
+
+    folder = case_dir(scratch, "nested")
+    value = _nested(*nesting)
+    if where == "manifest":
+        (folder / "m.jsonl").write_text('{"audio_filepath": "a.wav", "duration": 1, "k": ' + value + "}\n")
+        only_asrdecode_errors(lambda: read_inputs(folder / "m.jsonl"))
+    elif where == "config":
+        (folder / "c.yaml").write_text("decoder:\n  type: wfst\n  boost: " + value + "\n")
+        only_asrdecode_errors(lambda: build_config(folder / "c.yaml"))
+    else:
+        only_asrdecode_errors(lambda: build_config(None, ["decoder.type=wfst", "decoder.boost=" + value]))
+
+
+@given(
+    rate=st.integers(0, (1 << 32) - 1),
+    peak=st.floats(width=32, allow_nan=True, allow_infinity=True),
+    channels=st.integers(1, 3),
+)
+def test_wav_header_rate_and_sample_values(scratch, rate, peak, channels):
+    """Any sample rate a WAV header can declare and any float sample value: a one-line error, or
+    samples a model can take (finite, within `MAX_SAMPLE`)."""
+    import struct
+
+    from asrdecode.audio.loading import MAX_SAMPLE, load_audio
+    from asrdecode.io.manifests import Utterance
+
+    x = np.zeros((4000, channels), np.float32)
+    x[10] = peak
+    buf = io.BytesIO()
+    sf.write(buf, x, 16000, format="WAV", subtype="FLOAT")
+    data = bytearray(buf.getvalue())
+    data[24:28] = struct.pack("<I", rate)  # the fmt chunk's sample rate
+    path = case_dir(scratch, "wav") / "a.wav"
+    path.write_bytes(bytes(data))
+    got = {}
+    only_asrdecode_errors(lambda: got.update(result=load_audio(Utterance("a", str(path)))))
+    if "result" in got:
+        samples, _ = got["result"]
+        assert np.isfinite(samples).all() and np.abs(samples).max() <= MAX_SAMPLE
+
+
 def test_kaldi_entry_with_an_unknown_home(scratch):
     """wav.scp naming `~0` (the home of a user that does not exist), found by `make fuzz`: the
     path is taken as written, and reading it is a one-line error, not a RuntimeError."""

@@ -139,14 +139,38 @@ def graph_files(tmp_path_factory) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in (folder / "g").iterdir() if p.is_file()}
 
 
-@given(member=st.sampled_from(["graph.safetensors", "words.txt", "units.txt"]), edits=edits, cut=cuts)
+@given(
+    member=st.sampled_from(["graph.safetensors", "graph.pt", "words.txt", "units.txt", "meta.json"]),
+    edits=edits,
+    cut=cuts,
+)
 def test_load_mutated_graph_folder(scratch, graph_files, member, edits, cut):
-    from asrdecode.api import load_graph
-
     folder = case_dir(scratch, "graph")
     for name, data in graph_files.items():
+        if name == "graph.safetensors" and member == "graph.pt":
+            continue  # graph.pt is read when it is the only graph file
         (folder / name).write_bytes(mutate(data, edits, cut) if name == member else data)
-    only_asrdecode_errors(lambda: load_graph(str(folder)))
+    only_asrdecode_errors(lambda: _checked_graph(folder))
+
+
+@given(key=st.sampled_from(["kind", "sizes", "num_columns", "blank_column", "words"]), value=json_values)
+def test_graph_folder_meta_values(scratch, graph_files, key, value):
+    """meta.json with any JSON value at the keys it declares the graph by."""
+    folder = case_dir(scratch, "graph")
+    for name, data in graph_files.items():
+        (folder / name).write_bytes(data)
+    meta = json.loads(graph_files["meta.json"])
+    (folder / "meta.json").write_text(json.dumps({**meta, key: value}))
+    only_asrdecode_errors(lambda: _checked_graph(folder))
+
+
+def _checked_graph(folder: Path) -> None:
+    """Load a graph folder; what loads outputs only words of its words.txt, with finite weights."""
+    from asrdecode.api import load_graph
+
+    graph, words = load_graph(str(folder))
+    assert not words or graph.num_arcs == 0 or int(graph.olabel.max()) <= max(words)
+    assert not bool(graph.weight.isnan().any())
 
 
 @given(meta=json_values, key=st.sampled_from(["frame_shift", "blank_id", "units", "utterances", "dtype"]))
@@ -175,9 +199,10 @@ def mp3_bytes() -> bytes:
 
 @given(edits=edits, cut=cuts)
 def test_mp3_audio(scratch, mp3_bytes, edits, cut):
-    from asrdecode.audio.loading import load_audio
+    from asrdecode.audio.loading import cut_short_warning, load_audio
     from asrdecode.io.manifests import Utterance
 
     path = case_dir(scratch, "mp3") / "a.mp3"
     path.write_bytes(mutate(mp3_bytes, edits, cut))
     only_asrdecode_errors(lambda: load_audio(Utterance("a", str(path))))
+    only_asrdecode_errors(lambda: cut_short_warning(Utterance("a", str(path))))

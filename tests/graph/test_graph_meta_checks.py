@@ -72,3 +72,63 @@ def test_damaged_header_meta_in_the_graph_file(graph, tmp_path):
     g.save(tmp_path / "graph.safetensors")
     with pytest.raises(GraphError, match=r"graph header meta: blank_column must be an integer, got str"):
         DeviceGraph.load(tmp_path / "graph.safetensors")
+
+
+def _damaged_folder(folder, tmp_path, change_graph=None, change_meta=None):
+    """A copy of the graph folder with graph.pt (alone) and meta.json changed."""
+    from asrdecode.graph.format import DeviceGraph
+
+    damaged = tmp_path / "damaged"
+    damaged.mkdir(exist_ok=True)
+    for f in folder.iterdir():
+        if f.name != "graph.safetensors":
+            (damaged / f.name).write_bytes(f.read_bytes())
+    if change_graph is not None:
+        g = DeviceGraph.load(folder / "graph.pt")
+        change_graph(g)
+        g.save(damaged / "graph.pt")
+    if change_meta is not None:
+        meta = json.loads((folder / "meta.json").read_text())
+        change_meta(meta)
+        (damaged / "meta.json").write_text(json.dumps(meta))
+    return damaged
+
+
+def _set(tensor_name, index, value):
+    return lambda g: getattr(g, tensor_name).__setitem__(index, value)
+
+
+@pytest.mark.parametrize(
+    "change_graph, change_meta, message",
+    [
+        (_set("olabel", 0, 10_000_000), None, "words.txt: ends at word id .* graph outputs word id 10000000"),
+        (_set("olabel", 0, -3), None, "graph.pt: graph has a negative olabel"),
+        (_set("weight", 1, float("nan")), None, "graph.pt: graph has 1 weight value.* NaN or -inf"),
+        (_set("final", 0, float("-inf")), None, "graph.pt: graph has 1 final value.* NaN or -inf"),
+        (
+            lambda g: g.meta.update(num_columns=10**12),
+            None,
+            "graph.pt: graph declares num_columns 1000000000000",
+        ),
+        (
+            None,
+            lambda m: m["sizes"][m["kind"]].update(states=5),
+            "meta.json: declares states 5, the graph has",
+        ),
+        (None, lambda m: m.update(num_columns=7), "meta.json: declares num_columns 7, the graph has"),
+        (None, lambda m: m.update(kind=3), "meta.json: kind must be a string, got int"),
+    ],
+)
+def test_a_graph_folder_is_checked_against_what_it_declares(
+    graph, tmp_path, change_graph, change_meta, message
+):
+    """Output labels past words.txt, NaN weights, a number of model columns or sizes that the
+    graph itself contradicts: one line naming the file when the folder is loaded, not garbage
+    words or empty transcripts."""
+    from asrdecode.decoders.wfst.paths import load_graph
+
+    _, folder = graph
+    damaged = _damaged_folder(folder, tmp_path, change_graph, change_meta)
+    with pytest.raises(GraphError, match=message):
+        load_graph(str(damaged))
+    load_graph(str(folder))  # the folder as built loads

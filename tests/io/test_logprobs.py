@@ -104,5 +104,17 @@ def test_bad_meta(tmp_path):
     with pytest.raises(InputError, match="blank_id"):
         read_inputs(d)
     (d / "logprobs.json").write_text("{")
-    with pytest.raises(InputError, match="logprobs.json: cannot read"):
+    with pytest.raises(InputError, match="logprobs.json: invalid JSON"):
         read_inputs(d)
+
+
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    """numpy says only "N requested and M written" when the disk fills up."""
+    from asrdecode.errors import OutputError
+
+    def short_write(*args, **kwargs):
+        raise OSError("11570 requested and 8160 written")
+
+    monkeypatch.setattr(np, "save", short_write)
+    with pytest.raises(OutputError, match=r"u1\.npy: cannot write the log-probs: a short write .* disk full"):
+        save_logprobs(tmp_path / "lp", "u1", np.zeros((2, 3), np.float32))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,9 @@ def test_jsonl_manifest_fields_and_relative_paths(tmp_path, monkeypatch):
         ('{"audio_filepath": "a.wav", "boost": {"w": "x"}}', "'boost'"),
         ('{"audio_filepath": "a.wav", "utt_id": "has space"}', "whitespace"),
         ('{"audio_filepath": "a.wav", "utt_id": "u1"}', "duplicate utt_id 'u1' (first on line 1)"),
+        ('{"audio_filepath": "a.wav", "k": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested more than 100"),
+        ('{"audio_filepath": "a.wav", "k": ' + "[" * 101 + "]" * 101 + "}", "nested more than 100"),
+        ('{"audio_filepath": "a.wav", "duration": ' + "9" * 5000 + "}", "a number of 5000 digits"),
     ],
 )
 def test_jsonl_malformed_line_names_file_and_line(tmp_path, line, problem):
@@ -277,3 +281,19 @@ def test_kaldi_malformed_lines(tmp_path):
     (d / "utt2dur").write_text("r1 long\n")
     with pytest.raises(InputError, match=r"utt2dur:1:"):
         read_inputs(d)
+
+
+def test_a_fifo_in_a_folder_is_an_input_that_fails_unopened(tmp_path):
+    """A named pipe among the audio files: listed, never opened (opening it would wait for a
+    writer forever), and failed with one line when its turn comes."""
+    from helpers.fuzz import only_asrdecode_errors
+
+    wav(tmp_path / "audio" / "a.wav")
+    os.mkfifo(tmp_path / "audio" / "pipe.wav")
+    only_asrdecode_errors(lambda: read_inputs(tmp_path / "audio"))
+    a, pipe = read_inputs(tmp_path / "audio").utterances
+    assert pipe.utt_id == "pipe" and pipe.duration is None
+    with pytest.raises(AudioError, match="pipe.wav: a FIFO"):
+        load_audio(pipe)
+    with pytest.raises(InputError, match="pipe.wav: a FIFO"):  # given as the input itself
+        read_inputs(tmp_path / "audio" / "pipe.wav")

@@ -75,7 +75,38 @@ def load_graph(spec: str) -> tuple[DeviceGraph, dict[int, str]]:
     words = read_symbols(words_file) if words_file.is_file() else {}
     if not words:
         log.warning("wfst: no words.txt next to %s; words are printed as ids", spec)
+    check_declared(graph, words, folder)
     return graph, words
+
+
+def check_declared(graph: DeviceGraph, words: dict[int, str], folder: Path) -> None:
+    """A graph folder's files agree: every output label is a word of words.txt, and the folder's
+    meta.json (when there is one: schema-checked) declares the graph's own states, arcs and
+    number of model columns. One-line GraphErrors naming the file."""
+    from asrdecode.graph.staging import read_graph_meta
+
+    top = int(graph.olabel.max()) if graph.num_arcs else 0
+    if words and top > max(words):
+        raise GraphError(
+            f"{folder / 'words.txt'}: ends at word id {max(words)}, but the graph outputs word id {top}: "
+            "the folder's files are from different builds"
+        )
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        return
+    meta = read_graph_meta(meta_path)
+    sizes = meta.get("sizes")
+    declared = sizes.get(meta.get("kind")) if isinstance(sizes, dict) else None
+    claims = {**(declared if isinstance(declared, dict) else {}), "num_columns": meta.get("num_columns")}
+    columns = graph.meta.get("num_columns")
+    actual = {"states": graph.num_states, "arcs": graph.num_arcs, "num_columns": columns}
+    for key, value in actual.items():
+        claim = claims.get(key)
+        if claim is not None and value is not None and claim != value:
+            raise GraphError(
+                f"{meta_path}: declares {key} {claim!r}, the graph has {value}: the folder's files are "
+                "from different builds (rebuild it)"
+            )
 
 
 def _from_fst(path: Path) -> DeviceGraph:
