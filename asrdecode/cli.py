@@ -18,6 +18,7 @@ from rich.progress import (
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -297,11 +298,12 @@ def transcribe(
     progress = Progress(
         TextColumn("[bold]transcribing"),
         BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("utts"),
-        TextColumn("{task.fields[audio]:.0f} s audio"),
+        TextColumn("{task.fields[utts]} utts"),
+        TextColumn("{task.fields[audio]} s audio"),
         TextColumn("RTFx {task.fields[rtfx]}"),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=console,
         transient=False,
     )
@@ -316,9 +318,18 @@ def transcribe(
         nonlocal task
         log.write("progress", **event)
         rtfx = f"{event['audio_seconds'] / event['elapsed']:.1f}" if event["elapsed"] > 0 else "-"
+        # the bar (and its time left) in audio seconds when the inputs' lengths are known
+        total, done = event.get("audio_total") or 0.0, event["audio_seconds"]
+        if not total:
+            total, done = event["total"], event["done"]
+        fields = {
+            "utts": f"{event['done']}/{event['total']}",
+            "audio": f"{event['audio_seconds']:.0f}/{event.get('audio_total') or 0:.0f}",
+            "rtfx": rtfx,
+        }
         if task is None:
-            task = progress.add_task("decode", total=event["total"], audio=0.0, rtfx="-")
-        progress.update(task, completed=event["done"], audio=event["audio_seconds"], rtfx=rtfx)
+            task = progress.add_task("decode", total=total, **fields)
+        progress.update(task, total=total, completed=min(done, total), **fields)
 
     def on_error(utt_id: str, message: str) -> None:
         log.write("skipped", utt_id=utt_id, message=message)

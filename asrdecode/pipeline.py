@@ -181,6 +181,7 @@ class Transcriber:
         self.boost_oov: set[str] = set()  # boost words the decoder's vocabulary does not have
         self.workers: list[dict] = []  # engine.type=ray: one summary per worker
         self.defer_scores = False  # the model's scores left to the decoder's workers (`_load`)
+        self.todo_seconds = 0.0  # the known audio seconds of the inputs to decode (progress)
 
     # ----------------------------------------------------------------- setup
     def _open(self) -> None:
@@ -502,7 +503,7 @@ class Transcriber:
                 if self.model is not None:
                     self.on_status("warming up")
                     self._warm_up()
-                self.on_progress({"total": len(self.todo), "done": 0, "audio_seconds": 0.0, "elapsed": 0.0})
+                self._report_progress(None)
                 batch = self.cfg.batch
                 self._run_batches(plan_batches(self.todo, batch.max_seconds, batch.max_utterances), start)
         except KeyboardInterrupt:
@@ -543,14 +544,19 @@ class Transcriber:
             f"(word boosting: {takers})"
         )
 
-    def _report_progress(self, start: float, unfinished_seconds: float = 0.0) -> None:
-        """Progress so far; `unfinished_seconds`: audio decoded of an input still in segments."""
+    def _report_progress(self, start: float | None, unfinished_seconds: float = 0.0) -> None:
+        """Progress so far (`start` None: the run is starting): inputs done of those to decode,
+        audio seconds decoded of their known total (``audio_total``, for an estimate of the time
+        left); `unfinished_seconds`: audio decoded of an input still in segments."""
+        if start is None:
+            self.todo_seconds = sum(u.duration or 0.0 for u in self.todo)
         self.on_progress(
             {
                 "total": len(self.todo),
                 "done": self.stats.decoded + self.stats.failed,
                 "audio_seconds": self.stats.audio_seconds + unfinished_seconds,
-                "elapsed": time.perf_counter() - start,
+                "audio_total": self.todo_seconds,
+                "elapsed": time.perf_counter() - start if start is not None else 0.0,
             }
         )
 
@@ -628,6 +634,7 @@ class Transcriber:
         from asrdecode.audio.loading import audio_blocks
         from asrdecode.audio.segmenting import cut_stream, join_lattices, join_results
         from asrdecode.io.manifests import save_logprobs
+        from asrdecode.io.segment_log import KeptSegment
 
         rate, batch = self.model.sample_rate, self.cfg.batch
         seconds = self._segment_seconds()
@@ -637,7 +644,9 @@ class Transcriber:
         else:
             blocks = [wave.detach().cpu().numpy()]
         per_batch = max(1, min(batch.max_utterances, int(batch.max_seconds // seconds)))
-        parts: list[DecodeResult] = []
+        log = self._segment_log(utt, rate, seconds)
+        kept = log.kept() if log is not None else []
+        parts: list[DecodeResult] = [k.result for k in kept]  # decoded by an earlier run
         log_probs: list[np.ndarray] = []
         outs: list[ModelOutput | None] = []
         starts: list[int] = []  # each segment's first sample
@@ -648,6 +657,13 @@ class Transcriber:
             for first, piece in cut_stream(blocks, rate, seconds):
                 starts.append(first)
                 ends.append(first + piece.shape[0])
+                index = len(starts) - 1
+                if index < len(kept):
+                    if (kept[index].start, kept[index].end) == (first, ends[-1]):
+                        continue  # its result is kept
+                    del kept[index:], parts[index:]  # cut elsewhere now: decoded again from here
+                    if log is not None:
+                        log.keep(kept)
                 group.append(piece)
                 if len(group) == per_batch:
                     yield start(group)
@@ -663,6 +679,12 @@ class Transcriber:
         try:
             for i, results in enumerate(one_ahead(started())):
                 parts += results
+                if log is not None and any(r.lattice is not None for r in results):
+                    log.remove()  # lattices are not kept: the input is decoded whole again
+                    log = None
+                if log is not None:
+                    first = len(parts) - len(results)
+                    log.append([KeptSegment(starts[j], ends[j], parts[j]) for j in range(first, len(parts))])
                 if run_start is not None:
                     self._report_progress(run_start, ends[len(parts) - 1] / rate)
                 out, outs[i] = outs[i], None
@@ -670,6 +692,8 @@ class Transcriber:
                     lp = out.log_probs.float().cpu().numpy()
                     log_probs += [lp[j, : int(out.lengths[j])] for j in range(lp.shape[0])]
         except AudioError as err:
+            if log is not None:
+                log.remove()
             self._fail(utt, str(err))
             return
         if log_probs:
@@ -692,6 +716,19 @@ class Transcriber:
             else:
                 extras = self._write_lattices([utt], [joined])
         self._write([utt], [joined], [ends[-1] / rate], extras)
+        if log is not None:
+            log.remove()
+
+    def _segment_log(self, utt, rate: int, seconds: float):
+        """Where a long input's decoded segments are kept (`SegmentLog`), or None when they are not:
+        log-probs to save (their matrix is the whole input's) or lattices to join."""
+        from asrdecode.io.provenance import source_of
+        from asrdecode.io.segment_log import SegmentLog
+
+        if self.cfg.output.save_logprobs or getattr(self.cfg.decoder, "want_lattice", False):
+            return None
+        header = {**source_of(utt), "rate": rate, "segment_seconds": seconds}
+        return SegmentLog(self.out_dir, utt.utt_id, header)
 
     def _run_batches(self, batches: list[list], start: float) -> None:
         """Decode the batches in order, each started before the one before it is written

@@ -7,6 +7,8 @@ import json
 import shutil
 
 import numpy as np
+import pytest
+import soundfile as sf
 from helpers.cli import AUDIO, FIX, MODEL, read_jsonl
 
 from asrdecode.config import build_config
@@ -37,6 +39,10 @@ def test_transcriber_runs_resumes_and_reports(tmp_path):
     assert report["decoded_this_run"] == len(texts) and report["failed"] == 1
     assert [utt for utt, _ in errors] == ["broken"] and "broken.wav" in errors[0][1]
     assert events[-1]["done"] == len(texts) + 1  # progress counts the failed input too
+    # the audio decoded against the inputs' known total: the bar and the time left go by it
+    total = sum(sf.info(w).duration for w in AUDIO.glob("*.wav"))
+    assert all(e["audio_total"] == pytest.approx(total) for e in events)
+    assert events[-1]["audio_seconds"] == pytest.approx(total, abs=0.01)
     assert any("loading model" in s for s in statuses)
     assert json.loads((tmp_path / "out" / "report.json").read_text())["failed"] == 1
 

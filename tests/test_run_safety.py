@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -237,3 +238,41 @@ def test_write_limit_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path, refer
     assert rerun.returncode == 0, rerun.stderr
     assert comparable(out) == expected
     assert json.loads((out / "report.json").read_text())["resumed"] == len(kept)
+
+
+def test_a_long_input_killed_midway_continues_from_its_next_segment(tmp_path):
+    """One 20 s input decoded in 3 s segments, one a batch, killed as its fourth batch starts
+    (two segments' results written: each batch's results are kept once the next one has
+    started): the rerun decodes only the segments after them (one progress event a segment) and
+    writes the transcript of an uninterrupted run; the kept segments' file is gone after it."""
+    wave = np.concatenate(
+        [
+            np.concatenate([sf.read(w, dtype="float32")[0], np.zeros(4000, np.float32)])
+            for w in AUDIO.glob("*.wav")
+        ]
+    )
+    sf.write(tmp_path / "long.wav", wave, 16000)
+    manifest = tmp_path / "long.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": str(tmp_path / "long.wav"), "utt_id": "long"}) + "\n")
+
+    def args(out: Path) -> list[str]:
+        return [*transcribe_args(manifest, out), "batch.segment_seconds=3", "batch.max_seconds=3"]
+
+    def segment_events(log: Path) -> int:  # progress events between the first and the last
+        return len([e for e in lines_of(log) if e["event"] == "progress"]) - 2
+
+    whole = run_cli([*args(tmp_path / "whole"), "--log-file", str(tmp_path / "whole.log")])
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "out"
+    killed = subprocess.run(
+        [sys.executable, "-c", FAULTS, "mid-batch", "4", *args(out)], capture_output=True, text=True, env=ENV
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not lines_of(out / "transcripts.jsonl")
+    kept = lines_of(out / "segments" / "long.jsonl")[1:]
+    assert len(kept) == 2 and kept[0]["start"] == 0 and kept[1]["start"] == kept[0]["end"]
+    rerun = run_cli([*args(out), "--log-file", str(tmp_path / "rerun.log")])
+    assert rerun.returncode == 0, rerun.stderr
+    assert comparable(out) == comparable(tmp_path / "whole")
+    assert segment_events(tmp_path / "rerun.log") == segment_events(tmp_path / "whole.log") - 2
+    assert not (out / "segments" / "long.jsonl").exists()

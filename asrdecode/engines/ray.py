@@ -188,7 +188,7 @@ def _schedule(ray, t: Transcriber, start: float) -> list[dict]:
     shards = make_shards(t.todo, engine.workers * SHARDS_PER_WORKER)
     slots = min(engine.workers, len(shards))
     t.on_status(f"ray: {len(shards)} shards on {slots} workers")
-    t.on_progress({"total": len(t.todo), "done": 0, "audio_seconds": 0.0, "elapsed": 0.0})
+    t._report_progress(None)
     actors = [new_actor() for _ in range(slots)]
     queue, running = deque(range(len(shards))), {}
     attempts = [0] * len(shards)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from asrdecode.atomic_files import atomic_write_text
 from asrdecode.errors import InputError, OutputError, message_line
@@ -39,6 +39,7 @@ LATTICES = "lattices"  # folder: lat.ark.txt (all utterances) and <utt>.fst file
 LATTICE_ARCHIVE = "lattices/lat.ark.txt"
 SUBTITLES = "subtitles"  # folder: <utt>.srt / <utt>.vtt (output.subtitles)
 LOCK = ".asrdecode.lock"
+SEGMENTS = "segments"  # folder: a long input's decoded segments (`asrdecode.io.segment_log`)
 # what a result adds to its input record
 RESULT_FIELDS = frozenset(
     {"pred_text", "words", "score", "acoustic_score", "lm_score", "nbest", "lattice_density"}
@@ -99,6 +100,8 @@ class OutputWriter:
                 for sub in (self.out_dir / SUBTITLES).glob("*.*"):
                     if sub.suffix in (".srt", ".vtt"):
                         sub.unlink()
+                for kept in self._segment_logs():
+                    kept.unlink()
             if setup is not None:  # after the old results are gone: setup.json never names others
                 self._check_setup(setup)
             if not overwrite:
@@ -228,7 +231,7 @@ class OutputWriter:
         if old == setup:
             return
         results = self.out_dir / TRANSCRIPTS
-        if results.is_file() and results.stat().st_size > 0:
+        if (results.is_file() and results.stat().st_size > 0) or self._segment_logs():
             raise OutputError(
                 f"{self.out_dir}: holds results of another setup ({setup_differences(old, setup)}); "
                 "--overwrite decodes everything again, or choose another --out"
@@ -296,6 +299,13 @@ class OutputWriter:
         self._rebuild_derived(kept)
         self._compact_errors()
         self._recover_lattices()
+        for log in self._segment_logs():  # of inputs whose transcript was written before a kill
+            if unquote(log.name.removesuffix(".jsonl")) in self._done:
+                log.unlink()
+
+    def _segment_logs(self) -> list[Path]:
+        """The kept segments of long inputs (`asrdecode.io.segment_log`)."""
+        return sorted((self.out_dir / SEGMENTS).glob("*.jsonl"))
 
     def _current(self, rec: dict) -> bool:
         """Whether a resumed record is of one of this run's inputs, made from the same file and span."""

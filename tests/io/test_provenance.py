@@ -97,3 +97,21 @@ def test_same_source_compares_file_offset_and_duration(tmp_path):
     assert not same_source({**record, "offset": 1.0}, source_of(one))
     assert not same_source({**record, "audio_filepath": str(tmp_path / "b.wav")}, source_of(one))
     assert same_source({"utt_id": "a"}, source_of(one))  # a record that does not say: by its id
+
+
+def test_kept_segments_count_as_results_of_their_setup(tmp_path):
+    """A long input's kept segments (no transcript line yet) are results: another setup is
+    refused, --overwrite removes them, and those of an input whose line is written go."""
+    out, setup = tmp_path / "out", {"model.path": "a.nemo"}
+    OutputWriter(out, setup=setup).close()
+    (out / "segments").mkdir()
+    (out / "segments" / "long.jsonl").write_text("{}\n")
+    with pytest.raises(OutputError, match="another setup"):
+        OutputWriter(out, setup={"model.path": "b.nemo"})
+    OutputWriter(out, setup={"model.path": "b.nemo"}, overwrite=True).close()
+    assert not (out / "segments" / "long.jsonl").exists()
+    with OutputWriter(out, setup=setup, overwrite=True) as w:
+        w.write_results([utt("u1", tmp_path)], [result()])
+    (out / "segments" / "u1.jsonl").write_text("{}\n")  # killed before it was removed
+    OutputWriter(out, setup=setup).close()
+    assert not (out / "segments" / "u1.jsonl").exists()
