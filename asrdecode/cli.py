@@ -102,7 +102,7 @@ def main() -> None:
 def _report_table(report: dict) -> Table:
     table = Table(title="asrdecode report", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long path folds onto more lines, never cut
 
     def fmt(v, spec="{:.2f}"):
         return "-" if v is None else spec.format(v)
@@ -137,9 +137,15 @@ def _report_table(report: dict) -> Table:
         table.add_row(
             f"worker {w['worker']}",
             f"{w['shards']} shards, {w['utterances']} utts, {w['audio_seconds']:.1f} s audio, "
-            f"RTFx {fmt(w.get('rtfx'), '{:.1f}')}",
+            f"RTFx {fmt(w.get('rtfx'), '{:.1f}')}, peak {fmt(w.get('peak_memory_mb'), '{:.0f}')} MB",
         )
-    table.add_row("peak memory", f"{report['peak_memory_mb']:.0f} MB")
+    memory = f"{report['peak_memory_mb']:.0f} MB"
+    if report.get("peak_memory_mb_total") is not None:
+        memory = (
+            f"{report['peak_memory_mb_total']:.0f} MB ({report['peak_memory_mb']:.0f} MB the driver, "
+            f"{report['peak_memory_mb_workers']:.0f} MB its workers)"
+        )
+    table.add_row("peak memory", memory)
     table.add_row("config hash", report["config_hash"])
     return table
 
@@ -171,7 +177,8 @@ def read_boost_file(path: Path) -> dict[str, float]:
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
-    help="Output folder (results are appended as they come).",
+    help="Output folder (results are appended as they come); for a single audio file, FILE.asrdecode "
+    "beside it by default.",
 )
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML config (see configs/).")
 @click.option("--model", help="Shortcut for model.path=... (a .nemo file or embedded:<name>).")
@@ -291,7 +298,7 @@ def transcribe(
         out_console.print(config_to_yaml(cfg), highlight=False, end="")
         return
     if out_dir is None:
-        raise click.UsageError("--out DIR is required")
+        out_dir = default_out(input_path)
 
     from asrdecode.pipeline import Transcriber
 
@@ -353,10 +360,28 @@ def transcribe(
         report = runner.run()
         log.write("report", **report)
     out_console.print(_report_table(report))
-    files = "transcripts.jsonl, text, hyp.ctm, errors.jsonl, report.json"
-    if cfg.output.subtitles:
-        files += f", subtitles/ ({cfg.output.subtitles})"
-    say(out_console, "", f"results in {out_dir}/ ({files})")
+    if runner.inputs.kind == "file":  # one recording: its transcript here too
+        for row in runner.writer.read_records():
+            say(out_console, "[bold]transcript:[/] ", row["pred_text"])
+    say(out_console, "", f"results in {out_dir}/ ({', '.join(written_files(out_dir))})")
+
+
+def default_out(input_path: Path) -> Path:
+    """The output folder when --out is not given: FILE.asrdecode beside a single audio file;
+    any other input needs --out."""
+    from asrdecode.io.manifests import AUDIO_EXTENSIONS
+
+    if input_path.is_file() and input_path.suffix.lower() in AUDIO_EXTENSIONS:
+        return input_path.with_name(input_path.name + ".asrdecode")
+    raise click.UsageError("--out DIR is required (it is optional for a single audio file)")
+
+
+def written_files(out_dir: Path) -> list[str]:
+    """The result files and folders a run left in `out_dir`, in a fixed order."""
+    names = ["transcripts.jsonl", "text", "hyp.ctm", "errors.jsonl", "report.json", "stale.jsonl"]
+    folders = ["lattices", "subtitles", "logprobs"]
+    found = [n for n in names if (out_dir / n).is_file()]
+    return found + [f"{f}/" for f in folders if (out_dir / f).is_dir()]
 
 
 @main.command()

@@ -145,7 +145,8 @@ def words_of_units(units: list[str]) -> Callable[[list[int]], list[tuple[str, in
     return words_of
 
 
-def _peak_memory_mb(device: torch.device) -> float:
+def peak_memory_mb(device: torch.device) -> float:
+    """This process's peak memory so far in MB: resident (CPU) or allocated on the GPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -811,13 +812,18 @@ class Transcriber:
             "rtfx": audio / self.stats.wall_seconds if self.stats.wall_seconds > 0 and audio else None,
             "rtfx_compute": audio / compute if compute > 0 else None,
             "rtfx_per_stage": rtfx,
-            "peak_memory_mb": round(_peak_memory_mb(self.device), 1),
+            "peak_memory_mb": round(peak_memory_mb(self.device), 1),
             "boost_oov": sorted(self.boost_oov),
             "torch": torch.__version__,
         }
         if self.cfg.engine.type != "local":
             report["engine"] = self.cfg.engine.type
             report["workers"] = self.workers
+            # the driver's and every worker process's peaks (workers that died and were replaced
+            # count with their replacement's)
+            workers = sum(w.get("peak_memory_mb", 0.0) for w in self.workers)
+            report["peak_memory_mb_workers"] = round(workers, 1)
+            report["peak_memory_mb_total"] = round(report["peak_memory_mb"] + workers, 1)
         report.update(self._accuracy())
         report.update(self._lattice_report())
         return report

@@ -67,6 +67,7 @@ class ShardResult:
     stage_seconds: dict[str, float]
     boost_oov: list[str] = field(default_factory=list)
     scores_deferred: bool = False  # the worker's search threads scored the utterances
+    peak_memory_mb: float = 0.0  # the worker process's peak so far (resident, or the GPU's)
 
 
 class ShardWorker:
@@ -95,7 +96,7 @@ class ShardWorker:
             raise self.problem
         t = self.transcriber
         from asrdecode.decoders import decoder_name
-        from asrdecode.pipeline import RunStats
+        from asrdecode.pipeline import RunStats, peak_memory_mb
 
         t.writer, t.stats, t.boost_oov = ShardOutput(), RunStats(), set()
         t.timer.seconds = dict.fromkeys(STAGES, 0.0)
@@ -114,6 +115,7 @@ class ShardWorker:
             stage_seconds=dict(t.timer.seconds),
             boost_oov=sorted(t.boost_oov),
             scores_deferred=t.defer_scores,
+            peak_memory_mb=round(peak_memory_mb(t.device), 1),
         )
 
 
@@ -241,6 +243,7 @@ def _schedule(ray, t: Transcriber, start: float) -> list[dict]:
             summary["utterances"] += result.stats.decoded + result.stats.failed
             summary["audio_seconds"] += result.stats.audio_seconds
             summary["busy_seconds"] += result.seconds
+            summary["peak_memory_mb"] = max(summary.get("peak_memory_mb", 0.0), result.peak_memory_mb)
             submit(slot)
     finally:
         for actor in actors:

@@ -78,6 +78,14 @@ def test_ray_run_writes_what_a_local_run_writes(manifest, local_run, tmp_path):
     workers = report["workers"]
     assert len(workers) == 2 and sum(w["utterances"] for w in workers) == 31
     assert all(w["rtfx"] > 0 for w in workers) and report["rtfx"] > 0
+    # peak memory: the driver's and each worker process's (each loads its own model)
+    assert all(w["peak_memory_mb"] > 0 for w in workers)
+    assert report["peak_memory_mb_workers"] == pytest.approx(
+        sum(w["peak_memory_mb"] for w in workers), abs=0.2
+    )
+    assert report["peak_memory_mb_total"] == pytest.approx(
+        report["peak_memory_mb"] + report["peak_memory_mb_workers"], abs=0.2
+    )
 
 
 def test_ray_run_resumes_a_folder(manifest, local_run, tmp_path):
