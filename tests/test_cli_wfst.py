@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers.cli import AUDIO, MODEL, read_jsonl, run
 from helpers.lattice_paths import lattice_best_path
-from helpers.wfst_ref import kaldi_best_path, nemo_sentences, write_arpa  # noqa: E402
+from helpers.wfst_ref import kaldi_best_path, model_sentences, write_arpa  # noqa: E402
 
 from asrdecode.decoders.wfst.lattice import read_kaldi_text  # noqa: E402
 
@@ -34,7 +34,7 @@ def wfst(inputs: str, graph_dir: Path, *args: str, check: bool = True):
 @pytest.fixture(scope="module")
 def graph_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("cli_wfst")
-    write_arpa(d / "lm.arpa", nemo_sentences())
+    write_arpa(d / "lm.arpa", model_sentences())
     out = d / "graph"
     run("build-graph", f"arpa={d / 'lm.arpa'}", f"model={MODEL}", "lexicon_type=bpe", "--out", str(out))
     return out

@@ -179,12 +179,13 @@ def unigram_arpa(path: Path, sentences: list[list[str]]) -> Path:
 
 
 def cli_small_and_large_graphs(folder: Path, run, model: Path) -> Path:
-    """`folder` with small.arpa (unigram) and large.arpa (trigram) of the NeMo fixture sentences and
-    their TLGs `small/` and `large/` built through the CLI (`run` = test_cli.run) for `model`."""
-    from helpers.wfst_ref import nemo_sentences, write_arpa
+    """`folder` with small.arpa (unigram) and large.arpa (trigram) of the NeMo fixture model's sentences
+    (`model_sentences`) and their TLGs `small/` and `large/` built through the CLI (`run` =
+    test_cli.run) for `model`."""
+    from helpers.wfst_ref import model_sentences, write_arpa
 
-    unigram_arpa(folder / "small.arpa", nemo_sentences())
-    write_arpa(folder / "large.arpa", nemo_sentences())
+    unigram_arpa(folder / "small.arpa", model_sentences())
+    write_arpa(folder / "large.arpa", model_sentences())
     for name in ("small", "large"):
         arpa = folder / f"{name}.arpa"
         run("build-graph", f"arpa={arpa}", f"model={model}", "lexicon_type=bpe", "--out", str(folder / name))

@@ -307,11 +307,20 @@ def nemo_log_probs() -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 def nemo_sentences() -> list[list[str]]:
-    """Reference transcripts of the fixture clips + the (gibberish) greedy outputs of the random model."""
+    """Reference transcripts of the fixture clips + the (gibberish) greedy outputs of `nemo_log_probs`."""
+    return _transcripts() + [t.split() for t in nemo_log_probs()[2]]
+
+
+def model_sentences() -> list[list[str]]:
+    """Reference transcripts of the fixture clips + the greedy outputs of the current ctc_bpe.nemo: the
+    words of graphs that decode the clips through the model itself (the CLI tests)."""
+    current = np.load(FIXTURES / "reference" / "ctc_bpe.npz", allow_pickle=False)["greedy_text"]
+    return _transcripts() + [str(t).split() for t in current]
+
+
+def _transcripts() -> list[list[str]]:
     text = (FIXTURES / "audio" / "text").read_text().splitlines()
-    sents = [line.split()[1:] for line in text if line.strip()]
-    sents += [t.split() for t in nemo_log_probs()[2]]
-    return sents
+    return [line.split()[1:] for line in text if line.strip()]
 
 
 @pytest.fixture(autouse=False)
