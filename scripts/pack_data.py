@@ -81,6 +81,7 @@ def unpack() -> None:
         data = unpacked_bytes(packed)
         if sha256(data) != digest:
             sys.exit(f"pack_data: {packed} does not unpack to the file of {SUMS.name} ({rel})")
+        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         written += 1
     print(f"pack_data: data/demo up to date ({written} files unpacked)")
