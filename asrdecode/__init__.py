@@ -7,7 +7,8 @@ see docs/api.md.
 
 from typing import Any
 
-__version__ = "0.1.0"
+from asrdecode.version import __version__ as __version__
+
 __all__ = ["InputsFailed", "decode", "load_graph", "load_model", "make_decoder", "transcribe"]
 
 

@@ -22,6 +22,7 @@ import torch
 from asrdecode.config import RunConfig
 from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
 from asrdecode.decoders.base import PendingDecode, start_decode
+from asrdecode.decoders.transducer_greedy import merge_windows
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError, ModelError
 from asrdecode.gc_pause import loading_done
 from asrdecode.models.base import ModelOutput
@@ -579,7 +580,7 @@ class Transcriber:
             with self.timer.stage("decode"):
                 results: list[DecodeResult] = pending.result()
                 if windows is not None:
-                    results = windows.merge(results, self.context.words_of)
+                    results = merge_windows(windows, results, self.context.words_of)
             offset = float(out.extra.get("time_offset", 0.0))
             if offset:  # outputs that run behind the audio and past its end (buffered inference)
                 limits = out.extra.get("time_limit") or [float("inf")] * len(results)

@@ -32,7 +32,7 @@ from asrdecode.lm import train_arpa
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from asrdecode.config import dataclass_from_dict
+from asrdecode.typed_config import dataclass_from_dict
 from asrdecode.graph import DeviceGraph, GraphBuildConfig, build_graph, find_graph_file
 from asrdecode.graph.labels import emitting_fanout, pushable_label_states
 cfg = dataclass_from_dict(GraphBuildConfig, json.loads(sys.argv[1]))

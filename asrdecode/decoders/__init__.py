@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from asrdecode.config import dataclass_from_dict
 from asrdecode.decoders.aed import AedBeamDecoder, AedGreedyDecoder
 from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.ctc_beam import CtcBeamDecoder
@@ -16,6 +15,7 @@ from asrdecode.decoders.transducer_greedy import TransducerGreedyDecoder
 from asrdecode.decoders.wfst import WfstDecoder
 from asrdecode.decoders.wfst_otf import WfstOtfDecoder
 from asrdecode.errors import ConfigError
+from asrdecode.typed_config import dataclass_from_dict
 
 DECODERS: dict[str, type] = {
     CtcGreedyDecoder.name: CtcGreedyDecoder,

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from asrdecode.decoders.wfst.paths import graph_folder
 from asrdecode.errors import AsrDecodeError, ConfigError, one_line
 from asrdecode.graph.cache import cache_root
+from asrdecode.graph.format import graph_folder
 from asrdecode.lm.backoff import BackoffReadings
 from asrdecode.lm.difference import DifferenceLM, ngram_lm_from_file
 from asrdecode.lm.ngpu_nemo import read_ngpu_nemo

@@ -65,6 +65,7 @@ gives the same tokens and frames as decoding it at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -75,6 +76,7 @@ from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.decoders.workspace import grow_tensors
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
+from asrdecode.models.buffered import WindowRows
 
 __all__ = [
     "BatchedHyps",
@@ -84,6 +86,7 @@ __all__ = [
     "TransducerStreamState",
     "greedy_frame_looping",
     "greedy_label_looping",
+    "merge_windows",
     "token_words",
 ]
 
@@ -720,6 +723,40 @@ def token_words(
         conf = min(probs[first : last + 1]) if probs is not None else None
         words.append(Word(word, round(frames[first] * shift, 3), round(end * shift, 3), conf))
     return words
+
+
+def merge_windows(
+    windows: WindowRows,
+    results: list[DecodeResult],
+    words_of: Callable[[list[int]], list[tuple[str, int, int]]],
+) -> list[DecodeResult]:
+    """One result per input of a buffered transducer output from its windows' results (NeMo's
+    middle-token merge, `asrdecode.models.buffered.WindowRows`): the tokens of each window's kept
+    frames, in window order, at frame ``k * tokens_per_chunk + (frame - kept.start)`` of the k-th
+    window, minus `lag`; words rebuilt from the joined tokens, their times kept within the audio.
+    Scores add up over the windows."""
+    n = len(windows.audio_seconds)
+    kept = windows.kept
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    frames: list[list[int]] = [[] for _ in range(n)]
+    scores = [0.0] * n
+    seen = [0] * n
+    for owner, res in zip(windows.owner, results, strict=True):
+        k = seen[owner]
+        seen[owner] += 1
+        scores[owner] += res.score
+        for token, frame in zip(res.tokens, res.token_frames, strict=True):
+            if kept.start <= frame < kept.stop:
+                tokens[owner].append(token)
+                frames[owner].append(max(k * windows.tokens_per_chunk + frame - kept.start - windows.lag, 0))
+    out = []
+    for b in range(n):
+        limit = windows.audio_seconds[b]
+        words = token_words(words_of(tokens[b]), frames[b], None, windows.frame_shift)
+        for w in words:
+            w.start, w.end = min(w.start, limit), min(w.end, limit)
+        out.append(DecodeResult(words=words, tokens=tokens[b], token_frames=frames[b], score=scores[b]))
+    return out
 
 
 def transducer_network(output: ModelOutput, decoder: str) -> Any:

@@ -16,7 +16,7 @@ import torch
 import torchaudio.compliance.kaldi as kaldi
 from torch import nn
 
-from asrdecode.config import dataclass_from_dict
+from asrdecode.typed_config import dataclass_from_dict
 
 __all__ = ["KaldiFbankConfig", "KaldiMfccConfig", "KaldiFbank", "KaldiMfcc", "kaldi_num_frames"]
 

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 import torchaudio
 from torch import nn
 
-from asrdecode.config import dataclass_from_dict
 from asrdecode.errors import ModelError
+from asrdecode.typed_config import dataclass_from_dict
 
 __all__ = [
     "NemoMelConfig",

@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from asrdecode.config import dataclass_from_dict
 from asrdecode.errors import ModelError
 from asrdecode.numba_status import announce_first_compile, configure_cache
+from asrdecode.typed_config import dataclass_from_dict
 
 configure_cache()  # before any cached kernel is defined (numba_status)
 

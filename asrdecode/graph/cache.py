@@ -45,8 +45,8 @@ def load_graph_config(config_file: str | Path | None, overrides: Sequence[str] =
     """A graph build config from YAML + `key=value` overrides; the config file and the files it
     names resolved as `transcribe` resolves them (`embedded:` paths, the shipped `configs/` and
     `data/` from any folder: `resolve_packaged_path`)."""
-    from asrdecode.config import apply_override, dataclass_from_dict, load_yaml, parse_override
     from asrdecode.models.loading import resolve_packaged_path
+    from asrdecode.typed_config import apply_override, dataclass_from_dict, load_yaml, parse_override
 
     tree = load_yaml(resolve_packaged_path(str(config_file))) if config_file else {}
     for item in overrides:

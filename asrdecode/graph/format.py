@@ -46,6 +46,14 @@ def graph_file_names(save_format: str) -> tuple[str, ...]:
     return {"pt": ("graph.pt",), "safetensors": ("graph.safetensors",), "both": GRAPH_FILES}[save_format]
 
 
+def graph_folder(spec: str) -> Path | None:
+    """The folder a `decoder.graph` spec points into (None for none)."""
+    if not spec:
+        return None
+    p = Path(spec)
+    return p if p.is_dir() else p.parent
+
+
 def find_graph_file(folder: str | Path) -> Path | None:
     """The device-format file of a graph folder: graph.pt, else graph.safetensors, else None."""
     for name in GRAPH_FILES:

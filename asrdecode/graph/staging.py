@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from asrdecode import __version__
 from asrdecode.errors import GraphError
 from asrdecode.graph.format import (
     FORMAT_VERSION,
@@ -29,6 +28,7 @@ from asrdecode.graph.format import (
 from asrdecode.graph.recipe import RECIPE_VERSION, GraphBuildConfig
 from asrdecode.io.lines import parse_json, read_text_bytes
 from asrdecode.io.schema import GRAPH_META, problem
+from asrdecode.version import __version__
 
 log = logging.getLogger("asrdecode.graph")
 

@@ -13,22 +13,18 @@ kept rows of all windows are joined. They run `lag` frames behind the audio; the
 
 A transducer's windows are decoded one by one instead (`WindowRows`: each window is a row of the
 model output, decoded from the blank state by any transducer decoder), and the tokens each window
-emits on its kept frames are joined (`WindowRows.merge`): NeMo's middle-token merge.
+emits on its kept frames are joined (`asrdecode.decoders.transducer_greedy.merge_windows`): NeMo's
+middle-token merge.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from asrdecode.errors import ModelError
-
-if TYPE_CHECKING:  # decoders.base imports models.base, which imports this module's package
-    from asrdecode.decoders.base import DecodeResult
 
 # NeMo's FeatureFrameBufferer starts its windows at -16.635 (the log-mel of silence) only for a
 # preprocessor with a `log` attribute; its mel preprocessor has none, so windows start at 0.0
@@ -129,39 +125,3 @@ class WindowRows:
     lag: int
     frame_shift: float
     audio_seconds: list[float]
-
-    def merge(
-        self,
-        results: list[DecodeResult],
-        words_of: Callable[[list[int]], list[tuple[str, int, int]]],
-    ) -> list[DecodeResult]:
-        """One result per input from its windows' results (NeMo's middle-token merge): the tokens
-        of each window's kept frames, in window order, at frame ``k * tokens_per_chunk + (frame -
-        kept.start)`` of the k-th window, minus `lag`; words rebuilt from the joined tokens, their
-        times kept within the audio. Scores add up over the windows."""
-        from asrdecode.decoders.base import DecodeResult
-        from asrdecode.decoders.transducer_greedy import token_words
-
-        n = len(self.audio_seconds)
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        frames: list[list[int]] = [[] for _ in range(n)]
-        scores = [0.0] * n
-        seen = [0] * n
-        for owner, res in zip(self.owner, results, strict=True):
-            k = seen[owner]
-            seen[owner] += 1
-            scores[owner] += res.score
-            for token, frame in zip(res.tokens, res.token_frames, strict=True):
-                if self.kept.start <= frame < self.kept.stop:
-                    tokens[owner].append(token)
-                    frames[owner].append(
-                        max(k * self.tokens_per_chunk + frame - self.kept.start - self.lag, 0)
-                    )
-        out = []
-        for b in range(n):
-            limit = self.audio_seconds[b]
-            words = token_words(words_of(tokens[b]), frames[b], None, self.frame_shift)
-            for w in words:
-                w.start, w.end = min(w.start, limit), min(w.end, limit)
-            out.append(DecodeResult(words=words, tokens=tokens[b], token_frames=frames[b], score=scores[b]))
-        return out

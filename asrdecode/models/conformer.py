@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from asrdecode.config import dataclass_from_dict
 from asrdecode.errors import ModelError
+from asrdecode.typed_config import dataclass_from_dict
 
 __all__ = ["ConformerConfig", "ConformerEncoder", "conv_output_lengths", "relative_positions"]
 

@@ -18,6 +18,7 @@ import soundfile as sf
 import torch
 
 from asrdecode.decoders import DecoderContext, make_decoder
+from asrdecode.decoders.transducer_greedy import merge_windows
 from asrdecode.errors import ModelError
 from asrdecode.models.loading import load_model
 
@@ -70,7 +71,7 @@ def test_buffered_transducer_equals_nemo():
     keys = ("window_index", "window_tokens", "window_frames")
     expected = list(zip(*(ref[key].tolist() for key in keys), strict=True))
     assert got == expected and len(expected) > 100
-    (merged,) = windows.merge(results, model.tokens_to_words)
+    (merged,) = merge_windows(windows, results, model.tokens_to_words)
     assert merged.tokens == ref["unmerged"].tolist() and len(merged.tokens) > 50
     assert model.tokenizer.decode(merged.tokens) == str(ref["text"])
     assert merged.token_frames == sorted(merged.token_frames)

@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.lms import load_rescorer
 from asrdecode.decoders.wfst.lattice import CompactLattice, build_lattice, determinize
 from asrdecode.errors import ConfigError, GraphError
-from asrdecode.graph.format import DeviceGraph, find_graph_file
+from asrdecode.graph.format import DeviceGraph, find_graph_file, graph_folder
 from asrdecode.graph.symbols import read_symbols
 from asrdecode.io.lines import read_lines
 from asrdecode.lm.difference import DifferenceLM, lm_final_costs, path_lm_cost
@@ -29,14 +30,6 @@ log = logging.getLogger("asrdecode.decoders.wfst")
 
 # frames of deferred scores made at once for a search (`CostChunks`): 2.6 MB of 5,126 senones
 SEARCH_CHUNK_FRAMES = 128
-
-
-def graph_folder(spec: str) -> Path | None:
-    """The folder a `decoder.graph` spec points into (None for none)."""
-    if not spec:
-        return None
-    p = Path(spec)
-    return p if p.is_dir() else p.parent
 
 
 def read_pronunciations(lexicon: Path, units_txt: Path) -> dict[str, list[tuple[int, ...]]]:
@@ -491,8 +484,6 @@ class NbestRescoring:
         """The rescoring of a decoder config (None without ``rescore_lm``); one-line ConfigErrors."""
         if not config.rescore_lm:
             return None
-        from asrdecode.decoders.lms import load_rescorer  # lms imports this module
-
         return cls(load_rescorer(config), paths, config.rescore_nbest, config.nbest)
 
     def costs(
