@@ -1,5 +1,5 @@
 """Benchmark the `wfst` decoder against kaldi-decoder's FasterDecoder and flashlight-text's
-LexiconDecoder on the same graphs and log-probs (issue 4 item 8, issue 7 item 4).
+LexiconDecoder on the same graphs and log-probs.
 
     .venv/bin/asrdecode bench wfst                      # all cases, beam sweep on demo
     .venv/bin/asrdecode bench wfst --cases demo --batch 1 32 --beams

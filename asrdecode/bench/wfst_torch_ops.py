@@ -1,4 +1,4 @@
-"""Torch operations and host synchronisations per frame of the `wfst` torch backend (issue 7 item 5).
+"""Torch operations and host synchronisations per frame of the `wfst` torch backend.
 
     .venv/bin/asrdecode bench wfst-ops                 # demo TLG + sphinx HCLG if built
     .venv/bin/asrdecode bench wfst-ops --batch 1 32 --cases demo

@@ -4,7 +4,8 @@ In pocketsphinx 5.1.1, `NGramModel.write(path, 'arpa')` on the packaged `en-us.l
 
 - converts log values to log10 with the model's LogMath. `NGramModel.readfile` lets that LogMath
   be freed while the model still points at it, so the writer then multiplies every value by
-  whatever the freed memory holds (seen: 1, 2**31, ~1.76e13, and -inf on CI; upstream issue 502).
+  whatever the freed memory holds (seen: 1, 2**31, ~1.76e13, and -inf on CI;
+  pocketsphinx GitHub issues/502).
   The writer here builds the model with `NGramModel(Config(), LogMath(), path)` and keeps the
   LogMath alive, which gives the true values (factor 1); `<s>`, whose ARPA log-prob is -99 by
   convention, still gives the factor back, and a dump whose factor is unusable is an error;
@@ -31,7 +32,7 @@ from asrdecode.lm.sphinx_trie import NgramLookup, TrieLM
 BOS_LOG10 = -99.0  # ARPA convention for the unpredictable <s>
 _WRITER = (
     "import sys, pocketsphinx as ps\n"
-    "logmath = ps.LogMath()  # held for the model's lifetime (readfile frees its own: issue 502)\n"
+    "logmath = ps.LogMath()  # held for the model's lifetime (readfile frees its own)\n"
     "model = ps.NGramModel(ps.Config(), logmath, sys.argv[1])\n"
     "model.write(sys.argv[2], ps.NGramModel.str_to_type('arpa'))\n"
 )
