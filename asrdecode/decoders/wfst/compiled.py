@@ -360,8 +360,8 @@ def prefetch_pays(table: np.ndarray, l2_bytes: int) -> bool:
     """Whether the searches prefetch the entries of a lookup table (the LM memo, `let`'s word-block
     cache) they will probe for the word arcs of tokens ahead: only for a table larger than the
     per-core L2 cache (``l2_bytes``, 0 = unknown). Finding the entries means walking those tokens'
-    arcs early, which costs more than it hides when the table is in L2 anyway (real-speech.md
-    items 16 and 30 measured both sides)."""
+    arcs early, which costs more than it hides when the table is in L2 anyway (real-speech.md,
+    "What was tried and rejected")."""
     return table.nbytes > l2_bytes
 
 

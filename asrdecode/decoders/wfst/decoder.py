@@ -17,7 +17,7 @@ turns the arcs into words, word times and costs:
 * utterances whose search reached no final state fall back to the best token (as Kaldi's
   ``GetBestPath``); they are listed in ``decoder.last_info["not_final"]``.
 
-Backends (``decoder.backend``, issue 7): ``torch`` is the batched tensor search of
+Backends (``decoder.backend``): ``torch`` is the batched tensor search of
 `asrdecode.decoders.wfst.core` (any device; built for GPUs); ``compiled`` is the same 1-best search
 compiled with numba for CPUs (`asrdecode.decoders.wfst.compiled`: one utterance per call, the batch
 spread over ``decoder.threads`` worker threads); ``auto`` (default) picks ``compiled`` when the
@@ -182,10 +182,10 @@ class WfstConfig(GraphSearchConfig):
     host_copy_frames: frames of back-pointers collected on the device per host copy.
     backend: auto | torch | compiled (see the module docstring); auto = compiled on CPU, torch on CUDA.
     cuda_graphs: torch backend on CUDA: capture each frame's fixed-shape work (one graph per
-      capacity set) with torch.cuda.graphs and replay it (paper 001 sec. 3, item 1). Frames that
+      capacity set) with torch.cuda.graphs and replay it (paper 001 sec. 3). Frames that
       keep lattices run eagerly. Ignored (with a note) on the CPU.
     pinned_copies: torch backend on CUDA: back-pointers go to pinned host buffers with
-      non-blocking copies, double-buffered (paper 001 sec. 3, item 2). Ignored on the CPU.
+      non-blocking copies, double-buffered (paper 001 sec. 3). Ignored on the CPU.
     kernel: auto | torch | triton: the emitting-arc expansion of the torch backend as tensor ops or
       one fused Triton kernel (wfst/kernels.py); auto = triton on CUDA, torch elsewhere.
     """
