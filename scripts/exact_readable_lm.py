@@ -8,7 +8,7 @@
         --graph out/graphs/sphinx-en-us-exact     # pocketsphinx gets the same (new) LM file
 
 A graph's G reads an LM as its cheapest path over the backoff arcs; pocketsphinx reads the backoff
-rule. The new LM drops or raises the n-grams where the two differ (docs/real-speech.md item 31), so
+rule. The new LM drops or raises the n-grams where the two differ (docs/real-speech.md), so
 the static path and pocketsphinx then score every sentence alike. It is a different LM from the
 input (fewer trigrams): compare both systems on it, not it against the input.
 """

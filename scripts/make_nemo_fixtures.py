@@ -798,7 +798,8 @@ def decodings_of(tdt: bool) -> dict[str, dict]:
 def extra_decodings(model, enc: torch.Tensor, enc_len: torch.Tensor, tdt: bool) -> tuple[dict, dict]:
     """NeMo's `decodings_of` on the restored model's encoder output: (arrays, report entries with the
     exact merged decoding config). TDT: the LM-fused greedy's per-token durations of each utterance
-    decoded alone as well (``greedy_lm_durations_single``; README, known issue 1)."""
+    decoded alone as well (``greedy_lm_durations_single``; README: NeMo's batched TDT greedy can
+    report another frame's duration)."""
     from omegaconf import OmegaConf
 
     arrays, report = {}, {}
@@ -903,7 +904,7 @@ def build(name: str, out: Path, tmp: Path) -> dict:
         **hyp_arrays(hyps, "greedy", tdt),
         **joint_reference(restored, enc),
     }
-    if tdt:  # per-token durations of single-utterance decoding (tests/fixtures/nemo/README, known issue 1)
+    if tdt:  # per-token durations of single-utterance decoding (tests/fixtures/nemo/README.md)
         arrays["greedy_durations_single"] = padded(
             [torch.as_tensor(h.token_duration).tolist() for h in single]
         )

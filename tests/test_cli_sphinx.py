@@ -88,7 +88,7 @@ def test_shipped_sphinx_configs_map_pocketsphinx_defaults():
 
 def test_exact_reading_config_is_the_static_path_with_its_lm_read_exactly():
     """configs/sphinx-en-us-exact.yaml: `wfst-otf` over the HCLG of the exact-readable LM, the static
-    path's LM on the fly, the static path's scales, penalty and beam (real-speech.md item 33)."""
+    path's LM on the fly, the static path's scales, penalty and beam (real-speech.md)."""
     import yaml
 
     from asrdecode.config import build_config, dataclass_from_dict

@@ -51,7 +51,8 @@ def fixture(request):
 @pytest.mark.parametrize("loop", LOOPS)
 def test_parity_with_nemo_greedy(fixture, loop):
     """Tokens, frames and TDT durations identical to NeMo's greedy_batch (label looping) for all six
-    utterances; TDT durations equal `greedy_durations_single` (see the fixture README, known issue 1)."""
+    utterances; TDT durations equal `greedy_durations_single` (the fixture README: NeMo's batched TDT
+    greedy can report another frame's duration)."""
     name, model, ref = fixture
     results = make_decoder(model, loop=loop).decode(nemo_output(model, ref))
     assert len(results) == 6

@@ -1,4 +1,4 @@
-"""`decoder.backend: compiled` (numba token passing, issue 7) against the references and the torch path.
+"""`decoder.backend: compiled` (numba token passing) against the references and the torch path.
 
 * tiny random WFSTs with epsilons (and epsilon cycles): exhaustive Viterbi (wfst_ref), and the
   torch backend: same words, same costs (float32 bit for bit: both add in the same order);

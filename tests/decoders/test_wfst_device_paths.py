@@ -1,4 +1,4 @@
-"""The torch backend's device paths (issue 4 item 6, issue 7 item 5): host syncs per frame counted
+"""The torch backend's device paths: host syncs per frame counted
 by a dispatch-mode counter (a regression guard, not a timing), capacity overflow reruns checked
 against kaldi-decoder, the CUDA-only switches on the CPU, and the Triton emitting kernel under
 TRITON_INTERPRET=1 against its torch reference and exhaustive Viterbi."""

@@ -1,4 +1,4 @@
-"""`wfst` streaming and bounded back-pointer memory (issue 4 items 1 and 5).
+"""`wfst` streaming and bounded back-pointer memory.
 
 * partial hypotheses after every chunk (both backends) equal exhaustive Viterbi over the frames
   seen so far with final costs ignored (tiny random WFSTs, wide beam);
