@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import platform
+import resource
 from pathlib import Path
+from typing import Any
 
 CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
@@ -51,3 +53,14 @@ def size_bytes(size: str) -> int:
 def l2_cache_bytes(root: Path = CPU_CACHES) -> int:
     """The per-core L2 cache in bytes; 0 where it is not known."""
     return size_bytes(cache_sizes(root).get("L2", ""))
+
+
+def peak_memory_mb(device: Any) -> float:
+    """This process's peak memory so far in MB: resident (CPU) or allocated on the GPU (a
+    ``torch.device``)."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1024 if platform.system() != "Darwin" else rss / 2**20

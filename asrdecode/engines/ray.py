@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asrdecode.errors import AsrDecodeError, ConfigError, one_line
+from asrdecode.machine import peak_memory_mb
 
 if TYPE_CHECKING:
     from asrdecode.io.manifests import Utterance
@@ -71,14 +72,16 @@ class ShardResult:
 
 
 class ShardWorker:
-    """One worker: the model and decoder of the run's config, loaded once, decoding shards."""
+    """One worker: the model and decoder of the run's config, loaded once, decoding shards with a
+    `transcriber` of the driver's class (the engine runs the pipeline's loop, handed to it: it does
+    not import the pipeline)."""
 
-    def __init__(self, cfg: Any, input_kind: str, logprobs_meta: dict, out_dir: str) -> None:
-        from asrdecode.pipeline import Transcriber
-
+    def __init__(
+        self, transcriber: type[Transcriber], cfg: Any, input_kind: str, logprobs_meta: dict, out_dir: str
+    ) -> None:
         self.problem: AsrDecodeError | None = None
         cfg = threads_within(cfg, max(1, int(cfg.engine.cpus_per_worker)))
-        self.transcriber = Transcriber(cfg, "", out_dir)
+        self.transcriber = transcriber(cfg, "", out_dir)
         self.transcriber.input_kind = input_kind
         self.transcriber.logprobs_meta = logprobs_meta
         self.transcriber.todo = []  # progress is reported by the driver
@@ -90,16 +93,14 @@ class ShardWorker:
 
     def run(self, utts: list[Utterance]) -> ShardResult:
         from asrdecode.audio.batching import plan_batches
-        from asrdecode.pipeline import STAGES
 
         if self.problem is not None:
             raise self.problem
         t = self.transcriber
         from asrdecode.decoders import decoder_name
-        from asrdecode.pipeline import RunStats, peak_memory_mb
 
-        t.writer, t.stats, t.boost_oov = ShardOutput(), RunStats(), set()
-        t.timer.seconds = dict.fromkeys(STAGES, 0.0)
+        t.writer, t.stats, t.boost_oov = ShardOutput(), type(t.stats)(), set()
+        t.timer.seconds = dict.fromkeys(t.timer.seconds, 0.0)
         start = time.perf_counter()
         utts = t._with_valid_prompts(utts)  # an AED model's per-utterance prompts, as a local run checks them
         t._run_batches(plan_batches(utts, t.cfg.batch.max_seconds, t.cfg.batch.max_utterances), start)
@@ -185,7 +186,7 @@ def _schedule(ray, t: Transcriber, start: float) -> list[dict]:
     actor_cls = ray.remote(num_cpus=engine.cpus_per_worker, num_gpus=engine.gpus_per_worker)(WORKER)
 
     def new_actor():
-        return actor_cls.remote(t.cfg, t.input_kind, t.logprobs_meta, str(t.out_dir))
+        return actor_cls.remote(type(t), t.cfg, t.input_kind, t.logprobs_meta, str(t.out_dir))
 
     shards = make_shards(t.todo, engine.workers * SHARDS_PER_WORKER)
     slots = min(engine.workers, len(shards))
