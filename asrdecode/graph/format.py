@@ -482,3 +482,36 @@ def _write_const_fst(start: int, states: np.ndarray, arcs: np.ndarray) -> bytes:
     header = struct.pack("<i", _FST_MAGIC) + string("const") + string("standard")
     header += struct.pack("<iiQqqq", 2, 0, _K_EXPANDED, start, len(states), len(arcs))
     return header + states.tobytes() + arcs.tobytes()
+
+
+# The graph as the compiled searches and the lattice pruning read it (`graph_records`)
+STATE_DTYPE = np.dtype(
+    [("first", np.int32), ("split", np.int32), ("end", np.int32), ("final", np.float32)], align=True
+)
+ARC_DTYPE = np.dtype(
+    [("column", np.int32), ("olabel", np.int32), ("nextstate", np.int32), ("weight", np.float32)], align=True
+)
+
+
+def graph_records(graph: DeviceGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR graph as arrays of 16-byte structs, as Kaldi's ConstFst stores states and arcs.
+
+    states: first arc, first epsilon arc (split), end, final cost; arcs: model column
+    (ilabel - 1, -1 = epsilon), olabel, nextstate, weight. One cache line holds 4 arcs, so a
+    token's arcs cost one or two cache misses instead of one per array (measured ~1.5x faster
+    than separate arrays on a 236k-arc TLG).
+    """
+    if graph.num_arcs >= 2**31:
+        raise ValueError("compiled wfst backend: graphs with >= 2^31 arcs are not supported")
+    off = graph.offsets.cpu().numpy()
+    states = np.empty(graph.num_states, STATE_DTYPE)
+    states["first"] = off[:-1]
+    states["split"] = graph.split.cpu().numpy()
+    states["end"] = off[1:]
+    states["final"] = graph.final.cpu().numpy()
+    arcs = np.empty(graph.num_arcs, ARC_DTYPE)
+    arcs["column"] = graph.ilabel.cpu().numpy().astype(np.int32) - 1
+    arcs["olabel"] = graph.olabel.cpu().numpy()
+    arcs["nextstate"] = graph.nextstate.cpu().numpy()
+    arcs["weight"] = graph.weight.cpu().numpy()
+    return states, arcs

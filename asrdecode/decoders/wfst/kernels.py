@@ -23,13 +23,11 @@ import torch
 import triton
 import triton.language as tl  # a module global: the interpreter patches the kernel's `tl` here
 
-from asrdecode.decoders.wfst.core import _where
-
 if TYPE_CHECKING:
     from asrdecode.decoders.wfst.core import BoostTable, TokenPassing
 
 INF = float("inf")
-KERNELS = ("auto", "torch", "triton")
+KERNELS = ("auto", "torch", "triton", "fused")
 
 
 def emitting_arcs(
@@ -58,8 +56,8 @@ def emitting_arcs(
     c = cost.index_select(0, src) + g.weight.index_select(0, arc) + ac
     if boost is not None:
         c = c + boost.lookup(u, g.olabel.index_select(0, arc))
-    c = _where(valid, c, INF)
-    u = _where(valid, u, B)
+    c = torch.where(valid, c, INF)
+    u = torch.where(valid, u, B)
     best = torch.full((B + 1,), INF, dtype=c.dtype, device=c.device).scatter_reduce_(0, u, c, reduce="amin")
     return src, arc, valid, u, c, best, total
 

@@ -866,7 +866,7 @@ def build_lattice(
     arc_records: np.ndarray | None = None,
 ) -> StateLattice | None:
     """One utterance's pruned StateLattice from its search arcs and nodes (module doc, step 2).
-    With the graph's `arc_records` (compiled.graph_records) the arcs are first shrunk by the
+    With the graph's `arc_records` (graph.format.graph_records) the arcs are first shrunk by the
     compiled pruning kernel at the end of the utterance (a superset of what is kept here).
 
     With an on-the-fly LM (`wfst-otf`) the nodes' states are the search's (graph state, LM state)

@@ -361,7 +361,7 @@ class GraphPaths:
         arc_records: np.ndarray,
     ) -> CompactLattice | None:
         """`build_lattice` + `determinize` of one utterance's search arcs and nodes over lattice
-        states with the given start and final costs (`arc_records`: `compiled.graph_records`)."""
+        states with the given start and final costs (`arc_records`: `graph.format.graph_records`)."""
         lat = build_lattice(
             arcs, nodes, num_frames, start, self.ilabel, self.olabel, self.weight, finals, boost,
             reached_final, lattice_beam, self.words, arc_records,
