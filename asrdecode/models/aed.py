@@ -29,7 +29,7 @@ from asrdecode.errors import ModelError
 from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.conformer import ConformerEncoder
 from asrdecode.models.ctc import _check_target, model_class_name
-from asrdecode.models.nemo_base import NemoModelBase
+from asrdecode.models.nemo_base import NemoModelBase, preprocessor_and_encoder
 from asrdecode.models.tokenizer import AggregateTokenizer, Tokenizer
 
 __all__ = ["AED_CLASSES", "AedState", "NemoAEDModel", "canary_prompt"]
@@ -455,13 +455,7 @@ class NemoAEDModel(NemoModelBase):
                 f"unsupported prompt_format={prompt_format!r} (supported: {', '.join(PROMPT_FORMATS)})"
             )
 
-        preprocessor = NemoMelPreprocessor.from_config(cfg["preprocessor"])
-        encoder = ConformerEncoder.from_config(cfg["encoder"])
-        if int(encoder.cfg.feat_in) != preprocessor.num_features:
-            raise ModelError(
-                f"encoder.feat_in={encoder.cfg.feat_in} does not match preprocessor.features="
-                f"{preprocessor.num_features}"
-            )
+        preprocessor, encoder = preprocessor_and_encoder(cfg, ConformerEncoder.from_config)
         hidden = int(dec_cfg["hidden_size"])
         defaults = cfg.get("model_defaults") or {}
         enc_hidden = int(defaults.get("asr_enc_hidden", encoder.output_dim))

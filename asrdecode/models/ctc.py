@@ -9,10 +9,9 @@ import torch
 from torch import nn
 
 from asrdecode.errors import ModelError
-from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
 from asrdecode.models.convasr import encoder_from_config
-from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
+from asrdecode.models.nemo_base import NemoModelBase, preprocessor_and_encoder, tokenizer_files_for
 from asrdecode.models.tokenizer import Tokenizer
 
 __all__ = ["CTCHead", "NemoCTCModel", "CTC_CLASSES", "HYBRID_CLASSES", "model_class_name"]
@@ -105,13 +104,7 @@ class NemoCTCModel(NemoModelBase):
         if not dec_cfg.get("add_blank", True):
             raise ModelError(f"unsupported {dec_path}.add_blank=False")
 
-        preprocessor = NemoMelPreprocessor.from_config(cfg["preprocessor"])
-        encoder = encoder_from_config(cfg["encoder"])
-        if encoder.feat_in != preprocessor.num_features:
-            raise ModelError(
-                f"encoder.feat_in={encoder.feat_in} does not match "
-                f"preprocessor.features={preprocessor.num_features}"
-            )
+        preprocessor, encoder = preprocessor_and_encoder(cfg, encoder_from_config)
         num_classes = int(dec_cfg.get("num_classes", -1))
         if num_classes < 1:
             num_classes = tokenizer.vocab_size

@@ -210,13 +210,7 @@ class HamaCTCModel(nn.Module):
 
     def forward_features(self, feats: torch.Tensor, feat_lengths: torch.Tensor) -> ModelOutput:
         log_probs, lengths = self.net(feats, feat_lengths)
-        return ModelOutput(
-            log_probs=log_probs,
-            lengths=lengths,
-            frame_shift=self.frame_shift,
-            blank_id=self.blank_id,
-            units=self.units,
-        )
+        return ModelOutput(log_probs, lengths, self.frame_shift, self.blank_id, self.units)
 
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> ModelOutput:
         return self.forward_features(*self.features(waveforms, lengths))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from asrdecode.errors import ModelError
+from asrdecode.features.nemo_mel import NemoMelPreprocessor
 from asrdecode.models.base import ModelOutput
 from asrdecode.models.buffered import BufferedInference
 from asrdecode.models.tokenizer import Tokenizer
@@ -21,6 +24,21 @@ def tokenizer_files_for(
     if tokenizer.model_bytes is not None and model_path.startswith("nemo:"):
         out.setdefault(model_path.removeprefix("nemo:"), tokenizer.model_bytes)
     return out
+
+
+def preprocessor_and_encoder(
+    cfg: dict[str, Any], build_encoder: Callable[[dict[str, Any]], nn.Module]
+) -> tuple[NemoMelPreprocessor, nn.Module]:
+    """A NeMo model config's log-mel preprocessor and its encoder (``build_encoder`` of the
+    ``encoder`` section), the encoder's input checked against the preprocessor's features."""
+    preprocessor = NemoMelPreprocessor.from_config(cfg["preprocessor"])
+    encoder = build_encoder(cfg["encoder"])
+    if int(encoder.feat_in) != preprocessor.num_features:
+        raise ModelError(
+            f"encoder.feat_in={encoder.feat_in} does not match "
+            f"preprocessor.features={preprocessor.num_features}"
+        )
+    return preprocessor, encoder
 
 
 class NemoModelBase(nn.Module):

@@ -26,7 +26,7 @@ from asrdecode.models.base import ModelOutput
 from asrdecode.models.buffered import WindowRows
 from asrdecode.models.conformer import ConformerEncoder
 from asrdecode.models.ctc import model_class_name
-from asrdecode.models.nemo_base import NemoModelBase, tokenizer_files_for
+from asrdecode.models.nemo_base import NemoModelBase, preprocessor_and_encoder, tokenizer_files_for
 from asrdecode.models.tokenizer import Tokenizer
 
 __all__ = [
@@ -446,13 +446,7 @@ class NemoTransducerModel(NemoModelBase):
         if prednet.get("t_max") is not None:
             raise ModelError(f"unsupported decoder.prednet.t_max={prednet['t_max']!r} (chrono init)")
 
-        preprocessor = NemoMelPreprocessor.from_config(cfg["preprocessor"])
-        encoder = ConformerEncoder.from_config(cfg["encoder"])
-        if int(encoder.cfg.feat_in) != preprocessor.num_features:
-            raise ModelError(
-                f"encoder.feat_in={encoder.cfg.feat_in} does not match "
-                f"preprocessor.features={preprocessor.num_features}"
-            )
+        preprocessor, encoder = preprocessor_and_encoder(cfg, ConformerEncoder.from_config)
         vocab = tokenizer.vocab_size
         for path, value in (
             ("decoder.vocab_size", dec_cfg.get("vocab_size")),
