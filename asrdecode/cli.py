@@ -378,7 +378,8 @@ def default_out(input_path: Path) -> Path:
 
 def written_files(out_dir: Path) -> list[str]:
     """The result files and folders a run left in `out_dir`, in a fixed order."""
-    names = ["transcripts.jsonl", "text", "hyp.ctm", "errors.jsonl", "report.json", "stale.jsonl"]
+    names = ["transcripts.jsonl", "text", "hyp.ctm", "segments.jsonl", "errors.jsonl", "report.json"]
+    names.append("stale.jsonl")
     folders = ["lattices", "subtitles", "logprobs"]
     found = [n for n in names if (out_dir / n).is_file()]
     return found + [f"{f}/" for f in folders if (out_dir / f).is_dir()]

@@ -418,11 +418,14 @@ class Transcriber:
         return good
 
     def _fail(self, utt, message: str) -> None:
+        """One failed input: in errors.jsonl, reported, its audio out of the progress total;
+        ``--strict``: the run stops with its message (reported once, as the run's error)."""
         self.stats.failed += 1
         self.writer.write_error(utt, message)
-        self.on_error(utt.utt_id, message)
+        self.todo_seconds -= utt.duration or 0.0
         if self.strict:
             raise AudioError(message)
+        self.on_error(utt.utt_id, message)
 
     def _save_logprobs(self, utts, out: ModelOutput) -> None:
         from asrdecode.io.manifests import save_logprobs
@@ -640,12 +643,16 @@ class Transcriber:
         log = self._segment_log(utt, rate, seconds)
         kept = log.kept() if log is not None else []
         parts: list[DecodeResult] = [k.result for k in kept]  # decoded by an earlier run
+        # the audio of the kept segments: not decoded by this run, so not in its progress or RTFx
+        kept_seconds = kept[-1].end / rate if kept else 0.0
+        self.todo_seconds -= kept_seconds
         log_probs: list[np.ndarray] = []
         outs: list[ModelOutput | None] = []
         starts: list[int] = []  # each segment's first sample
         ends: list[int] = []  # each segment's end (sample); the last one is the input's length
 
         def started() -> Iterator[PendingDecode]:
+            nonlocal kept_seconds
             group: list[np.ndarray] = []
             for first, piece in cut_stream(blocks, rate, seconds):
                 starts.append(first)
@@ -657,6 +664,8 @@ class Transcriber:
                     del kept[index:], parts[index:]  # cut elsewhere now: decoded again from here
                     if log is not None:
                         log.keep(kept)
+                    self.todo_seconds += kept_seconds - first / rate
+                    kept_seconds = first / rate
                 group.append(piece)
                 if len(group) == per_batch:
                     yield start(group)
@@ -679,7 +688,7 @@ class Transcriber:
                     first = len(parts) - len(results)
                     log.append([KeptSegment(starts[j], ends[j], parts[j]) for j in range(first, len(parts))])
                 if run_start is not None:
-                    self._report_progress(run_start, ends[len(parts) - 1] / rate)
+                    self._report_progress(run_start, ends[len(parts) - 1] / rate - kept_seconds)
                 out, outs[i] = outs[i], None
                 if self.cfg.output.save_logprobs and out is not None and out.log_probs is not None:
                     lp = out.log_probs.float().cpu().numpy()
@@ -697,7 +706,11 @@ class Transcriber:
         self.stats.segmented += 1
         offsets = [a / rate for a in starts]
         joined = join_results(parts, offsets, self.frame_shift)
-        extras = None
+        spans = [
+            {"start": round(a / rate, 3), "end": round(b / rate, 3), "words": len(p.words)}
+            for a, b, p in zip(starts, ends, parts, strict=True)
+        ]
+        extras = [{"segments": spans}]
         if any(part.lattice is not None for part in parts):
             joined.lattice = join_lattices(parts, offsets, self.frame_shift)
             if joined.lattice is None:
@@ -707,8 +720,11 @@ class Transcriber:
                     f"{batch.segment_seconds:g} has none; batch.segment_seconds=0 decodes it whole)"
                 )
             else:
-                extras = self._write_lattices([utt], [joined])
+                extras = [{**spans_of, **(lattice or {})} for spans_of, lattice in zip(
+                    extras, self._write_lattices([utt], [joined]), strict=True
+                )]  # fmt: skip
         self._write([utt], [joined], [ends[-1] / rate], extras)
+        self.stats.audio_seconds -= kept_seconds  # decoded by an earlier run
         if log is not None:
             log.remove()
 

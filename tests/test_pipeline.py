@@ -12,6 +12,7 @@ import soundfile as sf
 from helpers.cli import AUDIO, FIX, MODEL, read_jsonl
 
 from asrdecode.config import build_config
+from asrdecode.errors import AudioError
 from asrdecode.pipeline import Transcriber
 
 
@@ -117,3 +118,31 @@ def test_input_and_resume_warnings_are_shown(tmp_path):
         s.startswith("warning: ") and "dropped a line (pred_text must be a string" in s for s in statuses
     )
     assert report["resumed"] == 1 and report["decoded_this_run"] == 1
+
+
+def test_a_failed_input_leaves_the_progress_total_and_strict_reports_it_once(tmp_path):
+    """An input whose header promises audio that is not there (a WAV cut short) fails: its
+    header's seconds leave the progress total, so the time left is that of what can be decoded;
+    with ``strict`` the run stops with its message, which is not also reported as skipped."""
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    good = AUDIO / "ps_goforward.wav"
+    shutil.copy(good, audio / "a.wav")
+    data = good.read_bytes()
+    (audio / "cut.wav").write_bytes(data[: len(data) // 2])
+    cfg = build_config(None, [f"model.path={MODEL}", "threads=1"])
+    events, errors = [], []
+    report = Transcriber(
+        cfg, audio, tmp_path / "out", on_progress=events.append, on_error=lambda u, m: errors.append(u)
+    ).run()
+    assert report["failed"] == 1 and errors == ["cut"]
+    assert events[0]["audio_total"] == pytest.approx(
+        sf.info(good).duration + sf.info(audio / "cut.wav").duration
+    )
+    assert events[-1]["audio_total"] == pytest.approx(sf.info(good).duration)
+    errors.clear()
+    with pytest.raises(AudioError, match="cut.wav"):
+        Transcriber(
+            cfg, audio, tmp_path / "strict", strict=True, on_error=lambda u, m: errors.append(u)
+        ).run()
+    assert errors == []

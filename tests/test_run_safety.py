@@ -275,4 +275,78 @@ def test_a_long_input_killed_midway_continues_from_its_next_segment(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert comparable(out) == comparable(tmp_path / "whole")
     assert segment_events(tmp_path / "rerun.log") == segment_events(tmp_path / "whole.log") - 2
-    assert not (out / "segments" / "long.jsonl").exists()
+    assert not (out / "segments").exists()
+    assert_resumed_segments(out, tmp_path / "whole", kept)
+
+
+def assert_resumed_segments(out: Path, whole: Path, kept: list[dict]) -> None:
+    """A rerun that took `kept` segments from a stopped run: its segments.jsonl is the
+    uninterrupted run's (one line per segment with its times and text), and its report counts
+    only the audio it decoded itself."""
+    assert lines_of(out / "segments.jsonl") == lines_of(whole / "segments.jsonl")
+    (record,) = lines_of(whole / "transcripts.jsonl")
+    assert len(lines_of(whole / "segments.jsonl")) == len(record["segments"]) > len(kept)
+    assert " ".join(line["pred_text"] for line in lines_of(whole / "segments.jsonl")) == record["pred_text"]
+    seconds = json.loads((out / "report.json").read_text())["audio_hours_this_run"] * 3600
+    assert seconds == pytest.approx(record["duration"] - kept[-1]["end"] / 16000, abs=1e-3)
+
+
+def long_input(folder: Path, copies: int) -> Path:
+    """A manifest of one long input: the fixture clips `copies` times, 0.25 s of silence after each."""
+    clips = [sf.read(w, dtype="float32")[0] for w in sorted(AUDIO.glob("*.wav"))]
+    wave = np.concatenate([np.concatenate([c, np.zeros(4000, np.float32)]) for c in clips] * copies)
+    sf.write(folder / "long.wav", wave, 16000)
+    manifest = folder / "long.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": str(folder / "long.wav"), "utt_id": "long"}) + "\n")
+    return manifest
+
+
+def complete_lines(path: Path) -> list[dict]:
+    """The complete lines of a file a killed run was appending to."""
+    return [json.loads(x) for x in path.read_bytes().split(b"\n")[:-1]] if path.exists() else []
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT])
+def test_a_long_input_stopped_from_outside_continues_from_its_next_segment(tmp_path, stop):
+    """The CLI as a user runs it (no hooks), on a 2-minute input in 3 s segments: killed
+    (``kill -9``) or interrupted (Ctrl-C) from outside once two segments are kept, wherever it then
+    is; the rerun decodes only the segments after the kept ones (one progress event each) and
+    writes the transcripts and segments.jsonl of an uninterrupted run."""
+    manifest = long_input(tmp_path, 6)
+
+    def args(out: Path) -> list[str]:
+        return [*transcribe_args(manifest, out), "batch.segment_seconds=3", "batch.max_seconds=3"]
+
+    def segment_events(log: Path) -> int:  # progress events between the first and the last
+        return len([e for e in lines_of(log) if e["event"] == "progress"]) - 2
+
+    whole = run_cli([*args(tmp_path / "whole"), "--log-file", str(tmp_path / "whole.log")])
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "out"
+    segments = out / "segments" / "long.jsonl"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "asrdecode.cli", *args(out)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while run.poll() is None and time.time() < deadline and len(complete_lines(segments)) < 3:
+        time.sleep(0.01)
+    run.send_signal(stop)
+    _, err = run.communicate(timeout=300)
+    if stop == signal.SIGKILL:
+        assert run.returncode == -signal.SIGKILL, err
+    else:
+        assert run.returncode == 130 and "interrupted: finished results are kept" in err, err
+        assert "Traceback" not in err
+    assert not lines_of(out / "transcripts.jsonl")
+    kept = complete_lines(segments)[1:]
+    assert len(kept) >= 2 and kept[0]["start"] == 0
+    rerun = run_cli([*args(out), "--log-file", str(tmp_path / "rerun.log")])
+    assert rerun.returncode == 0, rerun.stderr
+    assert comparable(out) == comparable(tmp_path / "whole")
+    assert segment_events(tmp_path / "rerun.log") == segment_events(tmp_path / "whole.log") - len(kept)
+    assert not (out / "segments").exists()
+    assert_resumed_segments(out, tmp_path / "whole", kept)

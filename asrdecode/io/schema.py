@@ -116,6 +116,8 @@ TRANSCRIPT_RECORD: Schema = {
     "words": [{"word": str, "start": _NUMBER_OR_NULL, "end": _NUMBER_OR_NULL, "conf?": _NUMBER_OR_NULL}],
     "score?": _NUMBER_OR_NULL,
     "lattice_density?": _NUMBER_OR_NULL,
+    # an input decoded in segments: each one's span (seconds from the input's start) and word count
+    "segments?": [{"start": float, "end": float, "words": int}],
     # a segment of a Kaldi recording: its hyp.ctm lines are in the recording's time
     "offset?": _NUMBER_OR_NULL,
     "recording_id?": (str, int),

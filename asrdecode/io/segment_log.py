@@ -13,6 +13,7 @@ whole again).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -113,8 +114,11 @@ class SegmentLog:
             raise OutputError(f"{self.path}: cannot write: {err.strerror or err}") from None
 
     def remove(self) -> None:
-        """Drop the file (the input's transcript is written, or it failed)."""
+        """Drop the file (the input's transcript is written, or it failed), and the folder once
+        it holds no other."""
         self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # another input's kept segments, or no folder
+            self.path.parent.rmdir()
 
     @staticmethod
     def _line(segment: KeptSegment) -> str:

@@ -1,6 +1,7 @@
 """Results -> files, appended per batch and fsync'ed so that a killed run can resume.
 
-transcripts.jsonl is the source of truth: `text` and `hyp.ctm` are derived from it and rebuilt
+transcripts.jsonl is the source of truth: `text`, `hyp.ctm` and `segments.jsonl` are derived from
+it and rebuilt
 from its complete lines whenever an existing output folder is resumed. Lattices go to one Kaldi
 text archive, lattices/lat.ark.txt (``lat.ark,t`` entries: `utt-id` line, arcs, finals, blank
 line), appended per batch *before* the batch's transcripts; on resume it keeps only complete
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 TRANSCRIPTS = "transcripts.jsonl"
 TEXT = "text"
 CTM = "hyp.ctm"
+SEGMENT_LINES = "segments.jsonl"  # one line per decoded segment of each input, with its times
 ERRORS = "errors.jsonl"
 REPORT = "report.json"
 LATTICES = "lattices"  # folder: lat.ark.txt (all utterances) and <utt>.fst files
@@ -42,7 +44,7 @@ LOCK = ".asrdecode.lock"
 SEGMENTS = "segments"  # folder: a long input's decoded segments (`asrdecode.io.segment_log`)
 # what a result adds to its input record
 RESULT_FIELDS = frozenset(
-    {"pred_text", "words", "score", "acoustic_score", "lm_score", "nbest", "lattice_density"}
+    {"pred_text", "words", "score", "acoustic_score", "lm_score", "nbest", "lattice_density", "segments"}
 )
 
 try:  # POSIX only; elsewhere two runs on one folder are not detected
@@ -52,7 +54,7 @@ except ImportError:  # pragma: no cover
 
 
 class OutputWriter:
-    """Appends results to out_dir/{transcripts.jsonl, text, hyp.ctm, errors.jsonl}.
+    """Appends results to out_dir/{transcripts.jsonl, text, hyp.ctm, segments.jsonl, errors.jsonl}.
 
     overwrite=False resumes: complete lines of an earlier run are kept (`done_ids()`), a partial
     last line (a run killed mid-write) is cut off, and text/hyp.ctm are rebuilt to match.
@@ -89,11 +91,12 @@ class OutputWriter:
         self._done: set[str] = set()
         self._files: dict[str, IO[str]] = {}
         try:
-            for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT, SETUP):  # leftovers of a killed atomic write
+            # what a killed atomic write left
+            for name in (TRANSCRIPTS, TEXT, CTM, SEGMENT_LINES, ERRORS, REPORT, SETUP):
                 for tmp in self.out_dir.glob(f".{name}.*.tmp"):
                     tmp.unlink(missing_ok=True)
             if overwrite:
-                for name in (TRANSCRIPTS, TEXT, CTM, ERRORS, REPORT, LATTICE_ARCHIVE, STALE):
+                for name in (TRANSCRIPTS, TEXT, CTM, SEGMENT_LINES, ERRORS, REPORT, LATTICE_ARCHIVE, STALE):
                     (self.out_dir / name).unlink(missing_ok=True)
                 for fst in (self.out_dir / LATTICES).glob("*.fst"):
                     fst.unlink()
@@ -106,7 +109,7 @@ class OutputWriter:
                 self._check_setup(setup)
             if not overwrite:
                 self._recover()
-            for name in (TRANSCRIPTS, TEXT):  # hyp.ctm / errors.jsonl are created on first use
+            for name in (TRANSCRIPTS, TEXT, SEGMENT_LINES):  # hyp.ctm / errors.jsonl: on first use
                 self._open(name)
         except OSError as e:
             self._release()
@@ -139,11 +142,12 @@ class OutputWriter:
 
     def write_records(self, records: Sequence[dict], ctm: bool = True) -> None:
         """Write the records' subtitles, append finished transcript records (`batch_records`) to
-        text, hyp.ctm and transcripts.jsonl, and fsync."""
+        text, hyp.ctm, segments.jsonl and transcripts.jsonl, and fsync."""
         self._write_subtitles(records)
         self._append(TEXT, [text_line(rec) for rec in records])
         if ctm:
             self._append(CTM, [line for rec in records for line in ctm_lines(rec)])
+        self._append(SEGMENT_LINES, [line for rec in records for line in segment_lines(rec)])
         self._append(TRANSCRIPTS, [_dumps(rec) + "\n" for rec in records])
         self._done.update(rec["utt_id"] for rec in records)
 
@@ -185,9 +189,9 @@ class OutputWriter:
         return write_report(self.out_dir, report)
 
     def close(self, order: Sequence[str] | None = None) -> None:
-        """Finish: optionally rewrite transcripts/text/hyp.ctm in `order` (e.g. input order, undoing
-        the longest-first batching; unknown ids go last), drop errors.jsonl entries of utterances that
-        have since succeeded or failed again later, and release the lock."""
+        """Finish: optionally rewrite transcripts and the files made from them in `order` (input
+        order, undoing the longest-first batching; unknown ids go last), drop errors.jsonl entries
+        of utterances that have since succeeded or failed again later, and release the lock."""
         if self._lock_fh is None:
             return
         try:
@@ -372,6 +376,7 @@ class OutputWriter:
     def _rebuild_derived(self, records: list[dict]) -> None:
         self._write_subtitles(records, missing_only=True)
         _atomic_write(self.out_dir / TEXT, [text_line(r) for r in records])
+        _atomic_write(self.out_dir / SEGMENT_LINES, [line for r in records for line in segment_lines(r)])
         if (self.out_dir / CTM).exists():
             _atomic_write(self.out_dir / CTM, [line for r in records for line in ctm_lines(r)])
 
@@ -458,6 +463,25 @@ def text_line(rec: dict) -> str:
     """Kaldi `text` line: `utt_id word word ...`."""
     words = " ".join(str(rec.get("pred_text") or "").split())
     return f"{rec['utt_id']} {words}\n" if words else f"{rec['utt_id']}\n"
+
+
+def segment_lines(rec: dict) -> list[str]:
+    """segments.jsonl lines of a transcript record: one per segment an input was decoded in (the
+    record's ``segments``: start and end in seconds from the input's start and how many of its
+    words each holds), else one for the whole input; each with ``utt_id``, ``segment`` (from 0),
+    ``start``, ``end`` and ``pred_text`` (its words' times are in the record's ``words``)."""
+    words = list(rec.get("words") or [])
+    spans = rec.get("segments")
+    if not spans or sum(int(s.get("words", 0)) for s in spans) != len(words):
+        spans = [{"start": 0.0, "end": rec.get("duration"), "words": len(words)}]
+    lines, first = [], 0
+    for i, span in enumerate(spans):
+        part = words[first : first + int(span["words"])]
+        first += len(part)
+        line = {"utt_id": rec["utt_id"], "segment": i, "start": span["start"], "end": span["end"]}
+        line["pred_text"] = " ".join(str(w.get("word", "")) for w in part)
+        lines.append(_dumps(line) + "\n")
+    return lines
 
 
 def ctm_lines(rec: dict) -> list[str]:

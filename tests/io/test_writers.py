@@ -14,6 +14,7 @@ import pytest
 from asrdecode.decoders.base import DecodeResult, Word
 from asrdecode.errors import OutputError
 from asrdecode.io import OutputWriter, Utterance, write_report
+from asrdecode.io.writers import segment_lines
 
 
 def U(i: int) -> Utterance:
@@ -326,3 +327,30 @@ def test_ctm_of_a_recording_segment_is_in_the_recording_time():
         ctm_lines({"utt_id": "u1", "words": words, "recording_id": "rec"})[0]
         == "rec 1 0.100 0.300 a 0.9000\n"
     )
+
+
+def test_segments_jsonl_has_a_line_per_decoded_segment_with_its_times(tmp_path):
+    """segments.jsonl: an input decoded in segments (its record's ``segments``: spans and word
+    counts) gets one line per segment with its words' text; one decoded whole gets one line from 0
+    to its duration; a resumed folder rebuilds the file from transcripts.jsonl, and a record whose
+    spans do not add up to its words gets one line."""
+    out = tmp_path / "out"
+    long = DecodeResult(words=[Word("a", 0.1, 0.2), Word("b", 5.1, 5.3), Word("c", 5.4, 5.6)], score=-1.0)
+    spans = [{"start": 0.0, "end": 4.5, "words": 1}, {"start": 4.5, "end": 9.0, "words": 2}]
+    with OutputWriter(out) as w:
+        w.write_results([U(1), U(2)], [long, R(2)], seconds=[9.0, 1.5], extras=[{"segments": spans}, None])
+    expected = [
+        {"utt_id": "u1", "segment": 0, "start": 0.0, "end": 4.5, "pred_text": "a"},
+        {"utt_id": "u1", "segment": 1, "start": 4.5, "end": 9.0, "pred_text": "b c"},
+        {"utt_id": "u2", "segment": 0, "start": 0.0, "end": 1.5, "pred_text": "w2 end"},
+    ]
+    assert [json.loads(x) for x in lines(out / "segments.jsonl")] == expected
+    assert rows(out)[0]["segments"] == spans
+    (out / "segments.jsonl").write_text("")
+    with OutputWriter(out) as w:
+        assert w.done_ids() == {"u1", "u2"}
+    assert [json.loads(x) for x in lines(out / "segments.jsonl")] == expected
+    record = {"utt_id": "u", "duration": 2.0, "words": [{"word": "a"}], "segments": spans}
+    assert [json.loads(x) for x in segment_lines(record)] == [
+        {"utt_id": "u", "segment": 0, "start": 0.0, "end": 2.0, "pred_text": "a"}
+    ]
