@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word
 from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 
@@ -98,15 +98,14 @@ def _result(net: Any, tokens: list[int], log_probs: list[float], score: float, n
     return DecodeResult(words=words, tokens=tokens, token_frames=[], score=score, nbest=nbest)
 
 
-class AedGreedyDecoder:
+class AedGreedyDecoder(DecoderBase):
     """Batched greedy decoding; score = the sum of the chosen tokens' log-probabilities."""
 
     name: ClassVar[str] = "aed-greedy"
     config_type: ClassVar[type] = AedGreedyConfig
 
     def __init__(self, config: AedGreedyConfig, context: DecoderContext):
-        self.config = config
-        self.context = context
+        super().__init__(config, context)
         self.last_info: dict = {}  # the last batch's count of hypotheses stopped without an end token
 
     @torch.inference_mode()
@@ -146,7 +145,7 @@ def length_penalty(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((5 + lengths) / 6).pow(alpha)
 
 
-class AedBeamDecoder:
+class AedBeamDecoder(DecoderBase):
     """Batched beam search, NeMo's ``BeamSearchSequenceGenerator``: every utterance's beams in one
     [B * beam] batch of the network; score = the best hypothesis's log-probability (its n-best
     list ranked by the penalised score)."""
@@ -163,9 +162,7 @@ class AedBeamDecoder:
             raise ConfigError(f"decoder.nbest={config.nbest}: must be between 1 and beam_size")
 
     def __init__(self, config: AedBeamConfig, context: DecoderContext):
-        self.check_options(config)
-        self.config = config
-        self.context = context
+        super().__init__(config, context)
         self.last_info: dict = {}
 
     @torch.inference_mode()

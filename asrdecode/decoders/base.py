@@ -69,6 +69,24 @@ class Decoder(Protocol):
     def decode(self, output: ModelOutput) -> list[DecodeResult]: ...
 
 
+class DecoderBase:
+    """What the decoder classes share: the registry's `name` and `config_type`, and a constructor
+    that runs the option checks (`check_options`, also run when a config is built: none by default)
+    and keeps the config and the model's `context`."""
+
+    name: ClassVar[str]
+    config_type: ClassVar[type]
+
+    @staticmethod
+    def check_options(config: Any) -> None:
+        """One-line ConfigErrors for option values the decoder cannot use (none by default)."""
+
+    def __init__(self, config: Any, context: DecoderContext) -> None:
+        self.check_options(config)
+        self.config = config
+        self.context = context
+
+
 @dataclass
 class PendingDecode:
     """A batch being decoded (`start_decode`): ``result()`` waits for its results, ``cancel()``

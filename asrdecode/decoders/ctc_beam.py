@@ -42,7 +42,7 @@ from typing import ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.beam_hyps import NO_LABEL, BatchedBeamHyps, LmFusionState, flat_slots
 from asrdecode.decoders.ctc_greedy import ctc_runs
 from asrdecode.decoders.lms import fusion_lm_of
@@ -135,7 +135,7 @@ def ctc_beam_search(
     return hyps, fusion
 
 
-class CtcBeamDecoder:
+class CtcBeamDecoder(DecoderBase):
     """Batched CTC beam search (NeMo's ``beam_batch``) over a model's log-probs, with an optional token
     n-gram LM."""
 
@@ -144,9 +144,7 @@ class CtcBeamDecoder:
     check_options = staticmethod(_check_options)
 
     def __init__(self, config: CtcBeamConfig, context: DecoderContext) -> None:
-        _check_options(config)
-        self.config = config
-        self.context = context
+        super().__init__(config, context)
         self.lm = fusion_lm_of(config, context)
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.base import DecoderBase, DecodeResult, Word
 from asrdecode.models.base import ModelOutput
 
 
@@ -59,15 +59,11 @@ def ctc_runs(labels: torch.Tensor, lengths: torch.Tensor, blank_id: int) -> tupl
     return emit, run_end
 
 
-class CtcGreedyDecoder:
+class CtcGreedyDecoder(DecoderBase):
     """Batched greedy CTC; score = sum of the log-probs of the non-blank best-path frames (as NeMo)."""
 
     name: ClassVar[str] = "ctc-greedy"
     config_type: ClassVar[type] = CtcGreedyConfig
-
-    def __init__(self, config: CtcGreedyConfig, context: DecoderContext):
-        self.config = config
-        self.context = context
 
     def decode(self, output: ModelOutput) -> list[DecodeResult]:
         if output.log_probs is None:

@@ -71,7 +71,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult, Word
+from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word
 from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.decoders.workspace import grow_tensors
 from asrdecode.errors import ConfigError
@@ -771,7 +771,7 @@ def transducer_network(output: ModelOutput, decoder: str) -> Any:
     return net
 
 
-class TransducerGreedyDecoder:
+class TransducerGreedyDecoder(DecoderBase):
     """Batched greedy RNN-T / TDT decoding (label looping or frame looping), see the module docstring.
 
     Needs ``ModelOutput.encoder_out`` and ``ModelOutput.extra["transducer"]`` (a
@@ -794,9 +794,7 @@ class TransducerGreedyDecoder:
             raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
 
     def __init__(self, config: TransducerGreedyConfig, context: DecoderContext) -> None:
-        self.check_options(config)
-        self.config = config
-        self.context = context
+        super().__init__(config, context)
         self.lm = fusion_lm_of(config, context)
 
     def _lm_on(self, device: torch.device):

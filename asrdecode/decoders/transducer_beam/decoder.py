@@ -49,7 +49,7 @@ from typing import ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderContext, DecodeResult
+from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult
 from asrdecode.decoders.beam_hyps import BatchedBeamHyps
 from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.decoders.transducer_beam.aes import aes_search
@@ -124,7 +124,7 @@ def _check_options(config: TransducerBeamConfig) -> None:
         raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
 
 
-class TransducerBeamDecoder:
+class TransducerBeamDecoder(DecoderBase):
     """Batched ALSD++ / AES++ beam search over a transducer model output (needs
     ``ModelOutput.encoder_out`` and ``extra["transducer"]``, as :class:`TransducerGreedyDecoder`)."""
 
@@ -133,10 +133,8 @@ class TransducerBeamDecoder:
     check_options = staticmethod(_check_options)
 
     def __init__(self, config: TransducerBeamConfig, context: DecoderContext) -> None:
-        _check_options(config)
-        self.config = config
+        super().__init__(config, context)
         self.strategy = STRATEGIES[config.strategy]
-        self.context = context
         self.lm = fusion_lm_of(config, context)
 
     def _fusion(self, device: torch.device) -> FusionConfig | None:
