@@ -1,7 +1,8 @@
 """Every decoder gives on cuda what it gives on the CPU (marked `cuda`, skipped without a CUDA
 device; scripts/gpu_check.sh runs them on the GPU machine): the CPU's inputs moved to the device,
 then the same tokens, frames, words and n-best, scores to float tolerance. `wfst` with and without
-CUDA graphs and with the torch or the Triton emitting kernel, 1-best and lattices; `wfst-otf` with
+CUDA graphs and with the torch or the Triton emitting kernel or the fused frame kernels, 1-best and
+lattices (the fused kernels also from tiny capacities, every window rerun); `wfst-otf` with
 the LM on the device and on the host; `ctc-greedy`, `ctc-beam` (with the token LM too); transducer
 greedy (RNN-T and TDT, label and frame looping, with and without CUDA graphs, with the token LM) and
 beam (ALSD++ and AES++; it has no CUDA-graph mode); `aed-greedy` and `aed-beam`."""
@@ -54,7 +55,7 @@ def transducer_output(name: str) -> ModelOutput:
     return nemo_output(model(name), {k: data[k] for k in data.files})
 
 
-@pytest.mark.parametrize("kernel", ["torch", "triton"])
+@pytest.mark.parametrize("kernel", ["torch", "triton", "fused"])
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 @pytest.mark.parametrize("lattice", [False, True])
 def test_wfst(nemo_graphs, kernel, cuda_graphs, lattice):
@@ -62,6 +63,19 @@ def test_wfst(nemo_graphs, kernel, cuda_graphs, lattice):
     if lattice:
         section |= {"lattice": True, "lattice_beam": 4.0, "nbest": 4}
     both(section, ctc_output(), None, kernel=kernel, cuda_graphs=cuda_graphs, pinned_copies=cuda_graphs)
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+@pytest.mark.parametrize("topology", ["compact", "normal"])
+def test_wfst_fused_windows_and_overflow(nemo_graphs, cuda_graphs, topology, monkeypatch):
+    """`kernel: fused` in windows of 8 frames from capacities far too small (every buffer
+    overflows, is grown and its window rerun), max_active binding: the CPU's per-frame search."""
+    from asrdecode.decoders.wfst.fused import FusedSearch
+
+    monkeypatch.setattr(FusedSearch, "START_CAPACITY", {"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4})
+    section = {"type": "wfst", "graph": str(nemo_graphs[topology]), "backend": "torch"}
+    section |= {"beam": 10.0, "max_active": 50, "min_active": 20}
+    both(section, ctc_output(), None, kernel="fused", sync_frames=8, cuda_graphs=cuda_graphs)
 
 
 @pytest.mark.parametrize("lm_on_host", [False, True])

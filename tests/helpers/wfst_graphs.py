@@ -106,12 +106,19 @@ def compare(
     max_active: int,
     min_active: int,
     backend: str = "torch",
+    kernel: str = "auto",
 ):
-    """Decode with `backend` and check every utterance against FasterDecoder (the compiled backend
-    runs the same cases in test_wfst_compiled.py)."""
+    """Decode with `backend` (and the torch backend's `kernel`) and check every utterance against
+    FasterDecoder (the compiled backend runs the same cases in test_wfst_compiled.py, the fused
+    kernels in test_wfst_fused.py)."""
     fst = kaldifst.StdVectorFst(kaldifst.StdFst.read(str(next(graph_dir.glob("*LG.fst")))))
     cfg = WfstConfig(
-        graph=str(graph_dir), beam=beam, max_active=max_active, min_active=min_active, backend=backend
+        graph=str(graph_dir),
+        beam=beam,
+        max_active=max_active,
+        min_active=min_active,
+        backend=backend,
+        kernel=kernel,
     )
     dec = WfstDecoder(cfg)
     out = ModelOutput(torch.from_numpy(lp), torch.from_numpy(lengths), 0.08, lp.shape[2] - 1, [])

@@ -172,12 +172,13 @@ class PruningOptions:
 @dataclass
 class SearchOptions(PruningOptions):
     """The torch search's options: the pruning and the device switches: cuda_graphs,
-    pinned_copies (CUDA only), kernel (torch | triton)."""
+    pinned_copies (CUDA only), kernel (torch | triton | fused) and sync_frames (fused)."""
 
     host_copy_frames: int = 32
     cuda_graphs: bool = False
     pinned_copies: bool = False
     kernel: str = "torch"
+    sync_frames: int = 64  # kernel fused: frames per host synchronisation (fused.FusedSearch)
     gc_records: int = 1 << 20  # back-pointer records before the first garbage collection
     prune_interval: int = 25  # lattices: window pruning every this many frames (Kaldi's name; 0 = never)
 
@@ -395,7 +396,12 @@ class Backpointers:
         self._copying = None
         if event is not None:
             event.synchronize()
-        cols = host.numpy()
+        self.append_host(host.numpy())
+
+    def append_host(self, cols: np.ndarray) -> None:
+        """Append records given as int64 columns [4, n] (prev, arc, frame, cost bits) to the host
+        store (the fused search's window copies come this way)."""
+        n = cols.shape[1]
         k = self._stored
         if k + n > len(self._store):
             grown = np.empty(max(2 * len(self._store), k + n, 1024), dtype=self.DTYPE)
@@ -702,7 +708,7 @@ class TokenPassing:
         )
         # lattices append per-frame tensors on the host side: those frames run eagerly
         self.runner = CapturedStep(o.cuda_graphs and cuda and self.lattice is None)
-        self.kernel = o.kernel
+        self.kernel = "triton" if o.kernel == "fused" else o.kernel  # where the fused search does not apply
         self.stats = {
             "frames": 0,
             "syncs": 0,

@@ -186,8 +186,13 @@ class WfstConfig(GraphSearchConfig):
       keep lattices run eagerly. Ignored (with a note) on the CPU.
     pinned_copies: torch backend on CUDA: back-pointers go to pinned host buffers with
       non-blocking copies, double-buffered (paper 001 sec. 3). Ignored on the CPU.
-    kernel: auto | torch | triton: the emitting-arc expansion of the torch backend as tensor ops or
-      one fused Triton kernel (wfst/kernels.py); auto = triton on CUDA, torch elsewhere.
+    kernel: auto | torch | triton | fused: the torch backend's frame as tensor ops (torch), with
+      the emitting-arc expansion as one Triton kernel (triton, wfst/kernels.py), or the whole frame
+      as a few fused Triton kernels with the frame loop on the device (fused, wfst/fused.py: 1-best;
+      lattices, word boosts, word_beam and streams run the triton path); auto = triton on CUDA,
+      torch elsewhere. triton and fused need CUDA or TRITON_INTERPRET=1.
+    sync_frames: kernel fused: frames decoded between two host synchronisations (a buffer that
+      overflowed in them is grown and those frames run again).
     """
 
     boost: dict = field(default_factory=dict)
@@ -195,6 +200,7 @@ class WfstConfig(GraphSearchConfig):
     cuda_graphs: bool = False
     pinned_copies: bool = False
     kernel: str = "auto"
+    sync_frames: int = 64
 
     def search_options(self, device: torch.device | str = "cpu") -> SearchOptions:
         """The search options for a torch search on `device` (device switches resolved)."""
@@ -203,9 +209,9 @@ class WfstConfig(GraphSearchConfig):
         kernel = self.kernel
         if kernel == "auto":
             kernel = "triton" if cuda and triton_available(device) else "torch"
-        elif kernel == "triton" and not triton_available(device):
+        elif kernel in ("triton", "fused") and not triton_available(device):
             raise ConfigError(
-                f"decoder.kernel: triton needs a CUDA device or TRITON_INTERPRET=1 (device is {device})"
+                f"decoder.kernel: {kernel} needs a CUDA device or TRITON_INTERPRET=1 (device is {device})"
             )
         pruning = {f.name: getattr(self, f.name) for f in fields(PruningOptions)}
         return SearchOptions(
@@ -214,6 +220,7 @@ class WfstConfig(GraphSearchConfig):
             cuda_graphs=self.cuda_graphs and cuda,
             pinned_copies=self.pinned_copies and cuda,
             kernel=kernel,
+            sync_frames=self.sync_frames,
             prune_interval=self.prune_interval,
         )
 
@@ -255,6 +262,8 @@ class WfstDecoder:
             )
         if config.kernel not in KERNELS:
             raise ConfigError(f"decoder.kernel: {config.kernel!r} is not one of {', '.join(KERNELS)}")
+        if config.sync_frames < 1:
+            raise ConfigError(f"decoder.sync_frames must be >= 1, got {config.sync_frames}")
 
     def __init__(
         self,
@@ -285,6 +294,8 @@ class WfstDecoder:
         self._records: np.ndarray | None = None
         self._device_note_logged = False
         self._tuning: dict[str, dict] = {}  # per device: capacities the next batch starts from
+        self._fused: dict[str, Any] = {}  # per device: the fused search (keeps its capacities, graphs)
+        self._fused_notes: set[str] = set()
         if config.want_lattice:  # the lattice kernels compile at their first use
             announce_first_compile("wfst: lattices", prune_window, backward_costs, collapse_kernel)
 
@@ -483,6 +494,11 @@ class WfstDecoder:
         graph = self.graph_on(device)
         boost = self._boost_table(tables, device)
         want_lattice = self.config.want_lattice
+        options = self._search_options(device)
+        if self._fused_applies(options, boost, want_lattice):
+            return PendingDecode.done(
+                self._decode_fused(graph, options, ac, output.lengths, tables, oov, blank, output.frame_shift)
+            )
         search = self._new_search(graph, device, want_lattice).inherit(self._tuning.get(str(device)))
         if search.lattice is not None:
             search.lattice.boosts = {b: dense_boost(t) for b, t in enumerate(tables) if t}
@@ -517,6 +533,55 @@ class WfstDecoder:
         if search.stats["epsilon_limit_hit"]:
             log.warning("wfst: epsilon closure hit max_epsilon_passes; raise decoder.max_epsilon_passes")
         return PendingDecode.done(results)
+
+    def _fused_applies(self, options: SearchOptions, boost: BoostTable | None, want_lattice: bool) -> bool:
+        """Whether `kernel: fused` runs this batch: 1-best without word boosts, word_beam or an
+        on-the-fly LM (elsewhere the per-frame search runs, with the Triton emitting kernel)."""
+        if options.kernel != "fused":
+            return False
+        why = (
+            "lattices" if want_lattice else "word boosts" if boost is not None
+            else "word_beam" if options.word_beam > 0 else "an on-the-fly LM" if self.path_lm is not None
+            else ""
+        )  # fmt: skip
+        if why and why not in self._fused_notes:
+            self._fused_notes.add(why)
+            log.info("wfst: kernel fused decodes 1-best only; with %s the per-frame search runs", why)
+        return not why
+
+    def _decode_fused(
+        self,
+        graph: SearchGraph,
+        options: SearchOptions,
+        ac: torch.Tensor,
+        lengths: torch.Tensor,
+        tables: list[dict[int, float]],
+        oov: list[str],
+        blank: int,
+        shift: float,
+    ) -> list[DecodeResult]:
+        """A batch through `fused.FusedSearch` (the frame loop on the device)."""
+        from asrdecode.decoders.wfst.fused import FusedSearch
+
+        key = f"fused:{ac.device}"
+        search = self._fused.get(key)
+        if search is None or search.g is not graph or search.options != options:
+            search = self._fused[key] = FusedSearch(graph, options)
+        rec, total, reached = search.decode(ac, lengths)
+        data = search.backpointers.host()
+        B = len(rec)
+        self._not_final = [b for b in range(B) if rec[b] >= 0 and not reached[b]]
+        results = [
+            self._one_result(data, search, rec[b], total[b], reached[b], tables[b], blank, shift)  # type: ignore[arg-type]
+            for b in range(B)
+        ]
+        stats = {"backend": "torch", "kernel": "fused", **search.stats, "records": search.backpointers.size}
+        self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
+        if oov:
+            log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
+        if search.stats["epsilon_limit_hit"]:
+            log.warning("wfst: epsilon closure hit max_epsilon_passes; raise decoder.max_epsilon_passes")
+        return results
 
     def _attach_lattices(
         self,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from asrdecode.decoders.wfst.core import BoostTable, TokenPassing
 
 INF = float("inf")
-KERNELS = ("auto", "torch", "triton")
+KERNELS = ("auto", "torch", "triton", "fused")
 
 
 def emitting_arcs(

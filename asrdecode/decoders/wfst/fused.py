@@ -1,0 +1,811 @@
+"""The `wfst` search as a few fused Triton kernels per frame, with the frame loop on the device.
+
+``decoder.kernel: fused`` (torch backend). Paper 001 (sec. 3) runs each frame as ExpandArcs →
+Prune → D2H copy, built on the Kaldi CUDA decoder (its ref. [4]); paper 000 (Alg. 3, Alg. 4) gives
+the prefix-sum arc expansion and the recombination by atomicMin. This module is that design with
+the data layout of the CUDA decoder: every utterance ("lane") owns fixed-capacity regions (tokens,
+a hash table, arc slots), so a frame is a fixed sequence of launches with grids fixed by the
+capacities, never by the data:
+
+1. ``prep`` (one program per utterance): Kaldi's GetCutoff without a sort. The beam cut
+   ``best + beam`` decides alone unless more than max_active tokens lie under it (or fewer than
+   min_active do); only then is the (k+1)-th best cost selected exactly, by a radix select over
+   the order-preserving integer image of the costs: four passes of a 256-bin cost histogram
+   (`tl.histogram`), each keeping the bin that holds the k-th cost. The adaptive beam follows.
+   Then the surviving tokens' emitting-arc counts and their inclusive prefix sum (paper 000
+   Alg. 3), and the utterance's hash table is cleared.
+2. ``emit`` (programs over the arc slots of every utterance): slot j finds its token by binary
+   search in the prefix sum, its arc, ``cost + weight + acoustic cost`` (the same float32 additions
+   as the torch path) and the frame's best new cost by an atomic min.
+3. ``insert``: the arcs under ``best + adaptive beam`` go into the utterance's hash table
+   (open addressing keyed by the destination state, claimed by compare-and-swap; a claim takes the
+   next token slot from an atomic counter) and are recombined by an atomic min on a packed 64-bit
+   key ``(order-preserving cost bits << 32) | arc id`` (paper 000 Alg. 4; the CUDA decoder's
+   packed cost/index atomicMin). The arc id breaks ties, so the result does not depend on the
+   order in which the GPU runs the candidates.
+4. ``commit``: the one candidate whose packed key is its slot's minimum writes the new token
+   (state, cost, predecessor record, arc).
+5. ``epsilon`` (one program per utterance, the CUDA decoder's one-block closure): Bellman-Ford
+   passes over the epsilon arcs of a frontier (Kaldi ProcessNonemitting), each pass the same
+   claim / atomic-min / unique-winner steps, a winner that strictly improves its token (an existing
+   token wins ties, as in the torch path) joining the next frontier; at most max_epsilon_passes.
+6. ``finalize`` (one program per utterance): the frame's tokens become back-pointer records at
+   consecutive ids (utterance by utterance), written into the window's record arena; tokens
+   reached within the frame point at their predecessor's new id. Finished utterances (frame past
+   their length) keep their tokens unchanged.
+
+Capacities (tokens per utterance, hash slots, arc slots, epsilon candidates per pass, records per
+window) are preallocated. A kernel that would pass one writes nothing out of bounds and records
+what it needed in a device array (`NEED_*`); nothing is read on the host inside a window of
+``sync_frames`` frames (default 64), so a window is one capturable CUDA graph
+(``decoder.cuda_graphs``). At the window's end one blocking read returns the needs, the record
+count and (last window) each utterance's best final token; the window's records travel to host
+memory by a non-blocking copy queued before it. If a need exceeded its capacity, the window is
+run again from its saved input tokens with larger capacities (so results never depend on
+capacities); the capacities a batch ended with are where the next batch starts.
+
+The per-frame torch path (`core.TokenPassing`) stays the reference and is what runs where this
+path does not apply: lattices, word boosts, word_beam, an on-the-fly LM (`wfst-otf`) and streams.
+Every kernel runs on the CPU under ``TRITON_INTERPRET=1`` (tests/decoders/test_wfst_fused.py); loops
+over a bound loaded from memory are written as ``while`` loops, which the interpreter can run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from torch.utils._python_dispatch import _disable_current_modes
+
+from asrdecode.decoders.wfst.core import Backpointers, CapturedStep, SearchGraph, SearchOptions
+
+INF = float("inf")
+EMPTY64 = torch.iinfo(torch.int64).max
+
+# what a window needed of each capacity (device int32 array, atomic max), then statistics
+NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC = range(5)
+STAT_ARCS, STAT_PASSES, STAT_EPS_LIMIT = range(5, 8)
+NUM_NEEDS = 8
+CAPS = ("tok", "arc", "hash", "eps", "rec")
+
+# the same indices as constexpr globals, which jitted code may read
+_TOK, _ARC, _HASH, _EPS, _REC = (tl.constexpr(i) for i in range(5))
+_S_ARCS, _S_PASSES, _S_EPS_LIMIT = (tl.constexpr(i) for i in range(5, 8))
+
+LAUNCHES = [0]  # Triton launches so far (`asrdecode bench wfst-ops` counts them with the torch ops)
+
+
+# ---------------------------------------------------------------------------------- device helpers
+def _key32(c):
+    """float32 -> int32 with the same order."""
+    b = c.to(tl.int32, bitcast=True)
+    return tl.where(b >= 0, b, b ^ 0x7FFFFFFF)
+
+
+def _unkey32(k):
+    return tl.where(k >= 0, k, k ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+def _pack(c, arc):
+    """(order-preserving cost bits << 32) | arc: an int64 whose minimum is the cheapest candidate,
+    ties to the lowest arc id."""
+    return (_key32(c).to(tl.int64) << 32) | arc.to(tl.int64)
+
+
+def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.constexpr):
+    """Open addressing with linear probing in the table at offset `table` (H slots, a power of
+    two) of `hkey_ptr`; `trash` is a slot no lookup reads. Returns (slot, claimed, found): lanes
+    with `want` find or claim the slot of their key; a lane left without a slot after H probes
+    sets _HASH."""
+    key32 = key.to(tl.int32)
+    slot = (key * 2654435761) & (H - 1)
+    active = want
+    claimed = want & False
+    found = want & False
+    probes = 0
+    while (tl.max(active.to(tl.int32), 0) > 0) & (probes < H):
+        off = tl.where(active, table + slot, trash)
+        prev = tl.atomic_cas(hkey_ptr + off, tl.where(active, -1, -2).to(tl.int32), key32)
+        new = active & (prev == -1)
+        hit = active & (prev == key32)
+        claimed = claimed | new
+        found = found | new | hit
+        active = active & ~(new | hit)
+        slot = tl.where(active, (slot + 1) & (H - 1), slot)
+        probes += 1
+    zero = tl.zeros([BLOCK], tl.int32)
+    tl.atomic_max(need_ptr + _HASH + zero, zero + 2 * H, mask=active)
+    return slot, claimed, found
+
+
+# ---------------------------------------------------------------------------------- frame kernels
+def _prep_kernel(
+    state_ptr, cost_ptr, count_ptr, len_ptr, t0_ptr, n_emit_ptr, ends_ptr, total_ptr,
+    best_ptr, adapt_ptr, hkey_ptr, hval_ptr, need_ptr,
+    K, P, B, NU, H, beam, beam_delta, max_active, min_active,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Cutoff (GetCutoff by histogram select), arc counts' prefix sum, hash table cleared."""
+    b = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    t = tl.load(t0_ptr) + K
+    active = t < tl.load(len_ptr + b)
+    cur = (P * B + b) * NU
+    cnt = tl.where(active, tl.load(count_ptr + P * B + b), 0)
+    best = tl.min(tl.full([BLOCK], float("inf"), tl.float32), 0)
+    i = cnt * 0
+    while i < cnt:
+        c = tl.load(cost_ptr + cur + i + offs, mask=i + offs < cnt, other=float("inf"))
+        best = tl.minimum(best, tl.min(c, 0))
+        i += BLOCK
+    beam_cut = best + beam
+    below = cnt * 0
+    within = cnt * 0
+    i = cnt * 0
+    while i < cnt:
+        c = tl.load(cost_ptr + cur + i + offs, mask=i + offs < cnt, other=float("inf"))
+        below += tl.sum((c < beam_cut).to(tl.int32), 0)
+        within += tl.sum((c <= beam_cut).to(tl.int32), 0)
+        i += BLOCK
+    # Kaldi GetCutoff: max_active binds iff its (k+1)-th best is under the beam cut; min_active
+    # iff fewer than min_active+1 tokens lie within it (all of them: +inf)
+    use_max = (cnt > max_active) & (below >= max_active + 1)
+    few = (min_active > 0) & (cnt <= min_active) & (cnt > 0)
+    use_min = (~use_max) & (min_active > 0) & (cnt > min_active) & (within < min_active + 1)
+    kk = tl.where(use_max, max_active + 1, min_active + 1)
+    nsel = tl.where(use_max | use_min, cnt, 0)
+    prefix = tl.sum(tl.zeros([BLOCK], tl.int64), 0)
+    bins = tl.arange(0, 256)
+    for d in tl.static_range(4):  # radix select of the kk-th cost, a byte per pass
+        shift = 24 - 8 * d
+        hist = tl.zeros([256], tl.int32)
+        i = nsel * 0
+        while i < nsel:
+            m = i + offs < nsel
+            c = tl.load(cost_ptr + cur + i + offs, mask=m, other=0.0)
+            u = _key32(c).to(tl.int64) + 2147483648
+            m = m & ((u >> (shift + 8)) == (prefix >> (shift + 8)))
+            hist += tl.histogram(((u >> shift) & 255).to(tl.int32), 256, mask=m)
+            i += BLOCK
+        cum = tl.cumsum(hist, 0)
+        sel = tl.min(tl.where(cum >= kk, bins, 255), 0)
+        kk = kk - tl.sum(tl.where(bins < sel, hist, 0), 0)
+        prefix = prefix | (sel.to(tl.int64) << shift)
+    kth = _unkey32((prefix - 2147483648).to(tl.int32))
+    cut = tl.where(use_max | use_min, kth, tl.where(few, float("inf"), beam_cut))
+    adaptive = tl.where(use_max | use_min, kth - best + beam_delta, tl.where(few, float("inf"), beam))
+    adaptive = tl.where(cnt > 0, adaptive, beam)
+    carry = tl.sum(tl.zeros([BLOCK], tl.int64), 0)
+    i = cnt * 0
+    while i < cnt:
+        m = i + offs < cnt
+        c = tl.load(cost_ptr + cur + i + offs, mask=m, other=float("inf"))
+        s = tl.load(state_ptr + cur + i + offs, mask=m, other=0)
+        n = tl.where(m & (c < cut), tl.load(n_emit_ptr + s, mask=m, other=0), 0)
+        tl.store(ends_ptr + b * NU + i + offs, tl.cumsum(n, 0) + carry, mask=m)
+        carry += tl.sum(n, 0)
+        i += BLOCK
+    tl.store(total_ptr + b, carry)
+    tl.atomic_max(need_ptr + _ARC, carry.to(tl.int32))
+    tl.atomic_add(need_ptr + _S_ARCS, carry.to(tl.int32))
+    clear = tl.where(active, H, 0)
+    i = clear * 0
+    while i < clear:
+        m = i + offs < clear
+        tl.store(hkey_ptr + b * H + i + offs, tl.full([BLOCK], -1, tl.int32), mask=m)
+        tl.store(hval_ptr + b * H + i + offs, tl.full([BLOCK], 9223372036854775807, tl.int64), mask=m)
+        i += BLOCK
+    new = (1 - P) * B + b
+    tl.store(count_ptr + new, tl.where(active, 0, tl.load(count_ptr + new)))
+    tl.store(best_ptr + b, float("inf"))
+    tl.store(adapt_ptr + b, adaptive)
+
+
+def _emit_kernel(
+    state_ptr, cost_ptr, count_ptr, ends_ptr, total_ptr, n_emit_ptr, first_ptr, weight_ptr,
+    column_ptr, ac_ptr, csrc_ptr, carc_ptr, ccost_ptr, best_ptr,
+    K, P, B, NU, AU, V, KWIN,
+    STEPS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Emitting arcs of the surviving tokens into the arc slots; best new cost by atomic min."""
+    b = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    total = tl.minimum(tl.load(total_ptr + b), AU)
+    valid = j < total
+    cnt = tl.load(count_ptr + P * B + b).to(tl.int64)
+    cur = (P * B + b) * NU
+    lo = tl.zeros([BLOCK], tl.int64)
+    hi = tl.zeros([BLOCK], tl.int64) + cnt
+    for _ in tl.static_range(STEPS):  # first token whose inclusive prefix end exceeds j
+        active = lo < hi
+        mid = (lo + hi) // 2
+        e = tl.load(ends_ptr + b * NU + mid, mask=valid & active, other=0)
+        right = e <= j
+        lo = tl.where(active & right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    src = tl.maximum(tl.minimum(lo, cnt - 1), 0)
+    s = tl.load(state_ptr + cur + src, mask=valid, other=0)
+    e = tl.load(ends_ptr + b * NU + src, mask=valid, other=0)
+    n = tl.load(n_emit_ptr + s, mask=valid, other=0)
+    arc = tl.where(valid, tl.load(first_ptr + s, mask=valid, other=0) + j - (e - n), 0)
+    col = tl.load(column_ptr + arc, mask=valid, other=0)
+    ac = tl.load(ac_ptr + (b * KWIN + K) * V + col, mask=valid, other=0.0)
+    c = tl.load(cost_ptr + cur + src, mask=valid, other=0.0)
+    c = c + tl.load(weight_ptr + arc, mask=valid, other=0.0)
+    c = tl.where(valid, c + ac, float("inf"))
+    inside = j < AU
+    tl.store(csrc_ptr + b * AU + j, src, mask=inside)
+    tl.store(carc_ptr + b * AU + j, arc, mask=inside)
+    tl.store(ccost_ptr + b * AU + j, c, mask=inside)
+    tl.atomic_min(best_ptr + b + tl.zeros([BLOCK], tl.int64), c, mask=valid)
+
+
+def _insert_kernel(
+    ccost_ptr, carc_ptr, cslot_ptr, total_ptr, best_ptr, adapt_ptr, nextstate_ptr,
+    hkey_ptr, hval_ptr, hidx_ptr, count_ptr, need_ptr,
+    P, B, NU, H, AU,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Beam-pruned arcs into the hash table: claim or find the destination, atomic min."""
+    b = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    total = tl.minimum(tl.load(total_ptr + b), AU)
+    valid = j < total
+    c = tl.load(ccost_ptr + b * AU + j, mask=valid, other=float("inf"))
+    arc = tl.load(carc_ptr + b * AU + j, mask=valid, other=0)
+    keep = valid & (c < tl.load(best_ptr + b) + tl.load(adapt_ptr + b))
+    dst = tl.load(nextstate_ptr + arc, mask=keep, other=0)
+    slot, claimed, found = _hash_insert(hkey_ptr, b * H, B * H, dst, keep, H, need_ptr, BLOCK)
+    ones = tl.full([BLOCK], 1, tl.int32)
+    idx = tl.atomic_add(count_ptr + (1 - P) * B + b + tl.zeros([BLOCK], tl.int64), ones, mask=claimed)
+    tl.store(hidx_ptr + b * H + slot, idx, mask=claimed)
+    tl.atomic_max(need_ptr + _TOK + tl.zeros([BLOCK], tl.int32), idx + 1, mask=claimed)
+    tl.atomic_min(hval_ptr + b * H + slot, _pack(c, arc), mask=found)
+    tl.store(cslot_ptr + b * AU + j, tl.where(found, slot, -1), mask=j < AU)
+
+
+def _commit_kernel(
+    ccost_ptr, carc_ptr, csrc_ptr, cslot_ptr, total_ptr, hval_ptr, hidx_ptr, nextstate_ptr,
+    state_ptr, cost_ptr, rec_ptr, arcb_ptr,
+    P, B, NU, H, AU,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The winner of each hash slot (its packed key is the slot's minimum) writes the new token."""
+    b = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = j < tl.minimum(tl.load(total_ptr + b), AU)
+    slot = tl.load(cslot_ptr + b * AU + j, mask=valid, other=-1)
+    ok = valid & (slot >= 0)
+    c = tl.load(ccost_ptr + b * AU + j, mask=ok, other=float("inf"))
+    arc = tl.load(carc_ptr + b * AU + j, mask=ok, other=0)
+    win = ok & (tl.load(hval_ptr + b * H + slot, mask=ok, other=0) == _pack(c, arc))
+    idx = tl.load(hidx_ptr + b * H + slot, mask=win, other=-1).to(tl.int64)
+    win = win & (idx >= 0) & (idx < NU)
+    src = tl.load(csrc_ptr + b * AU + j, mask=win, other=0)
+    prev = tl.load(rec_ptr + (P * B + b) * NU + src, mask=win, other=-1)
+    at = ((1 - P) * B + b) * NU + idx
+    tl.store(state_ptr + at, tl.load(nextstate_ptr + arc, mask=win, other=0), mask=win)
+    tl.store(cost_ptr + at, c, mask=win)
+    tl.store(rec_ptr + at, prev, mask=win)
+    tl.store(arcb_ptr + b * NU + idx, arc, mask=win)
+
+
+def _epsilon_kernel(
+    state_ptr, cost_ptr, rec_ptr, arcb_ptr, count_ptr, len_ptr, t0_ptr, best_ptr, adapt_ptr,
+    split_ptr, n_eps_ptr, weight_ptr, nextstate_ptr, hkey_ptr, hval_ptr, hidx_ptr,
+    front_ptr, ecum_ptr, eslot_ptr, esrc_ptr, earc_ptr, ecost_ptr, need_ptr,
+    K, PN, B, NU, H, ECAP, max_passes,
+    CH: tl.constexpr, STEPS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The epsilon closure of one utterance's new tokens: Bellman-Ford passes over a frontier."""
+    b = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    lanes = tl.arange(0, CH)
+    t = tl.load(t0_ptr) + K
+    active = t < tl.load(len_ptr + b)
+    cut = tl.load(best_ptr + b) + tl.load(adapt_ptr + b)
+    nb = (PN * B + b) * NU
+    cnt = tl.where(active, tl.minimum(tl.load(count_ptr + PN * B + b), NU), 0)
+    fbase = b * 2 * NU
+    i = cnt * 0  # the first frontier: every new token
+    while i < cnt:
+        tl.store(front_ptr + fbase + i + offs, i + offs, mask=i + offs < cnt)
+        i += BLOCK
+    nf = cnt
+    side = cnt * 0
+    passes = cnt * 0
+    while (nf > 0) & (passes < max_passes):
+        cur = fbase + side * NU
+        nxt = fbase + (1 - side) * NU
+        ne = cnt * 0
+        i = nf * 0  # expand the frontier CH tokens at a time
+        while i < nf:
+            m = i + lanes < nf
+            tid = tl.load(front_ptr + cur + i + lanes, mask=m, other=0)
+            s = tl.load(state_ptr + nb + tid, mask=m, other=0)
+            c = tl.load(cost_ptr + nb + tid, mask=m, other=float("inf"))
+            n = tl.where(m & (c <= cut), tl.load(n_eps_ptr + s, mask=m, other=0), 0)
+            tl.store(ecum_ptr + b * CH + lanes, tl.cumsum(n, 0))
+            tot = tl.sum(n, 0).to(tl.int32)
+            tl.debug_barrier()
+            a = tot * 0
+            while a < tot:
+                jj = a + offs
+                v = jj < tot
+                lo = tl.zeros([BLOCK], tl.int32)
+                hi = tl.zeros([BLOCK], tl.int32) + CH
+                for _ in tl.static_range(STEPS):
+                    act = lo < hi
+                    mid = (lo + hi) // 2
+                    e = tl.load(ecum_ptr + b * CH + mid, mask=v & act, other=0)
+                    right = e <= jj
+                    lo = tl.where(act & right, mid + 1, lo)
+                    hi = tl.where(act & ~right, mid, hi)
+                lane = tl.minimum(lo, CH - 1)
+                src = tl.load(front_ptr + cur + i + lane, mask=v, other=0)
+                sl = tl.load(state_ptr + nb + src, mask=v, other=0)
+                el = tl.load(ecum_ptr + b * CH + lane, mask=v, other=0)
+                nl = tl.load(n_eps_ptr + sl, mask=v, other=0)
+                arc = tl.load(split_ptr + sl, mask=v, other=0) + jj - (el - nl)
+                arc = tl.where(v, arc, 0)
+                c2 = tl.load(cost_ptr + nb + src, mask=v, other=0.0)
+                c2 = c2 + tl.load(weight_ptr + arc, mask=v, other=0.0)
+                keep = v & (c2 <= cut)
+                dst = tl.load(nextstate_ptr + arc, mask=keep, other=0)
+                slot, claimed, found = _hash_insert(hkey_ptr, b * H, B * H, dst, keep, H, need_ptr, BLOCK)
+                ones = tl.full([BLOCK], 1, tl.int32)
+                idx = tl.atomic_add(count_ptr + PN * B + b + tl.zeros([BLOCK], tl.int64), ones, mask=claimed)
+                tl.store(hidx_ptr + b * H + slot, idx, mask=claimed)
+                tl.atomic_max(need_ptr + _TOK + tl.zeros([BLOCK], tl.int32), idx + 1, mask=claimed)
+                fresh = claimed & (idx < NU)
+                tl.store(cost_ptr + nb + idx, tl.full([BLOCK], float("inf"), tl.float32), mask=fresh)
+                tl.store(state_ptr + nb + idx, dst, mask=fresh)
+                tl.atomic_min(hval_ptr + b * H + slot, _pack(c2, arc), mask=found)
+                pos = ne + jj
+                into = v & (pos < ECAP)
+                tl.store(eslot_ptr + b * ECAP + pos, tl.where(found, slot, -1).to(tl.int32), mask=into)
+                tl.store(esrc_ptr + b * ECAP + pos, src, mask=into)
+                tl.store(earc_ptr + b * ECAP + pos, arc, mask=into)
+                tl.store(ecost_ptr + b * ECAP + pos, c2, mask=into)
+                a += BLOCK
+            ne += tot
+            tl.debug_barrier()
+            i += CH
+        tl.atomic_max(need_ptr + _EPS, ne)
+        ncand = tl.minimum(ne, ECAP)
+        no = cnt * 0
+        i = ncand * 0  # the winners that improve their token
+        while i < ncand:
+            m = i + offs < ncand
+            slot = tl.load(eslot_ptr + b * ECAP + i + offs, mask=m, other=-1).to(tl.int64)
+            ok = m & (slot >= 0)
+            c2 = tl.load(ecost_ptr + b * ECAP + i + offs, mask=ok, other=float("inf"))
+            arc = tl.load(earc_ptr + b * ECAP + i + offs, mask=ok, other=0)
+            win = ok & (tl.load(hval_ptr + b * H + slot, mask=ok, other=0) == _pack(c2, arc))
+            idx = tl.load(hidx_ptr + b * H + slot, mask=win, other=-1).to(tl.int64)
+            win = win & (idx >= 0) & (idx < NU)
+            win = win & (c2 < tl.load(cost_ptr + nb + idx, mask=win, other=float("-inf")))
+            src = tl.load(esrc_ptr + b * ECAP + i + offs, mask=win, other=0)
+            tl.store(cost_ptr + nb + idx, c2, mask=win)
+            tl.store(rec_ptr + nb + idx, -(src.to(tl.int64) + 2), mask=win)  # same-frame predecessor
+            tl.store(arcb_ptr + b * NU + idx, arc, mask=win)
+            w = win.to(tl.int32)
+            tl.store(front_ptr + nxt + no + tl.cumsum(w, 0) - 1, idx, mask=win)
+            no += tl.sum(w, 0)
+            i += BLOCK
+        tl.debug_barrier()
+        nf = no
+        side = 1 - side
+        passes += 1
+    tl.atomic_add(need_ptr + _S_PASSES, passes)
+    tl.atomic_add(need_ptr + _S_EPS_LIMIT, (nf > 0).to(tl.int32))
+
+
+def _finalize_kernel(
+    state_ptr, cost_ptr, rec_ptr, arcb_ptr, count_ptr, len_ptr, t0_ptr, recc_ptr, arena_ptr,
+    base_ptr, need_ptr,
+    K, STEP, P, B, NU, R,
+    BP2: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The frame's tokens become records (ids consecutive per utterance); finished utterances
+    keep their tokens."""
+    b = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    t = tl.load(t0_ptr) + K
+    bb = tl.arange(0, BP2)
+    lens = tl.load(len_ptr + bb, mask=bb < B, other=0)
+    raw = tl.load(count_ptr + (1 - P) * B + bb, mask=bb < B, other=0)
+    cnts = tl.where((bb < B) & (t < lens), tl.minimum(raw, NU), 0)
+    offset = tl.sum(tl.where(bb < b, cnts, 0), 0).to(tl.int64)
+    base = tl.load(recc_ptr + STEP)
+    tl.store(recc_ptr + STEP + 1, base + tl.sum(cnts, 0).to(tl.int64), mask=b == 0)
+    arena0 = tl.load(base_ptr)
+    active = t < tl.load(len_ptr + b)
+    nb = ((1 - P) * B + b) * NU
+    ob = (P * B + b) * NU
+    cnt = tl.where(active, tl.minimum(tl.load(count_ptr + (1 - P) * B + b), NU), 0)
+    first = base + offset
+    i = cnt * 0
+    while i < cnt:
+        m = i + offs < cnt
+        p = tl.load(rec_ptr + nb + i + offs, mask=m, other=-1)
+        p = tl.where(p <= -2, first + (-p - 2), p)
+        rid = first + i + offs
+        pos = rid - arena0
+        w = m & (pos < R)
+        tl.store(arena_ptr + pos, p, mask=w)
+        tl.store(arena_ptr + (R + 1) + pos, tl.load(arcb_ptr + b * NU + i + offs, mask=m, other=-1), mask=w)
+        tl.store(arena_ptr + 2 * (R + 1) + pos, tl.zeros([BLOCK], tl.int64) + t, mask=w)
+        c = tl.load(cost_ptr + nb + i + offs, mask=m, other=0.0)
+        tl.store(arena_ptr + 3 * (R + 1) + pos, c.to(tl.int32, bitcast=True).to(tl.int64), mask=w)
+        tl.store(rec_ptr + nb + i + offs, rid, mask=m)
+        tl.atomic_max(need_ptr + _REC + tl.zeros([BLOCK], tl.int32), (pos + 1).to(tl.int32), mask=m)
+        i += BLOCK
+    keep = tl.where(active, 0, tl.load(count_ptr + P * B + b))
+    i = keep * 0  # a finished utterance: its tokens stay as they are
+    while i < keep:
+        m = i + offs < keep
+        tl.store(state_ptr + nb + i + offs, tl.load(state_ptr + ob + i + offs, mask=m), mask=m)
+        tl.store(cost_ptr + nb + i + offs, tl.load(cost_ptr + ob + i + offs, mask=m), mask=m)
+        tl.store(rec_ptr + nb + i + offs, tl.load(rec_ptr + ob + i + offs, mask=m), mask=m)
+        i += BLOCK
+    tl.store(count_ptr + (1 - P) * B + b, tl.where(active, cnt, keep))
+
+
+# ---------------------------------------------------------------------------------- host side
+_HELPERS = ("_key32", "_unkey32", "_pack", "_hash_insert")
+KERNELS = (
+    "_prep_kernel",
+    "_emit_kernel",
+    "_insert_kernel",
+    "_commit_kernel",
+    "_epsilon_kernel",
+    "_finalize_kernel",
+)
+_JITTED: dict[str, Any] = {}
+
+
+def jitted(name: str) -> Any:
+    """The jitted kernel `name`. Everything is jitted at the first use, so TRITON_INTERPRET set
+    before that use applies (as `kernels._kernel`); the helpers become jitted functions in this
+    module's namespace, where the kernels find them."""
+    if not _JITTED:
+        module = globals()
+        for helper in _HELPERS:
+            module[helper] = triton.jit(module[helper])
+        _JITTED.update({k: triton.jit(module[k]) for k in KERNELS})
+    return _JITTED[name]
+
+
+def kernel_signatures() -> dict[str, tuple[dict[str, str], dict[str, int]]]:
+    """Each kernel's argument types as Triton names them (pointers ``*i64``, scalars ``i32``,
+    constexprs) and typical constexpr values: what compiling a kernel ahead of time for a CUDA
+    target needs (tests/decoders/test_wfst_fused.py does, without a GPU)."""
+    dtypes = {
+        "cost_ptr": "*fp32", "best_ptr": "*fp32", "adapt_ptr": "*fp32", "weight_ptr": "*fp32",
+        "ac_ptr": "*fp32", "ccost_ptr": "*fp32", "ecost_ptr": "*fp32", "count_ptr": "*i32",
+        "hkey_ptr": "*i32", "hidx_ptr": "*i32", "need_ptr": "*i32", "eslot_ptr": "*i32",
+        "beam": "fp32", "beam_delta": "fp32",
+    }  # fmt: skip
+    constants = {
+        "_prep_kernel": {"BLOCK": 256},
+        "_emit_kernel": {"STEPS": 8, "BLOCK": 128},
+        "_insert_kernel": {"BLOCK": 128},
+        "_commit_kernel": {"BLOCK": 128},
+        "_epsilon_kernel": {"CH": 128, "STEPS": 9, "BLOCK": 128},
+        "_finalize_kernel": {"BP2": 32, "BLOCK": 128},
+    }
+    out = {}
+    for name in KERNELS:
+        types = {}
+        for arg in inspect.signature(globals()[name]).parameters:
+            if arg in constants[name]:
+                types[arg] = "constexpr"
+            else:
+                types[arg] = dtypes.get(arg, "*i64" if arg.endswith("_ptr") else "i32")
+        out[name] = (types, constants[name])
+    return out
+
+
+def _launch(name: str, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
+    """Launch a kernel (counted in `LAUNCHES`); outside any torch dispatch mode, so the
+    interpreter's own tensor copies are not counted as the search's operations."""
+    fn = jitted(name)
+    LAUNCHES[0] += 1
+    with _disable_current_modes():
+        fn[grid](*args, **meta)
+
+
+def _pow2(n: int, floor: int) -> int:
+    return max(floor, 1 << max(int(n) - 1, 0).bit_length())
+
+
+class FusedSearch:
+    """The device-side search of one graph (module docstring): `decode` runs a whole batch in
+    windows of `sync_frames` frames, one host read per window; `capacity` carries over from batch
+    to batch. Records end in `backpointers` (host store only)."""
+
+    BLOCK = 128
+    CH = 128
+    START_CAPACITY = {"tok": 64, "arc": 256, "hash": 128, "eps": 256, "rec": 1 << 14}
+
+    def __init__(self, graph: SearchGraph, options: SearchOptions) -> None:
+        self.g = graph
+        self.options = options
+        self.device = graph.device
+        self.sync_frames = max(1, int(options.sync_frames))
+        self.capacity = dict(self.START_CAPACITY)
+        self.runner = CapturedStep(options.cuda_graphs and self.device.type == "cuda")
+        self.backpointers = Backpointers("cpu", capacity=1)
+        self.stats: dict[str, int] = {}
+        self._bufs: dict[str, torch.Tensor] = {}
+        self._shape: tuple | None = None
+        self._graphs: dict[Any, tuple[torch.Tensor, torch.Tensor, Any]] = {}
+
+    def tuning(self) -> dict[str, Any]:
+        return {"graph": self.g, "fused": dict(self.capacity)}
+
+    def inherit(self, tuning: dict[str, Any] | None) -> FusedSearch:
+        if tuning is not None and tuning.get("graph") is self.g and "fused" in tuning:
+            self.capacity = dict(tuning["fused"])
+        return self
+
+    # ------------------------------------------------------------------ buffers
+    def _alloc(self, B: int, V: int) -> None:
+        caps = self.capacity
+        caps["hash"] = max(caps["hash"], _pow2(2 * caps["tok"], 16))
+        shape = (B, V, *caps.values())
+        if shape == self._shape:
+            return
+        self._shape = shape
+        dev, NU, H, AU, E, R = self.device, caps["tok"], caps["hash"], caps["arc"], caps["eps"], caps["rec"]
+        i64, i32, f32 = torch.int64, torch.int32, torch.float32
+        z = {
+            "state": (2 * B * NU, i64), "cost": (2 * B * NU, f32), "rec": (2 * B * NU, i64),
+            "arcb": (B * NU, i64), "count": (2 * B, i32), "ends": (B * NU, i64), "total": (B, i64),
+            "best": (B, f32), "adapt": (B, f32), "hkey": (B * H + 1, i32), "hval": (B * H, i64),
+            "hidx": (B * H, i32), "csrc": (B * AU, i64), "carc": (B * AU, i64), "ccost": (B * AU, f32),
+            "cslot": (B * AU, i64), "front": (B * 2 * NU, i64), "ecum": (B * self.CH, i64),
+            "eslot": (B * E, i32), "esrc": (B * E, i64), "earc": (B * E, i64), "ecost": (B * E, f32),
+            "need": (NUM_NEEDS, i32), "arena": (4 * (R + 1), i64), "base": (1, i64),
+            "t0": (1, i64), "recc": (self.sync_frames + 2, i64),
+        }  # fmt: skip
+        self._graphs.clear()  # captured with the old buffers
+        self._bufs = {k: torch.zeros(n, dtype=d, device=dev) for k, (n, d) in z.items()}
+        self._bufs["hkey"].fill_(-1)
+        pinned = self.device.type == "cuda"
+        self._host_arena = torch.empty(4 * (R + 1), dtype=i64, pin_memory=pinned)
+
+    # ------------------------------------------------------------------ one window
+    def _window(self, ac: torch.Tensor, lengths: torch.Tensor, frames: int, init: bool) -> int:
+        """Launch a window's kernels (frames frames, after the start step if `init`); returns the
+        parity of the buffer that holds its last tokens."""
+        o, g, c, x = self.options, self.g, self.capacity, self._bufs
+        B, NU, H, AU, E, R = len(lengths), c["tok"], c["hash"], c["arc"], c["eps"], c["rec"]
+        V = ac.shape[2] if ac.dim() == 3 else 1
+        KWIN = ac.shape[1] if ac.dim() == 3 else 1
+        BLOCK, CH = self.BLOCK, self.CH
+        grid_arcs = (B, triton.cdiv(AU, BLOCK))
+        steps = 4 * math.ceil((math.log2(NU + 1) + 1) / 4)  # few distinct values: few compilations
+        ch_steps = max(1, math.ceil(math.log2(CH + 1)) + 1)
+        bp2 = _pow2(B, 2)
+        eps = g.has_epsilons
+        step = 0
+
+        def epsilon(K: int, PN: int) -> None:
+            _launch(
+                "_epsilon_kernel", (B,),
+                x["state"], x["cost"], x["rec"], x["arcb"], x["count"], lengths, x["t0"], x["best"],
+                x["adapt"], g.split, g.n_eps, g.weight, g.nextstate, x["hkey"], x["hval"], x["hidx"],
+                x["front"], x["ecum"], x["eslot"], x["esrc"], x["earc"], x["ecost"], x["need"],
+                K, PN, B, NU, H, E, o.max_epsilon_passes, CH=CH, STEPS=ch_steps, BLOCK=BLOCK,
+            )  # fmt: skip
+
+        def finalize(K: int, P: int) -> None:
+            _launch(
+                "_finalize_kernel", (B,),
+                x["state"], x["cost"], x["rec"], x["arcb"], x["count"], lengths, x["t0"], x["recc"],
+                x["arena"], x["base"], x["need"], K, step, P, B, NU, R, BP2=bp2, BLOCK=BLOCK,
+            )  # fmt: skip
+
+        P = 0
+        if init:  # frame -1: the start tokens (new tokens at parity 0) and their epsilon closure
+            self._start_tokens(B)
+            if eps:
+                epsilon(-1, 0)
+            finalize(-1, 1)
+            step += 1
+        for k in range(frames):
+            _launch(
+                "_prep_kernel", (B,),
+                x["state"], x["cost"], x["count"], lengths, x["t0"], g.n_emit, x["ends"], x["total"],
+                x["best"], x["adapt"], x["hkey"], x["hval"], x["need"],
+                k, P, B, NU, H, o.beam, o.beam_delta, min(o.max_active, 1 << 30), min(o.min_active, 1 << 30),
+                BLOCK=256,
+            )  # fmt: skip
+            _launch(
+                "_emit_kernel", grid_arcs,
+                x["state"], x["cost"], x["count"], x["ends"], x["total"], g.n_emit, g.first_emit,
+                g.weight, g.column, ac, x["csrc"], x["carc"], x["ccost"], x["best"],
+                k, P, B, NU, AU, V, KWIN, STEPS=steps, BLOCK=BLOCK,
+            )  # fmt: skip
+            _launch(
+                "_insert_kernel", grid_arcs,
+                x["ccost"], x["carc"], x["cslot"], x["total"], x["best"], x["adapt"], g.nextstate,
+                x["hkey"], x["hval"], x["hidx"], x["count"], x["need"], P, B, NU, H, AU, BLOCK=BLOCK,
+            )  # fmt: skip
+            _launch(
+                "_commit_kernel", grid_arcs,
+                x["ccost"], x["carc"], x["csrc"], x["cslot"], x["total"], x["hval"], x["hidx"],
+                g.nextstate, x["state"], x["cost"], x["rec"], x["arcb"], P, B, NU, H, AU, BLOCK=BLOCK,
+            )  # fmt: skip
+            if eps:
+                epsilon(k, 1 - P)
+            finalize(k, P)
+            step += 1
+            P = 1 - P
+        return P
+
+    def _start_tokens(self, B: int) -> None:
+        """One token per utterance at the start state, cost 0, no predecessor: the new tokens (parity
+        0) of frame -1, whose `finalize` reads parity 1 as the old ones; best 0 and an infinite beam
+        for their closure."""
+        x, NU = self._bufs, self.capacity["tok"]
+        at = torch.arange(B, device=self.device) * NU
+        x["state"].index_fill_(0, at, self.g.start)
+        x["cost"].index_fill_(0, at, 0.0)
+        x["rec"].index_fill_(0, at, -1)
+        x["arcb"].index_fill_(0, at, -1)
+        x["count"][:B].fill_(1)
+        x["best"].fill_(0.0)
+        x["adapt"].fill_(INF)
+        x["hkey"].fill_(-1)
+        x["hval"].fill_(EMPTY64)
+
+    def _final(self, P: int, B: int) -> torch.Tensor:
+        """Per utterance (Kaldi GetBestPath, as `TokenPassing.best_final`): the best token's
+        record, its cost (float32 bits) and whether it is in a final state; int64 [3, B]."""
+        x, NU = self._bufs, self.capacity["tok"]
+        lo = P * B * NU
+        state = x["state"][lo : lo + B * NU].view(B, NU)
+        cost = x["cost"][lo : lo + B * NU].view(B, NU)
+        rec = x["rec"][lo : lo + B * NU].view(B, NU)
+        live = torch.arange(NU, device=self.device) < x["count"][P * B : P * B + B, None]
+        state = torch.where(live, state, 0)
+        fin = torch.where(live, cost + self.g.final[state], INF)
+        reached = torch.isfinite(fin).any(1)
+        score = torch.where(reached[:, None], fin, torch.where(live, cost, INF))
+        best = score.min(1).values
+        tie = (score == best[:, None]) & live
+        low = torch.where(tie, state, EMPTY64).min(1).values
+        pick = (tie & (state == low[:, None])).to(torch.int8).argmax(1)
+        has = live.any(1)
+        rec = torch.where(has, rec.gather(1, pick[:, None])[:, 0], -1)
+        bits = best.view(torch.int32).long()
+        return torch.stack([rec, bits, (reached & has).long()])
+
+    # ------------------------------------------------------------------ the batch
+    def decode(self, ac: torch.Tensor, lengths: torch.Tensor) -> tuple[list[int], list[float], list[bool]]:
+        """Decode a batch: ac [B, T, V] acoustic costs, lengths [B] int64 (on the device). Returns
+        per utterance the best token's record id (-1: none), its total cost and whether it
+        reached a final state."""
+        B, T, V = ac.shape
+        lengths = lengths.to(self.device, torch.int64).clamp(max=T)
+        self.stats = {"frames": T, "syncs": 0, "windows": 0, "redone_windows": 0, "redone_frames": 0}
+        self.stats.update(arcs=0, epsilon_passes=0, epsilon_limit_hit=0)
+        launches0 = LAUNCHES[0]
+        bp = self.backpointers
+        saved: tuple[torch.Tensor, ...] | None = None  # the window's input tokens (for a rerun)
+        t0 = 0
+        final = None
+        while final is None:
+            frames = min(self.sync_frames, T - t0)
+            last = t0 + frames >= T
+            while True:
+                self._alloc(B, V)
+                x, NU = self._bufs, self.capacity["tok"]
+                if saved is not None:
+                    self._restore(saved, B)
+                x["need"].zero_()
+                x["t0"].fill_(t0)
+                x["recc"][0].fill_(bp.size)
+                x["base"].fill_(bp.size)
+                acw = ac[:, t0 : t0 + max(frames, 1)].contiguous()
+                P = self._run_window(acw, lengths, frames, saved is None and t0 == 0)
+                if P == 1:  # the next window starts from parity 0
+                    for k in ("state", "cost", "rec"):
+                        x[k][: B * NU].copy_(x[k][B * NU :])
+                    x["count"][:B].copy_(x["count"][B:])
+                init = saved is None and t0 == 0
+                parts = [x["need"].long(), x["recc"][frames + init :][:1]]
+                if last:
+                    parts.append(self._final(0, B).reshape(-1))
+                R = self.capacity["rec"]
+                self._host_arena.copy_(x["arena"], non_blocking=True)
+                info = torch.cat(parts).to("cpu", copy=True).tolist()
+                self.stats["syncs"] += 1
+                if self._grow(info):
+                    self.stats["redone_windows"] += 1
+                    self.stats["redone_frames"] += frames
+                    saved = self._relayout(saved, B)  # None: rerun from the start tokens
+                    continue
+                break
+            n = int(info[NUM_NEEDS]) - bp.size
+            cols = self._host_arena.view(4, R + 1)[:, :n].numpy()
+            bp.append_host(cols)
+            bp.size = bp._base = bp._stored
+            self.stats["windows"] += 1
+            self.stats["arcs"] += int(info[STAT_ARCS])
+            self.stats["epsilon_passes"] += int(info[STAT_PASSES])
+            self.stats["epsilon_limit_hit"] += int(info[STAT_EPS_LIMIT])
+            t0 += frames
+            if last:
+                final = info[NUM_NEEDS + 1 :]
+            else:
+                saved = tuple(t.clone() for t in self._window_input(B))
+        self.stats["launches"] = LAUNCHES[0] - launches0
+        rec, bits, reached = final[:B], final[B : 2 * B], final[2 * B :]
+        cost = np.asarray(bits, dtype=np.int64).astype(np.int32).view(np.float32).tolist()
+        return [int(r) for r in rec], cost, [bool(r) for r in reached]
+
+    def _run_window(self, acw: torch.Tensor, lengths: torch.Tensor, frames: int, init: bool) -> int:
+        """The window's launches, eagerly or (``cuda_graphs`` on CUDA) as one CUDA graph: a new
+        shape runs eagerly once (compiling the kernels) and is captured for its next windows."""
+        if not self.runner.enabled:
+            return self._window(acw, lengths, frames, init)
+        key = (self._shape, tuple(acw.shape), frames, init)
+        entry = self._graphs.get(key)
+        if entry is None:
+            ac_s, len_s = acw.contiguous().clone(), lengths.clone()
+            parity = self._window(ac_s, len_s, frames, init)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._window(ac_s, len_s, frames, init)
+            self._graphs[key] = (ac_s, len_s, graph)
+            return parity
+        ac_s, len_s, graph = entry
+        ac_s.copy_(acw)
+        len_s.copy_(lengths)
+        graph.replay()
+        return frames % 2
+
+    def _window_input(self, B: int) -> tuple[torch.Tensor, ...]:
+        x, NU = self._bufs, self.capacity["tok"]
+        return x["state"][: B * NU], x["cost"][: B * NU], x["rec"][: B * NU], x["count"][:B]
+
+    def _restore(self, saved: tuple[torch.Tensor, ...], B: int) -> None:
+        for dst, src in zip(self._window_input(B), saved, strict=True):
+            dst.copy_(src)
+
+    def _relayout(self, saved: tuple[torch.Tensor, ...] | None, B: int) -> tuple[torch.Tensor, ...] | None:
+        """The saved window input in the (grown) token capacity's layout."""
+        if saved is None:
+            return None
+        NU = self.capacity["tok"]
+        old = saved[0].numel() // B
+        if old == NU:
+            return saved
+        out = []
+        for t, fill in zip(saved[:3], (0, INF, -1), strict=True):
+            new = t.new_full((B, NU), fill)
+            new[:, : min(old, NU)] = t.view(B, old)[:, : min(old, NU)]
+            out.append(new.reshape(-1))
+        return (*out, saved[3])
+
+    def _grow(self, info: list[int]) -> bool:
+        """Grow every capacity a window needed more of; whether any did (then rerun it)."""
+        c = self.capacity
+        grown = False
+        for name, idx in zip(CAPS, (NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC), strict=True):
+            need = int(info[idx])
+            if need > c[name]:
+                c[name] = _pow2(need + need // 4, 16)
+                grown = True
+        if grown:
+            c["hash"] = max(c["hash"], _pow2(2 * c["tok"], 16))
+        return grown

@@ -1,0 +1,146 @@
+"""`wfst` with ``kernel: fused`` (wfst/fused.py: the frame as fused Triton kernels, the frame loop
+on the device) on the CPU: the kernels run under TRITON_INTERPRET=1 in a fresh interpreter (the
+variable must be set before the kernels are jitted) and are compared with kaldi-decoder's
+FasterDecoder, the compiled backend, the per-frame torch search and exhaustive Viterbi; small
+graphs, since the interpreter is slow. The kernels are also compiled for a CUDA target (no GPU
+needed), so a kernel that the interpreter accepts but Triton's compiler does not fails here."""
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.wfst_ref import single_thread  # noqa: F401
+
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.errors import ConfigError
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+FUSED_CHECK = """
+import sys
+from pathlib import Path
+import numpy as np
+import torch
+sys.path.insert(0, {here!r})
+from helpers.wfst_graphs import V, compare, device_graph, epsilon_cycle_fst, log_probs, run, synthetic
+from helpers.wfst_ref import nemo_log_probs, random_wfst, viterbi_reference
+from asrdecode.decoders.dispatch_count import DispatchCounter
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst.fused import FusedSearch
+
+WORDS = {{i: f"w{{i}}" for i in range(1, 10)}}
+
+
+def decode(fst, lps, **options):
+    dec = WfstDecoder(WfstConfig(**{{"backend": "torch", **options}}), graph=device_graph(fst), words=WORDS)
+    return dec, run(dec, lps)
+
+
+def same(a, b, what):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert [w.word for w in x.words] == [w.word for w in y.words], (what, i, x.words, y.words)
+        assert abs(x.score - y.score) < 1e-4, (what, i, x.score, y.score)
+
+
+# 1. random graphs with epsilon cycles, a batch of unequal lengths (one empty), pruning that binds
+#    (beam, max_active, min_active) and none; windows of 3 frames: the per-frame torch search and
+#    the compiled backend give the same words and scores
+for seed in range(6):
+    rng = np.random.default_rng(seed)
+    fst = random_wfst(rng, 8, V, 5)
+    lps = [log_probs(rng, 7), log_probs(rng, 3), log_probs(rng, 0), log_probs(rng, 5)]
+    for prune in (dict(beam=6.0, max_active=4, min_active=2), dict(beam=1e9, max_active=10**9, min_active=0)):
+        dec, got = decode(fst, lps, kernel="fused", sync_frames=3, **prune)
+        assert dec.last_info["stats"]["kernel"] == "fused" and dec.last_info["stats"]["windows"] == 3
+        ref_dec, ref = decode(fst, lps, kernel="torch", **prune)
+        same(got, ref, ("torch", seed, prune))
+        assert dec.last_info["not_final"] == ref_dec.last_info["not_final"]
+        same(got, decode(fst, lps, backend="compiled", **prune)[1], ("compiled", seed, prune))
+
+# 2. exhaustive Viterbi on a graph with an epsilon cycle (no pruning)
+fst = epsilon_cycle_fst()
+rng = np.random.default_rng(3)
+lps = [log_probs(rng, 6), log_probs(rng, 4)]
+for lp, res in zip(lps, decode(fst, lps, kernel="fused", beam=1e9, max_active=10**9, min_active=0)[1]):
+    best = viterbi_reference(fst, lp)
+    assert abs(-res.score - best[0]) < 1e-4 and [w.word for w in res.words] == [f"w{{o}}" for o in best[1]]
+
+# 3. capacities far too small: every window overflows, is grown and rerun; the same results
+start = dict(FusedSearch.START_CAPACITY)
+FusedSearch.START_CAPACITY = {{"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4}}
+rng = np.random.default_rng(1)
+fst = random_wfst(rng, 8, V, 5)
+lps = [log_probs(rng, 7), log_probs(rng, 3)]
+dec, got = decode(fst, lps, kernel="fused", sync_frames=2, beam=1e9, max_active=10**9, min_active=0)
+assert dec.last_info["stats"]["redone_windows"] > 0
+same(got, decode(fst, lps, kernel="torch", beam=1e9, max_active=10**9, min_active=0)[1], "overflow")
+FusedSearch.START_CAPACITY = start
+
+# 4. host synchronisations: one per window of sync_frames frames, whatever the batch
+dec, _ = decode(fst, lps, kernel="fused", sync_frames=64)
+with DispatchCounter() as c:
+    run(dec, lps)
+assert c.syncs == 1 == dec.last_info["stats"]["windows"], c.sync_ops
+
+# 5. kaldi-decoder's FasterDecoder on TLGs built by build-graph (toy lexicon; the NeMo fixture's
+#    BPE units with its log-probs, max_active binding)
+toy, nemo = Path({toy!r}), Path({nemo!r})
+for seed in range(2):
+    compare(toy, synthetic(seed, 3, 25, 4, 3), np.array([25, 17, 9]), 16.0, 10000, 20, kernel="fused")
+lp, lengths, _ = nemo_log_probs()
+compare(nemo, lp[:3], lengths[:3], 10.0, 50, 20, kernel="fused")
+print("ok")
+"""
+
+
+def test_fused_search_under_the_interpreter(toy_graph_dirs, nemo_graphs):
+    """Every check of FUSED_CHECK in a fresh interpreter with TRITON_INTERPRET=1."""
+    here = str(Path(__file__).resolve().parent.parent)
+    script = FUSED_CHECK.format(
+        here=here, toy=str(toy_graph_dirs["compact"]), nemo=str(nemo_graphs["compact"])
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().endswith("ok")
+
+
+COMPILE_CHECK = """
+import inspect
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from asrdecode.decoders.wfst import fused
+
+for name, (types, constants) in fused.kernel_signatures().items():
+    fn = fused.jitted(name)
+    src = ASTSource(fn=fn, signature=types, constexprs=constants)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    assert "cubin" in kernel.asm, name
+print("ok")
+"""
+
+
+def test_fused_kernels_compile_for_a_cuda_target():
+    """Triton compiles each kernel to a cubin for an sm_90 GPU (an H100) without a GPU here."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILE_CHECK], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_fused_needs_cuda_or_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ConfigError, match="fused needs a CUDA device or TRITON_INTERPRET"):
+        WfstConfig(kernel="fused").search_options("cpu")
+    with pytest.raises(ConfigError, match="sync_frames"):
+        WfstDecoder.check_options(WfstConfig(kernel="fused", sync_frames=0))
+
+
+def test_kernel_signatures_name_every_argument():
+    from asrdecode.decoders.wfst import fused
+
+    for name, (types, _) in fused.kernel_signatures().items():
+        assert list(types) == list(inspect.signature(getattr(fused, name)).parameters), name
