@@ -484,6 +484,7 @@ class Transcriber:
                 self._load()
             except BaseException:
                 self.writer.close()
+                self.writer.discard_if_unused()
                 raise
         loading_done()  # a collector paused by the command: loading's garbage collected, the rest frozen
         self._warn_if_boosts_unused()

@@ -29,6 +29,22 @@ def test_bad_settings_stop_before_loading_and_leave_no_output_folder(tmp_path, a
     assert not out.exists()
 
 
+def test_a_model_that_does_not_load_leaves_no_output_folder(tmp_path):
+    """A model file that passes the checks but is damaged inside stops the run at loading with
+    one line; what the run made for its output is removed (no folder of empty files), and what
+    was there before is left."""
+    damaged = tmp_path / "cut.nemo"
+    damaged.write_bytes(MODEL.read_bytes()[:100_000])
+    out = tmp_path / "out"
+    for existed in (False, True):
+        proc = run("transcribe", str(AUDIO), "--model", str(damaged), "--out", str(out), check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {damaged}: ")
+        assert [p.name for p in out.iterdir()] == ["mine.txt"] if existed else not out.exists()
+        out.mkdir(exist_ok=True)
+        (out / "mine.txt").write_text("kept")
+
+
 def test_strict_checks_every_input_before_the_model_loads(tmp_path):
     manifest = tmp_path / "m.jsonl"
     fifo = tmp_path / "pipe.wav"

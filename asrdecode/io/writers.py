@@ -82,6 +82,9 @@ class OutputWriter:
         self.subtitles = subtitles
         self.subtitle_style = subtitle_style or SubtitleStyle()
         self.warnings: list[str] = []
+        own = (TRANSCRIPTS, TEXT, SEGMENT_LINES, SETUP, LOCK)  # this run's if new (`discard_if_unused`)
+        self._made = [self.out_dir] if not self.out_dir.exists() else []
+        self._made += [self.out_dir / name for name in own if not (self.out_dir / name).exists()]
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -209,6 +212,26 @@ class OutputWriter:
             raise OutputError(f"{self.out_dir}: cannot finish the output files: {e.strerror or e}") from None
         finally:
             self._release()
+
+    def discard_if_unused(self) -> None:
+        """After `close`, for a run that stopped before its first result (a model, graph or LM
+        that does not load): remove the files this writer made while they are still empty (and
+        setup.json, the lock file), and the folder if it made it and nothing else is in it: a
+        failed start leaves no folder of empty files."""
+        if self._lock_fh is not None:
+            return
+        folder, files = (self._made[0], self._made[1:]) if self.out_dir in self._made else (None, self._made)
+        try:
+            if any(
+                f.name in (TRANSCRIPTS, TEXT, SEGMENT_LINES) and f.stat().st_size for f in files if f.exists()
+            ):
+                return
+            for f in files:
+                f.unlink(missing_ok=True)
+            if folder is not None and not any(folder.iterdir()):
+                folder.rmdir()
+        except OSError:
+            pass  # left as it is
 
     def __enter__(self) -> OutputWriter:
         return self
