@@ -117,6 +117,18 @@ def _set(tensor_name, index, value):
         ),
         (None, lambda m: m.update(num_columns=7), "meta.json: declares num_columns 7, the graph has"),
         (None, lambda m: m.update(kind=3), "meta.json: kind must be a string, got int"),
+        (
+            None,
+            lambda m: m.update(blank_column=10**6),
+            "meta.json: declares blank_column 1000000, the graph has",
+        ),
+        (None, lambda m: m.update(blank_ilabel=0), "meta.json: declares blank_ilabel 0, the graph has"),
+        (None, lambda m: m.update(topology="normal"), "meta.json: declares topology 'normal', the graph has"),
+        (
+            None,
+            lambda m: m["sizes"][m["kind"]].update(max_olabel=2),
+            "meta.json: declares max_olabel 2, the graph has",
+        ),
     ],
 )
 def test_a_graph_folder_is_checked_against_what_it_declares(

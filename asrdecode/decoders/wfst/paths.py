@@ -74,8 +74,9 @@ def load_graph(spec: str) -> tuple[DeviceGraph, dict[int, str]]:
 
 def check_declared(graph: DeviceGraph, words: dict[int, str], folder: Path) -> None:
     """A graph folder's files agree: every output label is a word of words.txt, and the folder's
-    meta.json (when there is one: schema-checked) declares the graph's own states, arcs and
-    number of model columns. One-line GraphErrors naming the file."""
+    meta.json (when there is one: schema-checked) declares the graph's own states, arcs, largest
+    labels, number of model columns, blank, kind and topology. One-line GraphErrors naming the
+    file."""
     from asrdecode.graph.staging import read_graph_meta
 
     top = int(graph.olabel.max()) if graph.num_arcs else 0
@@ -90,9 +91,16 @@ def check_declared(graph: DeviceGraph, words: dict[int, str], folder: Path) -> N
     meta = read_graph_meta(meta_path)
     sizes = meta.get("sizes")
     declared = sizes.get(meta.get("kind")) if isinstance(sizes, dict) else None
-    claims = {**(declared if isinstance(declared, dict) else {}), "num_columns": meta.get("num_columns")}
-    columns = graph.meta.get("num_columns")
-    actual = {"states": graph.num_states, "arcs": graph.num_arcs, "num_columns": columns}
+    claims = dict(declared) if isinstance(declared, dict) else {}
+    for key in ("num_columns", "blank_column", "blank_ilabel", "kind", "topology"):
+        claims.setdefault(key, meta.get(key))
+    actual = {"states": graph.num_states, "arcs": graph.num_arcs}
+    if graph.num_arcs:
+        actual |= {"max_ilabel": graph.max_ilabel, "max_olabel": top}
+    actual |= {
+        key: graph.meta.get(key)
+        for key in ("num_columns", "blank_column", "blank_ilabel", "kind", "topology")
+    }
     for key, value in actual.items():
         claim = claims.get(key)
         if claim is not None and value is not None and claim != value:
