@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrdecode.bench.harness import machine_info, timing_setup, write_report
+from asrdecode.bench.harness import bench_parser, machine_info, parse, timing_setup, write_report
 from asrdecode.bench.transducer_greedy import FIX, NemoChild, batches, load_clips
 
 DEFAULT_MODELS = [str(FIX / "aed_canary2.nemo"), str(FIX / "aed_canary.nemo")]
@@ -136,20 +136,18 @@ def divergence_margin(model, out, b: int, ours: list[int], theirs: list[int]) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(
+        __doc__, report="out/bench/aed.json", threads=1, warmup=1, repeats=3, aliases=("--out",)
+    )
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 24])
     parser.add_argument("--utts", type=int, default=24)
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--max-generation-delta", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--large", action="store_true", help="also the 87M-parameter random model")
     parser.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON)
-    parser.add_argument("--out", default="out/bench/aed.json")
     parser.add_argument("--nemo-child", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     if args.nemo_child:
         return nemo_child(args.nemo_child)
     import torch
@@ -174,7 +172,6 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(cmd, check=True, capture_output=True)
         args.models = [*args.models, str(LARGE)]
     load_at_start = os.getloadavg()
-    torch.set_num_threads(args.threads)
     delta = args.max_generation_delta
     waves = load_clips(FIX / "audio", args.utts)
     audio_seconds = sum(len(w) for w in waves) / 16000
@@ -269,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             peer.close()
     report["machine"] = machine_info(load_at_start)
-    write_report(args.out, report)
+    write_report(args.json, report)
     return 0
 
 

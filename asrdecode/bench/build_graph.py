@@ -16,7 +16,6 @@ OpenFst's label pushing would move a word label (asrdecode.graph.labels).
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from asrdecode.bench.harness import bench_parser, parse
 from asrdecode.lm import train_arpa
 
 CHILD = """
@@ -162,7 +162,7 @@ def print_table(results: list[dict], baseline_mib: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report="out/bench/build_graph.json", aliases=("--out",))
     ap.add_argument("--config", action="append", default=[], help="graph YAML config (repeatable)")
     ap.add_argument(
         "--synthetic",
@@ -179,8 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         default=["earliest", "first_unit"],
         help="word label placements to build for each synthetic LM",
     )
-    ap.add_argument("--out", default="out/bench/build_graph.json")
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     import yaml
 
     results = []
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
                 name = f"synthetic-{size} {args.topology}"
                 results.append(run_one(name, cfg, tmp / f"g{vocab}-{labels}"))
                 print(json.dumps({k: v for k, v in results[-1].items() if k != "sizes"}), flush=True)
-    out = Path(args.out)
+    out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "machine": {"python": platform.python_version(), "platform": platform.platform()},

@@ -27,23 +27,27 @@ CPU, one intra-op thread by default on both sides.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from asrdecode.bench.harness import interleaved_passes, machine_info, timing_setup
-from asrdecode.bench.transducer_beam import load_manifest
+from asrdecode.bench.harness import markdown_table
+from asrdecode.bench.transducer_beam import (
+    BEAM_HEAD,
+    NEMO_HEAD,
+    beam_cells,
+    beam_main,
+    beam_parser,
+    beam_rows,
+    nemo_cells,
+)
 from asrdecode.bench.transducer_greedy import (
     NemoChild,
     answer_passes,
-    batches,
-    parse_with_nemo_options,
-    print_and_write,
+    child_request,
+    nemo_decoding,
     timed,
 )
 
@@ -109,20 +113,7 @@ class NemoPeer(NemoChild):
 
 def nemo_child(request: Path) -> int:
     """Runs under NeMo's venv: timed passes of NeMo's beam_batch / greedy_batch on the given log-probs."""
-    import json
-
-    from nemo.collections.asr.models import ASRModel
-    from omegaconf import OmegaConf
-
-    data = np.load(request, allow_pickle=False)
-    meta = json.loads(str(data["meta"]))
-    torch.set_num_threads(int(meta["threads"]))
-    model = ASRModel.restore_from(meta["model"], map_location="cpu").eval()
-    inputs = {
-        size: [(torch.from_numpy(data[f"lp_{size}_{i}"]), torch.from_numpy(data[f"len_{size}_{i}"]))
-               for i in range(n)]
-        for size, n in meta["batches"].items()
-    }  # fmt: skip
+    model, meta, inputs = child_request(request, ("lp", "len"))
     decoders: dict = {}
     blank = int(model.decoding.blank_id)
 
@@ -141,9 +132,7 @@ def nemo_child(request: Path) -> int:
                 if lm:
                     settings |= {"ngram_lm_model": meta["lm"], "ngram_lm_alpha": meta["alpha"]}
                 over = {"strategy": "beam_batch", "beam": settings}
-            base = OmegaConf.create(OmegaConf.to_container(model.cfg.decoding))
-            model.change_decoding_strategy(OmegaConf.merge(base, OmegaConf.create(over)), verbose=False)
-            decoders[beam, lm] = model.decoding.decoding
+            decoders[beam, lm] = nemo_decoding(model, over)
         return decoders[beam, lm]
 
     def one_pass(words: list[str]) -> dict:
@@ -181,125 +170,55 @@ def make_decoder(model, spec: tuple[str, int, bool], lm_path: Path, alpha: float
     return CtcBeamDecoder(CtcBeamConfig(**options), ctx)
 
 
-@torch.inference_mode()
 def run(args) -> dict:
-    from asrdecode.models.loading import resolve_model_path
-    from asrdecode.models.nemo import load_nemo
-    from asrdecode.scoring import score
-
-    load_start = os.getloadavg()
-    path = resolve_model_path(args.model)
-    model = load_nemo(path).eval()
-    waves, ids, texts = load_manifest(args.manifest, args.utts)
-    distinct = len(dict.fromkeys(ids))
-    audio_seconds = sum(len(w) for w in waves) / model.sample_rate
-    data = {size: [model(b, n) for b, n in batches(waves, size)] for size in args.batch_sizes}
-    specs = decoder_specs(args)
-    decoders = {spec: make_decoder(model, spec, args.lm, args.alpha) for spec in specs}
     tmp = tempfile.TemporaryDirectory()
-    peer = None
-    if args.nemo:
+
+    def start_peer(path: Path, model, data: dict) -> NemoPeer:
         nemo_lm = ngpu_arpa(args.lm, list(model.units), Path(tmp.name) / "tokens_ngpu.arpa")
-        peer = NemoPeer(args.nemo_python, path, data, nemo_lm, args.alpha, args)
+        return NemoPeer(args.nemo_python, path, data, nemo_lm, args.alpha, args)
+
     try:
-        ask = None if peer is None else (lambda spec, size: peer.run(spec[1], spec[2], size))
-        times, results = interleaved_passes(args, data, specs, decoders, ask)
-    finally:
-        if peer is not None:
-            peer.close()
-        tmp.cleanup()
-    refs = dict(zip(ids[:distinct], texts[:distinct], strict=True))
-    rows = []
-    for size in args.batch_sizes:
-        greedy_seconds = float(np.mean(times["asrdecode", size, specs[0]]))
-        for spec in specs:
-            res = results["asrdecode", size, spec]
-            seconds = float(np.mean(times["asrdecode", size, spec]))
-            report = score(refs, {ids[i]: res[i].text for i in range(distinct)})
-            row = {
-                "batch_size": size,
+        rows, facts = beam_rows(
+            args,
+            decoder_specs(args),
+            lambda model, spec: make_decoder(model, spec, args.lm, args.alpha),
+            start_peer,
+            lambda peer, spec, size: peer.run(spec[1], spec[2], size),
+            lambda spec, res: {
                 "decoder": "ctc-greedy" if spec[0] == "greedy" else "ctc-beam",
                 "beam_size": spec[1],
                 "lm": spec[2],
-                "decoder_seconds": seconds,
-                "rtfx_decoder": audio_seconds / seconds,
-                "over_greedy": seconds / greedy_seconds,
-                "wer": report.wer,
-                "cer": report.cer,
-            }
-            if peer is not None:
-                nemo = results["nemo", size, spec]
-                nemo_seconds = float(np.mean(times["nemo", size, spec]))
-                same = sum(r.tokens == t for r, t in zip(res, nemo["tokens"], strict=True))
-                row["nemo"] = {
-                    "decoder_seconds": nemo_seconds,
-                    "class": nemo["class"],
-                    "utterances_same_tokens": same,
-                    "asrdecode_over_nemo_time": seconds / nemo_seconds,
-                }
-            rows.append(row)
+            },
+            lambda reply, seconds, greedy: {},
+        )
+    finally:
+        tmp.cleanup()
     return {
         "benchmark": "ctc-beam (NeMo's beam_batch algorithm) vs ctc-greedy (and NeMo's own)",
-        "model": args.model,
-        "path": str(path),
-        "manifest": str(args.manifest),
-        "utterances": args.utts,
-        "distinct_utterances_scored": distinct,
-        "audio_seconds": audio_seconds,
+        **facts,
         "lm": str(args.lm),
         "alpha": args.alpha,
-        "machine": machine_info(load_start),
-        **timing_setup(args),
-        "nemo": peer.info["versions"] if peer is not None else None,
         "results": rows,
     }
 
 
 def table(report: dict) -> str:
     nemo = report["nemo"] is not None
-    head = "| batch | decoder | beam | LM | dec s | dec RTFx | / greedy | WER % | CER % |"
-    rule = "|---|---|---|---|---|---|---|---|---|"
-    if nemo:
-        head += " NeMo dec s | same tokens | ours / NeMo time |"
-        rule += "---|---|---|"
-    lines = [head, rule]
-    for r in report["results"]:
-        cells = [
-            str(r["batch_size"]),
-            r["decoder"],
-            str(r["beam_size"]),
-            f"{report['alpha']:g}" if r["lm"] else "-",
-            f"{r['decoder_seconds']:.3f}",
-            f"{r['rtfx_decoder']:.1f}",
-            f"{r['over_greedy']:.2f}x",
-            f"{100 * r['wer']:.1f}",
-            f"{100 * r['cer']:.1f}",
-        ]
-        if nemo:
-            n = r["nemo"]
-            cells += [
-                f"{n['decoder_seconds']:.3f}",
-                f"{n['utterances_same_tokens']}/{report['utterances']}",
-                f"{n['asrdecode_over_nemo_time']:.2f}",
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [
+        [str(r["batch_size"]), r["decoder"], str(r["beam_size"]), f"{report['alpha']:g}" if r["lm"] else "-"]
+        + beam_cells(r)
+        + (nemo_cells(r["nemo"], report["utterances"]) if nemo else [])
+        for r in report["results"]
+    ]
+    nemo_head = [h for h in NEMO_HEAD if h != "NeMo / NeMo greedy"] if nemo else []
+    return markdown_table(["batch", "decoder", "beam", "LM", *BEAM_HEAD, *nemo_head], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="embedded:demo_ctc_bpe", help="CTC .nemo or embedded:NAME")
-    parser.add_argument("--manifest", type=Path, default=ROOT / "data" / "demo" / "real" / "manifest.jsonl")
-    parser.add_argument("--utts", type=int, default=16, help="utterances (manifest cycled)")
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16])
-    parser.add_argument("--beams", nargs="+", type=int, default=[4, 8])
+    parser = beam_parser(__doc__, "embedded:demo_ctc_bpe", "CTC .nemo or embedded:NAME", [4, 8])
     parser.add_argument("--lm", type=Path, default=DEFAULT_LM, help="token ARPA whose words are the units")
     parser.add_argument("--alpha", type=float, default=1.0, help="LM weight of the LM rows")
-    args = parse_with_nemo_options(parser, argv, "also time NeMo's beam_batch (child process)", repeats=2)
-    if args.nemo_child:
-        return nemo_child(args.nemo_child)
-    report = run(args)
-    return print_and_write(report, table(report), args.out)
+    return beam_main(parser, argv, "also time NeMo's beam_batch (child process)", nemo_child, run, table)
 
 
 if __name__ == "__main__":

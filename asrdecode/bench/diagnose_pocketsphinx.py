@@ -46,7 +46,6 @@ Prints a table per utterance and a verdict count; writes JSON (`--json`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -56,6 +55,7 @@ import numpy as np
 import torch
 
 from asrdecode.audio.loading import load_audio, resample_batch
+from asrdecode.bench.harness import bench_parser, parse
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.bench.search_loss import follow_words
 from asrdecode.config import SPHINX_SETUP, build_config
@@ -125,7 +125,7 @@ def pcm_and_output(model: Any, utt: Any) -> tuple[np.ndarray, ModelOutput]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report=ROOT / "out/diagnose_vs_pocketsphinx.json", threads=1)
     ap.add_argument("input", type=Path, help="manifest.jsonl, audio folder or Kaldi data dir")
     ap.add_argument(
         "--config",
@@ -139,9 +139,8 @@ def main(argv: list[str] | None = None) -> None:
         help="LM file for pocketsphinx (default: the graph's ARPA; on the fly: the config's decoder.lm)",
     )
     ap.add_argument("--default-lm", action="store_true", help="also run pocketsphinx with its own LM")
-    ap.add_argument("--json", type=Path, default=ROOT / "out/diagnose_vs_pocketsphinx.json")
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
-    args = ap.parse_intermixed_args(argv)
+    args = parse(ap, argv, intermixed=True)
 
     try:
         graph = [f"decoder.graph={args.graph}"] if args.graph else []
@@ -167,7 +166,6 @@ def main(argv: list[str] | None = None) -> None:
     except (AsrDecodeError, OSError, KeyError) as err:
         sys.exit(f"diagnose: {err}")
     graphs = WordSequenceGraphs(decoder.paths.graph)
-    torch.set_num_threads(1)
 
     ps_same_lm = Pocketsphinx(lm)
     readings = None  # the static graph's LM read both ways (not needed when rescoring reads it exactly)

@@ -15,7 +15,6 @@ meaningful when it is quiet.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -24,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from asrdecode.bench.harness import bench_parser, finish, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,9 +45,9 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report=None)
     ap.add_argument("--manifest", type=Path, default=ROOT / "data/demo/real/manifest.jsonl")
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     cli = [sys.executable, "-m", "asrdecode.cli"]
     graph_config = default_graph_config()
     load = os.getloadavg()
@@ -79,6 +80,13 @@ def main(argv: list[str] | None = None) -> None:
         f"load average (1/5/15 min) before {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
         f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}"
     )
+    runs = [
+        {"run": name, "wall_seconds": wall, "peak_rss_mb": rss, "report": report, "graph_stages": stages}
+        for name, wall, rss, report, stages in rows
+    ]
+    build = {"config": graph_config, "wall_seconds": build_wall, "peak_rss_mb": build_rss}
+    finish(args, {"manifest": str(args.manifest), "build_graph": build, "runs": runs,
+                  "load_average_before": load, "load_average_after": load_after})  # fmt: skip
 
 
 def default_graph_config() -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from asrdecode.bench.harness import machine_info
+from asrdecode.bench.harness import bench_parser, machine_info, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "nemo"
@@ -175,13 +175,16 @@ def run(args: argparse.Namespace) -> None:
                         row["error"] = repr(err)[:300]
                 report["rows"].append(row)
                 print(one_line(row), flush=True)
-                write(report, Path(args.out))
+                write(report, Path(args.out), args.json)
 
 
-def write(report: dict, out: Path) -> None:
+def write(report: dict, out: Path, json_path: Path | None = None) -> None:
+    """The report as JSON (``json_path``, default OUT/bench_gpu.json) and its table (OUT/bench_gpu.md)."""
     report["machine"]["load_average_at_end"] = os.getloadavg()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_gpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    json_path = json_path or out / "bench_gpu.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=1) + "\n")
     (out / "bench_gpu.md").write_text(table(report))
 
 
@@ -234,8 +237,10 @@ def table(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="out/bench/gpu", help="folder of bench_gpu.json and bench_gpu.md")
+    ap = bench_parser(__doc__, report=None)
+    ap.add_argument(
+        "--out", default="out/bench/gpu", help="folder of bench_gpu.md (and bench_gpu.json without --json)"
+    )
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 32, 256])
     ap.add_argument(
         "--utterances", type=int, default=256, help="at most this many per row (at least a batch)"
@@ -244,12 +249,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--graphs", default="out/bench", help="where the demo graph is built (once)")
     ap.add_argument("--quick", action="store_true", help="one utterance at batch 1, the small demo graph")
     ap.add_argument("--seconds", type=float, default=0.0, help="skip the rows that start later (0: none)")
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     args.load_start = os.getloadavg()
     run(args)
     out = Path(args.out)
     print((out / "bench_gpu.md").read_text())
-    print(f"wrote {out / 'bench_gpu.json'} and {out / 'bench_gpu.md'}")
+    print(f"wrote {args.json or out / 'bench_gpu.json'} and {out / 'bench_gpu.md'}")
 
 
 if __name__ == "__main__":

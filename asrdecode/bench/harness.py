@@ -1,6 +1,9 @@
-"""What every benchmark of `asrdecode bench` records with its figures: the machine and its load
-average at the start and the end (the machine is shared; a figure without its load means little),
-and the JSON report written next to the printed table."""
+"""The harness every benchmark of `asrdecode bench` runs on: one option set (`bench_parser`: the
+JSON report, torch threads, untimed warm-up and timed passes, each with the same name and meaning in
+every benchmark), the timed passes (`interleaved_passes`), what a report records with its figures
+(the machine and its load average at the start and the end: the machine is shared, a figure without
+its load means little; how the timed runs were set up) and the end of a run (`finish`: the table
+printed, the JSON report written)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,80 @@ from pathlib import Path
 from asrdecode.machine import cache_sizes, cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench_parser(
+    doc: str | None,
+    *,
+    report: str | Path | None,
+    threads: int | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    aliases: tuple[str, ...] = (),
+) -> argparse.ArgumentParser:
+    """A benchmark's parser with the shared options, each where the benchmark has that knob:
+    ``--json PATH`` (the JSON report; ``report`` is its default, None: written only when given),
+    ``--threads N`` (torch intra-op threads of the timed runs), ``--warmup N`` (untimed passes
+    first) and ``--repeats N`` (timed passes; figures are their mean or best, as the benchmark
+    says). An option left None here is not one of this benchmark's. ``aliases``: earlier spellings
+    still accepted (``--out`` for ``--json``, ``--repeat`` for ``--repeats``). The description is
+    the module docstring's first paragraph, its rest the epilog."""
+    head, _, rest = (doc or "").strip().partition("\n\n")
+    parser = argparse.ArgumentParser(
+        description=head, epilog=rest or None, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    shared = parser.add_argument_group("options every asrdecode bench command shares")
+    json_names = ["--json", *(["--out"] if "--out" in aliases else [])]
+    default = f" (default {report})" if report else " (none unless given)"
+    shared.add_argument(
+        *json_names, dest="json", type=Path, default=None if report is None else Path(report),
+        metavar="PATH", help="the JSON report" + default,
+    )  # fmt: skip
+    for name, value, what in (
+        ("--threads", threads, "torch intra-op threads"),
+        ("--warmup", warmup, "untimed passes first"),
+        ("--repeats", repeats, "timed passes"),
+    ):
+        if value is not None:
+            names = [name, *(["--repeat"] if name == "--repeats" and "--repeat" in aliases else [])]
+            shared.add_argument(
+                *names, dest=name[2:], type=int, default=value, metavar="N", help=f"{what} (default {value})"
+            )
+    return parser
+
+
+def parse(
+    parser: argparse.ArgumentParser, argv: list[str] | None, intermixed: bool = False
+) -> argparse.Namespace:
+    """Parse a benchmark's arguments (``intermixed``: positional overrides among the options), check
+    the shared counts and set torch's intra-op threads to ``--threads``."""
+    args = parser.parse_intermixed_args(argv) if intermixed else parser.parse_args(argv)
+    for name, least in (("threads", 1), ("warmup", 0), ("repeats", 1)):
+        value = getattr(args, name, None)
+        if value is not None and value < least:
+            raise SystemExit(f"{parser.prog}: --{name} must be >= {least}, got {value}")
+    if getattr(args, "threads", None) is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return args
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of string cells."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines)
+
+
+def finish(args: argparse.Namespace, report: dict, text: str | None = None) -> int:
+    """The end of a benchmark run: its table printed (``text``) and its JSON report written to
+    ``--json`` (if any). Returns the exit status."""
+    if text is not None:
+        print(text)
+    if getattr(args, "json", None):
+        write_report(args.json, report)
+    return 0
 
 
 def machine_info(load_at_start: tuple[float, float, float]) -> dict:
@@ -36,9 +113,9 @@ def timing_setup(args: argparse.Namespace) -> dict:
     (the `--threads`, `--warmup` and `--repeats` options) and the command line."""
     return {
         "device": "cpu",
-        "threads": args.threads,
-        "warmup": args.warmup,
-        "repeats": args.repeats,
+        "threads": getattr(args, "threads", None),
+        "warmup": getattr(args, "warmup", None),
+        "repeats": getattr(args, "repeats", None),
         "command": " ".join(sys.argv),
     }
 

@@ -12,15 +12,14 @@ shows as lattice seconds growing like the length.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from asrdecode.bench.harness import bench_parser, parse
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
 from asrdecode.graph.cache import resolve_graph_spec
 from asrdecode.models.base import ModelOutput
@@ -39,12 +38,10 @@ def peaky_log_probs(frames: int, columns: int, seed: int) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__, report="out/bench/lattice_scaling.json", threads=1)
     ap.add_argument("--frames", type=int, nargs="+", default=[2000, 8000, 32000])
-    ap.add_argument("--json", type=Path, default=Path("out/bench/lattice_scaling.json"))
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     rows = []
-    torch.set_num_threads(1)
     graph = resolve_graph_spec(GRAPH)
     print(f"load average before: {os.getloadavg()}")
     print(

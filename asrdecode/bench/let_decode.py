@@ -57,7 +57,6 @@ the tables.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -65,7 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrdecode.bench.harness import machine_info, write_report
+from asrdecode.bench.harness import bench_parser, machine_info, parse, write_report
 from asrdecode.bench.wfst_otf import case_result, run_cases, wer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -464,7 +463,7 @@ def print_case(c: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report="out/bench/let_decode.json", threads=1, aliases=("--out",))
     ap.add_argument(
         "--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k", "sphinx", "sphinx-static"]
     )
@@ -491,17 +490,13 @@ def main(argv: list[str] | None = None) -> None:
         "--beams", type=float, nargs="*", default=[], help="a beam sweep (default: each case's beam)"
     )
     ap.add_argument("--plot", type=Path, help="WER-vs-RTFx plot of each case: STEM-CASE.png / .svg")
-    ap.add_argument("--out", default="out/bench/let_decode.json")
-    args = ap.parse_args(argv)
-    import torch
-
+    args = parse(ap, argv)
     from asrdecode.config import SPHINX_SETUP, build_config
 
     if args.capacities is None:
         args.capacities = [4, 8, 16] if args.lattice else [4, 16]
     if args.history_cap is None:
         args.history_cap = build_config(None, [], setup=SPHINX_SETUP).decoder.history_max
-    torch.set_num_threads(1)
     load_start = os.getloadavg()
     cases = run_cases(args, run_case, print_case, args.threshold_20k)  # wfst_otf's sentences and graphs
     sphinx = [c for c in ("sphinx", "sphinx-static") if c in args.cases]
@@ -516,7 +511,7 @@ def main(argv: list[str] | None = None) -> None:
         cases.append({**run_case(name, *case, beam, args, options), "key": c})
         print_case(cases[-1])
     machine = machine_info(load_start)
-    write_report(args.out, {"machine": machine, "cases": cases})
+    write_report(args.json, {"machine": machine, "cases": cases})
     if args.plot:
         for c in cases:
             plot_case(c, machine, Path(f"{args.plot}-{c.get('key', c['case'].split()[0])}"))

@@ -19,14 +19,13 @@ reference, the static graph's forced-alignment cost minus the unigram compositio
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from asrdecode.bench.harness import machine_info, write_report
+from asrdecode.bench.harness import bench_parser, machine_info, parse, write_report
 from asrdecode.lm.arpa import ArpaReader
 from asrdecode.lm.backoff import BackoffReadings
 
@@ -137,15 +136,11 @@ def decode_20k(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report=None, threads=1, aliases=("--out",))
     ap.add_argument("--case", choices=["20k", "sphinx"], default="20k")
     ap.add_argument("--utterances", type=int, default=64, help="20k case: spelled sentences")
     ap.add_argument("--beam", type=float, default=16.0, help="20k case: the decoders' beam")
-    ap.add_argument("--out", type=Path, help="JSON (default: out/bench/lm_backoff_CASE.json)")
-    args = ap.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(1)
+    args = parse(ap, argv)
     load_start = os.getloadavg()
     report: dict = {"case": args.case}
     if args.case == "20k":
@@ -181,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
             f"forced-alignment check on {d['forced_check_sentences']} references: "
             f"|forced cost difference - LM cost difference| <= {d['forced_check_max_abs']:.4f}"
         )
-    write_report(args.out or BENCH / f"lm_backoff_{args.case}.json", report)
+    write_report(args.json or BENCH / f"lm_backoff_{args.case}.json", report)
 
 
 if __name__ == "__main__":

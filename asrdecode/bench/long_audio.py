@@ -20,7 +20,6 @@ average before and after is printed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -32,6 +31,7 @@ import numpy as np
 import soundfile as sf
 
 from asrdecode.bench.first_use import timed
+from asrdecode.bench.harness import bench_parser, finish, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,16 +70,17 @@ def long_file(minutes: float, path: Path, rate: int = 16000, channels: int = 1) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report=None)
     ap.add_argument("--minutes", default="10,30,60")
     ap.add_argument("--model", default="embedded:demo_ctc_bpe", help='"" = the default setup')
     ap.add_argument("--options", default="model.attention=local", help="extra transcribe arguments")
     ap.add_argument("--rate", type=int, default=16000, help="the file's sample rate")
     ap.add_argument("--channels", type=int, default=1, help="the file's channels")
     ap.add_argument("--format", default="wav", choices=["wav", "m4a", "webm"], help="the file's format")
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     load = os.getloadavg()
     cli = [sys.executable, "-m", "asrdecode.cli", "transcribe"]
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for minutes in (float(m) for m in args.minutes.split(",")):
             folder = Path(tmp) / f"long{minutes:g}"
@@ -95,10 +96,13 @@ def main(argv: list[str] | None = None) -> None:
                 "in segments",
                 flush=True,
             )
+            runs.append({"minutes": minutes, "wall_seconds": wall, "peak_rss_mb": rss, "report": report})
     after = os.getloadavg()
     before_text = "/".join(f"{x:.2f}" for x in load)
     after_text = "/".join(f"{x:.2f}" for x in after)
     print(f"load average (1/5/15 min) before {before_text}, after {after_text}")
+    setup = {k: getattr(args, k) for k in ("model", "options", "rate", "channels", "format")}
+    finish(args, {**setup, "runs": runs, "load_average_before": load, "load_average_after": after})
 
 
 if __name__ == "__main__":

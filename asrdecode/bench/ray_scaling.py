@@ -15,7 +15,6 @@ against the local run's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -24,26 +23,28 @@ import tempfile
 import time
 from pathlib import Path
 
+from asrdecode.bench.harness import bench_parser, parse
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__, report=ROOT / "out/bench/ray_scaling.json", threads=1)
     ap.add_argument("--manifest", default=str(ROOT / "data/demo/synthetic/manifest.jsonl"))
-    ap.add_argument("--repeat", type=int, default=8, help="each utterance this many times (new ids)")
+    ap.add_argument(
+        "--copies", "--repeat", type=int, default=8, help="each utterance this many times (new ids)"
+    )
     ap.add_argument("--model", default="embedded:demo_ctc_bpe")
     ap.add_argument("--config", help="a run config instead of --model (e.g. configs/hama-en-us-otf.yaml)")
-    ap.add_argument("--json", type=Path, default=ROOT / "out/bench/ray_scaling.json")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. model.threads=1")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per process (threads=...)")
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
 
     base = Path(args.manifest).resolve().parent
     rows = [json.loads(x) for x in Path(args.manifest).read_text().splitlines() if x.strip()]
     with tempfile.TemporaryDirectory(prefix="ray-bench-") as tmp:
         manifest = Path(tmp) / "m.jsonl"
         with manifest.open("w") as f:
-            for r in range(args.repeat):
+            for r in range(args.copies):
                 for i, row in enumerate(rows):
                     row = dict(row, utt_id=f"r{r}-{i:04d}")
                     row["audio_filepath"] = str((base / row["audio_filepath"]).resolve())
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"load average before: {os.getloadavg()}")
         what = f"config {args.config}" if args.config else f"model {args.model}"
         print(
-            f"{len(rows) * args.repeat} utterances, {what}, threads={args.threads} per process, "
+            f"{len(rows) * args.copies} utterances, {what}, threads={args.threads} per process, "
             f"overrides {args.overrides}"
         )
         results, texts = [], {}

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import soundfile
 
-from asrdecode.bench.harness import machine_info
+from asrdecode.bench.harness import bench_parser, machine_info, parse
 from asrdecode.bench.peers import Pocketsphinx
 from asrdecode.graph.cache import cached_graph, load_graph_config
 from asrdecode.graph.stages import report_finished
@@ -306,7 +306,7 @@ def print_pooled(results: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report=ROOT / "out/eval_real_speech.json", repeats=1)
     ap.add_argument(
         "--manifest", type=Path, action="append", help="a set (repeatable); default: every real set"
     )
@@ -320,7 +320,6 @@ def main(argv: list[str] | None = None) -> None:
         "--graph-config's graph in the graph cache, built on first use as configs/sphinx-en-us.yaml does",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "out/eval-real-speech")
-    ap.add_argument("--json", type=Path, default=ROOT / "out/eval_real_speech.json")
     ap.add_argument("--no-default-lm", action="store_true", help="skip pocketsphinx with its own LM")
     ap.add_argument(
         "--no-static",
@@ -348,17 +347,8 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         help="also this config on all cores (configs/sphinx-en-us-same-lm.yaml: the same LM read exactly)",
     )
-    ap.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="run every row this many times, in rounds, and keep each row's fastest run (the "
-        "machine's other load only slows runs down); the JSON keeps every repeat's seconds",
-    )
     ap.add_argument("overrides", nargs="*", help="asrdecode config overrides, e.g. decoder.beam=16")
-    args = ap.parse_intermixed_args(argv)
-    if args.repeats < 1:
-        sys.exit("bench real-speech: --repeats must be >= 1")
+    args = parse(ap, argv, intermixed=True)
 
     if args.no_static and not args.on_the_fly and args.same_lm_config is None and not args.setup:
         sys.exit(

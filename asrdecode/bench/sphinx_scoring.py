@@ -14,7 +14,6 @@ drifts with the load: compare the ratios of one run, and the CPU column. Writes 
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import soundfile as sf
 import torch
 
+from asrdecode.bench.harness import bench_parser, parse
 from asrdecode.features.sphinx_mfcc import SphinxFeConfig, SphinxMFCC
 from asrdecode.models.loading import load_model
 from asrdecode.models.sphinx import SphinxAcousticModel
@@ -58,14 +58,12 @@ def pocketsphinx_decode(paths: list[str]):
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(
+        __doc__, report=ROOT / "out/bench/sphinx_scoring.json", threads=1, repeats=3, aliases=("--repeat",)
+    )
     ap.add_argument("wavs", nargs="*")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (pocketsphinx uses one)")
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--json", type=Path, default=ROOT / "out" / "bench" / "sphinx_scoring.json")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = parse(ap, argv)
     paths = args.wavs or sorted(str(p) for p in (ROOT / "data" / "demo" / "real").glob("*.wav"))
     clips = [torch.from_numpy(sf.read(p, dtype="float32")[0]) for p in paths]
     audio_s = sum(c.numel() for c in clips) / 16000
@@ -88,12 +86,12 @@ def main(argv: list[str] | None = None) -> None:
         frames = sum(int(n.sum()) for _, n in feats)
         model.forward_features(*feats[0])  # first-call costs
         rows = {
-            "features float64": timed(lambda: [fe64(w, n) for w, n in padded], args.repeat),
-            "features float32": timed(lambda: [fe32(w, n) for w, n in padded], args.repeat),
-            "scoring topn=4": timed(lambda: [model.forward_features(f, n) for f, n in feats], args.repeat),
-            "scoring full": timed(lambda: [full.forward_features(f, n) for f, n in feats], args.repeat),
+            "features float64": timed(lambda: [fe64(w, n) for w, n in padded], args.repeats),
+            "features float32": timed(lambda: [fe32(w, n) for w, n in padded], args.repeats),
+            "scoring topn=4": timed(lambda: [model.forward_features(f, n) for f, n in feats], args.repeats),
+            "scoring full": timed(lambda: [full.forward_features(f, n) for f, n in feats], args.repeats),
         }
-    rows["pocketsphinx decode"] = timed(pocketsphinx_decode(paths), args.repeat)
+    rows["pocketsphinx decode"] = timed(pocketsphinx_decode(paths), args.repeats)
     peer = audio_s / rows["pocketsphinx decode"][0]
     print(
         f"{len(clips)} clips, {audio_s:.1f} s audio, {frames} frames, batch {args.batch}, "

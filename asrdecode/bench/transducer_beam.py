@@ -31,19 +31,22 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import torch
 
-from asrdecode.bench.harness import interleaved_passes, machine_info, timing_setup
+from asrdecode.bench.harness import finish, interleaved_passes, machine_info, markdown_table, timing_setup
 from asrdecode.bench.transducer_greedy import (
     NemoChild,
     answer_passes,
     batches,
+    child_request,
+    nemo_bench_parser,
+    nemo_decoding,
     parse_with_nemo_options,
-    print_and_write,
     timed,
 )
 
@@ -99,18 +102,7 @@ class NemoPeer(NemoChild):
 
 def nemo_child(request: Path) -> int:
     """Runs under NeMo's venv: timed passes of NeMo's beam/greedy decoders on the given encoder outputs."""
-    from nemo.collections.asr.models import ASRModel
-    from omegaconf import OmegaConf
-
-    data = np.load(request, allow_pickle=False)
-    meta = json.loads(str(data["meta"]))
-    torch.set_num_threads(int(meta["threads"]))
-    model = ASRModel.restore_from(meta["model"], map_location="cpu").eval()
-    inputs = {
-        size: [(torch.from_numpy(data[f"enc_{size}_{i}"]), torch.from_numpy(data[f"enc_len_{size}_{i}"]))
-               for i in range(n)]
-        for size, n in meta["batches"].items()
-    }  # fmt: skip
+    model, meta, inputs = child_request(request, ("enc", "enc_len"))
     steps, beta, gamma = meta["maes"]
     decoders: dict = {}
 
@@ -133,9 +125,7 @@ def nemo_child(request: Path) -> int:
                         "maes_expansion_gamma": gamma,
                     },
                 }
-            base = OmegaConf.create(OmegaConf.to_container(model.cfg.decoding))
-            model.change_decoding_strategy(OmegaConf.merge(base, OmegaConf.create(over)), verbose=False)
-            decoders[strategy, beam] = model.decoding.decoding
+            decoders[strategy, beam] = nemo_decoding(model, over)
         return decoders[strategy, beam]
 
     def one_pass(words: list[str]) -> dict:
@@ -178,7 +168,21 @@ def make_decoder(model, strategy: str, beam: int, args):
 
 
 @torch.inference_mode()
-def run(args) -> dict:
+def beam_rows(
+    args,
+    specs: list,
+    make: Callable,
+    start_peer: Callable,
+    ask: Callable,
+    row_of: Callable,
+    nemo_of: Callable,
+) -> tuple[list[dict], dict]:
+    """The run both beam benchmarks share: ``args.model``'s outputs on ``args.utts`` utterances of
+    the manifest at each batch size, every decoder of ``specs`` (``make(model, spec)``; greedy first,
+    the ratios' base) timed with `interleaved_passes`, and NeMo's side (``start_peer(path, model, data)``,
+    ``ask(peer, spec, size)``) with ``--nemo``. Each row: ``row_of(spec, results)``'s fields, the
+    time, RTFx, ratio to greedy, WER and CER, and NeMo's time, ratio to ours and agreement (with
+    ``nemo_of(reply, seconds, greedy seconds)``'s fields). Returns (rows, the run's facts)."""
     from asrdecode.models.loading import resolve_model_path
     from asrdecode.models.nemo import load_nemo
     from asrdecode.scoring import score
@@ -190,34 +194,30 @@ def run(args) -> dict:
     distinct = len(dict.fromkeys(ids))
     audio_seconds = sum(len(w) for w in waves) / model.sample_rate
     data = {size: [model(b, n) for b, n in batches(waves, size)] for size in args.batch_sizes}
-    specs = decoder_specs(args)
-    decoders = {spec: make_decoder(model, *spec, args) for spec in specs}
-    peer = NemoPeer(args.nemo_python, path, data, args) if args.nemo else None
+    decoders = {spec: make(model, spec) for spec in specs}
+    peer = start_peer(path, model, data) if args.nemo else None
     try:
-        ask = None if peer is None else (lambda spec, size: peer.run(spec[0], spec[1], size))
-        times, results = interleaved_passes(args, data, specs, decoders, ask)
+        asked = None if peer is None else (lambda spec, size: ask(peer, spec, size))
+        times, results = interleaved_passes(args, data, specs, decoders, asked)
     finally:
         if peer is not None:
             peer.close()
     refs = dict(zip(ids[:distinct], texts[:distinct], strict=True))
     rows = []
     for size in args.batch_sizes:
-        greedy_seconds = float(np.mean(times["asrdecode", size, ("greedy", 1)]))
-        nemo_greedy = float(np.mean(times["nemo", size, ("greedy", 1)])) if peer is not None else None
+        greedy_seconds = float(np.mean(times["asrdecode", size, specs[0]]))
+        nemo_greedy = float(np.mean(times["nemo", size, specs[0]])) if peer is not None else None
         for spec in specs:
             res = results["asrdecode", size, spec]
             seconds = float(np.mean(times["asrdecode", size, spec]))
             report = score(refs, {ids[i]: res[i].text for i in range(distinct)})
-            row = {
-                "batch_size": size,
-                "strategy": spec[0],
-                "beam_size": spec[1],
+            row = {"batch_size": size, **row_of(spec, res)}
+            row |= {
                 "decoder_seconds": seconds,
                 "rtfx_decoder": audio_seconds / seconds,
                 "over_greedy": seconds / greedy_seconds,
                 "wer": report.wer,
                 "cer": report.cer,
-                "tokens": sum(len(r.tokens) for r in res),
             }
             if peer is not None:
                 nemo = results["nemo", size, spec]
@@ -225,15 +225,13 @@ def run(args) -> dict:
                 same = sum(r.tokens == t for r, t in zip(res, nemo["tokens"], strict=True))
                 row["nemo"] = {
                     "decoder_seconds": nemo_seconds,
-                    "over_nemo_greedy": nemo_seconds / nemo_greedy,
+                    **nemo_of(nemo, nemo_seconds, nemo_greedy),
                     "class": nemo["class"],
-                    "computer": nemo.get("computer"),
                     "utterances_same_tokens": same,
                     "asrdecode_over_nemo_time": seconds / nemo_seconds,
                 }
             rows.append(row)
-    return {
-        "benchmark": "transducer-beam (malsd/maes) vs transducer-greedy (and NeMo's malsd_batch/maes_batch)",
+    facts = {
         "model": args.model,
         "path": str(path),
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -243,64 +241,105 @@ def run(args) -> dict:
         "audio_seconds": audio_seconds,
         "machine": machine_info(load_start),
         **timing_setup(args),
+        "nemo": peer.info["versions"] if peer is not None else None,
+    }
+    return rows, facts
+
+
+def run(args) -> dict:
+    rows, facts = beam_rows(
+        args,
+        decoder_specs(args),
+        lambda model, spec: make_decoder(model, *spec, args),
+        lambda path, model, data: NemoPeer(args.nemo_python, path, data, args),
+        lambda peer, spec, size: peer.run(spec[0], spec[1], size),
+        lambda spec, res: {
+            "strategy": spec[0],
+            "beam_size": spec[1],
+            "tokens": sum(len(r.tokens) for r in res),
+        },
+        lambda reply, seconds, greedy: {
+            "over_nemo_greedy": seconds / greedy,
+            "computer": reply.get("computer"),
+        },
+    )
+    return {
+        "benchmark": "transducer-beam (malsd/maes) vs transducer-greedy (and NeMo's malsd_batch/maes_batch)",
+        **facts,
         "max_symbols": args.max_symbols,
         "maes": {
             "num_steps": args.maes_num_steps,
             "expansion_beta": args.maes_expansion_beta,
             "expansion_gamma": args.maes_expansion_gamma,
         },
-        "nemo": peer.info["versions"] if peer is not None else None,
         "results": rows,
     }
 
 
+# the columns of a beam-search row (`beam_cells`) and of NeMo's side of it (`nemo_cells`)
+BEAM_HEAD = ["dec s", "dec RTFx", "/ greedy", "WER %", "CER %"]
+NEMO_HEAD = ["NeMo dec s", "NeMo / NeMo greedy", "same tokens", "ours / NeMo time"]
+
+
+def beam_cells(r: dict) -> list[str]:
+    """A beam-search row's time, speed, ratio to greedy and error rates."""
+    return [
+        f"{r['decoder_seconds']:.3f}",
+        f"{r['rtfx_decoder']:.1f}",
+        f"{r['over_greedy']:.2f}x",
+        f"{100 * r['wer']:.1f}",
+        f"{100 * r['cer']:.1f}",
+    ]
+
+
+def nemo_cells(n: dict, utterances: int) -> list[str]:
+    """NeMo's side of a row (`NEMO_HEAD`; without ``over_nemo_greedy``, that column left out)."""
+    cells = [f"{n['decoder_seconds']:.3f}"]
+    if "over_nemo_greedy" in n:
+        cells.append(f"{n['over_nemo_greedy']:.2f}x")
+    return [*cells, f"{n['utterances_same_tokens']}/{utterances}", f"{n['asrdecode_over_nemo_time']:.2f}"]
+
+
 def table(report: dict) -> str:
     nemo = report["nemo"] is not None
-    head = "| batch | decoder | beam | dec s | dec RTFx | / greedy | WER % | CER % |"
-    rule = "|---|---|---|---|---|---|---|---|"
-    if nemo:
-        head += " NeMo dec s | NeMo / NeMo greedy | same tokens | ours / NeMo time |"
-        rule += "---|---|---|---|"
-    lines = [head, rule]
-    for r in report["results"]:
-        cells = [
-            str(r["batch_size"]),
-            r["strategy"],
-            str(r["beam_size"]),
-            f"{r['decoder_seconds']:.3f}",
-            f"{r['rtfx_decoder']:.1f}",
-            f"{r['over_greedy']:.2f}x",
-            f"{100 * r['wer']:.1f}",
-            f"{100 * r['cer']:.1f}",
-        ]
-        if nemo:
-            n = r["nemo"]
-            cells += [
-                f"{n['decoder_seconds']:.3f}",
-                f"{n['over_nemo_greedy']:.2f}x",
-                f"{n['utterances_same_tokens']}/{report['utterances']}",
-                f"{n['asrdecode_over_nemo_time']:.2f}",
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [
+        [str(r["batch_size"]), r["strategy"], str(r["beam_size"]), *beam_cells(r)]
+        + (nemo_cells(r["nemo"], report["utterances"]) if nemo else [])
+        for r in report["results"]
+    ]
+    return markdown_table(["batch", "decoder", "beam", *BEAM_HEAD, *(NEMO_HEAD if nemo else [])], rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="embedded:demo_rnnt_bpe", help="RNN-T .nemo or embedded:NAME")
+def beam_parser(doc: str | None, model: str, model_help: str, beams: list[int]) -> argparse.ArgumentParser:
+    """The options both beam benchmarks take (`nemo_bench_parser`'s and the model, manifest,
+    utterances, batch sizes and beams)."""
+    parser = nemo_bench_parser(doc, repeats=2)
+    parser.add_argument("--model", default=model, help=model_help)
     parser.add_argument("--manifest", type=Path, default=ROOT / "data" / "demo" / "real" / "manifest.jsonl")
     parser.add_argument("--utts", type=int, default=16, help="utterances (manifest cycled)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16])
-    parser.add_argument("--beams", nargs="+", type=int, default=[2, 4, 8])
+    parser.add_argument("--beams", nargs="+", type=int, default=beams)
+    return parser
+
+
+def beam_main(
+    parser, argv: list[str] | None, nemo_help: str, child: Callable, run: Callable, table: Callable
+) -> int:
+    """A beam benchmark's run: parse, answer as NeMo's child or run and finish with the table."""
+    args = parse_with_nemo_options(parser, argv, nemo_help)
+    if args.nemo_child:
+        return child(args.nemo_child)
+    report = run(args)
+    return finish(args, report, table(report))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = beam_parser(__doc__, "embedded:demo_rnnt_bpe", "RNN-T .nemo or embedded:NAME", [2, 4, 8])
     parser.add_argument("--strategies", nargs="+", default=["malsd", "maes"], choices=["malsd", "maes"])
     parser.add_argument("--maes-num-steps", type=int, default=2)
     parser.add_argument("--maes-expansion-beta", type=int, default=2)
     parser.add_argument("--maes-expansion-gamma", type=float, default=2.3)
-    args = parse_with_nemo_options(parser, argv, "also time NeMo's decoders (child process)", repeats=2)
-    if args.nemo_child:
-        return nemo_child(args.nemo_child)
-    report = run(args)
-    return print_and_write(report, table(report), args.out)
+    return beam_main(parser, argv, "also time NeMo's decoders (child process)", nemo_child, run, table)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from asrdecode.bench.harness import machine_info, timing_setup, write_report
+from asrdecode.bench.harness import bench_parser, finish, machine_info, parse, timing_setup
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "nemo"
@@ -188,24 +188,39 @@ class NemoPeer(NemoChild):
         return self.ask(what, size)
 
 
-def nemo_child(request: Path) -> int:
-    """Runs under NeMo's venv: serve timed passes of NeMo's encoder and greedy_batch decoders."""
-    import nemo
+def child_request(request: Path, names: tuple[str, ...]):
+    """A NeMo child's start (under NeMo's venv): the request's meta, torch's threads set to its
+    ``threads``, NeMo's model restored, and each batch size's inputs (the arrays ``NAME_SIZE_I`` of
+    ``names``, as tensors). Returns (model, meta, inputs)."""
     from nemo.collections.asr.models import ASRModel
-    from omegaconf import OmegaConf
 
     data = np.load(request, allow_pickle=False)
     meta = json.loads(str(data["meta"]))
     torch.set_num_threads(int(meta["threads"]))
     model = ASRModel.restore_from(meta["model"], map_location="cpu").eval()
+    inputs = {
+        size: [tuple(torch.from_numpy(data[f"{what}_{size}_{i}"]) for what in names) for i in range(n)]
+        for size, n in meta["batches"].items()
+    }
+    return model, meta, inputs
+
+
+def nemo_decoding(model, over: dict):
+    """NeMo's decoding object after ``change_decoding_strategy`` with ``over`` merged into the
+    checkpoint's decoding config (a new one per change)."""
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.create(OmegaConf.to_container(model.cfg.decoding))
+    model.change_decoding_strategy(OmegaConf.merge(base, OmegaConf.create(over)), verbose=False)
+    return model.decoding.decoding
+
+
+def nemo_child(request: Path) -> int:
+    """Runs under NeMo's venv: serve timed passes of NeMo's encoder and greedy_batch decoders."""
+    import nemo
+
+    model, meta, inputs = child_request(request, ("audio", "audio_len", "enc", "enc_len"))
     tdt = model.cfg.decoding.get("model_type") == "tdt"
-    inputs = {}
-    for size, n_batches in meta["batches"].items():
-        keys = [f"{size}_{i}" for i in range(n_batches)]
-        inputs[size] = [
-            tuple(torch.from_numpy(data[f"{what}_{k}"]) for what in ("audio", "audio_len", "enc", "enc_len"))
-            for k in keys
-        ]
     decoders = {}
     for name, loop_labels in [("labels", True)] + ([] if tdt else [("frames", False)]):
         over = {
@@ -216,9 +231,7 @@ def nemo_child(request: Path) -> int:
                 "use_cuda_graph_decoder": False,
             },
         }
-        base = OmegaConf.create(OmegaConf.to_container(model.cfg.decoding))
-        model.change_decoding_strategy(OmegaConf.merge(base, OmegaConf.create(over)), verbose=False)
-        decoders[name] = model.decoding.decoding  # a new GreedyBatched*Infer per strategy change
+        decoders[name] = nemo_decoding(model, over)  # a new GreedyBatched*Infer per strategy change
     classes = {
         name: [type(d).__name__] + ([type(d.decoding_computer).__name__] if d.decoding_computer else [])
         for name, d in decoders.items()
@@ -458,46 +471,36 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def print_and_write(report: dict, text: str, out: Path | None) -> int:
-    """Print a benchmark's table and write its JSON report (if asked); the exit status."""
-    print(text)
-    if out:
-        write_report(out, report)
-    return 0
+def nemo_bench_parser(doc: str | None, repeats: int) -> argparse.ArgumentParser:
+    """The parser of a benchmark against NeMo's decoders (`bench_parser`'s shared options: the
+    JSON report, threads on both sides, warm-up and timed passes)."""
+    return bench_parser(doc, report=None, threads=1, warmup=1, repeats=repeats, aliases=("--out",))
 
 
-def parse_with_nemo_options(
-    parser: argparse.ArgumentParser, argv: list[str] | None, nemo_help: str, repeats: int
-):  # fmt: skip
-    """Parse with the options both transducer benchmarks share (warm-up and timed passes, the
-    greedy symbol limit, threads, the NeMo peer in its own venv as a child process, the JSON
-    report); sets torch's threads and checks NeMo's Python."""
-    parser.add_argument("--warmup", type=int, default=1, help="untimed passes first")
-    parser.add_argument("--repeats", type=int, default=repeats, help="timed passes (their mean counts)")
+def parse_with_nemo_options(parser: argparse.ArgumentParser, argv: list[str] | None, nemo_help: str):
+    """Parse with the options the benchmarks against NeMo's decoders add to `nemo_bench_parser`'s
+    (the greedy symbol limit, the NeMo peer in its own venv as a child process); checks NeMo's
+    Python."""
     parser.add_argument("--max-symbols", type=int, default=10, help="symbols per frame at most")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
     parser.add_argument("--nemo", action="store_true", help=nemo_help)
     parser.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON, help="python of a venv with NeMo")
     parser.add_argument("--nemo-child", type=Path, metavar="REQUEST", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help="write the JSON report here")
-    args = parser.parse_args(argv)
-    if not args.nemo_child:
-        torch.set_num_threads(args.threads)
-        if args.nemo and not Path(args.nemo_python).is_file():
-            raise SystemExit(
-                f"--nemo: {args.nemo_python} not found (see scripts/make_nemo_fixtures.py for the venv)"
-            )
+    args = parse(parser, argv)
+    if not args.nemo_child and args.nemo and not Path(args.nemo_python).is_file():
+        raise SystemExit(
+            f"--nemo: {args.nemo_python} not found (see scripts/make_nemo_fixtures.py for the venv)"
+        )
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = nemo_bench_parser(__doc__, repeats=3)
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS, help=".nemo files or embedded:NAME")
     parser.add_argument("--small", action="store_true", help="also the FastConformer-Small RNN-T/TDT")
     parser.add_argument("--audio", type=Path, default=FIX / "audio", help="folder of 16 kHz wavs")
     parser.add_argument("--utts", type=int, default=32, help="utterances (clips cycled)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4, 16, 32])
-    args = parse_with_nemo_options(parser, argv, "also time NeMo's greedy_batch (child process)", repeats=3)
+    args = parse_with_nemo_options(parser, argv, "also time NeMo's greedy_batch (child process)")
     if args.nemo_child:
         return nemo_child(args.nemo_child)
     models = list(args.models) + (ensure_small_models(args.nemo_python) if args.small else [])
@@ -513,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"timing {spec}" + (" (+ NeMo, interleaved)" if args.nemo else ""), flush=True)
         report["models"].append(bench_model(spec, waves, args))
     report.update(machine=machine_info(load_start), **timing_setup(args))
-    return print_and_write(report, table(report), args.out)
+    return finish(args, report, table(report))
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrdecode.bench.harness import machine_info, sphinx_static_graph, write_report
+from asrdecode.bench.harness import bench_parser, machine_info, parse, sphinx_static_graph, write_report
 
 # torch and asrdecode are imported where needed: every row runs in a spawned child process that
 # re-imports this module, and a kaldi-decoder worker should not carry torch's memory.
@@ -559,7 +559,7 @@ def print_case(c: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report="out/bench/wfst_decode.json", threads=1, aliases=("--out",))
     ap.add_argument("--cases", nargs="*", default=["demo", "20k", "sphinx"], help="demo, 20k, sphinx")
     ap.add_argument("--graph", help="your own graph folder (TLG.fst or HCLG.fst, graph.pt, words.txt)")
     ap.add_argument("--logprobs", help="npz with log_probs [B,T,V] and encoder_len/lengths (with --graph)")
@@ -592,10 +592,8 @@ def main(argv: list[str] | None = None) -> None:
         help="BEAM_SIZE:THRESHOLD (beam = case beam)",
     )
     ap.add_argument("--no-flashlight", action="store_true")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is best on CPU)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", default="out/bench/wfst_decode.json")
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     largest = max(args.batch, default=1)
     if args.utterances and args.utterances < largest:
         print(f"--utterances {args.utterances} < largest batch {largest}: using {largest}")
@@ -646,7 +644,7 @@ def main(argv: list[str] | None = None) -> None:
             c["case"]: {r["decoder"]: round(r["ratio_vs_kaldi_1core"], 3) for r in c["rows"]} for c in cases
         },
     }
-    write_report(args.out, report)
+    write_report(args.json, report)
 
 
 if __name__ == "__main__":

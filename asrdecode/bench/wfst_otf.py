@@ -37,7 +37,6 @@ ratio; and the large LM alone (its device structure / all its tables; paper 000 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -47,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrdecode.bench.harness import machine_info, model_digest, write_report
+from asrdecode.bench.harness import bench_parser, machine_info, model_digest, parse, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "out" / "bench"
@@ -386,7 +385,7 @@ def run_cases(args, run_case, print_case, threshold_20k: float, *extra_20k) -> l
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, report="out/bench/wfst_otf.json", threads=1, aliases=("--out",))
     ap.add_argument("--cases", nargs="+", default=["demo", "20k"], choices=["demo", "20k"])
     ap.add_argument("--utterances", type=int, default=64, help="20k case: spelled sentences")
     ap.add_argument(
@@ -399,14 +398,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--lm-cache", type=int, default=1 << 16, help="decoder.lm_cache entries for the LM memory table"
     )
-    ap.add_argument("--out", default="out/bench/wfst_otf.json")
-    args = ap.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(1)
+    args = parse(ap, argv)
     load_start = os.getloadavg()
     cases = run_cases(args, run_case, print_case, args.threshold_20k, tuple(args.otf_beams_20k))
-    write_report(args.out, {"machine": machine_info(load_start), "cases": cases})
+    write_report(args.json, {"machine": machine_info(load_start), "cases": cases})
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ with larger buffers), then the measured pass runs. Prints a table and writes JSO
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asrdecode.bench.harness import sphinx_static_graph
+from asrdecode.bench.harness import bench_parser, parse, sphinx_static_graph
 from asrdecode.bench.wfst_decode import BENCH, DEMO_LOGPROBS, demo_graph, load_npz, sphinx_loglikes
 from asrdecode.decoders.dispatch_count import DispatchCounter  # noqa: E402
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder  # noqa: E402
@@ -92,13 +91,11 @@ def count_case(
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__, report="out/bench/wfst_torch_ops.json", threads=1, aliases=("--out",))
     ap.add_argument("--cases", nargs="*", default=["demo", "sphinx"])
     ap.add_argument("--batch", type=int, nargs="*", default=[1, 8, 32])
     ap.add_argument("--utterances", type=int, default=32)
-    ap.add_argument("--out", default="out/bench/wfst_torch_ops.json")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    args = parse(ap, argv)
     cases = []
     if "demo" in args.cases:
         lp, lengths = load_npz(DEMO_LOGPROBS, args.utterances)
@@ -134,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{r['batch']:>6}{r['ops_per_frame']:>11.0f}{r['ops_per_frame_p95']:>8.0f}"
                 f"{r['syncs_per_frame']:>13.2f}{r['max_syncs_in_a_frame']:>5}{r['reruns']:>8}  {ops}"
             )
-    out = Path(args.out)
+    out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cases": result, "torch": torch.__version__}, indent=1))
     print(f"\nwrote {out}")
