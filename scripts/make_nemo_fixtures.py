@@ -19,8 +19,26 @@ tokenizer is the one the fixtures always had with the lowercase-only normalizer 
     for s in attention streaming buffered buffered-rnnt; do $P --set $s; done
     /work/nemo-venv/bin/python scripts/make_nemo_beam_references.py
     /work/nemo-venv/bin/python scripts/make_nemo_ctc_beam_references.py
+    for s in deep punct pack; do $P --set $s; done
 
 Sets (``--set``):
+
+* ``deep``: ``quartznet_deep`` and ``citrinet_deep`` — ConvASR CTC models as deep as QuartzNet 15x5
+  (1 + 15 x 5 + 2 blocks, dilation 2) and Citrinet (1 + 3 x 7 x 5 + 1 blocks, squeeze-excitation,
+  stride_last + stride_add), 8 channels, kernels scaled by ``kernel_size_factor`` 0.25, QuartzNet's
+  64-mel front end, character labels with ``' . , ?``; each convolution's weights scaled by
+  exp(N(0, 1)) and every BatchNorm's statistics measured on the fixture batch (`far_batchnorm`:
+  running variances 2e-5..1300); references: NeMo's log-probs of two real inputs of 12.6 and
+  11.5 s (the clips joined, `long_inputs` in tests/helpers/nemo_audio.py), each alone, its
+  ``transcribe`` texts alone and batched, and its own batched-vs-single difference.
+* ``punct``: ``punct_bpe128.model`` (`punct_tokenizer`: 128 BPE pieces trained on sentences with
+  "don't", "o'clock", "'tis", "it's.", incl. ``▁'`` and ``▁-``) and ``reference/punct.json``: the
+  fixtures of `PUNCT_MODELS` given it (or, char models, `CHAR_PUNCT_LABELS`) by
+  tests/helpers/nemo_vocab.py (weights unchanged), NeMo's ``transcribe`` tokens, texts and word
+  offsets for every head, greedy and `PUNCT_BEAMS`, and NeMo's detokenisation of the sentences and
+  of random token sequences (`detok_table`).
+* ``pack``: every plain-tar ``.nemo`` of ``--out`` rewritten gzipped (`gzip_nemo`: the same members,
+  about 40% of the bytes; NeMo and asrdecode read either) and the references' ``sha256`` updated.
 
 * ``base``: ``ctc_bpe`` (``EncDecCTCModelBPE``), ``rnnt_bpe`` and ``tdt_bpe`` (``EncDecRNNTBPEModel``,
   TDT durations 0..4), each rebuilt from its own committed config at the tiny sizes; the
@@ -89,8 +107,10 @@ shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_referenc
 from __future__ import annotations
 
 import argparse
+import copy
 import gzip
 import hashlib
+import io
 import json
 import platform
 import tarfile
@@ -608,6 +628,44 @@ def hyp_arrays(hyps, prefix: str, tdt: bool) -> dict[str, np.ndarray]:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def gzip_nemo(path: Path) -> bool:
+    """Rewrite a plain-tar ``.nemo`` as a gzipped tar with the same members (NeMo and asrdecode
+    read either; about a third of the bytes: the mel filterbank is mostly zeros), deterministically
+    (member and gzip times 0). False if it was gzipped already."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        return False
+    out = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9, mtime=0) as gz,
+        tarfile.open(fileobj=io.BytesIO(data)) as src,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as dst,
+    ):
+        for member in src.getmembers():
+            member.mtime = 0
+            dst.addfile(member, src.extractfile(member) if member.isreg() else None)
+    path.write_bytes(out.getvalue())
+    return True
+
+
+def pack_fixtures(out: Path) -> dict:
+    """``--set pack``: every plain-tar ``.nemo`` in ``out`` gzipped (`gzip_nemo`), the ``sha256``
+    of the references that name it updated."""
+    packed = {}
+    for path in sorted(out.glob("*.nemo")):
+        before = sha256(path)
+        if gzip_nemo(path):
+            packed[path.name] = (before, sha256(path))
+    for ref in sorted((out / "reference").glob("*.json")):
+        text = ref.read_text()
+        new = text
+        for old_hash, new_hash in packed.values():
+            new = new.replace(old_hash, new_hash)
+        if new != text:
+            ref.write_text(new)
+    return {name: hashes[1] for name, hashes in packed.items()}
 
 
 def save_reference(out: Path, name: str, path: Path, model, arrays: dict, seed: int) -> tuple[Path, dict]:
@@ -1528,10 +1586,397 @@ def buffered_rnnt_reference(out: Path) -> dict:
             "text": text, "versions": versions()}  # fmt: skip
 
 
+# --set punct: NeMo's text with apostrophes and punctuation ------------------------------------
+
+#: The text the punctuation tokenizer is trained on: the clips' transcripts and sentences with
+#: word-internal, word-initial and final apostrophes and punctuation marks.
+PUNCT_CORPUS = [
+    "go forward ten meters", "he was not an ill disposed young man",
+    "eight of spades four of clubs seven of hearts", "feels like these days go on forever",
+    "two nine three four zero", "he might even have been made amiable himself",
+]  # fmt: skip
+PUNCT_EXTRA = [
+    "don't go forward, it's ten o'clock.", "'tis not an ill-disposed young man?", "it's.",
+    "it's eight o'clock, isn't it?", "'tis the season; don't you think so?", "he's not here - he's gone!",
+    "we don't know, do we?", "'twas the night before.", "they'd say: 'tis true.", "o'clock, o'clock!",
+    "rock 'n' roll.", "i'm sure it's fine.", "you'll see, won't you?",
+]  # fmt: skip
+#: Sentences whose tokens the detokenisation table holds (as the tokenizer writes them and with
+#: every apostrophe piece made word-initial, the piece NeMo writes with a space before it).
+PUNCT_SENTENCES = [
+    "don't", "o'clock", "'tis", "it's.", "don't go forward, it's ten o'clock.",
+    "'tis eight o'clock - isn't it?", "it's. 'tis. don't!", "he's not here, is he?",
+]  # fmt: skip
+#: Character labels of the size of CHAR_LABELS with ``' . , ?`` where the char fixtures' greedy
+#: outputs most often have a letter the sentences do not use (m, y, q, p), so their texts are full
+#: of marks; m takes the apostrophe's place.
+CHAR_PUNCT_LABELS = [" ", *"abcdefghijkl", "'", *"no", "?", ",", *"rstuvwx", ".", "z", "m"]
+#: Where the punctuation tokenizer's marks go: ids the BPE fixtures' greedy outputs emit most often
+#: (so that their texts are full of marks); the lone '▁' goes where the fixture BPE-128 has it, a
+#: row the tuned heads never pick.
+PUNCT_PIECE_IDS = {"\u2581'": 56, "'": 64, ".": 113, "\u2581-": 23, ",": 70, "?": 17, "!": 18, "\u2581": 102}
+#: The fixture models given the punctuation vocabularies (tests/helpers/nemo_vocab.py): weights as
+#: committed, so their greedy tokens are the committed references' and only the texts change.
+PUNCT_MODELS = {
+    "hybrid_rnnt_ctc": "bpe", "hybrid_tdt_ctc": "bpe", "ctc_bpe": "bpe",
+    "rnnt_char": "char", "quartznet_char": "char",
+}  # fmt: skip
+
+
+def punct_tokenizer(tmp: Path) -> tuple[bytes, list[str], dict[str, bytes]]:
+    """A 128-piece sentencepiece BPE trained on `PUNCT_CORPUS` + `PUNCT_EXTRA` (its pieces include
+    ``▁'``, ``▁-``, ``'`` and ``. , ? ! - : ;``), no normalizer, pieces moved to `PUNCT_PIECE_IDS`
+    (ids are positions: the encoding is the same). Returns the model, its pieces and the archive
+    members (``tokenizer.model``, NeMo's ``vocab.txt``, ``tokenizer.vocab``)."""
+    import sys
+
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.nemo_vocab import sentencepiece_members
+
+    corpus = tmp / "punct.txt"
+    corpus.write_text("\n".join(PUNCT_CORPUS * 3 + PUNCT_EXTRA * 6) + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(tmp / "punct"), vocab_size=128, model_type="bpe",
+        character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2,
+        normalization_rule_name="identity",
+    )  # fmt: skip
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(slim_sentencepiece((tmp / "punct.model").read_bytes(), lowercase=False))
+    for piece, j in PUNCT_PIECE_IDS.items():
+        i = [p.piece for p in proto.pieces].index(piece)
+        a, b = copy.deepcopy(proto.pieces[i]), copy.deepcopy(proto.pieces[j])
+        proto.pieces[i].CopyFrom(b)
+        proto.pieces[j].CopyFrom(a)
+    data = proto.SerializeToString()
+    sp = spm.SentencePieceProcessor(model_proto=data)
+    pieces = [sp.id_to_piece(k) for k in range(sp.get_piece_size())]
+    if any(pieces[j] != piece for piece, j in PUNCT_PIECE_IDS.items()) or pieces[0] != "<unk>":
+        raise SystemExit("punct tokenizer: pieces not where PUNCT_PIECE_IDS puts them")
+    for text in PUNCT_SENTENCES + PUNCT_EXTRA:
+        if sp.decode(sp.encode(text)) != text:
+            raise SystemExit(f"punct tokenizer: {text!r} does not round-trip")
+    return data, pieces, sentencepiece_members(data)
+
+
+def detok_table(decodings: dict, units: list[str], encode) -> list[dict]:
+    """NeMo's texts of token sequences: each of `PUNCT_SENTENCES` as tokenized, the same with every
+    apostrophe unit made word-initial (BPE), and 40 seeded random sequences of units; each decoded
+    by every decoding object in ``decodings`` (its ``decode_tokens_to_str_with_strip_punctuation``,
+    what ``transcribe`` applies), which must agree."""
+    gen = torch.Generator().manual_seed(62)
+    seqs = []
+    for text in PUNCT_SENTENCES:
+        ids = encode(text)
+        seqs.append(ids)
+        if "\u2581'" in units:
+            seqs.append([units.index("\u2581'") if units[t] == "'" else t for t in ids])
+    quiet = {i for i, u in enumerate(units) if u in QUIET_PIECES}
+    pool = [i for i in range(len(units)) if i not in quiet]
+    for _ in range(40):
+        seqs.append([pool[k] for k in torch.randint(0, len(pool), (12,), generator=gen).tolist()])
+    table = []
+    for ids in seqs:
+        texts = {
+            name: dec.decode_tokens_to_str_with_strip_punctuation(list(ids))
+            for name, dec in decodings.items()
+        }
+        if len(set(texts.values())) != 1:
+            raise SystemExit(f"decodings disagree on {ids}: {texts}")
+        table.append({"ids": list(ids), "text": next(iter(texts.values()))})
+    return table
+
+
+def char_ids(text: str) -> list[int]:
+    """`CHAR_PUNCT_LABELS` ids of a text (other characters dropped)."""
+    return [CHAR_PUNCT_LABELS.index(c) for c in text if c in CHAR_PUNCT_LABELS]
+
+
+def _word_stamps(hyps) -> list[list[dict]]:
+    return [
+        [{"word": w["word"], "start_offset": int(w["start_offset"]), "end_offset": int(w["end_offset"])}
+         for w in h.timestamp["word"]]
+        for h in hyps
+    ]  # fmt: skip
+
+
+PUNCT_BEAMS = {  # the beam decodings of each head (CUDA graphs off), as the other references run them
+    "transducer": {
+        "strategy": "malsd_batch",
+        "beam": {"beam_size": 4, "return_best_hypothesis": True, "score_norm": True,
+                 "allow_cuda_graphs": False, "max_symbols": MAX_SYMBOLS},
+    },
+    "ctc": {
+        "strategy": "beam_batch",
+        "beam": {"beam_size": 4, "beam_beta": 0.0, "beam_threshold": 20.0, "return_best_hypothesis": True,
+                 "allow_cuda_graphs": False},
+    },
+}  # fmt: skip
+
+
+@torch.inference_mode()
+def punct_head(model, head: str, hybrid: bool, wavs: list[np.ndarray]) -> tuple[dict, object]:
+    """One head's ``transcribe`` outputs: greedy (the saved decoding config) tokens, texts and word
+    offsets, then `PUNCT_BEAMS` tokens and texts; returns them and the greedy decoding object."""
+    from omegaconf import OmegaConf
+
+    decoder_type = {"transducer": "rnnt", "ctc": "ctc"}[head] if hybrid else None
+    section = model.cfg.aux_ctc.decoding if hybrid and head == "ctc" else model.cfg.decoding
+    base = OmegaConf.to_container(section, resolve=True)
+
+    def run(cfg: dict, timestamps: bool = False, batch_size: int = len(wavs)) -> list:
+        extra = {"decoder_type": decoder_type} if hybrid else {}
+        model.change_decoding_strategy(OmegaConf.create(cfg), verbose=False, **extra)
+        return model.transcribe(
+            wavs, batch_size=batch_size, return_hypotheses=True, verbose=False, timestamps=timestamps or None
+        )
+
+    def rows(hyps, strategy: str) -> dict:
+        """Tokens and texts. A CTC head's ``transcribe`` hypotheses hold its log-probs: the tokens are
+        its decoding's of them (greedy: frame labels collapsed), whose texts are checked equal."""
+        texts = [h.text for h in hyps]
+        if head == "transducer":
+            return {"tokens": [torch.as_tensor(h.y_sequence).tolist() for h in hyps], "texts": texts}
+        tokens = []
+        for h in hyps:
+            lp = torch.as_tensor(h.y_sequence)[None]
+            (again,) = decoding.ctc_decoder_predictions_tensor(
+                lp, decoder_lengths=torch.tensor([lp.shape[1]]), return_hypotheses=True
+            )
+            row = torch.as_tensor(again.y_sequence).tolist()
+            if strategy.startswith("greedy"):
+                blank = decoding.blank_id
+                row = [t for i, t in enumerate(row) if t != blank and (i == 0 or row[i - 1] != t)]
+            if again.text != h.text:
+                raise SystemExit(f"{head}: the decoding's text {again.text!r} is not transcribe's {h.text!r}")
+            tokens.append(row)
+        return {"tokens": tokens, "texts": texts}
+
+    greedy = run(base)
+    decoding = model.decoding if head == "transducer" or not hybrid else model.ctc_decoding
+    out = {
+        "supported_punctuation": sorted(decoding.supported_punctuation or []),
+        "decoding": base,
+        **rows(greedy, base["strategy"]),
+        "words": _word_stamps(run(base, timestamps=True)),
+    }
+    beam = PUNCT_BEAMS[head]
+    merged = OmegaConf.to_container(OmegaConf.merge(base, beam))
+    beam_hyps = run(merged, batch_size=1)  # each utterance alone (NeMo's batched CTC beam is not)
+    decoding = model.decoding if head == "transducer" or not hybrid else model.ctc_decoding
+    out["beam"] = {"decoding": beam, **rows(beam_hyps, beam["strategy"])}
+    run(base)
+    return out, model.decoding if head == "transducer" or not hybrid else model.ctc_decoding
+
+
+@torch.inference_mode()
+def punct_reference(out: Path) -> dict:
+    """``reference/punct.json``: NeMo's ``transcribe`` texts (and word offsets) of `PUNCT_MODELS`
+    given the punctuation vocabularies, every head, greedy and beam, and the detokenisation tables."""
+    import sys
+
+    from nemo.collections.asr.models import ASRModel
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.nemo_vocab import swap_vocabulary
+
+    audio = audio_batch()
+    wavs = [audio["audio"][b, : int(n)] for b, n in enumerate(audio["audio_len"])]
+    report: dict = {"versions": versions(), "char_labels": CHAR_PUNCT_LABELS, "models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        sp_bytes, pieces, members = punct_tokenizer(tmp)
+        (out / "punct_bpe128.model").write_bytes(sp_bytes)
+        report["tokenizer"] = {"file": "punct_bpe128.model", "sha256": sha256(out / "punct_bpe128.model")}
+        tables: dict = {}
+        for name, kind in PUNCT_MODELS.items():
+            path = tmp / f"{name}_punct.nemo"
+            labels = pieces if kind == "bpe" else CHAR_PUNCT_LABELS
+            digest = swap_vocabulary(out / f"{name}.nemo", path, labels, members if kind == "bpe" else None)
+            model = ASRModel.restore_from(str(path), map_location="cpu").eval()
+            entry: dict = {"kind": kind, "sha256": digest}
+            hybrid = hasattr(model, "ctc_decoder")
+            heads = ["transducer", "ctc"] if hybrid else ["transducer" if hasattr(model, "joint") else "ctc"]
+            decodings = {}
+            for head in heads:
+                entry[head], decodings[head] = punct_head(model, head, hybrid, wavs)
+            if kind not in tables:
+                if kind == "bpe":
+                    import sentencepiece as spm
+
+                    sp = spm.SentencePieceProcessor(model_proto=sp_bytes)
+                    tables[kind] = detok_table(decodings, pieces, sp.encode)
+                else:
+                    tables[kind] = detok_table(decodings, CHAR_PUNCT_LABELS, char_ids)
+            report["models"][name] = entry
+            print(f"{name}: {json.dumps({h: entry[h]['texts'] for h in heads})}", flush=True)
+        report["detok"] = tables
+    (out / "reference" / "punct.json").write_text(json.dumps(report, ensure_ascii=False) + "\n")
+    return {"models": list(report["models"]), "detok": {k: len(v) for k, v in report["detok"].items()}}
+
+
+# --set deep: ConvASR stacks as deep as QuartzNet 15x5 and Citrinet, BatchNorm far from 0 and 1 ----
+
+#: QuartzNet's front end (quartznet_15x5.yaml): 64 mels, 512-point FFT, 20 ms window
+QUARTZNET_PREPROCESSOR = {
+    "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor", "normalize": "per_feature",
+    "window_size": 0.02, "sample_rate": 16000, "window_stride": 0.01, "window": "hann", "features": 64,
+    "n_fft": 512, "frame_splicing": 1, "dither": 1e-5,
+}  # fmt: skip
+DEEP_CHANNELS = 8
+DEEP_LABELS = [" ", *"abcdefghijklmnopqrstuvw", "'", ".", ",", "?"]  # characters with punctuation
+DEEP_KERNEL_FACTOR = 0.25  # NeMo's kernel_size_factor: kernels 33..87 -> 9..23 (smaller files)
+
+
+def _deep_jasper(kind: str) -> list[dict]:
+    """QuartzNet 15x5 (1 + 15 x 5 + 2 blocks, dilation 2 in C2) or Citrinet (1 + 3 x 7 x 5 + 1
+    blocks, squeeze-excitation, three stride-2 blocks with stride_last + stride_add) at
+    `DEEP_CHANNELS` channels."""
+    c, f = DEEP_CHANNELS, {"kernel_size_factor": DEEP_KERNEL_FACTOR}
+    if kind == "quartznet":
+        blocks = [_jasper(c, 1, 33, stride=2, **f)]
+        for k in (33, 39, 51, 63, 75):
+            blocks += [_jasper(c, 5, k, residual=True, **f) for _ in range(3)]
+        return blocks + [_jasper(c, 1, 87, dilation=2, **f), _jasper(2 * c, 1, 1)]
+    blocks = [_jasper(c, 1, 5, **SE, **f)]
+    for kernels in ((11, 13, 15, 17, 19, 21, 13), (13, 15, 17, 19, 21, 23, 25), (25, 27, 29, 31, 33, 35, 37)):
+        for i, k in enumerate(kernels):
+            extra = {**SE, **f, **(STRIDE if i == 0 else {})}
+            blocks.append(_jasper(c, 5, k, stride=2 if i == 0 else 1, residual=True, **extra))
+    return blocks + [_jasper(2 * c, 1, 41, **SE, **f)]
+
+
+#: name: (layout, activation, seed, CTC head gain of `tune_ctc_head`)
+DEEP_SPECS = {
+    "quartznet_deep": ("quartznet", "relu", 51, 4.0),
+    "citrinet_deep": ("citrinet", "swish", 52, 4.0),
+}
+
+
+@torch.no_grad()
+def far_batchnorm(model, feats: torch.Tensor, feats_len: torch.Tensor, seed: int) -> dict:
+    """BatchNorm statistics far from 0 and 1 that still keep the activations alive (a deep stack
+    with random statistics maps every input to one output): each convolution's weights scaled by
+    exp(N(0, 1)), then every BatchNorm's running mean and variance measured on the fixture batch
+    (a training-mode pass, cumulative averages), as training leaves them; affine scales
+    U(0.5, 1.5), shifts N(0, 0.5^2). Returns the statistics' spread."""
+    gen = torch.Generator().manual_seed(seed + 3000)
+    norms = [m for m in model.encoder.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    for module in model.encoder.modules():
+        if isinstance(module, torch.nn.Conv1d):
+            module.weight.mul_(float(torch.exp(torch.randn((), generator=gen))))
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+    model.encoder.train()
+    model.encoder(audio_signal=feats, length=feats_len)
+    model.encoder.eval()
+    for norm in norms:
+        norm.momentum = 0.1
+        norm.weight.copy_(torch.rand(norm.num_features, generator=gen) + 0.5)
+        norm.bias.copy_(torch.randn(norm.num_features, generator=gen) * 0.5)
+    means = torch.cat([n.running_mean for n in norms]).abs()
+    var = torch.cat([n.running_var for n in norms])
+    return {
+        "batchnorms": len(norms),
+        "running_mean_abs_median": round(float(means.median()), 4),
+        "running_mean_abs_max": round(float(means.max()), 4),
+        "running_var_min": float(var.min()),
+        "running_var_median": round(float(var.median()), 4),
+        "running_var_max": float(var.max()),
+    }
+
+
+def build_deep(name: str, out: Path) -> dict:
+    """A deep random ConvASR CTC model with `DEEP_LABELS`, saved gzipped (NeMo restores either
+    form), and NeMo's single-utterance log-probs and ``transcribe`` texts of the two long inputs
+    (tests/helpers/nemo_audio.py `long_inputs`), with NeMo's own batched-vs-single difference."""
+    import sys
+
+    from nemo.collections.asr.models import ASRModel, EncDecCTCModel
+    from omegaconf import OmegaConf
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.nemo_audio import LONG_CLIPS, long_inputs
+
+    kind, activation, seed, gain = DEEP_SPECS[name]
+    jasper = _deep_jasper(kind)
+    labels = list(DEEP_LABELS)
+    cfg = {
+        "sample_rate": 16000, "labels": labels, "train_ds": None, "validation_ds": None, "test_ds": None,
+        "preprocessor": dict(QUARTZNET_PREPROCESSOR),
+        "encoder": {"_target_": CONVASR, "feat_in": 64, "activation": activation, "conv_mask": True,
+                    "jasper": jasper},
+        "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder",
+                    "feat_in": jasper[-1]["filters"], "num_classes": len(labels), "vocabulary": labels},
+        "decoding": {"strategy": "greedy_batch"},
+    }  # fmt: skip
+    torch.manual_seed(seed)
+    model = EncDecCTCModel(cfg=OmegaConf.create(cfg)).eval()
+    audio = audio_batch()
+    feats, feats_len, _, _ = front(model, audio)
+    stats = far_batchnorm(model, feats, feats_len, seed)
+    _, _, enc, enc_len = front(model, audio)
+    tuning = tune_ctc_head(model, enc, enc_len, seed, head=model.decoder, gain=gain)
+    path = out / f"{name}.nemo"
+    model.save_to(str(path))
+    gzip_nemo(path)
+    restored = ASRModel.restore_from(str(path), map_location="cpu").eval()
+    if any(not torch.equal(v, restored.state_dict()[k]) for k, v in model.state_dict().items()):
+        raise SystemExit(f"{name}: restored weights differ")
+    waves = long_inputs()
+    arrays: dict[str, np.ndarray] = {}
+    batched_gap = 0.0
+    with torch.inference_mode():
+        x = torch.zeros(len(waves), max(len(w) for w in waves))
+        for b, w in enumerate(waves):
+            x[b, : len(w)] = torch.from_numpy(w)
+        lens = torch.tensor([len(w) for w in waves])
+        lp_batch, len_batch, _ = restored.forward(input_signal=x, input_signal_length=lens)
+        for b, w in enumerate(waves):
+            lp, n, _ = restored.forward(
+                input_signal=torch.from_numpy(w)[None], input_signal_length=lens[b : b + 1]
+            )
+            arrays[f"log_probs_{b}"] = lp[0, : int(n[0])].numpy()
+            batched_gap = max(batched_gap, float((lp_batch[b, : int(n[0])] - lp[0, : int(n[0])]).abs().max()))
+    single = [
+        h.text
+        for w in waves
+        for h in restored.transcribe([w], batch_size=1, return_hypotheses=True, verbose=False)
+    ]
+    batch = [
+        h.text
+        for h in restored.transcribe(waves, batch_size=len(waves), return_hypotheses=True, verbose=False)
+    ]
+    ref, info = save_reference(out, name, path, restored, arrays, seed)
+    info |= {
+        "inputs": [list(ks) for ks in LONG_CLIPS],
+        "input_samples": [len(w) for w in waves],
+        "encoder_len": [int(n) for n in len_batch],
+        "encoder": OmegaConf.to_container(restored.cfg.encoder),
+        "preprocessor": OmegaConf.to_container(restored.cfg.preprocessor),
+        "vocabulary": labels,
+        "batchnorm": stats,
+        "tuning": tuning,
+        "parameters": sum(p.numel() for p in restored.parameters()),
+        "nemo_batched_vs_single_max_abs": batched_gap,
+        "transcribe_single": single,
+        "transcribe_batched": batch,
+        "versions": versions(),
+    }
+    (ref / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+    return {
+        k: info[k]
+        for k in ("parameters", "nemo_batched_vs_single_max_abs", "transcribe_single", "transcribe_batched")
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sets = ("base", "tiny", "small", "attention", "ctc", "aed", "aed-large", "streaming", "buffered",
-            "buffered-rnnt")  # fmt: skip
+            "buffered-rnnt", "punct", "deep", "pack")  # fmt: skip
     parser.add_argument("--set", choices=sets, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
@@ -1563,6 +2008,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.set == "buffered-rnnt":
         print(json.dumps(buffered_rnnt_reference(args.out), indent=2))
+        return 0
+    if args.set == "pack":
+        print(json.dumps(pack_fixtures(args.out), indent=2))
+        return 0
+    if args.set == "punct":
+        print(json.dumps(punct_reference(args.out), indent=2))
+        return 0
+    if args.set == "deep":
+        for name in DEEP_SPECS:
+            if not args.only or name in args.only:
+                print(json.dumps(build_deep(name, args.out), indent=2), flush=True)
         return 0
     names = [n for n, s in SPECS.items() if s["set"] == args.set and (not args.only or n in args.only)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,3 +31,15 @@ def batch_features() -> np.ndarray:
     """NeMo's features of the batch [6, 80, T] (``reference/ctc_bpe.npz``): every fixture model has
     that front end, and scripts/make_nemo_fixtures.py checks that each one's NeMo features equal these."""
     return np.load(FIX / "reference" / "ctc_bpe.npz", allow_pickle=False)["features"]
+
+
+#: The long inputs of the deep ConvASR references: clips of `audio_batch` joined end to end
+#: (12.6 s and 11.5 s of real speech).
+LONG_CLIPS = ((0, 1, 2, 3), (4, 5, 1, 0))
+
+
+def long_inputs() -> list[np.ndarray]:
+    """The `LONG_CLIPS` inputs, float32."""
+    batch = audio_batch()
+    clips = [batch["audio"][i, : int(n)] for i, n in enumerate(batch["audio_len"])]
+    return [np.concatenate([clips[k] for k in ks]) for ks in LONG_CLIPS]
