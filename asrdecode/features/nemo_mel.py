@@ -14,6 +14,7 @@ The buffers ``featurizer.window`` and ``featurizer.fb`` use NeMo's names, so a N
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "FilterbankFeatures",
     "NemoMelPreprocessor",
     "nemo_mel_filterbank",
+    "frames_alone",
     "normalize_features",
 ]
 
@@ -150,29 +152,43 @@ def _valid_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     return torch.arange(max_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
 
 
-def normalize_features(x: torch.Tensor, lengths: torch.Tensor, kind: str) -> torch.Tensor:
+def frames_alone(lengths: Sequence[int], pad_to: int) -> list[int]:
+    """Each utterance's feature frames when it is processed alone: the centred STFT's ``length + 1``
+    frames, padded up to a multiple of ``pad_to``. Sums over an utterance's frames run over this
+    extent (zeros past the length included), so that a batch rounds as NeMo does each utterance alone."""
+    frames = [int(n) + 1 for n in lengths]
+    return [-(-n // pad_to) * pad_to for n in frames] if pad_to > 0 else frames
+
+
+def normalize_features(
+    x: torch.Tensor, lengths: torch.Tensor, kind: str, frames: Sequence[int] | None = None
+) -> torch.Tensor:
     """NeMo ``normalize_batch``: statistics over valid frames only, unbiased std, ``std += 1e-5``.
 
-    per_feature: one mean/std per (utterance, feature); all_features: one per utterance.
+    per_feature: one mean/std per (utterance, feature); all_features: one per utterance. Each
+    utterance's sums run over its first ``frames[b]`` frames (default: all; `frames_alone` for a
+    batch), the operations in NeMo's order, so a batched utterance gets its lone features bit for bit.
     """
     if kind == "none":
         return x
-    valid = _valid_mask(lengths, x.shape[-1]).unsqueeze(1)  # [B, 1, T]
-    count = lengths.to(x.dtype)
-    if kind == "per_feature":
-        mean = torch.where(valid, x, 0.0).sum(dim=2) / count.unsqueeze(1)  # [B, F]
-        centred = torch.where(valid, x - mean.unsqueeze(2), 0.0)
-        std = torch.sqrt(centred.pow(2).sum(dim=2) / (count.unsqueeze(1) - 1.0))
-        std = torch.nan_to_num(std, nan=0.0) + NORMALIZE_EPS
-        return (x - mean.unsqueeze(2)) / std.unsqueeze(2)
-    if kind == "all_features":
-        n = count * x.shape[1]
-        mean = torch.where(valid, x, 0.0).sum(dim=(1, 2)) / n  # [B]
-        centred = torch.where(valid, x - mean.view(-1, 1, 1), 0.0)
-        std = torch.sqrt(centred.pow(2).sum(dim=(1, 2)) / (n - 1.0))
-        std = torch.nan_to_num(std, nan=0.0) + NORMALIZE_EPS
-        return (x - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
-    raise ValueError(f"unknown normalisation {kind!r}")
+    if kind not in ("per_feature", "all_features"):
+        raise ValueError(f"unknown normalisation {kind!r}")
+    out = torch.empty_like(x)
+    dims = 2 if kind == "per_feature" else (1, 2)
+    for b in range(x.shape[0]):
+        xb = x[b : b + 1, :, : (x.shape[-1] if frames is None else min(int(frames[b]), x.shape[-1]))]
+        valid = _valid_mask(lengths[b : b + 1], xb.shape[-1]).unsqueeze(1)  # [1, 1, T]
+        count = lengths[b : b + 1].to(x.dtype) * (1 if kind == "per_feature" else x.shape[1])
+        if kind == "per_feature":
+            count = count.unsqueeze(1)
+        mean = torch.where(valid, xb, 0.0).sum(dim=dims) / count
+        mean = mean.view(1, -1, 1) if kind == "per_feature" else mean.view(1, 1, 1)
+        centred = torch.where(valid, xb - mean, 0.0)
+        std = torch.sqrt(centred.pow(2).sum(dim=dims) / (count - 1.0))
+        std = std.masked_fill(std.isnan(), 0.0) + NORMALIZE_EPS
+        std = std.view(1, -1, 1) if kind == "per_feature" else std.view(1, 1, 1)
+        out[b : b + 1] = (x[b : b + 1] - mean) / std
+    return out
 
 
 class FilterbankFeatures(nn.Module):
@@ -241,9 +257,10 @@ class FilterbankFeatures(nn.Module):
             center=False,
             return_complex=True,
         )
-        power = spec.real.pow(2) + spec.imag.pow(2)  # |X|^2 (gradient-safe, no sqrt)
-        if self.mag_power != 2.0:
-            power = (power + (1e-10 if power.requires_grad else 0.0)).pow(self.mag_power / 2.0)
+        # |X| then its power, in NeMo's operations (the same rounding); a guard only under autograd
+        power = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + (1e-5 if spec.requires_grad else 0.0))
+        if self.mag_power != 1.0:
+            power = power.pow(self.mag_power)
         return torch.matmul(self.fb.to(power.dtype), power)  # [1, F, K] @ [B, K, T] -> [B, F, T]
 
     def forward(
@@ -268,9 +285,10 @@ class FilterbankFeatures(nn.Module):
                 feats = torch.log(feats + guard)
             else:
                 feats = torch.log(torch.clamp(feats, min=guard))
-        feats = normalize_features(feats, seq_len, self.normalize if normalize is None else normalize)
-        feats = feats.masked_fill(~_valid_mask(seq_len, feats.shape[-1]).unsqueeze(1), self.pad_value)
         pad_to = self.pad_to if pad_to is None else pad_to
+        frames = frames_alone(seq_len.tolist(), 0)
+        feats = normalize_features(feats, seq_len, self.normalize if normalize is None else normalize, frames)
+        feats = feats.masked_fill(~_valid_mask(seq_len, feats.shape[-1]).unsqueeze(1), self.pad_value)
         if pad_to > 0:
             rest = feats.shape[-1] % pad_to
             if rest:

@@ -8,7 +8,7 @@ layout of NeMo checkpoints: a stack of blocks (``jasper`` list in the config), e
   sub-block strides;
 * optional squeeze-and-excitation (Citrinet): the mean over each utterance's valid frames (padding
   zeroed), Linear(C, C / r) -> activation -> Linear -> sigmoid, times the input (global context
-  only);
+  only), computed for each utterance on its own (below);
 * optional residual: 1x1 conv -> BatchNorm of the block input (strided with ``residual_mode:
   stride_add``), added before the block's final activation and dropout.
 
@@ -17,6 +17,12 @@ uses "same" padding (dilation x (k - 1) / 2 each side) and strides lengths as
 ``(L + 2p - dilation x (k - 1) - 1) // stride + 1``. Input ``[B, F, T]`` + lengths, output
 ``[B, C, T']`` + lengths (channels first, like NeMo; frames past the lengths are not meaningful).
 Options a checkpoint uses that are not implemented are one-line ModelErrors.
+
+Batches round as single utterances: convolutions, BatchNorm and activations are the same operations
+per frame whatever the batch, and the squeeze-and-excitation sums each utterance over the frames its
+input would have alone (`frames_alone`: the front end's frames padded to ``pad_to``, through the
+strides) and applies its Linear layers to that utterance alone, so a batched utterance's output is
+its lone output bit for bit on the CPU (and NeMo's own, given NeMo's features).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import torch
 from torch import nn
 
 from asrdecode.errors import ModelError
+from asrdecode.features.nemo_mel import frames_alone
 
 _ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -86,12 +93,18 @@ class SqueezeExcite(nn.Module):
             nn.Linear(channels // reduction, channels, bias=False),
         )
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, extents: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``extents[b]``: the frames utterance b's input has alone (its sum runs over them)."""
         valid = (torch.arange(x.shape[2], device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(1)
         x = x.masked_fill(~valid, 0.0)
-        mean = x.sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).to(x.dtype)  # [B, C, 1]
-        scale = torch.sigmoid(self.fc(mean.transpose(1, 2))).transpose(1, 2)
-        return x * scale, lengths
+        count = valid.sum(-1, keepdim=True).to(x.dtype)  # [B, 1, 1]
+        scales = []
+        for b, extent in enumerate(extents):
+            mean = x[b : b + 1, :, : min(extent, x.shape[2])].sum(-1, keepdim=True) / count[b : b + 1]
+            scales.append(torch.sigmoid(self.fc(mean.transpose(1, 2)).transpose(1, 2)))  # [1, C, 1]
+        return x * torch.cat(scales), lengths
 
 
 class ConvBlock(nn.Module):
@@ -158,11 +171,17 @@ class ConvBlock(nn.Module):
             self.res = None
         self.mout = nn.Sequential(act(), nn.Dropout(0.0))
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, out_lengths = x, lengths
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, extents: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """-> (output, its lengths, each utterance's frames alone after the block's strides)."""
+        out, out_lengths, out_extents = x, lengths, extents
         for layer in self.mconv:
-            if isinstance(layer, (MaskedConv, SqueezeExcite)):
+            if isinstance(layer, MaskedConv):
                 out, out_lengths = layer(out, out_lengths)
+                out_extents = layer.output_lengths(torch.tensor(out_extents)).tolist()
+            elif isinstance(layer, SqueezeExcite):
+                out, out_lengths = layer(out, out_lengths, out_extents)
             else:
                 out = layer(out)
         if self.res is not None:
@@ -170,7 +189,7 @@ class ConvBlock(nn.Module):
             for layer in self.res[0]:
                 res = layer(res, lengths)[0] if isinstance(layer, MaskedConv) else layer(res)
             out = out + res
-        return self.mout(out), out_lengths
+        return self.mout(out), out_lengths, out_extents
 
 
 class ConvASREncoder(nn.Module):
@@ -204,6 +223,8 @@ class ConvASREncoder(nn.Module):
             layers.append(ConvBlock(c_in, spec, activation, str(cfg.get("residual_mode", "add"))))
             c_in, factor = int(spec["filters"]), factor * _first(spec["stride"])
         self.encoder = nn.Sequential(*layers)
+        #: the front end's ``pad_to`` (`frames_alone`), set with the preprocessor it follows
+        self.input_pad_to = 0
         self.feat_in = int(cfg["feat_in"])
         self.output_dim = c_in
         self.subsampling_factor = factor
@@ -235,8 +256,9 @@ class ConvASREncoder(nn.Module):
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, lengths = features, lengths.to(device=features.device, dtype=torch.int64)
+        extents = frames_alone(lengths.tolist(), self.input_pad_to)
         for block in self.encoder:
-            x, lengths = block(x, lengths)
+            x, lengths, extents = block(x, lengths, extents)
         return x, lengths
 
 

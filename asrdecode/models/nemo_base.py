@@ -38,6 +38,8 @@ def preprocessor_and_encoder(
             f"encoder.feat_in={encoder.feat_in} does not match "
             f"preprocessor.features={preprocessor.num_features}"
         )
+    if hasattr(encoder, "input_pad_to"):
+        encoder.input_pad_to = preprocessor.featurizer.pad_to
     return preprocessor, encoder
 
 

@@ -192,9 +192,9 @@ def whole_transform_mel_power(feat, x: torch.Tensor, lengths: torch.Tensor) -> t
         x, n_fft=feat.n_fft, hop_length=feat.hop_length, win_length=feat.win_length,
         window=feat.window, center=True, pad_mode="constant", return_complex=True,
     )  # fmt: skip
-    power = spec.real.pow(2) + spec.imag.pow(2)
-    if feat.mag_power != 2.0:
-        power = power.pow(feat.mag_power / 2.0)
+    power = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1))  # NeMo's |X|, then its power
+    if feat.mag_power != 1.0:
+        power = power.pow(feat.mag_power)
     return torch.matmul(feat.fb, power)
 
 

@@ -6,12 +6,13 @@ ctc): encoder output, log-probs, greedy CTC; unsupported block options are one-l
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers.nemo_audio import audio_batch
+from helpers.nemo_audio import audio_batch, long_inputs
 
 from asrdecode.decoders.base import DecoderContext
 from asrdecode.decoders.ctc_greedy import CtcGreedyConfig, CtcGreedyDecoder
@@ -73,3 +74,50 @@ def test_unsupported_block_options(change, message):
     change(encoder["jasper"][1])
     with pytest.raises(ModelError, match=message):
         ConvASREncoder.from_config(encoder)
+
+
+DEEP = ("quartznet_deep", "citrinet_deep")
+
+
+@pytest.fixture()
+def one_thread():
+    """NeMo's references were made on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", DEEP)
+def test_deep_stacks_equal_nemo_alone_and_batched(name, one_thread):
+    """QuartzNet 15x5's and Citrinet's depth (78 and 23 blocks, dilation 2, squeeze-excitation,
+    strided residuals), every BatchNorm's statistics far from 0 and 1 (scripts/make_nemo_fixtures.py
+    --set deep), QuartzNet's 64-mel front end, two real inputs of 12.6 and 11.5 s: log-probs within
+    1e-4 of NeMo's for each utterance alone, decoded alone and in one padded batch (on the CPU they
+    are NeMo's bit for bit: its front end's operations, each utterance's statistics and squeeze over
+    its own frames), and the greedy text is NeMo's ``transcribe`` text of each utterance alone, alone
+    and batched (NeMo's own batched log-probs are up to `nemo_batched_vs_single_max_abs` away from
+    them on these stacks, and its batched text can differ)."""
+    ref = np.load(FIX / "reference" / f"{name}.npz", allow_pickle=False)
+    info = json.loads((FIX / "reference" / f"{name}.json").read_text())
+    model = load_nemo(FIX / f"{name}.nemo")
+    assert model.describe()["encoder"]["blocks"] == len(info["encoder"]["jasper"])
+    waves = long_inputs()
+    assert [len(w) for w in waves] == info["input_samples"] and min(len(w) for w in waves) >= 10 * 16000
+    lengths = torch.tensor([len(w) for w in waves])
+    batch = torch.zeros(len(waves), int(lengths.max()))
+    for b, w in enumerate(waves):
+        batch[b, : len(w)] = torch.from_numpy(w)
+    ctx = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+    greedy = CtcGreedyDecoder(CtcGreedyConfig(), ctx)
+    with torch.inference_mode():
+        alone = [model(batch[b : b + 1, : len(w)], lengths[b : b + 1]) for b, w in enumerate(waves)]
+        together = model(batch, lengths)
+    for b in range(len(waves)):
+        want = ref[f"log_probs_{b}"]
+        n = want.shape[0]
+        assert int(alone[b].lengths[0]) == int(together.lengths[b]) == n == info["encoder_len"][b]
+        for out, row in ((alone[b], 0), (together, b)):
+            np.testing.assert_allclose(out.log_probs[row, :n].numpy(), want, atol=1e-4, rtol=0)
+        text = " ".join(info["transcribe_single"][b].split())  # asrdecode's text is its words
+        assert greedy.decode(alone[b])[0].text == greedy.decode(together)[b].text == text
