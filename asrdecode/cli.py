@@ -185,6 +185,11 @@ def read_boost_file(path: Path) -> dict[str, float]:
 @click.option("--decoder", help="Shortcut for decoder.type=... (e.g. ctc-greedy).")
 @click.option("--device", help="Shortcut for device=... (auto, cpu, cuda, cuda:N).")
 @click.option(
+    "--language",
+    help="The language spoken (e.g. en, de): a Canary model transcribes in it (model.source_lang and "
+    "model.target_lang); the English setups take en.",
+)
+@click.option(
     "--boost",
     "boost_file",
     type=click.Path(path_type=Path),
@@ -227,6 +232,7 @@ def transcribe(
     model,
     decoder,
     device,
+    language,
     overwrite,
     strict,
     save_logprobs,
@@ -286,6 +292,8 @@ def transcribe(
         if value is not None:
             items.append(f"{key}={value}")
     setup = setup_of(config_file, items, input_path)
+    if language is not None:
+        items += language_items(language, setup or config_file)
     cfg = build_config(config_file, items, setup=setup)
     if print_config:
         if setup is not None:
@@ -364,6 +372,25 @@ def transcribe(
         for row in runner.writer.read_records():
             say(out_console, "[bold]transcript:[/] ", row["pred_text"])
     say(out_console, "", f"results in {out_dir}/ ({', '.join(written_files(out_dir))})")
+
+
+def language_items(language: str, setup: str | Path | None) -> list[str]:
+    """The settings of ``--language``: none for English with an English setup (``setup``: the
+    packaged setup or config file the run starts from, English when named ``*en-us*``), else the
+    prompt languages of a model that takes them (Canary: transcribe in that language; any other
+    model refuses them in one line before it loads)."""
+    from asrdecode.errors import ConfigError
+
+    code = language.strip()
+    if setup is not None and "en-us" in Path(str(setup)).name:
+        if code.lower().replace("_", "-") in ("en", "en-us"):
+            return []
+        raise ConfigError(
+            f"--language {code}: {setup} transcribes English (en) only; another language needs a model "
+            f"that takes one, a Canary .nemo checkpoint (--model CANARY.nemo --language {code}; "
+            "docs/models.md)"
+        )
+    return [f"model.source_lang={code}", f"model.target_lang={code}"]
 
 
 def default_out(input_path: Path) -> Path:

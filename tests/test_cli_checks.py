@@ -34,7 +34,7 @@ def test_a_model_that_does_not_load_leaves_no_output_folder(tmp_path):
     one line; what the run made for its output is removed (no folder of empty files), and what
     was there before is left."""
     damaged = tmp_path / "cut.nemo"
-    damaged.write_bytes(MODEL.read_bytes()[:100_000])
+    damaged.write_bytes(MODEL.read_bytes()[: MODEL.stat().st_size // 2])
     out = tmp_path / "out"
     for existed in (False, True):
         proc = run("transcribe", str(AUDIO), "--model", str(damaged), "--out", str(out), check=False)
@@ -66,3 +66,51 @@ def test_build_graph_reads_shipped_configs_from_any_folder(tmp_path):
     out = tmp_path / "graph"
     run("build-graph", "--config", "configs/graph/demo-ctc-bpe-tlg.yaml", "--out", str(out), cwd=tmp_path)
     assert (out / "meta.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--language", "de"],
+            "--language de: embedded:configs/hama-en-us-otf.yaml transcribes English (en) only",
+        ),
+        (
+            ["--language", "de", "--model", str(MODEL)],
+            "model.source_lang, model.target_lang: only AED models",
+        ),
+    ],
+)
+def test_a_language_the_model_cannot_take_is_one_line(tmp_path, args, message):
+    """Refused in one line, before loading for the English setups (a .nemo file's family is known
+    once it is read), and no output folder left."""
+    out = tmp_path / "out"
+    proc = run("transcribe", str(AUDIO), *args, "--out", str(out), check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and message in lines[-1], proc.stderr
+    assert not out.exists()
+
+
+def test_language_sets_a_canary_models_prompt(tmp_path):
+    """``--language en`` with a Canary checkpoint (a test model trained on the fixture clips):
+    transcribed in English; a language its tokenizer lacks is one line naming it."""
+    canary = MODEL.parent / "aed_canary2.nemo"
+    wav = AUDIO / "ps_goforward.wav"
+    proc = run(
+        "transcribe", str(wav), "--model", str(canary), "--language", "en", "--out", str(tmp_path / "en")
+    )
+    assert "transcript: go forward ten meters" in proc.stdout
+    proc = run(
+        "transcribe",
+        str(wav),
+        "--model",
+        str(canary),
+        "--language",
+        "xx",
+        "--out",
+        str(tmp_path / "xx"),
+        check=False,
+    )
+    assert (
+        proc.returncode == 2 and "Traceback" not in proc.stderr and "<|xx|>" in proc.stderr.splitlines()[-1]
+    )
