@@ -20,6 +20,7 @@ import torch
 from asrdecode.config import RunConfig
 from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
 from asrdecode.decoders.base import PendingDecode, start_decode
+from asrdecode.decoders.confidence import attach_token_confidences
 from asrdecode.decoders.transducer_greedy import merge_windows
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError, ModelError
 from asrdecode.gc_pause import loading_done
@@ -120,29 +121,12 @@ def one_ahead(started: Iterable[PendingDecode]) -> Iterator[list[DecodeResult]]:
 
 
 def words_of_units(units: list[str]) -> Callable[[list[int]], list[tuple[str, int, int]]]:
-    """Group unit ids into words for a bare unit list (saved log-probs): BPE '▁' or char space/'|'."""
-    bpe = any(u.startswith("▁") for u in units)
-    sep = {i for i, u in enumerate(units) if u in (" ", "|", "<space>")}
+    """Group unit ids into words for a bare unit list (saved log-probs): NeMo's text of the units
+    (BPE '▁' or a char space/'|'), a space dropped before the vocabulary's punctuation
+    (`asrdecode.models.tokenizer.units_words`)."""
+    from asrdecode.models.tokenizer import units_words
 
-    def words_of(tokens: list[int]) -> list[tuple[str, int, int]]:
-        out: list[tuple[str, int, int]] = []
-        cur, first = "", -1
-        for i, tok in enumerate(tokens):
-            piece = units[tok]
-            starts_word = (bpe and piece.startswith("▁")) or (not bpe and tok in sep)
-            if starts_word and cur:
-                out.append((cur, first, i - 1))
-                cur, first = "", -1
-            text = piece.lstrip("▁") if bpe else ("" if tok in sep else piece)
-            if text:
-                if not cur:
-                    first = i
-                cur += text
-        if cur:
-            out.append((cur, first, len(tokens) - 1))
-        return out
-
-    return words_of
+    return units_words(units)
 
 
 class Transcriber:
@@ -576,6 +560,8 @@ class Transcriber:
                 results: list[DecodeResult] = pending.result()
                 if windows is not None:
                     results = merge_windows(windows, results, self.context.words_of)
+                else:  # words the decoder gave no confidence (a search without lattices)
+                    attach_token_confidences(results, out)
             offset = float(out.extra.get("time_offset", 0.0))
             if offset:  # outputs that run behind the audio and past its end (buffered inference)
                 limits = out.extra.get("time_limit") or [float("inf")] * len(results)

@@ -1,14 +1,98 @@
-"""Output-unit tokenizers: sentencepiece BPE (from the model bytes) or a character label list."""
+"""Output-unit tokenizers: sentencepiece BPE (from the model bytes) or a character label list.
+
+Text is NeMo's: the detokenised units (sentencepiece's decode, or the labels joined) with one
+whitespace character removed before each punctuation mark of the vocabulary (`nemo_punctuation`),
+as NeMo's CTC and transducer decodings write it; words are that text split at whitespace.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
 
 import sentencepiece as spm
 
-__all__ = ["AggregateTokenizer", "Tokenizer", "WORD_START"]
+__all__ = [
+    "AggregateTokenizer", "Tokenizer", "WORD_START", "nemo_punctuation", "nemo_text_words", "units_words",
+]  # fmt: skip
 
 WORD_START = "\u2581"  # sentencepiece's word-boundary marker '▁'
+
+# Vocabulary entries whose punctuation does not count (NeMo's extract_punctuation_from_vocab).
+_SPECIAL_ENTRY = [re.compile(p) for p in (r"^\[.*\]$", r"^<.*>$", r"^##", "^" + WORD_START, r"^\s*$")]
+_WORD = re.compile(r"\S+")
+
+
+def nemo_punctuation(vocab: Iterable[str]) -> frozenset[str]:
+    """The punctuation marks NeMo attaches to the text before them: every character of Unicode
+    category P in a vocabulary entry that is not special (``[..]``, ``<..>``, ``##..``, a piece
+    starting with '▁', whitespace). A word-initial piece such as ``▁'`` alone adds nothing."""
+    return frozenset(
+        c
+        for entry in vocab
+        if not any(p.match(entry) for p in _SPECIAL_ENTRY)
+        for c in entry
+        if unicodedata.category(c).startswith("P")
+    )
+
+
+def _space_before(punctuation: frozenset[str]) -> re.Pattern | None:
+    """NeMo's ``space_before_punct_pattern``: one whitespace character, then a mark."""
+    if not punctuation:
+        return None
+    return re.compile(r"(\s)(" + "|".join(re.escape(p) for p in sorted(punctuation)) + ")")
+
+
+def nemo_text_words(
+    surfaces: Sequence[str], pattern: re.Pattern | None, space_joins_next: bool
+) -> tuple[str, list[tuple[str, int, int]]]:
+    """NeMo's text of tokens whose detokenised pieces are ``surfaces`` (their concatenation is the
+    plain detokenised text), and its words [(word, first token, last token)].
+
+    The text loses the whitespace character before each match of ``pattern`` (the regex NeMo's
+    ``decode_tokens_to_str_with_strip_punctuation`` applies); words are its runs of non-whitespace,
+    each spanning the tokens its characters came from. With ``space_joins_next`` (sentencepiece), a
+    token that is only whitespace (a lone '▁') right before a word-internal piece is the word's
+    first token, as in NeMo's word offsets.
+    """
+    text = "".join(surfaces)
+    owner = [t for t, s in enumerate(surfaces) for _ in s]
+    if pattern is not None:
+        drop = {m.start(1) for m in pattern.finditer(text)}
+        if drop:
+            keep = [i for i in range(len(text)) if i not in drop]
+            text, owner = "".join(text[i] for i in keep), [owner[i] for i in keep]
+    words = []
+    for m in _WORD.finditer(text):
+        first, last = owner[m.start()], owner[m.end() - 1]
+        if space_joins_next and first > 0 and not surfaces[first][:1].isspace():
+            before = surfaces[first - 1]
+            if before and before.isspace():
+                first -= 1
+        words.append((m.group(), first, last))
+    return text, words
+
+
+def units_words(units: Sequence[str]) -> Callable[[list[int]], list[tuple[str, int, int]]]:
+    """Words of unit ids for a bare unit list (saved log-probs: no tokenizer model), by the rule of
+    `nemo_text_words` over the units' own text: BPE pieces with '▁' as a space (the text's first one
+    dropped) and ``<unk>`` as ' ⁇ ', as sentencepiece writes them; character labels with ' ', '|'
+    or ``<space>`` as the word separator."""
+    bpe = any(u.startswith(WORD_START) for u in units)
+    if bpe:
+        text = [" \u2047 " if u == "<unk>" else u.replace(WORD_START, " ") for u in units]
+    else:
+        text = [" " if u in (" ", "|", "<space>") else u for u in units]
+    pattern = _space_before(nemo_punctuation(units))
+
+    def words_of(tokens: list[int]) -> list[tuple[str, int, int]]:
+        surfaces = [text[int(t)] for t in tokens]
+        if bpe and surfaces and surfaces[0].startswith(" ") and tokens and units[int(tokens[0])] != "<unk>":
+            surfaces[0] = surfaces[0][1:]
+        return nemo_text_words(surfaces, pattern, bpe)[1]
+
+    return words_of
 
 
 class Tokenizer:
@@ -31,6 +115,8 @@ class Tokenizer:
         self.model_bytes = model_bytes
         self.space = space
         self._index = {u: i for i, u in enumerate(units)} if kind == "char" else {}
+        self.punctuation = nemo_punctuation(units)
+        self._pattern = _space_before(self.punctuation)
 
     @classmethod
     def from_sentencepiece(cls, model_bytes: bytes) -> Tokenizer:
@@ -65,50 +151,32 @@ class Tokenizer:
         text = " ".join(text.split()) if self.space == " " else text
         return [self._index[c] for c in text if c in self._index]
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Unit ids -> text (sentencepiece detokenisation, or concatenated labels)."""
+    def surfaces(self, ids: Sequence[int]) -> list[str]:
+        """Each unit's share of the plain detokenised text (sentencepiece's decode: '▁' as a space,
+        the first one dropped, ``<unk>`` as ' ⁇ ', control pieces empty; chars: the labels, the
+        word-separator label as a space); their concatenation is that text."""
         ids = [int(i) for i in ids]
-        if self._sp is not None:
-            return self._sp.decode(ids)
-        return "".join(self.units[i] for i in ids)
+        if self._sp is None:
+            return [" " if self.units[i] == self.space else self.units[i] for i in ids]
+        proto = self._sp.decode_ids_as_proto(ids)
+        pieces = [p.surface for p in proto.pieces]
+        if len(pieces) != len(ids) or "".join(pieces) != proto.text:  # not seen: one share for all
+            return [proto.text] + [""] * (len(ids) - 1) if ids else []
+        return pieces
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Unit ids -> NeMo's text: detokenised, one space removed before each of the vocabulary's
+        punctuation marks (`nemo_punctuation`)."""
+        return nemo_text_words(self.surfaces(ids), self._pattern, self._sp is not None)[0]
 
     def words_of(self, token_ids: Sequence[int]) -> list[tuple[str, int, int]]:
-        """Group unit ids into words: [(word, index of first token, index of last token)].
+        """The words of NeMo's text (`decode`): [(word, index of first token, index of last token)].
 
-        BPE: a piece starting with '▁' starts a word; ``<unk>`` is a word of its own (it detokenises to
-        '⁇' between spaces); control pieces and tokens that decode to nothing are skipped.
-        Chars: the space label separates words.
+        A punctuation mark of the vocabulary joins the word before it (``don 't`` -> ``don't``);
+        ``<unk>`` is a word of its own ('⁇' between spaces); control pieces belong to no word; a lone
+        '▁' piece starts the word that follows it.
         """
-        ids = [int(i) for i in token_ids]
-        groups: list[list[int]] = []  # token positions
-        if self._sp is not None:
-            sp = self._sp
-            prev_unk = False
-            for pos, tid in enumerate(ids):
-                if sp.is_control(tid):
-                    continue
-                unk = sp.is_unknown(tid)
-                if not groups or unk or prev_unk or sp.id_to_piece(tid).startswith(WORD_START):
-                    groups.append([])
-                groups[-1].append(pos)
-                prev_unk = unk
-            words = []
-            for g in groups:
-                text = sp.decode([ids[p] for p in g]).strip()
-                if text:
-                    words.append((text, g[0], g[-1]))
-            return words
-        current: list[int] = []
-        for pos, tid in enumerate(ids):
-            if self.units[tid] == self.space:
-                if current:
-                    groups.append(current)
-                current = []
-            else:
-                current.append(pos)
-        if current:
-            groups.append(current)
-        return [("".join(self.units[ids[p]] for p in g), g[0], g[-1]) for g in groups]
+        return nemo_text_words(self.surfaces(token_ids), self._pattern, self._sp is not None)[1]
 
     def special_id(self, token: str) -> int:
         """Id of a piece that is one token of the sentencepiece model (a user-defined symbol such as
@@ -133,7 +201,10 @@ class Tokenizer:
 
     def describe(self) -> dict:
         """Short summary for ``asrdecode info``."""
-        return {"type": self.kind, "size": len(self.units)}
+        info: dict = {"type": self.kind, "size": len(self.units)}
+        if self.punctuation:
+            info["punctuation"] = "".join(sorted(self.punctuation))
+        return info
 
 
 class AggregateTokenizer:
