@@ -204,3 +204,24 @@ def test_saved_log_probs_words_are_the_models(kind):
     words_of = words_of_units(list(tok.units))
     for row in REF["detok"][kind]:
         assert words_of(row["ids"]) == tok.words_of(row["ids"]), row["ids"]
+
+
+@pytest.mark.parametrize("name", [n for n, h in CASES if h == "transducer"])
+def test_transducer_word_starts_are_nemos(archives, name):
+    """Greedy transducer words against NeMo's ``transcribe(timestamps=True)`` word offsets: each
+    word starts on NeMo's frame wherever NeMo's word list is its text split at spaces (NeMo's word
+    offsets keep a word-initial mark's space inside the word before, ``otlv'ure '``, where its text
+    and asrdecode's words have ``otlv'ure'``)."""
+    entry = REF["models"][name]["transducer"]
+    model = load_model(str(archives[name]), head="transducer")
+    results = decoders(model, "transducer", entry)["greedy"].decode(output_of(model, name, "transducer"))
+    compared = 0
+    for b, res in enumerate(results):
+        theirs = entry["words"][b]
+        if [w["word"] for w in theirs] != entry["texts"][b].split():
+            continue
+        assert [w.word for w in res.words] == [w["word"] for w in theirs]
+        starts = [round(w.start / model.frame_shift) for w in res.words]
+        assert starts == [w["start_offset"] for w in theirs], b
+        compared += 1
+    assert compared >= 1
