@@ -1989,36 +1989,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(build_ctc(name, args.out), indent=2), flush=True)
         if args.set == "ctc":
             return 0
-    if args.set == "aed":
-        for name in AED_SPECS:
+    per_model = {"aed": (AED_SPECS, build_aed), "deep": (DEEP_SPECS, build_deep)}  # one call per model
+    if args.set in per_model:
+        specs, build_one = per_model[args.set]
+        for name in specs:
             if not args.only or name in args.only:
-                print(json.dumps(build_aed(name, args.out), indent=2), flush=True)
+                print(json.dumps(build_one(name, args.out), indent=2), flush=True)
         return 0
-    if args.set == "aed-large":
-        print(json.dumps(build_aed_large(args.out), indent=2))
-        return 0
-    if args.set == "attention":
-        print(json.dumps(attention_switch_reference(args.out), indent=2))
-        return 0
-    if args.set == "streaming":
-        print(json.dumps(streaming_reference(args.out), indent=2))
-        return 0
-    if args.set == "buffered":
-        print(json.dumps(buffered_reference(args.out), indent=2))
-        return 0
-    if args.set == "buffered-rnnt":
-        print(json.dumps(buffered_rnnt_reference(args.out), indent=2))
-        return 0
-    if args.set == "pack":
-        print(json.dumps(pack_fixtures(args.out), indent=2))
-        return 0
-    if args.set == "punct":
-        print(json.dumps(punct_reference(args.out), indent=2))
-        return 0
-    if args.set == "deep":
-        for name in DEEP_SPECS:
-            if not args.only or name in args.only:
-                print(json.dumps(build_deep(name, args.out), indent=2), flush=True)
+    whole_sets = {  # sets made by one call
+        "aed-large": build_aed_large, "attention": attention_switch_reference,
+        "streaming": streaming_reference, "buffered": buffered_reference,
+        "buffered-rnnt": buffered_rnnt_reference, "pack": pack_fixtures, "punct": punct_reference,
+    }  # fmt: skip
+    if args.set in whole_sets:
+        print(json.dumps(whole_sets[args.set](args.out), indent=2))
         return 0
     names = [n for n, s in SPECS.items() if s["set"] == args.set and (not args.only or n in args.only)]
     with tempfile.TemporaryDirectory() as tmp:
