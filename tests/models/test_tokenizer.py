@@ -86,3 +86,15 @@ def test_char_tokenizer_keeps_case_when_labels_have_upper_case():
 def test_char_tokenizer_rejects_duplicates():
     with pytest.raises(ValueError):
         Tokenizer.from_labels(["a", "a"])
+
+
+def test_char_text_drops_the_space_before_a_vocabulary_mark():
+    """NeMo's rule on a character model: one space before a punctuation label goes ("rnokwd 'lz"
+    -> "rnokwd'lz"), the words follow; a mark not in the labels would be left alone."""
+    tok = Tokenizer.from_labels([" ", *"dklnorwz", "'"])
+    ids = tok.encode("rnokwd 'lz")
+    assert "".join(tok.surfaces(ids)) == "rnokwd 'lz"
+    assert tok.decode(ids) == "rnokwd'lz" and tok.punctuation == frozenset("'")
+    assert tok.words_of(ids) == [("rnokwd'lz", 0, 9)]
+    ids = [tok.units.index(c) for c in "do  'n"]
+    assert tok.decode(ids) == "do 'n"  # one space goes, as in NeMo
