@@ -20,7 +20,6 @@ import torch
 from asrdecode.config import RunConfig
 from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
 from asrdecode.decoders.base import PendingDecode, start_decode
-from asrdecode.decoders.confidence import attach_token_confidences
 from asrdecode.decoders.transducer_greedy import merge_windows
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError, ModelError
 from asrdecode.gc_pause import loading_done
@@ -560,8 +559,6 @@ class Transcriber:
                 results: list[DecodeResult] = pending.result()
                 if windows is not None:
                     results = merge_windows(windows, results, self.context.words_of)
-                else:  # words the decoder gave no confidence (a search without lattices)
-                    attach_token_confidences(results, out)
             offset = float(out.extra.get("time_offset", 0.0))
             if offset:  # outputs that run behind the audio and past its end (buffered inference)
                 limits = out.extra.get("time_limit") or [float("inf")] * len(results)
