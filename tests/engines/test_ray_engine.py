@@ -70,6 +70,7 @@ def test_ray_run_writes_what_a_local_run_writes(manifest, local_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert same_transcripts(out, local_run)
     assert (out / "text").read_text() == (local_run / "text").read_text()
+    assert (out / "segments.jsonl").read_text() == (local_run / "segments.jsonl").read_text()
     errors = [json.loads(x) for x in (out / "errors.jsonl").read_text().splitlines()]
     assert [e["utt_id"] for e in errors] == ["bad"] and "bad.wav" in errors[0]["error"]
     report = json.loads((out / "report.json").read_text())
