@@ -240,26 +240,40 @@ def test_write_limit_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path, refer
     assert json.loads((out / "report.json").read_text())["resumed"] == len(kept)
 
 
+def long_input(folder: Path, copies: int) -> Path:
+    """A manifest of one long input: the fixture clips `copies` times, 0.25 s of silence after each."""
+    clips = [sf.read(w, dtype="float32")[0] for w in sorted(AUDIO.glob("*.wav"))]
+    wave = np.concatenate([np.concatenate([c, np.zeros(4000, np.float32)]) for c in clips] * copies)
+    sf.write(folder / "long.wav", wave, 16000)
+    manifest = folder / "long.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": str(folder / "long.wav"), "utt_id": "long"}) + "\n")
+    return manifest
+
+
+def complete_lines(path: Path) -> list[dict]:
+    """The complete lines of a file a killed run was appending to."""
+    return [json.loads(x) for x in path.read_bytes().split(b"\n")[:-1]] if path.exists() else []
+
+
+def segment_args(manifest: Path, out: Path) -> list[str]:
+    """The run of a long input in 3 s segments, one segment a batch."""
+    return [*transcribe_args(manifest, out), "batch.segment_seconds=3", "batch.max_seconds=3"]
+
+
+def segment_events(log: Path) -> int:
+    """A run's progress events between its first and its last: one per batch of segments."""
+    return len([e for e in lines_of(log) if e["event"] == "progress"]) - 2
+
+
 def test_a_long_input_killed_midway_continues_from_its_next_segment(tmp_path):
     """One 20 s input decoded in 3 s segments, one a batch, killed as its fourth batch starts
     (two segments' results written: each batch's results are kept once the next one has
     started): the rerun decodes only the segments after them (one progress event a segment) and
     writes the transcript of an uninterrupted run; the kept segments' file is gone after it."""
-    wave = np.concatenate(
-        [
-            np.concatenate([sf.read(w, dtype="float32")[0], np.zeros(4000, np.float32)])
-            for w in AUDIO.glob("*.wav")
-        ]
-    )
-    sf.write(tmp_path / "long.wav", wave, 16000)
-    manifest = tmp_path / "long.jsonl"
-    manifest.write_text(json.dumps({"audio_filepath": str(tmp_path / "long.wav"), "utt_id": "long"}) + "\n")
+    manifest = long_input(tmp_path, 1)
 
     def args(out: Path) -> list[str]:
-        return [*transcribe_args(manifest, out), "batch.segment_seconds=3", "batch.max_seconds=3"]
-
-    def segment_events(log: Path) -> int:  # progress events between the first and the last
-        return len([e for e in lines_of(log) if e["event"] == "progress"]) - 2
+        return segment_args(manifest, out)
 
     whole = run_cli([*args(tmp_path / "whole"), "--log-file", str(tmp_path / "whole.log")])
     assert whole.returncode == 0, whole.stderr
@@ -291,21 +305,6 @@ def assert_resumed_segments(out: Path, whole: Path, kept: list[dict]) -> None:
     assert seconds == pytest.approx(record["duration"] - kept[-1]["end"] / 16000, abs=1e-3)
 
 
-def long_input(folder: Path, copies: int) -> Path:
-    """A manifest of one long input: the fixture clips `copies` times, 0.25 s of silence after each."""
-    clips = [sf.read(w, dtype="float32")[0] for w in sorted(AUDIO.glob("*.wav"))]
-    wave = np.concatenate([np.concatenate([c, np.zeros(4000, np.float32)]) for c in clips] * copies)
-    sf.write(folder / "long.wav", wave, 16000)
-    manifest = folder / "long.jsonl"
-    manifest.write_text(json.dumps({"audio_filepath": str(folder / "long.wav"), "utt_id": "long"}) + "\n")
-    return manifest
-
-
-def complete_lines(path: Path) -> list[dict]:
-    """The complete lines of a file a killed run was appending to."""
-    return [json.loads(x) for x in path.read_bytes().split(b"\n")[:-1]] if path.exists() else []
-
-
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT])
 def test_a_long_input_stopped_from_outside_continues_from_its_next_segment(tmp_path, stop):
     """The CLI as a user runs it (no hooks), on a 2-minute input in 3 s segments: killed
@@ -315,10 +314,7 @@ def test_a_long_input_stopped_from_outside_continues_from_its_next_segment(tmp_p
     manifest = long_input(tmp_path, 6)
 
     def args(out: Path) -> list[str]:
-        return [*transcribe_args(manifest, out), "batch.segment_seconds=3", "batch.max_seconds=3"]
-
-    def segment_events(log: Path) -> int:  # progress events between the first and the last
-        return len([e for e in lines_of(log) if e["event"] == "progress"]) - 2
+        return segment_args(manifest, out)
 
     whole = run_cli([*args(tmp_path / "whole"), "--log-file", str(tmp_path / "whole.log")])
     assert whole.returncode == 0, whole.stderr
