@@ -46,11 +46,13 @@ def same(a, b, what):
 
 
 # 1. random graphs with epsilon cycles, a batch of unequal lengths (one empty), pruning that binds
-#    (beam, max_active, min_active) and none; windows of 3 frames: the per-frame torch search and
-#    the compiled backend give the same words and scores
-for seed in range(6):
+#    (beam, max_active, min_active) and none; windows of 3 frames; programs of 16 lanes, so the
+#    kernels' loops take several steps: the per-frame torch search and the compiled backend give
+#    the same words and scores
+FusedSearch.INTERPRETED = 16
+for seed in range(4):
     rng = np.random.default_rng(seed)
-    fst = random_wfst(rng, 8, V, 5)
+    fst = random_wfst(rng, 8 if seed < 2 else 24, V, 5)
     lps = [log_probs(rng, 7), log_probs(rng, 3), log_probs(rng, 0), log_probs(rng, 5)]
     for prune in (dict(beam=6.0, max_active=4, min_active=2), dict(beam=1e9, max_active=10**9, min_active=0)):
         dec, got = decode(fst, lps, kernel="fused", sync_frames=3, **prune)
@@ -59,6 +61,8 @@ for seed in range(6):
         same(got, ref, ("torch", seed, prune))
         assert dec.last_info["not_final"] == ref_dec.last_info["not_final"]
         same(got, decode(fst, lps, backend="compiled", **prune)[1], ("compiled", seed, prune))
+
+FusedSearch.INTERPRETED = 1024
 
 # 2. exhaustive Viterbi on a graph with an epsilon cycle (no pruning)
 fst = epsilon_cycle_fst()
@@ -91,7 +95,7 @@ toy, nemo = Path({toy!r}), Path({nemo!r})
 for seed in range(2):
     compare(toy, synthetic(seed, 3, 25, 4, 3), np.array([25, 17, 9]), 16.0, 10000, 20, kernel="fused")
 lp, lengths, _ = nemo_log_probs()
-compare(nemo, lp[:3], lengths[:3], 10.0, 50, 20, kernel="fused")
+compare(nemo, lp[:2], lengths[:2], 10.0, 50, 20, kernel="fused")
 print("ok")
 """
 

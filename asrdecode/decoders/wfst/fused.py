@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -530,8 +531,10 @@ class FusedSearch:
     windows of `sync_frames` frames, one host read per window; `capacity` carries over from batch
     to batch. Records end in `backpointers` (host store only)."""
 
-    BLOCK = 128
-    CH = 128
+    BLOCK = 128  # arc slots per program
+    CH = 128  # frontier tokens per chunk of the epsilon closure
+    PREP_BLOCK = 256  # tokens per step of the cutoff's loops
+    INTERPRETED = 1024  # all three under the interpreter (fewer, wider programs; the same results)
     START_CAPACITY = {"tok": 64, "arc": 256, "hash": 128, "eps": 256, "rec": 1 << 14}
 
     def __init__(self, graph: SearchGraph, options: SearchOptions) -> None:
@@ -541,6 +544,8 @@ class FusedSearch:
         self.sync_frames = max(1, int(options.sync_frames))
         self.capacity = dict(self.START_CAPACITY)
         self.runner = CapturedStep(options.cuda_graphs and self.device.type == "cuda")
+        if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") == "1":
+            self.BLOCK = self.CH = self.PREP_BLOCK = self.INTERPRETED
         self.backpointers = Backpointers("cpu", capacity=1)
         self.stats: dict[str, int] = {}
         self._bufs: dict[str, torch.Tensor] = {}
@@ -626,7 +631,7 @@ class FusedSearch:
                 x["state"], x["cost"], x["count"], lengths, x["t0"], g.n_emit, x["ends"], x["total"],
                 x["best"], x["adapt"], x["hkey"], x["hval"], x["need"],
                 k, P, B, NU, H, o.beam, o.beam_delta, min(o.max_active, 1 << 30), min(o.min_active, 1 << 30),
-                BLOCK=256,
+                BLOCK=self.PREP_BLOCK,
             )  # fmt: skip
             _launch(
                 "_emit_kernel", grid_arcs,
@@ -803,8 +808,8 @@ class FusedSearch:
         grown = False
         for name, idx in zip(CAPS, (NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC), strict=True):
             need = int(info[idx])
-            if need > c[name]:
-                c[name] = _pow2(need + need // 4, 16)
+            if need > c[name]:  # at least doubled: after an overflow, later frames' needs run low
+                c[name] = max(_pow2(need + need // 4, 16), 2 * c[name])
                 grown = True
         if grown:
             c["hash"] = max(c["hash"], _pow2(2 * c["tok"], 16))
