@@ -426,8 +426,12 @@ def _load_aed(cfg: dict[str, Any], state: dict[str, torch.Tensor], archive: Nemo
     """An ``EncDecMultiTaskModel``: its tokenizer, the model from its config, its weights (the
     output layer's weight tied to the token embedding, as NeMo ties them)."""
     kind = (cfg.get("tokenizer") or {}).get("type")
-    # Canary's aggregate tokenizer, or one sentencepiece model holding the special tokens (canary-1b-v2)
-    tokenizer = _tokenizer(cfg, archive)[0] if kind == "bpe" else _aggregate_tokenizer(cfg, archive)
+    # Canary's aggregate tokenizer, or one sentencepiece model holding the special tokens (canary-1b-v2);
+    # NeMo's multitask decoding writes the detokenised text as it is
+    if kind == "bpe":
+        tokenizer = _tokenizer(cfg, archive)[0].without_punctuation_rule()
+    else:
+        tokenizer = _aggregate_tokenizer(cfg, archive)
     try:
         model = NemoAEDModel.from_config(cfg, tokenizer)
     except CONFIG_ERRORS as err:

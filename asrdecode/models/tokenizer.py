@@ -118,6 +118,12 @@ class Tokenizer:
         self.punctuation = nemo_punctuation(units)
         self._pattern = _space_before(self.punctuation)
 
+    def without_punctuation_rule(self) -> Tokenizer:
+        """This tokenizer writing the plain detokenised text (no space removed before marks), as
+        NeMo's attention encoder-decoders (Canary) write theirs; returns it."""
+        self.punctuation, self._pattern = frozenset(), None
+        return self
+
     @classmethod
     def from_sentencepiece(cls, model_bytes: bytes) -> Tokenizer:
         """From the bytes of a sentencepiece ``.model`` file (never a path, nothing is executed)."""

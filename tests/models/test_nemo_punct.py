@@ -225,3 +225,14 @@ def test_transducer_word_starts_are_nemos(archives, name):
         assert starts == [w["start_offset"] for w in theirs], b
         compared += 1
     assert compared >= 1
+
+
+def test_attention_encoder_decoder_text_is_plain():
+    """NeMo's multitask (Canary) decoding writes the detokenised text as it is, marks in the
+    vocabulary or not: a Canary model with one sentencepiece tokenizer keeps the space."""
+    from asrdecode.models import load_nemo
+
+    tok = load_nemo(FIX / "aed_bpe.nemo").tokenizer
+    ids = tok.encode("it 's done .")
+    assert tok.punctuation == frozenset() and tok.decode(ids) == "it 's done ."
+    assert [w for w, _, _ in tok.words_of(ids)] == ["it", "'s", "done", "."]
