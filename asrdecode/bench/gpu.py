@@ -8,11 +8,12 @@ Inputs: the NeMo fixture models (tests/fixtures/nemo: `ctc_bpe` for the CTC and 
 For each decoder and batch size: seconds of audio decoded per second (RTFx) on cuda and on the CPU
 with all its cores (the compiled backend for `wfst` and `wfst-otf`, the same torch code for the
 others) and their ratio; torch operations (each a kernel launch on a GPU; a replayed CUDA graph
-counts none and a Triton kernel is not a torch operation) and host synchronisations per frame step
+counts none) plus the fused WFST search's Triton launches, and host synchronisations per frame step
 (`DispatchCounter`, one untimed pass over the first two batches); the peak GPU memory of the timed
 pass. `wfst` and `wfst-otf` search the demo TLG (the demo trigram, data/demo/packed/graph/lm.arpa.gz,
 as bigrams over the fixture's BPE units, built once into --graphs; `--quick`: data/demo/otf/small-lm.arpa),
-`wfst-otf` with the whole trigram on the fly. Without CUDA only the CPU rows are made. Rows run batch
+`wfst-otf` with the whole trigram on the fly; ``wfst-fused`` is `wfst` with ``kernel: fused`` on cuda
+(wfst/fused.py: the frame loop on the device). Without CUDA only the CPU rows are made. Rows run batch
 size by batch size; bench_gpu.json and bench_gpu.md in --out are rewritten after each row, and rows
 that would start past `--seconds` are listed as skipped.
 """
@@ -56,6 +57,12 @@ def cases(graph: Path, lm: Path) -> list[Case]:
         Case("ctc-beam", "ctc_bpe", {"type": "ctc-beam", "beam_size": 4}),
         Case("wfst", "ctc_bpe", {"type": "wfst", **search}, {"cuda": torch_search, "cpu": compiled}),
         Case(
+            "wfst-fused",
+            "ctc_bpe",
+            {"type": "wfst", **search},
+            {"cuda": {**torch_search, "kernel": "fused"}, "cpu": compiled},
+        ),
+        Case(
             "wfst-otf",
             "ctc_bpe",
             {"type": "wfst-otf", **search, "lm": str(lm)},
@@ -98,15 +105,25 @@ def model_outputs(model: Any, wav: torch.Tensor, lens: torch.Tensor, batch: int,
 
 
 def count_pass(decoder: Any, outputs: list) -> dict[str, float]:
-    """Torch operations and host syncs per frame step over the first two batches."""
+    """Torch operations plus Triton launches of the fused WFST search (`wfst.fused.LAUNCHES`:
+    launches issued from Python, none for a replayed CUDA graph) and host syncs per frame step
+    over the first two batches."""
     from asrdecode.decoders.dispatch_count import DispatchCounter
+    from asrdecode.decoders.wfst.fused import LAUNCHES
 
     part = outputs[:2]
+    launches = LAUNCHES[0]
     with DispatchCounter() as c:
         for out in part:
             decoder.decode(out)
+    launches = LAUNCHES[0] - launches
     steps = sum(int(out.lengths.max()) for out in part)
-    return {"ops_per_frame": c.ops / steps, "syncs_per_frame": c.syncs / steps, "sync_ops": dict(c.sync_ops)}
+    return {
+        "ops_per_frame": (c.ops + launches) / steps,
+        "triton_launches_per_frame": launches / steps,
+        "syncs_per_frame": c.syncs / steps,
+        "sync_ops": dict(c.sync_ops),
+    }
 
 
 def run_row(case: Case, model: Any, device: str, batch: int, wav: torch.Tensor, lens: torch.Tensor) -> dict:
