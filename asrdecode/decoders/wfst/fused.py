@@ -71,12 +71,13 @@ EMPTY64 = torch.iinfo(torch.int64).max
 # what a window needed of each capacity (device int32 array, atomic max), then statistics
 NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC = range(5)
 STAT_ARCS, STAT_PASSES, STAT_EPS_LIMIT = range(5, 8)
-NUM_NEEDS = 8
+OVERFLOW = 8  # set by the first overflow: the window's later work is skipped (it is rerun)
+NUM_NEEDS = 9
 CAPS = ("tok", "arc", "hash", "eps", "rec")
 
 # the same indices as constexpr globals, which jitted code may read
 _TOK, _ARC, _HASH, _EPS, _REC = (tl.constexpr(i) for i in range(5))
-_S_ARCS, _S_PASSES, _S_EPS_LIMIT = (tl.constexpr(i) for i in range(5, 8))
+_S_ARCS, _S_PASSES, _S_EPS_LIMIT, _OVER = (tl.constexpr(i) for i in range(5, 9))
 
 LAUNCHES = [0]  # Triton launches so far (`asrdecode bench wfst-ops` counts them with the torch ops)
 
@@ -121,6 +122,7 @@ def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.const
         probes += 1
     zero = tl.zeros([BLOCK], tl.int32)
     tl.atomic_max(need_ptr + _HASH + zero, zero + 2 * H, mask=active)
+    tl.atomic_max(need_ptr + _OVER + zero, zero + 1, mask=active)
     return slot, claimed, found
 
 
@@ -128,14 +130,14 @@ def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.const
 def _prep_kernel(
     state_ptr, cost_ptr, count_ptr, len_ptr, t0_ptr, n_emit_ptr, ends_ptr, total_ptr,
     best_ptr, adapt_ptr, hkey_ptr, hval_ptr, need_ptr,
-    K, P, B, NU, H, beam, beam_delta, max_active, min_active,
+    K, P, B, NU, H, AU, beam, beam_delta, max_active, min_active,
     BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Cutoff (GetCutoff by histogram select), arc counts' prefix sum, hash table cleared."""
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     t = tl.load(t0_ptr) + K
-    active = t < tl.load(len_ptr + b)
+    active = (t < tl.load(len_ptr + b)) & (tl.load(need_ptr + _OVER) == 0)  # no work after an overflow
     cur = (P * B + b) * NU
     cnt = tl.where(active, tl.load(count_ptr + P * B + b), 0)
     best = tl.min(tl.full([BLOCK], float("inf"), tl.float32), 0)
@@ -193,6 +195,7 @@ def _prep_kernel(
         i += BLOCK
     tl.store(total_ptr + b, carry)
     tl.atomic_max(need_ptr + _ARC, carry.to(tl.int32))
+    tl.atomic_max(need_ptr + _OVER, (carry > AU).to(tl.int32))
     tl.atomic_add(need_ptr + _S_ARCS, carry.to(tl.int32))
     clear = tl.where(active, H, 0)
     i = clear * 0
@@ -265,7 +268,9 @@ def _insert_kernel(
     ones = tl.full([BLOCK], 1, tl.int32)
     idx = tl.atomic_add(count_ptr + (1 - P) * B + b + tl.zeros([BLOCK], tl.int64), ones, mask=claimed)
     tl.store(hidx_ptr + b * H + slot, idx, mask=claimed)
-    tl.atomic_max(need_ptr + _TOK + tl.zeros([BLOCK], tl.int32), idx + 1, mask=claimed)
+    zero = tl.zeros([BLOCK], tl.int32)
+    tl.atomic_max(need_ptr + _TOK + zero, idx + 1, mask=claimed)
+    tl.atomic_max(need_ptr + _OVER + zero, (idx >= NU).to(tl.int32), mask=claimed)
     tl.atomic_min(hval_ptr + b * H + slot, _pack(c, arc), mask=found)
     tl.store(cslot_ptr + b * AU + j, tl.where(found, slot, -1), mask=j < AU)
 
@@ -308,7 +313,7 @@ def _epsilon_kernel(
     offs = tl.arange(0, BLOCK)
     lanes = tl.arange(0, CH)
     t = tl.load(t0_ptr) + K
-    active = t < tl.load(len_ptr + b)
+    active = (t < tl.load(len_ptr + b)) & (tl.load(need_ptr + _OVER) == 0)  # no work after an overflow
     cut = tl.load(best_ptr + b) + tl.load(adapt_ptr + b)
     nb = (PN * B + b) * NU
     cnt = tl.where(active, tl.minimum(tl.load(count_ptr + PN * B + b), NU), 0)
@@ -362,7 +367,9 @@ def _epsilon_kernel(
                 ones = tl.full([BLOCK], 1, tl.int32)
                 idx = tl.atomic_add(count_ptr + PN * B + b + tl.zeros([BLOCK], tl.int64), ones, mask=claimed)
                 tl.store(hidx_ptr + b * H + slot, idx, mask=claimed)
-                tl.atomic_max(need_ptr + _TOK + tl.zeros([BLOCK], tl.int32), idx + 1, mask=claimed)
+                zero = tl.zeros([BLOCK], tl.int32)
+                tl.atomic_max(need_ptr + _TOK + zero, idx + 1, mask=claimed)
+                tl.atomic_max(need_ptr + _OVER + zero, (idx >= NU).to(tl.int32), mask=claimed)
                 fresh = claimed & (idx < NU)
                 tl.store(cost_ptr + nb + idx, tl.full([BLOCK], float("inf"), tl.float32), mask=fresh)
                 tl.store(state_ptr + nb + idx, dst, mask=fresh)
@@ -378,6 +385,7 @@ def _epsilon_kernel(
             tl.debug_barrier()
             i += CH
         tl.atomic_max(need_ptr + _EPS, ne)
+        tl.atomic_max(need_ptr + _OVER, (ne > ECAP).to(tl.int32))
         ncand = tl.minimum(ne, ECAP)
         no = cnt * 0
         i = ncand * 0  # the winners that improve their token
@@ -426,7 +434,7 @@ def _finalize_kernel(
     base = tl.load(recc_ptr + STEP)
     tl.store(recc_ptr + STEP + 1, base + tl.sum(cnts, 0).to(tl.int64), mask=b == 0)
     arena0 = tl.load(base_ptr)
-    active = t < tl.load(len_ptr + b)
+    active = (t < tl.load(len_ptr + b)) & (tl.load(need_ptr + _OVER) == 0)  # no work after an overflow
     nb = ((1 - P) * B + b) * NU
     ob = (P * B + b) * NU
     cnt = tl.where(active, tl.minimum(tl.load(count_ptr + (1 - P) * B + b), NU), 0)
@@ -445,7 +453,9 @@ def _finalize_kernel(
         c = tl.load(cost_ptr + nb + i + offs, mask=m, other=0.0)
         tl.store(arena_ptr + 3 * (R + 1) + pos, c.to(tl.int32, bitcast=True).to(tl.int64), mask=w)
         tl.store(rec_ptr + nb + i + offs, rid, mask=m)
-        tl.atomic_max(need_ptr + _REC + tl.zeros([BLOCK], tl.int32), (pos + 1).to(tl.int32), mask=m)
+        zero = tl.zeros([BLOCK], tl.int32)
+        tl.atomic_max(need_ptr + _REC + zero, (pos + 1).to(tl.int32), mask=m)
+        tl.atomic_max(need_ptr + _OVER + zero, (pos >= R).to(tl.int32), mask=m)
         i += BLOCK
     keep = tl.where(active, 0, tl.load(count_ptr + P * B + b))
     i = keep * 0  # a finished utterance: its tokens stay as they are
@@ -630,8 +640,8 @@ class FusedSearch:
                 "_prep_kernel", (B,),
                 x["state"], x["cost"], x["count"], lengths, x["t0"], g.n_emit, x["ends"], x["total"],
                 x["best"], x["adapt"], x["hkey"], x["hval"], x["need"],
-                k, P, B, NU, H, o.beam, o.beam_delta, min(o.max_active, 1 << 30), min(o.min_active, 1 << 30),
-                BLOCK=self.PREP_BLOCK,
+                k, P, B, NU, H, AU, o.beam, o.beam_delta, min(o.max_active, 1 << 30),
+                min(o.min_active, 1 << 30), BLOCK=self.PREP_BLOCK,
             )  # fmt: skip
             _launch(
                 "_emit_kernel", grid_arcs,
