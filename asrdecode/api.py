@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult
+from asrdecode.decoders.base import Decoder, DecoderContext, DecodeResult, set_model_texts
 from asrdecode.errors import InputError, InputsFailed
 from asrdecode.models.base import ModelOutput
 
@@ -140,16 +140,21 @@ def make_decoder(
     (blank = ``len(units)`` unless given; words = units joined, ``▁`` starting a word)."""
     from asrdecode.decoders import make_decoder as make
     from asrdecode.graph.cache import resolve_graph_spec
-    from asrdecode.pipeline import words_of_units
+    from asrdecode.pipeline import text_of_units, words_of_units
 
     if isinstance(options.get("graph"), str):  # cache:BUILD_CONFIG.yaml is built on first use
         options["graph"] = resolve_graph_spec(options["graph"])
 
     if model is not None:
-        context = DecoderContext(list(model.units), model.blank_id, model.frame_shift, model.tokens_to_words)
+        text_of = getattr(model, "tokens_to_text", None)
+        context = DecoderContext(
+            list(model.units), model.blank_id, model.frame_shift, model.tokens_to_words, text_of
+        )
     elif units is not None:
         blank = len(units) if blank_id is None else blank_id
-        context = DecoderContext(list(units), blank, frame_shift, words_of_units(list(units)))
+        context = DecoderContext(
+            list(units), blank, frame_shift, words_of_units(list(units)), text_of_units(list(units))
+        )
     else:
         raise TypeError("make_decoder needs model= or units=")
     return make({"type": decoder_type, **options}, context)
@@ -168,4 +173,6 @@ def decode(
     units = list(context.units) if context is not None else []
     blank = context.blank_id if context is not None else log_probs.shape[-1] - 1
     shift = context.frame_shift if context is not None else 0.04
-    return decoder.decode(ModelOutput(log_probs, lengths, shift, blank, units))
+    results = decoder.decode(ModelOutput(log_probs, lengths, shift, blank, units))
+    set_model_texts(results, context.text_of if context is not None else None)
+    return results

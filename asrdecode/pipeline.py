@@ -19,7 +19,7 @@ import torch
 
 from asrdecode.config import RunConfig
 from asrdecode.decoders import DecoderContext, DecodeResult, decoder_name, make_decoder
-from asrdecode.decoders.base import PendingDecode, start_decode
+from asrdecode.decoders.base import PendingDecode, set_model_texts, start_decode
 from asrdecode.decoders.transducer_greedy import merge_windows
 from asrdecode.errors import AsrDecodeError, AudioError, ConfigError, ModelError
 from asrdecode.gc_pause import loading_done
@@ -128,6 +128,14 @@ def words_of_units(units: list[str]) -> Callable[[list[int]], list[tuple[str, in
     return units_words(units)
 
 
+def text_of_units(units: list[str]) -> Callable[[list[int]], str]:
+    """The text of unit ids for a bare unit list, whitespace as NeMo writes it
+    (`asrdecode.models.tokenizer.units_text`)."""
+    from asrdecode.models.tokenizer import units_text
+
+    return units_text(units)
+
+
 class Transcriber:
     """One run of `asrdecode transcribe` over an input set into an output folder."""
 
@@ -234,6 +242,7 @@ class Transcriber:
             self.units = list(meta["units"])
             self.blank_id = int(meta.get("blank_id", len(self.units)))
             words_of = words_of_units(self.units)
+            text_of = text_of_units(self.units)
             self._resolve_auto_decoder("ctc-greedy")
         else:
             from asrdecode.models.loading import load_model
@@ -247,6 +256,7 @@ class Transcriber:
             self.units = list(self.model.units)
             self.blank_id = self.model.blank_id
             words_of = self.model.tokens_to_words
+            text_of = getattr(self.model, "tokens_to_text", None)
             if self.cfg.output.subtitles and not getattr(self.model, "aligns_words", True):
                 raise ConfigError(
                     f"output.subtitles: {self.cfg.model.path} gives no word times (an attention "
@@ -254,8 +264,9 @@ class Transcriber:
                 )
             self._resolve_auto_decoder(getattr(self.model, "default_decoder", "ctc-greedy"))
         context = DecoderContext(
-            units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift, words_of=words_of
-        )
+            units=self.units, blank_id=self.blank_id, frame_shift=self.frame_shift, words_of=words_of,
+            text_of=text_of,
+        )  # fmt: skip
         graph = getattr(self.cfg.decoder, "graph", None)
         if isinstance(graph, str) and graph.startswith("cache:"):  # built on first use (graph.cache)
             from asrdecode.graph.cache import resolve_graph_spec
@@ -559,6 +570,7 @@ class Transcriber:
                 results: list[DecodeResult] = pending.result()
                 if windows is not None:
                     results = merge_windows(windows, results, self.context.words_of)
+                set_model_texts(results, self.context.text_of)
             offset = float(out.extra.get("time_offset", 0.0))
             if offset:  # outputs that run behind the audio and past its end (buffered inference)
                 limits = out.extra.get("time_limit") or [float("inf")] * len(results)

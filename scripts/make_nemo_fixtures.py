@@ -19,7 +19,7 @@ tokenizer is the one the fixtures always had with the lowercase-only normalizer 
     for s in attention streaming buffered buffered-rnnt; do $P --set $s; done
     /work/nemo-venv/bin/python scripts/make_nemo_beam_references.py
     /work/nemo-venv/bin/python scripts/make_nemo_ctc_beam_references.py
-    for s in deep punct pack; do $P --set $s; done
+    for s in deep punct spaces pack; do $P --set $s; done
 
 Sets (``--set``):
 
@@ -37,6 +37,10 @@ Sets (``--set``):
   tests/helpers/nemo_vocab.py (weights unchanged), NeMo's ``transcribe`` tokens, texts and word
   offsets for every head, greedy and `PUNCT_BEAMS`, and NeMo's detokenisation of the sentences and
   of random token sequences (`detok_table`).
+* ``spaces``: ``reference/spaces.json`` (`spaces_reference`): NeMo's text of token sequences with a
+  space at either end or twice in a row (`SPACE_CHAR_TEXTS`, `SPACE_BPE_TEXTS`), from crafted CTC
+  log-probs through the CTC decoding of a punctuation fixture and from the tokens through its
+  transducer decoding (NeMo keeps those spaces in its text).
 * ``pack``: every plain-tar ``.nemo`` of ``--out`` rewritten gzipped (`gzip_nemo`: the same members,
   about 40% of the bytes; NeMo and asrdecode read either) and the references' ``sha256`` updated.
 
@@ -1817,6 +1821,96 @@ def punct_reference(out: Path) -> dict:
     return {"models": list(report["models"]), "detok": {k: len(v) for k, v in report["detok"].items()}}
 
 
+# --set spaces: NeMo's text where a model emits a space at either end or twice in a row ----------
+
+#: Character texts for `SPACE_CHAR_MODELS` (CHAR_PUNCT_LABELS): a space at the start, at the end,
+#: twice in a row, before a mark, alone; each character is one frame of its log-probs.
+SPACE_CHAR_TEXTS = [
+    " don't go", "it's ten  ", "go  forward ,  it's", "  .  ", "   ", "", "a b", " o'clock?  ",
+]  # fmt: skip
+#: BPE texts for the punctuation tokenizer: pieces of the words, ``<unk>`` (sentencepiece's ' ⁇ ',
+#: which puts two spaces before the next word) and the lone '▁' (a space), at either end or inside.
+SPACE_BPE_TEXTS = [
+    ["don't", "<unk>", "go"], ["<unk>", "it's"], ["it's", "\u2581"],
+    ["go", "\u2581", "\u2581", "forward"], ["ten", "<unk>"], ["\u2581", "\u2581", "be"],
+    ["\u2581", "<unk>", "o'clock."], ["it's", "<unk>", "<unk>", "."],
+]  # fmt: skip
+#: The punctuation fixtures whose decodings write those texts: (CTC log-probs, transducer tokens).
+SPACE_MODELS = {"char": ("quartznet_char", "rnnt_char"), "bpe": ("hybrid_tdt_ctc", "hybrid_tdt_ctc")}
+
+
+def space_frames(ids: list[int], blank: int) -> list[int]:
+    """Frame labels whose CTC greedy path is ``ids``: one frame each, a blank between equal
+    neighbours, a blank at either end."""
+    frames = [blank]
+    for i, t in enumerate(ids):
+        if i and ids[i - 1] == t:
+            frames.append(blank)
+        frames.append(t)
+    return frames + [blank]
+
+
+@torch.inference_mode()
+def spaces_reference(out: Path) -> dict:
+    """``reference/spaces.json``: NeMo's text of crafted token sequences with spaces at either end
+    and doubled (`SPACE_CHAR_TEXTS`, `SPACE_BPE_TEXTS`): each sequence's frames (`space_frames`)
+    as log-probs (the label 0, every other -10, normalised) through the CTC decoding of a
+    punctuation fixture (``ctc_decoder_predictions_tensor``, what ``transcribe`` applies to a CTC
+    model's log-probs), and its tokens through the transducer decoding's detokenisation (what
+    ``transcribe`` writes for a transducer hypothesis), which must agree."""
+    import sys
+
+    import sentencepiece as spm
+    from nemo.collections.asr.models import ASRModel
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.nemo_vocab import sentencepiece_members, swap_vocabulary
+
+    sp_bytes = (out / "punct_bpe128.model").read_bytes()
+    sp = spm.SentencePieceProcessor(model_proto=sp_bytes)
+    pieces = [sp.id_to_piece(k) for k in range(sp.get_piece_size())]
+
+    def bpe_ids(parts: list[str]) -> list[int]:
+        return [i for p in parts for i in ([pieces.index(p)] if p in ("<unk>", "\u2581") else sp.encode(p))]
+
+    cases = {"char": [char_ids(t) for t in SPACE_CHAR_TEXTS], "bpe": [bpe_ids(p) for p in SPACE_BPE_TEXTS]}
+    report: dict = {"versions": versions(), "char_labels": CHAR_PUNCT_LABELS}
+    report["tokenizer"] = "punct_bpe128.model"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for kind, (ctc_name, rnnt_name) in SPACE_MODELS.items():
+            labels = pieces if kind == "bpe" else CHAR_PUNCT_LABELS
+            members = sentencepiece_members(sp_bytes) if kind == "bpe" else None
+            models = {}
+            for name in {ctc_name, rnnt_name}:
+                swap_vocabulary(out / f"{name}.nemo", tmp / f"{name}.nemo", labels, members)
+                models[name] = ASRModel.restore_from(str(tmp / f"{name}.nemo"), map_location="cpu").eval()
+            ctc = models[ctc_name]
+            ctc_decoding = ctc.ctc_decoding if hasattr(ctc, "ctc_decoding") else ctc.decoding
+            blank = len(labels)
+            rows = []
+            for ids in cases[kind]:
+                frames = space_frames(ids, blank)
+                lp = torch.full((1, len(frames), blank + 1), -10.0)
+                lp[0, torch.arange(len(frames)), torch.tensor(frames)] = 0.0
+                lp = torch.log_softmax(lp, dim=-1)
+                (hyp,) = ctc_decoding.ctc_decoder_predictions_tensor(
+                    lp, decoder_lengths=torch.tensor([len(frames)]), return_hypotheses=True
+                )
+                row = torch.as_tensor(hyp.y_sequence).tolist()
+                tokens = [t for i, t in enumerate(row) if t != blank and (i == 0 or row[i - 1] != t)]
+                if tokens != ids:
+                    raise SystemExit(f"{kind}: greedy tokens {tokens} are not {ids}")
+                transducer = models[rnnt_name].decoding.decode_tokens_to_str_with_strip_punctuation(ids)
+                if transducer != hyp.text:
+                    raise SystemExit(f"{kind}: transducer text {transducer!r} is not CTC's {hyp.text!r}")
+                rows.append({"ids": ids, "frames": frames, "text": hyp.text})
+                print(f"{kind}: {hyp.text!r}", flush=True)
+            report[kind] = {"models": [ctc_name, rnnt_name], "rows": rows}
+    (out / "reference" / "spaces.json").write_text(json.dumps(report, ensure_ascii=False) + "\n")
+    return {kind: [r["text"] for r in report[kind]["rows"]] for kind in SPACE_MODELS}
+
+
 # --set deep: ConvASR stacks as deep as QuartzNet 15x5 and Citrinet, BatchNorm far from 0 and 1 ----
 
 #: QuartzNet's front end (quartznet_15x5.yaml): 64 mels, 512-point FFT, 20 ms window
@@ -1976,7 +2070,7 @@ def build_deep(name: str, out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sets = ("base", "tiny", "small", "attention", "ctc", "aed", "aed-large", "streaming", "buffered",
-            "buffered-rnnt", "punct", "deep", "pack")  # fmt: skip
+            "buffered-rnnt", "punct", "spaces", "deep", "pack")  # fmt: skip
     parser.add_argument("--set", choices=sets, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
@@ -2000,6 +2094,7 @@ def main(argv: list[str] | None = None) -> int:
         "aed-large": build_aed_large, "attention": attention_switch_reference,
         "streaming": streaming_reference, "buffered": buffered_reference,
         "buffered-rnnt": buffered_rnnt_reference, "pack": pack_fixtures, "punct": punct_reference,
+        "spaces": spaces_reference,
     }  # fmt: skip
     if args.set in whole_sets:
         print(json.dumps(whole_sets[args.set](args.out), indent=2))

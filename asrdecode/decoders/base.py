@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -28,6 +28,9 @@ class DecodeResult:
     score: total log score of the 1-best (higher is better); acoustic/lm parts where known.
     nbest: optional list of (words, score); lattice: optional decoder-specific lattice object.
     token_durations: TDT transducers: the predicted duration (frames) of each token, else None.
+    model_text: the tokens' text as the model's toolkit writes it, where the words are that text
+    split at whitespace (`set_model_texts`: NeMo keeps a space a character model emits at either
+    end or twice in a row); None: the text is the words joined by one space.
     """
 
     words: list[Word]
@@ -39,20 +42,39 @@ class DecodeResult:
     nbest: list[tuple[list[str], float]] | None = None
     lattice: Any = None
     token_durations: list[int] | None = None
+    model_text: str | None = None
 
     @property
     def text(self) -> str:
+        """`model_text` where set, else the words joined by one space."""
+        if self.model_text is not None:
+            return self.model_text
         return " ".join(w.word for w in self.words)
 
 
 @dataclass
 class DecoderContext:
-    """What a decoder may know about the model: its units, blank and how units form words."""
+    """What a decoder may know about the model: its units, blank and how units form words;
+    ``text_of``: the tokens' text as the model's toolkit writes it (None: the words joined)."""
 
     units: list[str]
     blank_id: int
     frame_shift: float
     words_of: Callable[[list[int]], list[tuple[str, int, int]]]
+    text_of: Callable[[list[int]], str] | None = None
+
+
+def set_model_texts(results: Iterable[DecodeResult], text_of: Callable[[list[int]], str] | None) -> None:
+    """Give each result the text of its tokens (``text_of``, e.g. NeMo's detokenisation) as its
+    `model_text` where its words are that text split at whitespace, so that the text keeps the
+    model's spacing; a result whose words came otherwise (a graph's word outputs, joined segments)
+    keeps its words joined by one space."""
+    if text_of is None:
+        return
+    for result in results:
+        text = text_of(list(result.tokens))
+        if text.split() == [w.word for w in result.words]:
+            result.model_text = text
 
 
 class Decoder(Protocol):

@@ -466,7 +466,7 @@ def result_record(utt: Utterance, result: DecodeResult, extra: dict | None = Non
     if extra:
         rec.update(extra)
     rec["utt_id"] = utt.utt_id
-    rec["pred_text"] = " ".join(w.word for w in result.words)
+    rec["pred_text"] = result.text
     rec["words"] = [
         {"word": w.word, "start": _r(w.start), "end": _r(w.end)}
         | ({"conf": _r(w.confidence, 4)} if w.confidence is not None else {})
@@ -483,7 +483,8 @@ def result_record(utt: Utterance, result: DecodeResult, extra: dict | None = Non
 
 
 def text_line(rec: dict) -> str:
-    """Kaldi `text` line: `utt_id word word ...`."""
+    """Kaldi `text` line: `utt_id word word ...` (the words of ``pred_text``, one space apart:
+    whitespace-separated, as Kaldi reads it)."""
     words = " ".join(str(rec.get("pred_text") or "").split())
     return f"{rec['utt_id']} {words}\n" if words else f"{rec['utt_id']}\n"
 

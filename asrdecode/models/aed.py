@@ -618,6 +618,8 @@ class NemoAEDModel(NemoModelBase):
             last = final(last)
         return self.log_softmax(last)
 
+    tokens_to_text = None  # the multitask decoding's text is written as its words joined
+
     def tokens_to_words(self, tokens: list[int]) -> list[tuple[str, int, int]]:
         return self.tokenizer.words_of(tokens)
 

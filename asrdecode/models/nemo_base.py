@@ -176,6 +176,10 @@ class NemoModelBase(nn.Module):
         """Unit ids -> [(word, first token index, last token index)]."""
         return self.tokenizer.words_of(tokens)
 
+    def tokens_to_text(self, tokens: list[int]) -> str:
+        """Unit ids -> NeMo's text (`Tokenizer.decode`: its whitespace as it comes)."""
+        return self.tokenizer.decode(tokens)
+
     def _describe_common(self) -> dict:
         """Front end, encoder and vocabulary facts for ``asrdecode info``."""
         fe = self.preprocessor.featurizer

@@ -2,7 +2,8 @@
 
 Text is NeMo's: the detokenised units (sentencepiece's decode, or the labels joined) with one
 whitespace character removed before each punctuation mark of the vocabulary (`nemo_punctuation`),
-as NeMo's CTC and transducer decodings write it; words are that text split at whitespace.
+as NeMo's CTC and transducer decodings write it, whitespace as it comes (a space a character model
+emits at either end or twice in a row stays); words are that text split at whitespace.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 import sentencepiece as spm
 
 __all__ = [
-    "AggregateTokenizer", "Tokenizer", "WORD_START", "nemo_punctuation", "nemo_text_words", "units_words",
+    "AggregateTokenizer", "Tokenizer", "WORD_START", "nemo_punctuation", "nemo_text_words", "units_text",
+    "units_text_words", "units_words",
 ]  # fmt: skip
 
 WORD_START = "\u2581"  # sentencepiece's word-boundary marker '▁'
@@ -74,11 +76,13 @@ def nemo_text_words(
     return text, words
 
 
-def units_words(units: Sequence[str]) -> Callable[[list[int]], list[tuple[str, int, int]]]:
-    """Words of unit ids for a bare unit list (saved log-probs: no tokenizer model), by the rule of
-    `nemo_text_words` over the units' own text: BPE pieces with '▁' as a space (the text's first one
-    dropped) and ``<unk>`` as ' ⁇ ', as sentencepiece writes them; character labels with ' ', '|'
-    or ``<space>`` as the word separator."""
+def units_text_words(
+    units: Sequence[str],
+) -> Callable[[list[int]], tuple[str, list[tuple[str, int, int]]]]:
+    """NeMo's text and words of unit ids for a bare unit list (saved log-probs: no tokenizer
+    model), by the rule of `nemo_text_words` over the units' own text: BPE pieces with '▁' as a
+    space (dropped from each piece before the text's first character) and ``<unk>`` as ' ⁇ ', as
+    sentencepiece writes them; character labels with ' ', '|' or ``<space>`` as the word separator."""
     bpe = any(u.startswith(WORD_START) for u in units)
     if bpe:
         text = [" \u2047 " if u == "<unk>" else u.replace(WORD_START, " ") for u in units]
@@ -86,13 +90,28 @@ def units_words(units: Sequence[str]) -> Callable[[list[int]], list[tuple[str, i
         text = [" " if u in (" ", "|", "<space>") else u for u in units]
     pattern = _space_before(nemo_punctuation(units))
 
-    def words_of(tokens: list[int]) -> list[tuple[str, int, int]]:
+    def text_words(tokens: list[int]) -> tuple[str, list[tuple[str, int, int]]]:
         surfaces = [text[int(t)] for t in tokens]
-        if bpe and surfaces and surfaces[0].startswith(" ") and tokens and units[int(tokens[0])] != "<unk>":
-            surfaces[0] = surfaces[0][1:]
-        return nemo_text_words(surfaces, pattern, bpe)[1]
+        for i, t in enumerate(tokens if bpe else ()):
+            if surfaces[i] and units[int(t)] != "<unk>":
+                surfaces[i] = surfaces[i][1:] if surfaces[i].startswith(" ") else surfaces[i]
+            if surfaces[i]:
+                break
+        return nemo_text_words(surfaces, pattern, bpe)
 
-    return words_of
+    return text_words
+
+
+def units_words(units: Sequence[str]) -> Callable[[list[int]], list[tuple[str, int, int]]]:
+    """The words of `units_text_words`: [(word, first token, last token)]."""
+    text_words = units_text_words(units)
+    return lambda tokens: text_words(tokens)[1]
+
+
+def units_text(units: Sequence[str]) -> Callable[[list[int]], str]:
+    """The text of `units_text_words`, whitespace as NeMo writes it."""
+    text_words = units_text_words(units)
+    return lambda tokens: text_words(tokens)[0]
 
 
 class Tokenizer:

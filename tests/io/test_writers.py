@@ -354,3 +354,22 @@ def test_segments_jsonl_has_a_line_per_decoded_segment_with_its_times(tmp_path):
     assert [json.loads(x) for x in segment_lines(record)] == [
         {"utt_id": "u", "segment": 0, "start": 0.0, "end": 2.0, "pred_text": "a"}
     ]
+
+
+def test_the_models_text_is_pred_text_and_kaldi_text_has_its_words(tmp_path):
+    """A result with the model's text (NeMo's spaces at either end and doubled): pred_text keeps
+    it; the Kaldi text line (whitespace-separated words), CTM and segments.jsonl follow the words,
+    also when a resumed run rebuilds them."""
+    out = tmp_path / "out"
+    spaced = DecodeResult(words=[Word("go", 0.1, 0.2), Word("on.", 0.3, 0.5)], model_text=" go  on.  ")
+    with OutputWriter(out) as w:
+        w.write_results([U(1), U(2)], [spaced, R(2)])
+    assert [r["pred_text"] for r in rows(out)] == [" go  on.  ", "w2 end"]
+    assert [r["word"] for r in rows(out)[0]["words"]] == ["go", "on."]
+    assert lines(out / "text") == ["u1 go on.", "u2 w2 end"]
+    assert [x.split()[4] for x in lines(out / "hyp.ctm")][:2] == ["go", "on."]
+    assert json.loads(lines(out / "segments.jsonl")[0])["pred_text"] == "go on."
+    (out / "text").unlink()
+    with OutputWriter(out):
+        pass
+    assert lines(out / "text") == ["u1 go on.", "u2 w2 end"]
