@@ -147,7 +147,7 @@ def test_every_section_is_checked_when_the_config_is_built(override, message):
         ("ctc-beam", "decoder.beam_size=0", "decoder.beam_size must be >= 1"),
         ("transducer-beam", "decoder.strategy=x", "decoder.strategy must be one of"),
         ("transducer-greedy", "decoder.loop=x", "decoder.loop must be 'labels' or 'frames'"),
-        ("aed-beam", "decoder.nbest=9", "decoder.nbest=9: must be between 1 and beam_size"),
+        ("aed-beam", "decoder.nbest=9", "decoder.nbest must be between 1 and decoder.beam_size, got 9"),
     ],
 )
 def test_decoder_options_are_checked_before_any_graph_or_lm(decoder, override, message):

@@ -27,8 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word
-from asrdecode.errors import ConfigError
+from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word, check_values
 from asrdecode.models.base import ModelOutput
 
 #: NeMo's penalty for an ended beam hypothesis's other extensions (``NEG_INF``)
@@ -156,10 +155,12 @@ class AedBeamDecoder(DecoderBase):
     @staticmethod
     def check_options(config: AedBeamConfig) -> None:
         """One-line ConfigErrors for values the search cannot use."""
-        if config.beam_size < 1:
-            raise ConfigError(f"decoder.beam_size={config.beam_size}: must be at least 1")
-        if not 1 <= config.nbest <= config.beam_size:
-            raise ConfigError(f"decoder.nbest={config.nbest}: must be between 1 and beam_size")
+        size, nbest = config.beam_size, config.nbest
+        checks = [
+            ("beam_size", size, size >= 1, ">= 1"),
+            ("nbest", nbest, 1 <= nbest <= size, "between 1 and decoder.beam_size"),
+        ]
+        check_values(checks)
 
     def __init__(self, config: AedBeamConfig, context: DecoderContext):
         super().__init__(config, context)

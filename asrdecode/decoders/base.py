@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from asrdecode.errors import ConfigError
 from asrdecode.models.base import ModelOutput
 
 
@@ -107,6 +108,20 @@ class DecoderBase:
         self.check_options(config)
         self.config = config
         self.context = context
+
+
+def check_values(checks: Iterable[tuple[str, Any, bool, str]]) -> None:
+    """A decoder's option checks as (key, value, ok, what it must be) rows: a one-line ConfigError
+    ``decoder.<key> must be <what>, got <value>`` for the first row that is not ok."""
+    for key, value, ok, want in checks:
+        if not ok:
+            raise ConfigError(f"decoder.{key} must be {want}, got {value!r}")
+
+
+def check_fusion_weight(config: Any) -> None:
+    """A shallow-fusion weight (``ngram_lm_alpha``) needs the LM (``ngram_lm``)."""
+    if config.ngram_lm_alpha and not config.ngram_lm:
+        raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
 
 
 @dataclass

@@ -42,7 +42,7 @@ from typing import ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word
+from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word, check_values
 from asrdecode.decoders.beam_hyps import NO_LABEL, BatchedBeamHyps, LmFusionState, flat_slots
 from asrdecode.decoders.ctc_greedy import ctc_runs
 from asrdecode.decoders.lms import fusion_lm_of
@@ -78,9 +78,7 @@ def _check_options(config: CtcBeamConfig) -> None:
         ),
         ("ngram_lm_alpha", config.ngram_lm_alpha, math.isfinite(config.ngram_lm_alpha), "a finite number"),
     ]
-    for key, value, ok, want in checks:
-        if not ok:
-            raise ConfigError(f"decoder.{key} must be {want}, got {value!r}")
+    check_values(checks)
 
 
 def ctc_beam_search(

@@ -71,7 +71,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word
+from asrdecode.decoders.base import (
+    DecoderBase,
+    DecoderContext,
+    DecodeResult,
+    Word,
+    check_fusion_weight,
+    check_values,
+)
 from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.decoders.workspace import grow_tensors
 from asrdecode.errors import ConfigError
@@ -784,14 +791,14 @@ class TransducerGreedyDecoder(DecoderBase):
     @staticmethod
     def check_options(config: TransducerGreedyConfig) -> None:
         """One-line ConfigErrors for values the search cannot use."""
-        if config.max_symbols < 1:
-            raise ConfigError(f"decoder.max_symbols must be >= 1, got {config.max_symbols}")
-        if config.loop not in ("labels", "frames"):
-            raise ConfigError(f"decoder.loop must be 'labels' or 'frames', got {config.loop!r}")
-        if not math.isfinite(config.ngram_lm_alpha):
-            raise ConfigError(f"decoder.ngram_lm_alpha must be a finite number, got {config.ngram_lm_alpha}")
-        if config.ngram_lm_alpha and not config.ngram_lm:
-            raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
+        alpha = config.ngram_lm_alpha
+        checks = [
+            ("max_symbols", config.max_symbols, config.max_symbols >= 1, ">= 1"),
+            ("loop", config.loop, config.loop in ("labels", "frames"), "'labels' or 'frames'"),
+            ("ngram_lm_alpha", alpha, math.isfinite(alpha), "a finite number"),
+        ]
+        check_values(checks)
+        check_fusion_weight(config)
 
     def __init__(self, config: TransducerGreedyConfig, context: DecoderContext) -> None:
         super().__init__(config, context)

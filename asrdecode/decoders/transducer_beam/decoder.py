@@ -49,7 +49,13 @@ from typing import ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult
+from asrdecode.decoders.base import (
+    DecoderBase,
+    DecoderContext,
+    DecodeResult,
+    check_fusion_weight,
+    check_values,
+)
 from asrdecode.decoders.beam_hyps import BatchedBeamHyps
 from asrdecode.decoders.lms import fusion_lm_of
 from asrdecode.decoders.transducer_beam.aes import aes_search
@@ -117,11 +123,8 @@ def _check_options(config: TransducerBeamConfig) -> None:
             f"one of {', '.join(PRUNING_MODES)}",
         ),
     ]
-    for key, value, ok, want in checks:
-        if not ok:
-            raise ConfigError(f"decoder.{key} must be {want}, got {value!r}")
-    if config.ngram_lm_alpha and not config.ngram_lm:
-        raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
+    check_values(checks)
+    check_fusion_weight(config)
 
 
 class TransducerBeamDecoder(DecoderBase):
