@@ -18,11 +18,10 @@ Results go through the `wfst` decoder's path-to-words code (words, word times, t
 Lattices and n-best (``decoder.lattice``, ``nbest > 1``): paper 002's exact lattices, in the
 `wfst` lattice format. A lattice state is an utterance's (graph state, D state) pair, as in
 `wfst-otf`'s lattices: every group member is a node, and every arc the search crossed between
-groups (a *block arc*) stands for one arc per member of its source block whose arc cost is within
-the frame's cut, to the destination group's member with the D state that member reaches
-(`search._lattice_frame`; a member above the cut is a token a per-pair search would have pruned).
-So the raw lattice holds the arcs a token-per-pair decoder would keep between the same tokens, and
-the same lattice-beam pruning and determinization (`wfst.lattice`) make the word lattice.
+groups (a *block arc*) stands for one arc per member of its source block, to the destination
+group's member with the D state that member reaches (`search._lattice_frame`). So the raw lattice
+holds the arcs a token-per-pair decoder would keep between the same tokens, and the same
+lattice-beam pruning and determinization (`wfst.lattice`) make the word lattice.
 
 Backends: only ``compiled`` (numba, CPU: one utterance per worker thread, the GIL released) is
 implemented; ``auto`` uses it on every device (log-probs are copied to the host);

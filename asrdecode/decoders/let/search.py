@@ -942,7 +942,7 @@ def _swap(ws):
 
 # ------------------------------------------------------------------------------ lattices
 @numba.njit(nogil=True, cache=True)
-def _lattice_frame(arcs, frame, cut, lm, U, lattice_beam, prune_interval, ws, lat, ctr, stats):
+def _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ctr, stats):
     """The frame's lattice nodes and arcs in the composed search space (paper 002's exact lattices:
     the arcs a token-per-(B state, D state) decoder would keep between the same tokens), from its
     groups and block arcs, once the frame's closure is done: every member of every group is a node
@@ -950,15 +950,11 @@ def _lattice_frame(arcs, frame, cut, lm, U, lattice_beam, prune_interval, ws, la
     its source group's block (the previous frame's groups for emitting arcs, this frame's for
     epsilon arcs), to the member with that D state (or, over a word, the D state after the word,
     with D's weight) of the destination group, kept if that member exists (whatever its cost: a
-    member of a shared block may lie above the frame's cut, and its arc in must stay) and if the
-    arc's own cost (its source member's cost, the arc's weight, acoustic cost and D's weight) is
-    within the frame's `cut` (emitting arcs below it, epsilon arcs at most it, as the search
-    expands them): a source member above the cut is a token a per-pair search would have pruned,
-    and its arcs are not in that search's lattice either. Every
+    member of a shared block may lie above the frame's cut, and its arc in must stay). Every
     `prune_interval`-th frame the kept lattice is pruned (`lattice.prune_window`, Kaldi's
     PruneForwardLinks at `lattice_beam`). Returns the lattice tuple (arrays grown as needed)."""
     cur_state, cur_cost, cur_blk, _ = ws[GROUPS]
-    prv_state, prv_cost, prv_blk = ws[PREVIOUS]
+    prv_state, _, prv_blk = ws[PREVIOUS]
     ba_src, ba_dst, ba_arc, ba_ac, ba_lim = ws[BLOCK_ARCS]
     blk_start, blk_len, m_lm, m_off = ws[W_BLK_START], ws[W_BLK_LEN], ws[W_M_LM], ws[W_M_OFF]
     memo = ws[W_MEMO]
@@ -1005,15 +1001,11 @@ def _lattice_frame(arcs, frame, cut, lm, U, lattice_beam, prune_interval, ws, la
         i = ba_src[p]
         emitting = arc.column >= 0
         if emitting:
-            s, b, c0 = prv_state[i], prv_blk[i], prv_cost[i]
+            s, b = prv_state[i], prv_blk[i]
         else:
-            s, b, c0 = cur_state[i], cur_blk[i], cur_cost[i]
-        c0 = c0 + arc.weight + ba_ac[p]
+            s, b = cur_state[i], cur_blk[i]
         st = blk_start[b]
         for q in range(st, st + blk_len[b]):
-            c = c0 + m_off[q]
-            if c > cut or (emitting and c == cut):  # above the cut before D's weight
-                continue
             u = m_lm[q]
             lmc, nu = np.float32(0.0), u
             if arc.olabel > 0:
@@ -1022,9 +1014,6 @@ def _lattice_frame(arcs, frame, cut, lm, U, lattice_beam, prune_interval, ws, la
                 lmc, nu, hit = memo_get(memo, u, arc.olabel, vocab)
                 if not hit:
                     lmc, nu = memo_fill(lm, memo, u, arc.olabel, vocab)
-                c = c + lmc
-                if c > cut or (emitting and c == cut):
-                    continue
             dp = find_pair(pair_tab, ba_dst[p], nu, U)
             if dp < 0 or pair_frame[dp] != frame:
                 continue
@@ -1087,7 +1076,7 @@ def search_init(
         lattice, ws, ctr, stats,
     )  # fmt: skip
     if lattice:
-        lat = _lattice_frame(arcs, frame, _INF32, lm, U, lattice_beam, 0, ws, lat, ctr, stats)
+        lat = _lattice_frame(arcs, frame, lm, U, lattice_beam, 0, ws, lat, ctr, stats)
     return ws, lat
 
 
@@ -1150,7 +1139,7 @@ def search_advance(
             lattice, ws, ctr, stats,
         )  # fmt: skip
         if lattice:
-            lat = _lattice_frame(arcs, frame, cut, lm, U, lattice_beam, prune_interval, ws, lat, ctr, stats)
+            lat = _lattice_frame(arcs, frame, lm, U, lattice_beam, prune_interval, ws, lat, ctr, stats)
         if ctr[C_REC] + ctr[C_MREC] + ctr[C_MEM] > ctr[C_GC_AT]:
             _collect(ws, ctr)
             ctr[C_GC_AT] = max(ctr[C_GC_MIN], 4 * (ctr[C_REC] + ctr[C_MREC] + ctr[C_MEM]))
