@@ -349,5 +349,6 @@ def test_cli_with_ngram_lm(tmp_path):
     )
     assert bad.returncode != 0
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error")]
-    assert errors == ["error: decoder.ngram_lm: missing.arpa: file not found"] and "Traceback" not in bad.stderr
+    assert errors == ["error: decoder.ngram_lm: missing.arpa: file not found"]
+    assert "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()  # checked before the output folder is made
