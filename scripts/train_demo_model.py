@@ -445,9 +445,9 @@ def greedy_token_ids(
     label-looping greedy decoding (paper 003 Alg. 3)."""
     res = model(x, lens)
     if isinstance(model, NemoTransducerModel):
-        from asrdecode.decoders.transducer_greedy import greedy_label_looping
+        from asrdecode.decoders.transducer_greedy import greedy_decode
 
-        hyps, _ = greedy_label_looping(model, res.encoder_out, res.lengths)
+        hyps, _ = greedy_decode(model, res.encoder_out, res.lengths)
         return [hyps.transcript[row, : int(hyps.lengths[row])].tolist() for row in range(x.shape[0])]
     best = res.log_probs.argmax(-1)
     out = []

@@ -289,11 +289,11 @@ def nemo_child(request: Path) -> int:
 @torch.inference_mode()
 def bench_model(spec: str, waves, args) -> dict:
     """asrdecode's label and frame looping (and NeMo's, interleaved pass by pass, with ``--nemo``)."""
-    from asrdecode.decoders.transducer_greedy import greedy_frame_looping, greedy_label_looping
+    from asrdecode.decoders.transducer_greedy import greedy_decode
     from asrdecode.models.loading import resolve_model_path
     from asrdecode.models.nemo import load_nemo
 
-    loops = {"labels": greedy_label_looping, "frames": greedy_frame_looping}
+    loops = ("labels", "frames")
     path = resolve_model_path(spec)
     model = load_nemo(path).eval()
     audio_seconds = sum(len(w) for w in waves) / model.sample_rate
@@ -318,11 +318,13 @@ def bench_model(spec: str, waves, args) -> dict:
                     results["nemo", size, "encoder"] = reply
                     if keep:
                         times["nemo", size, "encoder"].append(reply["seconds"])
-                for name, fn in loops.items():
+                for name in loops:
                     total, toks, frs = 0.0, [], []
                     for _, _, out in items:
                         dt, (hyps, _) = timed(
-                            lambda o=out, f=fn: f(model, o.encoder_out, o.lengths, args.max_symbols)
+                            lambda o=out, loop=name: greedy_decode(
+                                model, o.encoder_out, o.lengths, args.max_symbols, loop=loop
+                            )
                         )
                         total += dt
                         lens = hyps.lengths.tolist()

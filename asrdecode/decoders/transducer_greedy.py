@@ -91,8 +91,7 @@ __all__ = [
     "TransducerGreedyConfig",
     "TransducerGreedyDecoder",
     "TransducerStreamState",
-    "greedy_frame_looping",
-    "greedy_label_looping",
+    "greedy_decode",
     "merge_windows",
     "token_words",
 ]
@@ -323,7 +322,9 @@ def _update_prediction(
     return pred_state, pred_proj
 
 
-def _prepare(net, encoder_out, lengths, state, enc_proj, lm=None):
+def _inputs(net, encoder_out, lengths, state, enc_proj, lm=None):
+    """The projected encoder output, the lengths (long, on its device) and the stream state of a
+    chunk (`greedy_decode`'s arguments)."""
     device = encoder_out.device
     if enc_proj is None:
         enc_proj = net.project_encoder(encoder_out)  # paper 003 section 3.4: once per batch
@@ -332,15 +333,7 @@ def _prepare(net, encoder_out, lengths, state, enc_proj, lm=None):
         state = initial_stream_state(net, enc_proj.shape[0], device, lm)
     elif lm is not None and state.lm_state is None:
         raise ValueError("LM fusion needs a stream state made with the LM (initial_stream_state)")
-    hyps = BatchedHyps(
-        enc_proj.shape[0],
-        max(enc_proj.shape[1], 1) + 1,
-        device,
-        enc_proj.dtype,
-        state.last_timestamp,
-        state.last_timestamp_lasts,
-    )
-    return enc_proj, lengths, state, hyps, _Step(net, device)
+    return enc_proj, lengths, state
 
 
 def _final_state(
@@ -623,32 +616,34 @@ class LabelLoopingRunner:
 
 
 @torch.inference_mode()
-def greedy_label_looping(
+def greedy_decode(
     net,
     encoder_out: torch.Tensor,
     lengths: torch.Tensor,
     max_symbols: int = 10,
     state: TransducerStreamState | None = None,
     enc_proj: torch.Tensor | None = None,
+    loop: str = "labels",
     runner: LabelLoopingRunner | None = None,
     lm=None,
     lm_alpha: float = 0.0,
 ) -> tuple[BatchedHyps, TransducerStreamState]:
-    """Label-looping greedy decoding (paper 003 Algorithm 3; TDT section 3.3), see
-    :class:`LabelLoopingRunner`.
+    """Batched greedy decoding of a chunk, ``loop="labels"``: label looping (paper 003 Algorithm 3;
+    TDT section 3.3, see :class:`LabelLoopingRunner`), ``"frames"``: frame looping (Algorithm 2),
+    the baseline.
 
     encoder_out [B, T, D] (or ``enc_proj`` [B, T, J] already projected), lengths [B]. Returns the
     hypotheses (timestamps are global frames: ``state.frame_offset`` + frame) and the state after the
-    chunk. ``runner``: a prebuilt (possibly CUDA-graph-captured) runner with at least B rows and T frames
-    (built with the same ``lm``). ``lm`` / ``lm_alpha``: greedy shallow fusion (:meth:`_Step.fuse`).
+    chunk. ``runner`` (label looping): a prebuilt (possibly CUDA-graph-captured) runner with at least
+    B rows and T frames (built with the same ``lm``). ``lm`` / ``lm_alpha``: greedy shallow fusion
+    (:meth:`_Step.fuse`).
     """
-    device = encoder_out.device
-    if enc_proj is None:
-        enc_proj = net.project_encoder(encoder_out)  # paper 003 section 3.4: once per batch
-    lengths = lengths.to(device=device, dtype=torch.long)
+    if loop not in ("labels", "frames"):
+        raise ValueError(f"loop must be 'labels' or 'frames', got {loop!r}")
+    enc_proj, lengths, state = _inputs(net, encoder_out, lengths, state, enc_proj, lm)
+    if loop == "frames":
+        return _frame_looping(net, enc_proj, lengths, state, max_symbols, lm, lm_alpha)
     B, T = enc_proj.shape[0], enc_proj.shape[1]
-    if state is None:
-        state = initial_stream_state(net, B, device, lm)
     if runner is None:
         runner = LabelLoopingRunner(
             net, B, T, max_symbols, enc_proj.device, enc_proj.dtype, lm=lm, lm_alpha=lm_alpha
@@ -658,26 +653,24 @@ def greedy_label_looping(
     return runner.results(B, lengths, state.frame_offset)
 
 
-@torch.inference_mode()
-def greedy_frame_looping(
+def _frame_looping(
     net,
-    encoder_out: torch.Tensor,
+    enc_proj: torch.Tensor,
     lengths: torch.Tensor,
-    max_symbols: int = 10,
-    state: TransducerStreamState | None = None,
-    enc_proj: torch.Tensor | None = None,
-    lm=None,
-    lm_alpha: float = 0.0,
+    state: TransducerStreamState,
+    max_symbols: int,
+    lm,
+    lm_alpha,
 ) -> tuple[BatchedHyps, TransducerStreamState]:
-    """Frame-looping batched greedy decoding (paper 003 Algorithm 2), the baseline.
-
-    The frame index is shared by the batch; the inner loop at each frame runs the joint and the
-    prediction network for the whole batch until no utterance emits a token (or ``max_symbols``).
-    TDT: each row takes part only in the frames it lands on (exact, per-row durations).
-    Same inputs/outputs as :func:`greedy_label_looping` (also the LM fusion).
-    """
-    enc_proj, lengths, state, hyps, step = _prepare(net, encoder_out, lengths, state, enc_proj, lm)
+    """Frame looping (paper 003 Algorithm 2): the frame index is shared by the batch; the inner loop
+    at each frame runs the joint and the prediction network for the whole batch until no utterance
+    emits a token (or ``max_symbols``). TDT: each row takes part only in the frames it lands on
+    (exact, per-row durations)."""
     B, T = enc_proj.shape[0], enc_proj.shape[1]
+    hyps = BatchedHyps(
+        B, max(T, 1) + 1, enc_proj.device, enc_proj.dtype, state.last_timestamp, state.last_timestamp_lasts
+    )
+    step = _Step(net, enc_proj.device)
     pred_state, pred_proj, offset = state.pred_state, state.pred_proj, state.frame_offset
     lm_state = state.lm_state
     last_label = state.last_label.clone()
@@ -814,16 +807,12 @@ class TransducerGreedyDecoder(DecoderBase):
         net = transducer_network(output, self.name)
         enc = output.encoder_out
         lm, alpha = self._lm_on(enc.device), self.config.ngram_lm_alpha
-        if self.config.loop == "frames":
-            hyps, new_state = greedy_frame_looping(
-                net, enc, output.lengths, self.config.max_symbols, state, lm=lm, lm_alpha=alpha
-            )
-            return net, hyps, new_state
-        runner = None
-        if self.config.cuda_graphs and enc.device.type == "cuda":
+        loop, runner = self.config.loop, None
+        if loop == "labels" and self.config.cuda_graphs and enc.device.type == "cuda":
             runner = self._graph_runner(net, enc.shape[0], enc.shape[1], enc.device, enc.dtype)
-        hyps, new_state = greedy_label_looping(
-            net, enc, output.lengths, self.config.max_symbols, state, runner=runner, lm=lm, lm_alpha=alpha
+        max_symbols = self.config.max_symbols
+        hyps, new_state = greedy_decode(
+            net, enc, output.lengths, max_symbols, state, loop=loop, runner=runner, lm=lm, lm_alpha=alpha
         )
         return net, hyps, new_state
 

@@ -20,8 +20,7 @@ from torch.utils._pytree import tree_leaves
 from asrdecode.decoders.transducer_greedy import (
     BatchedHyps,
     LabelLoopingRunner,
-    greedy_frame_looping,
-    greedy_label_looping,
+    greedy_decode,
     initial_stream_state,
 )
 from asrdecode.errors import ConfigError
@@ -265,8 +264,8 @@ def test_random_networks_match_plain_algorithm(durations, max_symbols, seed):
     assert sum(len(e[0]) for e in expected) > 5  # the random net emits something
     if max_symbols <= 2 and not durations:  # the max_symbols limit is exercised
         assert any(e[1].count(t) == max_symbols for e in expected for t in e[1])
-    for fn in (greedy_label_looping, greedy_frame_looping):
-        hyps, state = fn(net, enc, lengths, max_symbols)
+    for loop in ("labels", "frames"):
+        hyps, state = greedy_decode(net, enc, lengths, max_symbols, loop=loop)
         assert isinstance(hyps, BatchedHyps)
         for b in range(B):
             n = int(hyps.lengths[b])
@@ -276,7 +275,7 @@ def test_random_networks_match_plain_algorithm(durations, max_symbols, seed):
                 hyps.durations[b, :n].tolist(),
             )
             exp = expected[b]
-            assert got[0] == exp[0] and got[1] == exp[1], (fn.__name__, b)
+            assert got[0] == exp[0] and got[1] == exp[1], (loop, b)
             if durations:
                 assert got[2] == exp[2]
         assert state.frame_offset.tolist() == lengths.tolist()
@@ -322,7 +321,7 @@ def test_static_runner_padding_and_reuse(fixture):
     runner = LabelLoopingRunner(model, 8, 64, 10, torch.device("cpu"), torch.float32, static=True)
     for rows in ([0, 1, 2, 3, 4, 5], [5, 2], [3]):
         out = nemo_output(model, ref, rows)
-        hyps, state = greedy_label_looping(model, out.encoder_out, out.lengths, 10, runner=runner)
+        hyps, state = greedy_decode(model, out.encoder_out, out.lengths, 10, runner=runner)
         assert hyps.batch == len(rows) and runner.hyps.capacity == 64 * 10 + 1
         for i, b in enumerate(rows):
             exp = reference(ref, b)
@@ -461,9 +460,9 @@ def test_static_runner_equals_plain_paths(name):
     for rows in ([0, 1, 2, 3, 4, 5], [4, 1], [2]):
         out = nemo_output(model, ref, rows)
         results = [
-            greedy_label_looping(model, out.encoder_out, out.lengths, 10, runner=runner)[0],
-            greedy_label_looping(model, out.encoder_out, out.lengths, 10)[0],
-            greedy_frame_looping(model, out.encoder_out, out.lengths, 10)[0],
+            greedy_decode(model, out.encoder_out, out.lengths, 10, runner=runner)[0],
+            greedy_decode(model, out.encoder_out, out.lengths, 10)[0],
+            greedy_decode(model, out.encoder_out, out.lengths, 10, loop="frames")[0],
         ]
         for i, b in enumerate(rows):
             got = []

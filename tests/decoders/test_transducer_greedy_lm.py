@@ -22,8 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from asrdecode.decoders.transducer_greedy import (
     LabelLoopingRunner,
     TransducerGreedyDecoder,
-    greedy_frame_looping,
-    greedy_label_looping,
+    greedy_decode,
     initial_stream_state,
 )
 from asrdecode.errors import ConfigError, GraphError
@@ -260,12 +259,11 @@ def test_runner_with_lm_never_syncs_and_static_equals_eager(fixture, token_lm):
         assert runner.hyps.transcript[b, :n].tolist() == reference(ref, b)["tokens"]
     for rows in ([4, 1], [2]):
         part = nemo_output(model, ref, rows)
+        enc, lengths = part.encoder_out, part.lengths
         results = [
-            greedy_label_looping(
-                model, part.encoder_out, part.lengths, runner=runner, lm=token_lm, lm_alpha=ALPHA
-            )[0],
-            greedy_label_looping(model, part.encoder_out, part.lengths, lm=token_lm, lm_alpha=ALPHA)[0],
-            greedy_frame_looping(model, part.encoder_out, part.lengths, lm=token_lm, lm_alpha=ALPHA)[0],
+            greedy_decode(model, enc, lengths, runner=runner, lm=token_lm, lm_alpha=ALPHA)[0],
+            greedy_decode(model, enc, lengths, lm=token_lm, lm_alpha=ALPHA)[0],
+            greedy_decode(model, enc, lengths, loop="frames", lm=token_lm, lm_alpha=ALPHA)[0],
         ]
         for i, b in enumerate(rows):
             got = [h.transcript[i, : int(h.lengths[i])].tolist() for h in results]

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from asrdecode.decoders.transducer_greedy import greedy_frame_looping, greedy_label_looping
+from asrdecode.decoders.transducer_greedy import greedy_decode
 from asrdecode.models.loading import load_model, resolve_model_path
 from asrdecode.models.transducer import NemoTransducerModel
 
@@ -56,8 +56,8 @@ def test_demo_transducer_label_looping_equals_frame_looping(model) -> None:
     x, lengths = _clips([("synthetic", 0), ("synthetic", 1), ("real", 0), ("synthetic", 2)])
     with torch.inference_mode():
         out = model(x, lengths)
-        labels, _ = greedy_label_looping(model, out.encoder_out, out.lengths)
-        frames, _ = greedy_frame_looping(model, out.encoder_out, out.lengths)
+        labels, _ = greedy_decode(model, out.encoder_out, out.lengths)
+        frames, _ = greedy_decode(model, out.encoder_out, out.lengths, loop="frames")
     assert labels.lengths.tolist() == frames.lengths.tolist()
     assert int(labels.lengths.min()) > 0  # the trained model does emit tokens on every clip
     for b in range(x.shape[0]):
