@@ -35,8 +35,9 @@ capacities, never by the data:
    their length) keep their tokens unchanged.
 
 Capacities (tokens per utterance, hash slots, arc slots, epsilon candidates per pass, records per
-window) are preallocated. A kernel that would pass one writes nothing out of bounds and records
-what it needed in a device array (`NEED_*`); nothing is read on the host inside a window of
+window) are preallocated. A kernel that would pass one writes nothing out of bounds, records what
+it needed in a device array (`NEED_*`) and raises its overflow flag, after which the window's
+kernels do no work; nothing is read on the host inside a window of
 ``sync_frames`` frames (default 64), so a window is one capturable CUDA graph
 (``decoder.cuda_graphs``). At the window's end one blocking read returns the needs, the record
 count and (last window) each utterance's best final token; the window's records travel to host
