@@ -124,6 +124,21 @@ def check_fusion_weight(config: Any) -> None:
         raise ConfigError("decoder.ngram_lm_alpha is set but decoder.ngram_lm (an ARPA file) is not")
 
 
+def nbest_words(
+    ranked: Iterable[tuple[list[int], float]], words_of: Callable[[list[int]], list[tuple[str, int, int]]]
+) -> list[tuple[list[str], float]]:
+    """A beam search's n-best list from its (tokens, score) hypotheses in rank order: each distinct
+    token sequence once (its best), as its words (`DecoderContext.words_of`); empty slots (score
+    -inf) left out."""
+    out, seen = [], set()
+    for tokens, score in ranked:
+        if score == float("-inf") or tuple(tokens) in seen:
+            continue
+        seen.add(tuple(tokens))
+        out.append(([w for w, _, _ in words_of(tokens)], score))
+    return out
+
+
 @dataclass
 class PendingDecode:
     """A batch being decoded (`start_decode`): ``result()`` waits for its results, ``cancel()``

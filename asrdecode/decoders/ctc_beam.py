@@ -42,7 +42,7 @@ from typing import ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word, check_values
+from asrdecode.decoders.base import DecoderBase, DecoderContext, DecodeResult, Word, check_values, nbest_words
 from asrdecode.decoders.beam_hyps import NO_LABEL, BatchedBeamHyps, LmFusionState, flat_slots
 from asrdecode.decoders.ctc_greedy import ctc_runs
 from asrdecode.decoders.lms import fusion_lm_of
@@ -218,12 +218,7 @@ class CtcBeamDecoder(DecoderBase):
             ]
             nbest = None
             if not cfg.return_best_hypothesis:
-                nbest, seen = [], set()
-                for toks, _, s in ranked:
-                    if s == float("-inf") or tuple(toks) in seen:
-                        continue
-                    seen.add(tuple(toks))
-                    nbest.append(([w for w, _, _ in self.context.words_of(toks)], s))
+                nbest = nbest_words(((toks, s) for toks, _, s in ranked), self.context.words_of)
             lm_score = lm_scores[b][0] if lm_scores is not None else None
             acoustic = score - cfg.beam_beta * len(tokens)
             if lm_score is not None:

@@ -55,6 +55,7 @@ from asrdecode.decoders.base import (
     DecodeResult,
     check_fusion_weight,
     check_values,
+    nbest_words,
 )
 from asrdecode.decoders.beam_hyps import BatchedBeamHyps
 from asrdecode.decoders.lms import fusion_lm_of
@@ -213,12 +214,7 @@ class TransducerBeamDecoder(DecoderBase):
             )
             nbest = None
             if not self.config.return_best_hypothesis:
-                nbest, seen = [], set()
-                for toks, _, _, s in ranked:
-                    if s == float("-inf") or tuple(toks) in seen:
-                        continue
-                    seen.add(tuple(toks))
-                    nbest.append(([w for w, _, _ in self.context.words_of(toks)], s))
+                nbest = nbest_words(((toks, s) for toks, _, _, s in ranked), self.context.words_of)
             lm_score = lm_scores[b][0] if lm_scores is not None else None
             results.append(
                 DecodeResult(
