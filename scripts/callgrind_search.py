@@ -1,10 +1,16 @@
 """Instruction counts of the on-the-fly searches per expanded arc, under valgrind's callgrind
 (repeatable on a shared machine where wall times are not).
 
+    export NUMBA_CPU_NAME=generic   # the same compiled code natively and under valgrind
+    .venv/bin/python scripts/callgrind_search.py run --decoder let --utterances 1 --out /tmp/warm.json
     valgrind --tool=callgrind --instr-atstart=no --dump-instr=yes \\
         --callgrind-out-file=out/prof/let.cg .venv/bin/python scripts/callgrind_search.py run \\
         --decoder let --capacity 16 --utterances 8 --beam 10 --lattice --out out/prof/let.json
-    .venv/bin/python scripts/callgrind_search.py report out/prof/let.cg out/prof/let.json
+    .venv/bin/python scripts/callgrind_search.py report out/prof/let.cg.1 out/prof/let.json
+
+Valgrind's CPU lacks this machine's AVX-512, so numba's disk cache (keyed by the CPU) would miss
+under valgrind and every kernel compile there, for many minutes: ``NUMBA_CPU_NAME=generic`` (plain
+x86-64 code) in both runs, the first one native, makes the cache hit. The counts are of that code.
 
 ``run`` sets up the 20k-word case of `asrdecode bench let` (its graphs, LM and spelled log-probs;
 the first ``--utterances`` of its sentences), builds the decoder (``let`` at ``--capacity``,
@@ -143,6 +149,11 @@ def read_callgrind(path: Path) -> tuple[list[str], dict[str, list[int]], dict[in
                 fn = names[m.group(1)]
             else:
                 fn = line[3:]
+            continue
+        if line.startswith("cfn="):  # a called function's name: the same name table as fn=
+            m = re.match(r"cfn=\((\d+)\) (.*)", line)
+            if m:
+                names[m.group(1)] = m.group(2)
             continue
         if line.startswith("calls="):
             skip = True
