@@ -100,6 +100,21 @@ def _pack(c, arc):
     return (_key32(c).to(tl.int64) << 32) | arc.to(tl.int64)
 
 
+def _first_above(ends_ptr, n, j, valid, STEPS: tl.constexpr):
+    """Per lane, the first i < n with ``ends[i] > j`` (binary search over an inclusive prefix sum:
+    the token, or frontier lane, whose arcs hold arc slot j)."""
+    lo = j * 0
+    hi = j * 0 + n
+    for _ in tl.static_range(STEPS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        e = tl.load(ends_ptr + mid, mask=valid & active, other=0)
+        right = e <= j
+        lo = tl.where(active & right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    return lo
+
+
 def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.constexpr):
     """Open addressing with linear probing in the table at offset `table` (H slots, a power of
     two) of `hkey_ptr`; `trash` is a slot no lookup reads. Returns (slot, claimed, found): lanes
@@ -224,15 +239,7 @@ def _emit_kernel(
     valid = j < total
     cnt = tl.load(count_ptr + P * B + b).to(tl.int64)
     cur = (P * B + b) * NU
-    lo = tl.zeros([BLOCK], tl.int64)
-    hi = tl.zeros([BLOCK], tl.int64) + cnt
-    for _ in tl.static_range(STEPS):  # first token whose inclusive prefix end exceeds j
-        active = lo < hi
-        mid = (lo + hi) // 2
-        e = tl.load(ends_ptr + b * NU + mid, mask=valid & active, other=0)
-        right = e <= j
-        lo = tl.where(active & right, mid + 1, lo)
-        hi = tl.where(active & ~right, mid, hi)
+    lo = _first_above(ends_ptr + b * NU, cnt, j, valid, STEPS)
     src = tl.maximum(tl.minimum(lo, cnt - 1), 0)
     s = tl.load(state_ptr + cur + src, mask=valid, other=0)
     e = tl.load(ends_ptr + b * NU + src, mask=valid, other=0)
@@ -344,16 +351,7 @@ def _epsilon_kernel(
             while a < tot:
                 jj = a + offs
                 v = jj < tot
-                lo = tl.zeros([BLOCK], tl.int32)
-                hi = tl.zeros([BLOCK], tl.int32) + CH
-                for _ in tl.static_range(STEPS):
-                    act = lo < hi
-                    mid = (lo + hi) // 2
-                    e = tl.load(ecum_ptr + b * CH + mid, mask=v & act, other=0)
-                    right = e <= jj
-                    lo = tl.where(act & right, mid + 1, lo)
-                    hi = tl.where(act & ~right, mid, hi)
-                lane = tl.minimum(lo, CH - 1)
+                lane = tl.minimum(_first_above(ecum_ptr + b * CH, CH, jj, v, STEPS), CH - 1)
                 src = tl.load(front_ptr + cur + i + lane, mask=v, other=0)
                 sl = tl.load(state_ptr + nb + src, mask=v, other=0)
                 el = tl.load(ecum_ptr + b * CH + lane, mask=v, other=0)
@@ -470,7 +468,7 @@ def _finalize_kernel(
 
 
 # ---------------------------------------------------------------------------------- host side
-_HELPERS = ("_key32", "_unkey32", "_pack", "_hash_insert")
+_HELPERS = ("_key32", "_unkey32", "_pack", "_first_above", "_hash_insert")
 KERNELS = (
     "_prep_kernel",
     "_emit_kernel",
