@@ -6,8 +6,8 @@
     .venv/bin/asrdecode bench real-speech --on-the-fly wfst-otf,let   # + the default setup
     .venv/bin/asrdecode bench real-speech --on-the-fly wfst-otf --no-static   # no static graph build
 
-Sets (each printed with how it was used): `data/demo/real` (pocketsphinx 5.1.1's test clips; earlier
-sessions chose the graph's pruning on it), `data/real/dev` (the tuning set of the decoding defaults)
+Sets (each printed with how it was used): `data/demo/real` (pocketsphinx 5.1.1's test clips; a tuning
+set: the graph's pruning was chosen on it), `data/real/dev` (the tuning set of the decoding defaults)
 `data/real/phone-dev` (60 telephone prompts, 8 kHz; tuning) and `data/real/test` and
 `data/real/phone-test` (59 more prompts; both held out: no choice was ever made by looking at
 them); see data/README.md.

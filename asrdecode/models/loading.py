@@ -226,7 +226,8 @@ def check_model_settings(
         raise ModelError(f"model.head={head}: only NeMo models have heads to choose (model.type={kind})")
     if any(v not in (None, "") for v in (prompt or {}).values()):
         raise ModelError(
-            f"model.source_lang / target_lang / pnc / timestamps: only NeMo AED models (model.type={kind})"
+            "model.source_lang / target_lang / pnc / timestamps: only NeMo AED (Canary) models take a "
+            f"prompt; this model is model.type={kind}"
         )
     if kind == "sphinx" and density_floor < 0 and density_floor != -1.0:
         raise ModelError(f"model.density_floor={density_floor}: use -1 (pocketsphinx's), 0 (none) or nats")
