@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -265,6 +266,12 @@ def segment_events(log: Path) -> int:
     return len([e for e in lines_of(log) if e["event"] == "progress"]) - 2
 
 
+def decode_uninterrupted(tmp_path: Path, manifest: Path) -> None:
+    """The reference run: the long input decoded in one go into tmp_path/whole (log whole.log)."""
+    whole = run_cli([*segment_args(manifest, tmp_path / "whole"), "--log-file", str(tmp_path / "whole.log")])
+    assert whole.returncode == 0, whole.stderr
+
+
 def test_a_long_input_killed_midway_continues_from_its_next_segment(tmp_path):
     """One 20 s input decoded in 3 s segments, one a batch, killed as its fourth batch starts
     (two segments' results written: each batch's results are kept once the next one has
@@ -272,11 +279,8 @@ def test_a_long_input_killed_midway_continues_from_its_next_segment(tmp_path):
     writes the transcript of an uninterrupted run; the kept segments' file is gone after it."""
     manifest = long_input(tmp_path, 1)
 
-    def args(out: Path) -> list[str]:
-        return segment_args(manifest, out)
-
-    whole = run_cli([*args(tmp_path / "whole"), "--log-file", str(tmp_path / "whole.log")])
-    assert whole.returncode == 0, whole.stderr
+    args = partial(segment_args, manifest)
+    decode_uninterrupted(tmp_path, manifest)
     out = tmp_path / "out"
     killed = subprocess.run(
         [sys.executable, "-c", FAULTS, "mid-batch", "4", *args(out)], capture_output=True, text=True, env=ENV
@@ -313,11 +317,8 @@ def test_a_long_input_stopped_from_outside_continues_from_its_next_segment(tmp_p
     writes the transcripts and segments.jsonl of an uninterrupted run."""
     manifest = long_input(tmp_path, 6)
 
-    def args(out: Path) -> list[str]:
-        return segment_args(manifest, out)
-
-    whole = run_cli([*args(tmp_path / "whole"), "--log-file", str(tmp_path / "whole.log")])
-    assert whole.returncode == 0, whole.stderr
+    args = partial(segment_args, manifest)
+    decode_uninterrupted(tmp_path, manifest)
     out = tmp_path / "out"
     segments = out / "segments" / "long.jsonl"
     run = subprocess.Popen(

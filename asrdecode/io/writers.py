@@ -231,7 +231,7 @@ class OutputWriter:
             if folder is not None and not any(folder.iterdir()):
                 folder.rmdir()
         except OSError:
-            pass  # left as it is
+            pass  # best effort: what cannot be removed stays; the run's own error is what it reports
 
     def __enter__(self) -> OutputWriter:
         return self
