@@ -570,21 +570,26 @@ class LatticeArcs:
                 self.on_sync(len(cols))
             pending.clear()
             keep = cols[0]
-            utt, rest = cols[1][keep], [c[keep] for c in cols[2:]]
-            order = np.argsort(utt, kind="stable")  # keeps the frame order within an utterance
-            utt, rest = utt[order], [c[order] for c in rest]
-            bounds = np.flatnonzero(np.diff(utt)) + 1
-            for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(utt)], strict=True):
-                if hi <= lo:
-                    continue
-                u = int(utt[lo])
-                key = int(self.keys[u]) if self.keys is not None else u
-                store = self.stores.setdefault(key, LatticeStore())
-                part = [c[lo:hi] for c in rest]
-                if nodes:
-                    store.add_nodes(part)
-                else:
-                    store.add_arcs(part)
+            self.add_host(cols[1][keep], [c[keep] for c in cols[2:]], nodes)
+
+    def add_host(self, utt: np.ndarray, rest: list[np.ndarray], nodes: bool) -> None:
+        """Host arcs (frame, src, dst, arc, acoustic cost) or nodes (frame, state, cost) of the
+        utterance positions `utt`, in frame order within each utterance, into their stores (the
+        fused search's window copies come this way)."""
+        order = np.argsort(utt, kind="stable")  # keeps the frame order within an utterance
+        utt, rest = utt[order], [c[order] for c in rest]
+        bounds = np.flatnonzero(np.diff(utt)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(utt)], strict=True):
+            if hi <= lo:
+                continue
+            u = int(utt[lo])
+            key = int(self.keys[u]) if self.keys is not None else u
+            store = self.stores.setdefault(key, LatticeStore())
+            part = [c[lo:hi] for c in rest]
+            if nodes:
+                store.add_nodes(part)
+            else:
+                store.add_arcs(part)
 
     def prune(self) -> None:
         """Window-prune every store (after a flush, at a frame boundary)."""
