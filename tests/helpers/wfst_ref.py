@@ -4,6 +4,8 @@
 * `viterbi_reference`: exhaustive Viterbi in plain Python: dynamic programming over (frame, state)
   with a Bellman-Ford epsilon closure, keeping the output labels of the best path.
 * `kaldi_best_path`: kaldi-decoder's FasterDecoder (Kaldi's CPU decoder) on a kaldifst graph.
+* `kaldi_raw_lattice`: kaldi-decoder's LatticeSimpleDecoder's raw lattice; `assert_kaldi_lattice`
+  compares a decoder's lattice with it.
 * `write_arpa`: a small bigram ARPA writer for building TLGs from word lists.
 """
 
@@ -245,6 +247,25 @@ def kaldi_raw_lattice(
             break
     out = [(times[s], il, ol, g, a) for s, d, il, ol, g, a in arcs]
     return out + [(times[s], -1, -1, g, a) for s, g, a in finals]
+
+
+def assert_kaldi_lattice(lattice, ref: list[tuple] | None) -> None:
+    """A decoder's lattice (`DecodeResult.lattice`) against `kaldi_raw_lattice`'s `ref`: the same
+    arcs (time, ilabel, olabel, graph, acoustic) and final weights; both None when nothing
+    survived to the last frame."""
+    if ref is None:
+        assert lattice is None
+        return
+    lat = lattice.state_lattice
+    got = [
+        (int(lat.node_frame[s]) + 1, int(il), int(ol), float(gc), float(ac))
+        for s, il, ol, gc, ac in zip(lat.src, lat.ilabel, lat.olabel, lat.graph, lat.acoustic, strict=True)
+    ]
+    got += [(int(lat.node_frame[s]) + 1, -1, -1, w, 0.0) for s, w in lat.final.items()]
+    assert len(got) == len(ref)
+    for a, b in zip(sorted(got), sorted(ref), strict=True):
+        assert a[:3] == b[:3]
+        assert a[3:] == pytest.approx(b[3:], abs=1e-3)
 
 
 def to_kaldifst(fst: dict):
