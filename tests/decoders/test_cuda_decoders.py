@@ -67,14 +67,19 @@ def test_wfst(nemo_graphs, kernel, cuda_graphs, lattice):
 
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 @pytest.mark.parametrize("topology", ["compact", "normal"])
-def test_wfst_fused_windows_and_overflow(nemo_graphs, cuda_graphs, topology, monkeypatch):
-    """`kernel: fused` in windows of 8 frames from capacities far too small (every buffer
-    overflows, is grown and its window rerun), max_active binding: the CPU's per-frame search."""
+@pytest.mark.parametrize("lattice", [False, True])
+def test_wfst_fused_windows_and_overflow(nemo_graphs, cuda_graphs, topology, lattice, monkeypatch):
+    """`kernel: fused` in windows of 8 frames from capacities far too small (every buffer, the
+    lattice-arc arena too, overflows, is grown and its window rerun), max_active binding: the CPU's
+    per-frame search."""
     from asrdecode.decoders.wfst.fused import FusedSearch
 
-    monkeypatch.setattr(FusedSearch, "START_CAPACITY", {"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4})
+    small = {"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4, "lat": 4}
+    monkeypatch.setattr(FusedSearch, "START_CAPACITY", small)
     section = {"type": "wfst", "graph": str(nemo_graphs[topology]), "backend": "torch"}
     section |= {"beam": 10.0, "max_active": 50, "min_active": 20}
+    if lattice:
+        section |= {"lattice": True, "lattice_beam": 4.0, "nbest": 4}
     both(section, ctc_output(), None, kernel="fused", sync_frames=8, cuda_graphs=cuda_graphs)
 
 

@@ -74,7 +74,7 @@ for lp, res in zip(lps, decode(fst, lps, kernel="fused", beam=1e9, max_active=10
 
 # 3. capacities far too small: every window overflows, is grown and rerun; the same results
 start = dict(FusedSearch.START_CAPACITY)
-FusedSearch.START_CAPACITY = {{"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4}}
+FusedSearch.START_CAPACITY = {{"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4, "lat": 2}}
 rng = np.random.default_rng(1)
 fst = random_wfst(rng, 8, V, 5)
 lps = [log_probs(rng, 7), log_probs(rng, 3)]
@@ -108,6 +108,132 @@ def test_fused_search_under_the_interpreter(toy_graph_dirs, nemo_graphs):
     )
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().endswith("ok")
+
+
+LATTICE_CHECK = """
+import sys
+import numpy as np
+sys.path.insert(0, {here!r})
+from helpers.wfst_graphs import V, device_graph, log_probs, run
+from helpers.wfst_ref import assert_kaldi_lattice, kaldi_raw_lattice, random_wfst, to_kaldifst
+from asrdecode.decoders.dispatch_count import DispatchCounter
+from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
+from asrdecode.decoders.wfst.core import LatticeArcs
+from asrdecode.decoders.wfst.fused import FusedSearch
+from asrdecode.decoders.wfst.lattice import ARC_FIELDS, NODE_FIELDS
+
+WORDS = {{i: f"w{{i}}" for i in range(1, 10)}}
+WIDE = {{"beam": 1e9, "max_active": 10**9, "min_active": 0}}
+TAKEN = []
+take = LatticeArcs.take
+
+
+def taking(self, key):  # the search arcs and nodes each utterance's lattice is built from
+    data = take(self, key)
+    TAKEN.append(data)
+    return data
+
+
+LatticeArcs.take = taking
+
+
+def decode(fst, lps, **options):
+    TAKEN.clear()
+    cfg = WfstConfig(**{{"backend": "torch", "lattice": True, **options}})
+    dec = WfstDecoder(cfg, graph=device_graph(fst), words=WORDS)
+    return dec, run(dec, lps), [rows(d) for d in TAKEN]
+
+
+def rows(data):
+    arcs, nodes = data
+    if nodes is None:
+        return [], []
+    return (
+        sorted(zip(*(arcs[f].tolist() for f in ARC_FIELDS))),
+        sorted(zip(*(nodes[f].tolist() for f in NODE_FIELDS))),
+    )
+
+
+def same(a, b, what):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert [w.word for w in x.words] == [w.word for w in y.words], (what, i, x.words, y.words)
+        assert abs(x.score - y.score) < 1e-4, (what, i, x.score, y.score)
+        assert (x.lattice is None) == (y.lattice is None), (what, i)
+        if x.lattice is None:
+            continue
+        p, q = x.lattice.state_lattice, y.lattice.state_lattice
+        assert p.num_nodes == q.num_nodes and sorted(p.final) == sorted(q.final), (what, i)
+        for f in ("src", "dst", "arc", "node_frame", "node_state"):
+            assert np.array_equal(getattr(p, f), getattr(q, f)), (what, i, f)
+        for f in ("graph", "acoustic", "alpha", "beta"):
+            assert np.allclose(getattr(p, f), getattr(q, f), atol=1e-4), (what, i, f)
+        assert np.allclose([p.final[k] for k in sorted(p.final)], [q.final[k] for k in sorted(q.final)])
+        for (w1, c1), (w2, c2) in zip(x.lattice.nbest(4), y.lattice.nbest(4), strict=True):
+            assert w1 == w2 and abs(c1 - c2) < 1e-4, (what, i)
+
+
+# 1. random graphs with epsilon cycles, a batch of unequal lengths (one empty), pruning that binds
+#    and none, windows of 2 frames, window pruning never or every 2 frames (where the per-frame
+#    search prunes too): the lattice stores receive the per-frame torch search's arcs and nodes
+#    (as multisets: duplicates of re-expanded epsilon arcs included), and the lattices, n-best and
+#    1-best are the same; no launch is added (6 per frame + 2 for the start, one host read per
+#    window)
+FusedSearch.INTERPRETED = 16
+cases = []
+for seed in range(3):
+    rng = np.random.default_rng(seed)
+    fst = random_wfst(rng, 8 if seed < 2 else 24, V, 5)
+    lps = [log_probs(rng, 5), log_probs(rng, 3), log_probs(rng, 0)]
+    prune = dict(beam=6.0, max_active=4, min_active=2) if seed != 1 else dict(WIDE)
+    prune.update(lattice_beam=3.0, prune_interval=2 * (seed > 0), nbest=4)
+    cases.append((fst, lps, prune))
+    dec, got, data = decode(fst, lps, kernel="fused", sync_frames=2, **prune)
+    stats = dec.last_info["stats"]
+    assert stats["kernel"] == "fused" and stats["windows"] == 3, stats
+    assert stats["launches"] == 6 * 5 + 2 and stats["lattice_arcs"] > 0, stats
+    _, ref, ref_data = decode(fst, lps, kernel="torch", **prune)
+    assert data == ref_data, seed
+    same(got, ref, ("torch", seed))
+    if seed == 0:  # the same decoder again (set up now): one host synchronisation per window
+        with DispatchCounter() as c:
+            again = run(dec, lps)
+        assert c.syncs == 3, c.sync_ops
+        same(again, ref, "again")
+
+# 2. the lattice-arc arena far too small: windows overflow, are rerun larger, the same lattices
+start = dict(FusedSearch.START_CAPACITY)
+FusedSearch.START_CAPACITY = {{**start, "lat": 2}}
+fst, lps, prune = cases[0]
+dec, got, data = decode(fst, lps, kernel="fused", sync_frames=2, **prune)
+assert dec.last_info["stats"]["redone_windows"] > 0
+_, ref, ref_data = decode(fst, lps, kernel="torch", **prune)
+assert data == ref_data
+same(got, ref, "overflow")
+FusedSearch.START_CAPACITY = start
+FusedSearch.INTERPRETED = 1024
+
+# 3. Kaldi's exact lattice (kaldi-decoder's LatticeSimpleDecoder) on random graphs with epsilon
+#    cycles, as test_wfst_lattice.py checks the per-frame search
+for seed in range(4):
+    rng = np.random.default_rng(800 + seed)
+    fst = random_wfst(rng, int(rng.integers(3, 8)), V, 5)
+    lp = log_probs(rng, int(rng.integers(2, 7)))
+    ref = kaldi_raw_lattice(to_kaldifst(fst), lp, lattice_beam=4.0)
+    _, (res,), _ = decode(fst, [lp], kernel="fused", lattice_beam=4.0, **WIDE)
+    assert_kaldi_lattice(res.lattice, ref)
+print("ok")
+"""
+
+
+def test_fused_lattices_under_the_interpreter():
+    """Every check of LATTICE_CHECK in a fresh interpreter with TRITON_INTERPRET=1."""
+    here = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", LATTICE_CHECK.format(here=here)], env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip().endswith("ok")
 

@@ -183,13 +183,14 @@ class WfstConfig(GraphSearchConfig):
     backend: auto | torch | compiled (see the module docstring); auto = compiled on CPU, torch on CUDA.
     cuda_graphs: torch backend on CUDA: capture each frame's fixed-shape work (one graph per
       capacity set) with torch.cuda.graphs and replay it (paper 001 sec. 3). Frames that
-      keep lattices run eagerly. Ignored (with a note) on the CPU.
+      keep lattices run eagerly (kernel fused captures its windows with lattices too). Ignored
+      (with a note) on the CPU.
     pinned_copies: torch backend on CUDA: back-pointers go to pinned host buffers with
       non-blocking copies, double-buffered (paper 001 sec. 3). Ignored on the CPU.
     kernel: auto | torch | triton | fused: the torch backend's frame as tensor ops (torch), with
       the emitting-arc expansion as one Triton kernel (triton, wfst/kernels.py), or the whole frame
-      as a few fused Triton kernels with the frame loop on the device (fused, wfst/fused.py: 1-best;
-      lattices, word boosts, word_beam and streams run the triton path); auto = triton on CUDA,
+      as a few fused Triton kernels with the frame loop on the device (fused, wfst/fused.py: 1-best
+      and lattices; word boosts, word_beam and streams run the triton path); auto = triton on CUDA,
       torch elsewhere. triton and fused need CUDA or TRITON_INTERPRET=1.
     sync_frames: kernel fused: frames decoded between two host synchronisations (a buffer that
       overflowed in them is grown and those frames run again).
@@ -495,9 +496,11 @@ class WfstDecoder:
         boost = self._boost_table(tables, device)
         want_lattice = self.config.want_lattice
         options = self._search_options(device)
-        if self._fused_applies(options, boost, want_lattice):
+        if self._fused_applies(options, boost):
             return PendingDecode.done(
-                self._decode_fused(graph, options, ac, output.lengths, tables, oov, blank, output.frame_shift)
+                self._decode_fused(
+                    graph, options, ac, output.lengths, lengths, tables, oov, blank, output.frame_shift
+                )
             )
         search = self._new_search(graph, device, want_lattice).inherit(self._tuning.get(str(device)))
         if search.lattice is not None:
@@ -534,19 +537,19 @@ class WfstDecoder:
             log.warning("wfst: epsilon closure hit max_epsilon_passes; raise decoder.max_epsilon_passes")
         return PendingDecode.done(results)
 
-    def _fused_applies(self, options: SearchOptions, boost: BoostTable | None, want_lattice: bool) -> bool:
-        """Whether `kernel: fused` runs this batch: 1-best without word boosts, word_beam or an
-        on-the-fly LM (elsewhere the per-frame search runs, with the Triton emitting kernel)."""
+    def _fused_applies(self, options: SearchOptions, boost: BoostTable | None) -> bool:
+        """Whether `kernel: fused` runs this batch (1-best or lattices): not with word boosts,
+        word_beam or an on-the-fly LM (there the per-frame search runs, with the Triton emitting
+        kernel)."""
         if options.kernel != "fused":
             return False
         why = (
-            "lattices" if want_lattice else "word boosts" if boost is not None
-            else "word_beam" if options.word_beam > 0 else "an on-the-fly LM" if self.path_lm is not None
-            else ""
+            "word boosts" if boost is not None else "word_beam" if options.word_beam > 0
+            else "an on-the-fly LM" if self.path_lm is not None else ""
         )  # fmt: skip
         if why and why not in self._fused_notes:
             self._fused_notes.add(why)
-            log.info("wfst: kernel fused decodes 1-best only; with %s the per-frame search runs", why)
+            log.info("wfst: kernel fused does not take %s; the per-frame search runs", why)
         return not why
 
     def _decode_fused(
@@ -555,18 +558,25 @@ class WfstDecoder:
         options: SearchOptions,
         ac: torch.Tensor,
         lengths: torch.Tensor,
+        num_frames: list[int],
         tables: list[dict[int, float]],
         oov: list[str],
         blank: int,
         shift: float,
     ) -> list[DecodeResult]:
-        """A batch through `fused.FusedSearch` (the frame loop on the device)."""
+        """A batch through `fused.FusedSearch` (the frame loop on the device); `num_frames`:
+        `lengths` on the host."""
         from asrdecode.decoders.wfst.fused import FusedSearch
 
         key = f"fused:{ac.device}"
         search = self._fused.get(key)
-        if search is None or search.g is not graph or search.options != options:
-            search = self._fused[key] = FusedSearch(graph, options)
+        beam = self.config.lattice_beam if self.config.want_lattice else None
+        if (
+            search is None
+            or search.g is not graph
+            or (search.options, search.lattice_beam) != (options, beam)
+        ):
+            search = self._fused[key] = FusedSearch(graph, options, beam)
         rec, total, reached = search.decode(ac, lengths)
         data = search.backpointers.host()
         B = len(rec)
@@ -577,6 +587,10 @@ class WfstDecoder:
         ]
         stats = {"backend": "torch", "kernel": "fused", **search.stats, "records": search.backpointers.size}
         self.last_info = {"stats": stats, "oov_boost_words": oov, "not_final": self._not_final}
+        if search.lattice is not None:
+            T = ac.shape[1]
+            data = [search.lattice.take(b) for b in range(B)]
+            self._attach_lattices(data, results, [min(n, T) for n in num_frames], tables, blank, shift)
         if oov:
             log.warning("wfst: boost words not in the graph vocabulary: %s", ", ".join(oov[:10]))
         if search.stats["epsilon_limit_hit"]:

@@ -34,19 +34,30 @@ capacities, never by the data:
    reached within the frame point at their predecessor's new id. Finished utterances (frame past
    their length) keep their tokens unchanged.
 
-Capacities (tokens per utterance, hash slots, arc slots, epsilon candidates per pass, records per
-window) are preallocated. A kernel that would pass one writes nothing out of bounds, records what
-it needed in a device array (`NEED_*`) and raises its overflow flag, after which the window's
-kernels do no work; nothing is read on the host inside a window of
+**Lattices** (``lattice_beam``; Kaldi's exact lattice generation, lattice.py) take no launch of
+their own: ``insert`` writes every emitting arc under the frame's final cut and ``epsilon`` every
+epsilon arc it takes (cost within the cut, an improved token's arcs again), exactly the arcs the
+torch path's `core.LatticeArcs.add_arcs` receives, into a per-window lattice-arc arena (utterance,
+frame, source state, arc, acoustic cost) at positions from an atomic counter (one atomic add per
+program and step); ``finalize`` writes each record's state and utterance beside it, so the frame's
+tokens are the lattice nodes. At the window's end the arena travels to the host with the records
+and goes into the torch path's `lattice.LatticeStore` per utterance in a canonical order (so
+nothing depends on the order the GPU wrote it in), window-pruned every ``prune_interval`` frames
+(at window ends) and finished by `lattice.build_lattice`, as there.
+
+Capacities (tokens per utterance, hash slots, arc slots, epsilon candidates per pass, records and
+lattice arcs per window) are preallocated. A kernel that would pass one writes nothing out of
+bounds, records what it needed in a device array (`NEED_*`) and raises its overflow flag, after
+which the window's kernels do no work; nothing is read on the host inside a window of
 ``sync_frames`` frames (default 64), so a window is one capturable CUDA graph
 (``decoder.cuda_graphs``). At the window's end one blocking read returns the needs, the record
-count and (last window) each utterance's best final token; the window's records travel to host
-memory by a non-blocking copy queued before it. If a need exceeded its capacity, the window is
-run again from its saved input tokens with larger capacities (so results never depend on
-capacities); the capacities a batch ended with are where the next batch starts.
+count and (last window) each utterance's best final token; the window's records (and lattice
+arcs) travel to host memory by non-blocking copies queued before it. If a need exceeded its
+capacity, the window is run again from its saved input tokens with larger capacities (so results
+never depend on capacities); the capacities a batch ended with are where the next batch starts.
 
 The per-frame torch path (`core.TokenPassing`) stays the reference and is what runs where this
-path does not apply: lattices, word boosts, word_beam, an on-the-fly LM (`wfst-otf`) and streams.
+path does not apply: word boosts, word_beam, an on-the-fly LM (`wfst-otf`) and streams.
 Every kernel runs on the CPU under ``TRITON_INTERPRET=1`` (tests/decoders/test_wfst_fused.py); loops
 over a bound loaded from memory are written as ``while`` loops, which the interpreter can run.
 """
@@ -64,21 +75,25 @@ import triton
 import triton.language as tl
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asrdecode.decoders.wfst.core import Backpointers, CapturedStep, SearchGraph, SearchOptions
+from asrdecode.decoders.wfst.core import Backpointers, CapturedStep, LatticeArcs, SearchGraph, SearchOptions
 
 INF = float("inf")
 EMPTY64 = torch.iinfo(torch.int64).max
 
-# what a window needed of each capacity (device int32 array, atomic max), then statistics
-NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC = range(5)
-STAT_ARCS, STAT_PASSES, STAT_EPS_LIMIT = range(5, 8)
-OVERFLOW = 8  # set by the first overflow: the window's later work is skipped (it is rerun)
-NUM_NEEDS = 9
-CAPS = ("tok", "arc", "hash", "eps", "rec")
+# what a window needed of each capacity (device int32 array, atomic max; NEED_LAT is the lattice
+# arena's atomic counter itself), then statistics
+NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC, NEED_LAT = range(6)
+STAT_ARCS, STAT_PASSES, STAT_EPS_LIMIT = range(6, 9)
+OVERFLOW = 9  # set by the first overflow: the window's later work is skipped (it is rerun)
+NUM_NEEDS = 10
+CAPS = ("tok", "arc", "hash", "eps", "rec", "lat")
+CAP_NEEDS = (NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC, NEED_LAT)  # the need of each of CAPS
+LAT_ROWS = 5  # lattice-arc arena (int32): utterance, frame, source state, arc, acoustic cost bits
+REC_ROWS = 4  # record arena (int64): predecessor, arc, frame, cost bits; + state, utterance (nodes)
 
 # the same indices as constexpr globals, which jitted code may read
-_TOK, _ARC, _HASH, _EPS, _REC = (tl.constexpr(i) for i in range(5))
-_S_ARCS, _S_PASSES, _S_EPS_LIMIT, _OVER = (tl.constexpr(i) for i in range(5, 9))
+_TOK, _ARC, _HASH, _EPS, _REC, _LAT = (tl.constexpr(i) for i in range(6))
+_S_ARCS, _S_PASSES, _S_EPS_LIMIT, _OVER = (tl.constexpr(i) for i in range(6, 10))
 
 LAUNCHES = [0]  # Triton launches so far (`asrdecode bench wfst-ops` counts them with the torch ops)
 
@@ -140,6 +155,24 @@ def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.const
     tl.atomic_max(need_ptr + _HASH + zero, zero + 2 * H, mask=active)
     tl.atomic_max(need_ptr + _OVER + zero, zero + 1, mask=active)
     return slot, claimed, found
+
+
+def _lattice_arcs(lat_ptr, need_ptr, L, keep, b, t, src_state, arc, ac, BLOCK: tl.constexpr):
+    """Append the lanes `keep` (arcs of utterance b into frame t) to the window's lattice-arc arena
+    (`LAT_ROWS` int32 rows of L + 1 columns): positions from one atomic add on the counter
+    NEED_LAT per call, in lane order; past L nothing is written and the overflow flag is set."""
+    k = keep.to(tl.int32)
+    n = tl.sum(k, 0)
+    base = tl.atomic_add(need_ptr + _LAT, n)
+    pos = base + tl.cumsum(k, 0) - 1
+    w = keep & (pos < L)
+    zero = tl.zeros([BLOCK], tl.int32)
+    tl.store(lat_ptr + pos, zero + b.to(tl.int32), mask=w)
+    tl.store(lat_ptr + (L + 1) + pos, zero + t.to(tl.int32), mask=w)
+    tl.store(lat_ptr + 2 * (L + 1) + pos, src_state.to(tl.int32), mask=w)
+    tl.store(lat_ptr + 3 * (L + 1) + pos, arc.to(tl.int32), mask=w)
+    tl.store(lat_ptr + 4 * (L + 1) + pos, ac.to(tl.int32, bitcast=True), mask=w)
+    tl.atomic_max(need_ptr + _OVER, (base + n > L).to(tl.int32))
 
 
 # ---------------------------------------------------------------------------------- frame kernels
@@ -260,10 +293,12 @@ def _emit_kernel(
 def _insert_kernel(
     ccost_ptr, carc_ptr, cslot_ptr, total_ptr, best_ptr, adapt_ptr, nextstate_ptr,
     hkey_ptr, hval_ptr, hidx_ptr, count_ptr, need_ptr,
-    P, B, NU, H, AU,
-    BLOCK: tl.constexpr,
+    csrc_ptr, state_ptr, column_ptr, ac_ptr, t0_ptr, lat_ptr,
+    K, P, B, NU, H, AU, V, KWIN, L,
+    LAT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Beam-pruned arcs into the hash table: claim or find the destination, atomic min."""
+    """Beam-pruned arcs into the hash table: claim or find the destination, atomic min. With
+    `LAT` every arc under the beam is also a lattice arc (the torch path's emitting `add_arcs`)."""
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     total = tl.minimum(tl.load(total_ptr + b), AU)
@@ -281,6 +316,12 @@ def _insert_kernel(
     tl.atomic_max(need_ptr + _OVER + zero, (idx >= NU).to(tl.int32), mask=claimed)
     tl.atomic_min(hval_ptr + b * H + slot, _pack(c, arc), mask=found)
     tl.store(cslot_ptr + b * AU + j, tl.where(found, slot, -1), mask=j < AU)
+    if LAT:
+        src = tl.load(csrc_ptr + b * AU + j, mask=keep, other=0)
+        s = tl.load(state_ptr + (P * B + b) * NU + src, mask=keep, other=0)
+        col = tl.load(column_ptr + arc, mask=keep, other=0)
+        ac = tl.load(ac_ptr + (b * KWIN + K) * V + col, mask=keep, other=0.0)
+        _lattice_arcs(lat_ptr, need_ptr, L, keep, b, tl.load(t0_ptr) + K, s, arc, ac, BLOCK)
 
 
 def _commit_kernel(
@@ -312,11 +353,13 @@ def _commit_kernel(
 def _epsilon_kernel(
     state_ptr, cost_ptr, rec_ptr, arcb_ptr, count_ptr, len_ptr, t0_ptr, best_ptr, adapt_ptr,
     split_ptr, n_eps_ptr, weight_ptr, nextstate_ptr, hkey_ptr, hval_ptr, hidx_ptr,
-    front_ptr, ecum_ptr, eslot_ptr, esrc_ptr, earc_ptr, ecost_ptr, need_ptr,
-    K, PN, B, NU, H, ECAP, max_passes,
-    CH: tl.constexpr, STEPS: tl.constexpr, BLOCK: tl.constexpr,
+    front_ptr, ecum_ptr, eslot_ptr, esrc_ptr, earc_ptr, ecost_ptr, need_ptr, lat_ptr,
+    K, PN, B, NU, H, ECAP, max_passes, L,
+    CH: tl.constexpr, STEPS: tl.constexpr, LAT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """The epsilon closure of one utterance's new tokens: Bellman-Ford passes over a frontier."""
+    """The epsilon closure of one utterance's new tokens: Bellman-Ford passes over a frontier.
+    With `LAT` every epsilon arc taken (under the cut) is also a lattice arc, as in the torch
+    path's passes (an improved token's arcs again)."""
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     lanes = tl.arange(0, CH)
@@ -361,6 +404,8 @@ def _epsilon_kernel(
                 c2 = tl.load(cost_ptr + nb + src, mask=v, other=0.0)
                 c2 = c2 + tl.load(weight_ptr + arc, mask=v, other=0.0)
                 keep = v & (c2 <= cut)
+                if LAT:  # acoustic cost 0
+                    _lattice_arcs(lat_ptr, need_ptr, L, keep, b, t, sl, arc, tl.zeros_like(c2), BLOCK)
                 dst = tl.load(nextstate_ptr + arc, mask=keep, other=0)
                 slot, claimed, found = _hash_insert(hkey_ptr, b * H, B * H, dst, keep, H, need_ptr, BLOCK)
                 ones = tl.full([BLOCK], 1, tl.int32)
@@ -418,10 +463,11 @@ def _finalize_kernel(
     state_ptr, cost_ptr, rec_ptr, arcb_ptr, count_ptr, len_ptr, t0_ptr, recc_ptr, arena_ptr,
     base_ptr, need_ptr,
     K, STEP, P, B, NU, R,
-    BP2: tl.constexpr, BLOCK: tl.constexpr,
+    BP2: tl.constexpr, LAT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """The frame's tokens become records (ids consecutive per utterance); finished utterances
-    keep their tokens."""
+    keep their tokens. With `LAT` a record is also the token's lattice node: two more rows,
+    state and utterance (frame and cost are the record's)."""
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     t = tl.load(t0_ptr) + K
@@ -451,6 +497,10 @@ def _finalize_kernel(
         tl.store(arena_ptr + 2 * (R + 1) + pos, tl.zeros([BLOCK], tl.int64) + t, mask=w)
         c = tl.load(cost_ptr + nb + i + offs, mask=m, other=0.0)
         tl.store(arena_ptr + 3 * (R + 1) + pos, c.to(tl.int32, bitcast=True).to(tl.int64), mask=w)
+        if LAT:
+            s = tl.load(state_ptr + nb + i + offs, mask=m, other=0)
+            tl.store(arena_ptr + 4 * (R + 1) + pos, s, mask=w)
+            tl.store(arena_ptr + 5 * (R + 1) + pos, tl.zeros([BLOCK], tl.int64) + b, mask=w)
         tl.store(rec_ptr + nb + i + offs, rid, mask=m)
         zero = tl.zeros([BLOCK], tl.int32)
         tl.atomic_max(need_ptr + _REC + zero, (pos + 1).to(tl.int32), mask=m)
@@ -468,7 +518,7 @@ def _finalize_kernel(
 
 
 # ---------------------------------------------------------------------------------- host side
-_HELPERS = ("_key32", "_unkey32", "_pack", "_first_above", "_hash_insert")
+_HELPERS = ("_key32", "_unkey32", "_pack", "_first_above", "_hash_insert", "_lattice_arcs")
 KERNELS = (
     "_prep_kernel",
     "_emit_kernel",
@@ -500,15 +550,16 @@ def kernel_signatures() -> dict[str, tuple[dict[str, str], dict[str, int]]]:
         "cost_ptr": "*fp32", "best_ptr": "*fp32", "adapt_ptr": "*fp32", "weight_ptr": "*fp32",
         "ac_ptr": "*fp32", "ccost_ptr": "*fp32", "ecost_ptr": "*fp32", "count_ptr": "*i32",
         "hkey_ptr": "*i32", "hidx_ptr": "*i32", "need_ptr": "*i32", "eslot_ptr": "*i32",
+        "lat_ptr": "*i32",
         "beam": "fp32", "beam_delta": "fp32",
     }  # fmt: skip
     constants = {
         "_prep_kernel": {"BLOCK": 256},
         "_emit_kernel": {"STEPS": 8, "BLOCK": 128},
-        "_insert_kernel": {"BLOCK": 128},
+        "_insert_kernel": {"LAT": 1, "BLOCK": 128},
         "_commit_kernel": {"BLOCK": 128},
-        "_epsilon_kernel": {"CH": 128, "STEPS": 9, "BLOCK": 128},
-        "_finalize_kernel": {"BP2": 32, "BLOCK": 128},
+        "_epsilon_kernel": {"CH": 128, "STEPS": 9, "LAT": 1, "BLOCK": 128},
+        "_finalize_kernel": {"BP2": 32, "LAT": 1, "BLOCK": 128},
     }
     out = {}
     for name in KERNELS:
@@ -538,17 +589,23 @@ def _pow2(n: int, floor: int) -> int:
 class FusedSearch:
     """The device-side search of one graph (module docstring): `decode` runs a whole batch in
     windows of `sync_frames` frames, one host read per window; `capacity` carries over from batch
-    to batch. Records end in `backpointers` (host store only)."""
+    to batch. Records end in `backpointers` (host store only); with `lattice_beam` the lattice
+    arcs and nodes end in `lattice` (the torch path's `LatticeArcs` stores, window-pruned every
+    ``prune_interval`` frames at window ends; `LatticeArcs.take` per utterance)."""
 
     BLOCK = 128  # arc slots per program
     CH = 128  # frontier tokens per chunk of the epsilon closure
     PREP_BLOCK = 256  # tokens per step of the cutoff's loops
     INTERPRETED = 1024  # all three under the interpreter (fewer, wider programs; the same results)
-    START_CAPACITY = {"tok": 64, "arc": 256, "hash": 128, "eps": 256, "rec": 1 << 14}
+    START_CAPACITY = {"tok": 64, "arc": 256, "hash": 128, "eps": 256, "rec": 1 << 14, "lat": 1 << 14}
 
-    def __init__(self, graph: SearchGraph, options: SearchOptions) -> None:
+    def __init__(self, graph: SearchGraph, options: SearchOptions, lattice_beam: float | None = None) -> None:
         self.g = graph
         self.options = options
+        self.lattice_beam = lattice_beam
+        self.lattice = LatticeArcs(graph, lattice_beam) if lattice_beam is not None else None
+        self._nextstate = graph.nextstate.cpu().numpy() if lattice_beam is not None else None
+        self._since_prune = 0
         self.device = graph.device
         self.sync_frames = max(1, int(options.sync_frames))
         self.capacity = dict(self.START_CAPACITY)
@@ -566,7 +623,7 @@ class FusedSearch:
 
     def inherit(self, tuning: dict[str, Any] | None) -> FusedSearch:
         if tuning is not None and tuning.get("graph") is self.g and "fused" in tuning:
-            self.capacity = dict(tuning["fused"])
+            self.capacity = {**self.START_CAPACITY, **tuning["fused"]}
         return self
 
     # ------------------------------------------------------------------ buffers
@@ -579,6 +636,9 @@ class FusedSearch:
         self._shape = shape
         dev, NU, H, AU, E, R = self.device, caps["tok"], caps["hash"], caps["arc"], caps["eps"], caps["rec"]
         i64, i32, f32 = torch.int64, torch.int32, torch.float32
+        lat = self.lattice is not None
+        rows = REC_ROWS + 2 * lat  # records; lattice nodes add state and utterance
+        L = LAT_ROWS * (caps["lat"] + 1) if lat else 1
         z = {
             "state": (2 * B * NU, i64), "cost": (2 * B * NU, f32), "rec": (2 * B * NU, i64),
             "arcb": (B * NU, i64), "count": (2 * B, i32), "ends": (B * NU, i64), "total": (B, i64),
@@ -586,21 +646,23 @@ class FusedSearch:
             "hidx": (B * H, i32), "csrc": (B * AU, i64), "carc": (B * AU, i64), "ccost": (B * AU, f32),
             "cslot": (B * AU, i64), "front": (B * 2 * NU, i64), "ecum": (B * self.CH, i64),
             "eslot": (B * E, i32), "esrc": (B * E, i64), "earc": (B * E, i64), "ecost": (B * E, f32),
-            "need": (NUM_NEEDS, i32), "arena": (4 * (R + 1), i64), "base": (1, i64),
-            "t0": (1, i64), "recc": (self.sync_frames + 2, i64),
+            "need": (NUM_NEEDS, i32), "arena": (rows * (R + 1), i64), "base": (1, i64),
+            "t0": (1, i64), "recc": (self.sync_frames + 2, i64), "lat": (L, i32),
         }  # fmt: skip
         self._graphs.clear()  # captured with the old buffers
         self._bufs = {k: torch.zeros(n, dtype=d, device=dev) for k, (n, d) in z.items()}
         self._bufs["hkey"].fill_(-1)
         pinned = self.device.type == "cuda"
-        self._host_arena = torch.empty(4 * (R + 1), dtype=i64, pin_memory=pinned)
+        self._host_arena = torch.empty(rows * (R + 1), dtype=i64, pin_memory=pinned)
+        self._host_lat = torch.empty(L, dtype=i32, pin_memory=pinned)
 
     # ------------------------------------------------------------------ one window
     def _window(self, ac: torch.Tensor, lengths: torch.Tensor, frames: int, init: bool) -> int:
         """Launch a window's kernels (frames frames, after the start step if `init`); returns the
         parity of the buffer that holds its last tokens."""
         o, g, c, x = self.options, self.g, self.capacity, self._bufs
-        B, NU, H, AU, E, R = len(lengths), c["tok"], c["hash"], c["arc"], c["eps"], c["rec"]
+        B, NU, H, AU, E, R, L = len(lengths), c["tok"], c["hash"], c["arc"], c["eps"], c["rec"], c["lat"]
+        LAT = int(self.lattice is not None)
         V = ac.shape[2] if ac.dim() == 3 else 1
         KWIN = ac.shape[1] if ac.dim() == 3 else 1
         BLOCK, CH = self.BLOCK, self.CH
@@ -616,15 +678,15 @@ class FusedSearch:
                 "_epsilon_kernel", (B,),
                 x["state"], x["cost"], x["rec"], x["arcb"], x["count"], lengths, x["t0"], x["best"],
                 x["adapt"], g.split, g.n_eps, g.weight, g.nextstate, x["hkey"], x["hval"], x["hidx"],
-                x["front"], x["ecum"], x["eslot"], x["esrc"], x["earc"], x["ecost"], x["need"],
-                K, PN, B, NU, H, E, o.max_epsilon_passes, CH=CH, STEPS=ch_steps, BLOCK=BLOCK,
+                x["front"], x["ecum"], x["eslot"], x["esrc"], x["earc"], x["ecost"], x["need"], x["lat"],
+                K, PN, B, NU, H, E, o.max_epsilon_passes, L, CH=CH, STEPS=ch_steps, LAT=LAT, BLOCK=BLOCK,
             )  # fmt: skip
 
         def finalize(K: int, P: int) -> None:
             _launch(
                 "_finalize_kernel", (B,),
                 x["state"], x["cost"], x["rec"], x["arcb"], x["count"], lengths, x["t0"], x["recc"],
-                x["arena"], x["base"], x["need"], K, step, P, B, NU, R, BP2=bp2, BLOCK=BLOCK,
+                x["arena"], x["base"], x["need"], K, step, P, B, NU, R, BP2=bp2, LAT=LAT, BLOCK=BLOCK,
             )  # fmt: skip
 
         P = 0
@@ -651,7 +713,8 @@ class FusedSearch:
             _launch(
                 "_insert_kernel", grid_arcs,
                 x["ccost"], x["carc"], x["cslot"], x["total"], x["best"], x["adapt"], g.nextstate,
-                x["hkey"], x["hval"], x["hidx"], x["count"], x["need"], P, B, NU, H, AU, BLOCK=BLOCK,
+                x["hkey"], x["hval"], x["hidx"], x["count"], x["need"], x["csrc"], x["state"], g.column,
+                ac, x["t0"], x["lat"], k, P, B, NU, H, AU, V, KWIN, L, LAT=LAT, BLOCK=BLOCK,
             )  # fmt: skip
             _launch(
                 "_commit_kernel", grid_arcs,
@@ -712,8 +775,13 @@ class FusedSearch:
         lengths = lengths.to(self.device, torch.int64).clamp(max=T)
         self.stats = {"frames": T, "syncs": 0, "windows": 0, "redone_windows": 0, "redone_frames": 0}
         self.stats.update(arcs=0, epsilon_passes=0, epsilon_limit_hit=0)
+        if self.lattice is not None:
+            self.stats["lattice_arcs"] = 0
         launches0 = LAUNCHES[0]
         bp = self.backpointers
+        if self.lattice is not None:  # a batch's stores start empty (`take` empties them)
+            self.lattice.stores.clear()
+            self._since_prune = 0
         saved: tuple[torch.Tensor, ...] | None = None  # the window's input tokens (for a rerun)
         t0 = 0
         final = None
@@ -741,6 +809,8 @@ class FusedSearch:
                     parts.append(self._final(0, B).reshape(-1))
                 R = self.capacity["rec"]
                 self._host_arena.copy_(x["arena"], non_blocking=True)
+                if self.lattice is not None:
+                    self._host_lat.copy_(x["lat"], non_blocking=True)
                 info = torch.cat(parts).to("cpu", copy=True).tolist()
                 self.stats["syncs"] += 1
                 if self._grow(info):
@@ -750,8 +820,10 @@ class FusedSearch:
                     continue
                 break
             n = int(info[NUM_NEEDS]) - bp.size
-            cols = self._host_arena.view(4, R + 1)[:, :n].numpy()
-            bp.append_host(cols)
+            cols = self._host_arena.view(-1, R + 1)[:, :n].numpy()
+            bp.append_host(cols[:REC_ROWS])
+            if self.lattice is not None:
+                self._lattice_window(cols, int(info[NEED_LAT]), frames)
             bp.size = bp._base = bp._stored
             self.stats["windows"] += 1
             self.stats["arcs"] += int(info[STAT_ARCS])
@@ -766,6 +838,28 @@ class FusedSearch:
         rec, bits, reached = final[:B], final[B : 2 * B], final[2 * B :]
         cost = np.asarray(bits, dtype=np.int64).astype(np.int32).view(np.float32).tolist()
         return [int(r) for r in rec], cost, [bool(r) for r in reached]
+
+    def _lattice_window(self, cols: np.ndarray, n_arcs: int, frames: int) -> None:
+        """A window's lattice arcs (the arena's first `n_arcs`) and nodes (its records `cols`) into
+        the lattice stores, in a canonical order (utterance, frame, source state, arc; nodes by
+        utterance, frame, state), so nothing depends on the order the GPU wrote them in; then the
+        window pruning every ``prune_interval`` frames."""
+        assert self.lattice is not None and self._nextstate is not None
+        L = self.capacity["lat"]
+        a = self._host_lat.view(LAT_ROWS, L + 1)[:, :n_arcs].numpy()
+        a = a[:, np.lexsort((a[3], a[2], a[1], a[0]))]
+        self.stats["lattice_arcs"] += n_arcs
+        ac = np.ascontiguousarray(a[4]).view(np.float32)
+        self.lattice.add_host(a[0], [a[1], a[2], self._nextstate[a[3]], a[3], ac], nodes=False)
+        utt, frame, state = cols[REC_ROWS + 1], cols[2], cols[REC_ROWS]
+        order = np.lexsort((state, frame, utt))
+        cost = cols[3][order].astype(np.int32).view(np.float32)
+        self.lattice.add_host(utt[order], [frame[order], state[order], cost], nodes=True)
+        interval = self.options.prune_interval
+        self._since_prune += frames
+        if interval > 0 and self._since_prune >= interval:
+            self.lattice.prune()
+            self._since_prune = 0
 
     def _run_window(self, acw: torch.Tensor, lengths: torch.Tensor, frames: int, init: bool) -> int:
         """The window's launches, eagerly or (``cuda_graphs`` on CUDA) as one CUDA graph: a new
@@ -815,7 +909,7 @@ class FusedSearch:
         """Grow every capacity a window needed more of; whether any did (then rerun it)."""
         c = self.capacity
         grown = False
-        for name, idx in zip(CAPS, (NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC), strict=True):
+        for name, idx in zip(CAPS, CAP_NEEDS, strict=True):
             need = int(info[idx])
             if need > c[name]:  # at least doubled: after an overflow, later frames' needs run low
                 c[name] = max(_pow2(need + need // 4, 16), 2 * c[name])
