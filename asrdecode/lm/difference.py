@@ -280,6 +280,21 @@ class DifferenceLM:
         f_s = self.small.final_weight[self._tensors["small_of"][states]]
         return ((f_s - f_l) * self.lm_scale).float()
 
+    def lookup_tables(self) -> tuple[list[torch.Tensor], list[int]]:
+        """What `step` reads, for a search that walks the same tables in its own kernels
+        (`wfst.fused`): each LM's CSR arcs (offsets, tokens, next states, weights), root row
+        (weights, next states) and backoff states and weights, then the union-state maps
+        (`_MAPS` order); and per LM the bounds of `BatchedNgramLM.score`'s walk: order - 1 backoff
+        steps, binary-search steps, the last arc (-1: none)."""
+        names = ("arc_offsets", "arc_token", "arc_next", "arc_weight", "root_weight", "root_next")
+        names += ("backoff_state", "backoff_weight")
+        tables = [getattr(lm, k) for lm in (self.large, self.small) for k in names]
+        tables += [self._tensors[k] for k in _MAPS]
+        bounds = []
+        for lm in (self.large, self.small):
+            bounds += [lm.order - 1, max(int(lm.max_degree).bit_length(), 1), lm.num_arcs - 1]
+        return tables, bounds
+
     def sentence_cost(self, word_ids: list[int], eos: bool = True) -> float:
         """The added cost of a whole word sequence (float64 on the host; for score splits and tests)."""
         u, total = self.START, 0.0

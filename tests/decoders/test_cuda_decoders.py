@@ -3,9 +3,10 @@ device; scripts/gpu_check.sh runs them on the GPU machine): the CPU's inputs mov
 then the same tokens, frames, words and n-best, scores to float tolerance. `wfst` with and without
 CUDA graphs and with the torch or the Triton emitting kernel or the fused frame kernels, 1-best and
 lattices (the fused kernels also from tiny capacities, every window rerun); `wfst-otf` with
-the LM on the device and on the host; `ctc-greedy`, `ctc-beam` (with the token LM too); transducer
-greedy (RNN-T and TDT, label and frame looping, with and without CUDA graphs, with the token LM) and
-beam (ALSD++ and AES++; it has no CUDA-graph mode); `aed-greedy` and `aed-beam`."""
+the LM on the device and on the host, and on the fused kernels; `ctc-greedy`, `ctc-beam` (with the
+token LM too); transducer greedy (RNN-T and TDT, label and frame looping, with and without CUDA
+graphs, with the token LM) and beam (ALSD++ and AES++; it has no CUDA-graph mode); `aed-greedy` and
+`aed-beam`."""
 
 from __future__ import annotations
 
@@ -93,6 +94,20 @@ def test_wfst_otf(otf_graphs: Path, lm_on_host):
         "backend": "torch",
     }
     both(section, ctc_output(), None, lm_on_host=lm_on_host, cuda_graphs=not lm_on_host)
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_wfst_otf_fused(otf_graphs: Path, cuda_graphs, monkeypatch):
+    """`wfst-otf` on the fused kernels (the LM tables on the device, looked up in the kernels) in
+    windows of 8 frames from capacities far too small (every window rerun), max_active binding:
+    the CPU's per-frame search."""
+    from asrdecode.decoders.wfst.fused import FusedSearch
+
+    small = {"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4, "lat": 4}
+    monkeypatch.setattr(FusedSearch, "START_CAPACITY", small)
+    section = {"type": "wfst-otf", "graph": str(otf_graphs / "small"), "lm": str(otf_graphs / "large.arpa")}
+    section |= {"beam": 12.0, "max_active": 50, "min_active": 20, "backend": "torch", "lm_on_host": False}
+    both(section, ctc_output(), None, kernel="fused", sync_frames=8, cuda_graphs=cuda_graphs)
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import inspect
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.wfst_graphs import TESTS, run_interpreted
 from helpers.wfst_ref import single_thread  # noqa: F401
 
 from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
@@ -102,14 +102,8 @@ print("ok")
 
 def test_fused_search_under_the_interpreter(toy_graph_dirs, nemo_graphs):
     """Every check of FUSED_CHECK in a fresh interpreter with TRITON_INTERPRET=1."""
-    here = str(Path(__file__).resolve().parent.parent)
-    script = FUSED_CHECK.format(
-        here=here, toy=str(toy_graph_dirs["compact"]), nemo=str(nemo_graphs["compact"])
-    )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.strip().endswith("ok")
+    toy, nemo = str(toy_graph_dirs["compact"]), str(nemo_graphs["compact"])
+    run_interpreted(FUSED_CHECK.format(here=TESTS, toy=toy, nemo=nemo))
 
 
 LATTICE_CHECK = """
@@ -229,13 +223,7 @@ print("ok")
 
 def test_fused_lattices_under_the_interpreter():
     """Every check of LATTICE_CHECK in a fresh interpreter with TRITON_INTERPRET=1."""
-    here = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", LATTICE_CHECK.format(here=here)], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.strip().endswith("ok")
+    run_interpreted(LATTICE_CHECK.format(here=TESTS))
 
 
 COMPILE_CHECK = """
@@ -247,15 +235,18 @@ from asrdecode.decoders.wfst import fused
 
 for name, (types, constants) in fused.kernel_signatures().items():
     fn = fused.jitted(name)
-    src = ASTSource(fn=fn, signature=types, constexprs=constants)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
-    assert "cubin" in kernel.asm, name
+    for lm in (0, 1) if "LM" in constants else (None,):  # without and with an on-the-fly LM
+        constexprs = constants if lm is None else {**constants, "LM": lm}
+        src = ASTSource(fn=fn, signature=types, constexprs=constexprs)
+        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        assert "cubin" in kernel.asm, (name, lm)
 print("ok")
 """
 
 
 def test_fused_kernels_compile_for_a_cuda_target():
-    """Triton compiles each kernel to a cubin for an sm_90 GPU (an H100) without a GPU here."""
+    """Triton compiles each kernel to a cubin for an sm_90 GPU (an H100) without a GPU here,
+    each kernel that takes an LM (`wfst-otf`) with and without one."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", COMPILE_CHECK], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]

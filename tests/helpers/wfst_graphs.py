@@ -1,8 +1,11 @@
 """Small WFSTs and log-probs for the `wfst` tests: arc-list graphs on the device, random and peaky
 synthetic log-probs, a batch runner, Kaldi's GetCutoff rule in Python, and the comparison of a
-decode with kaldi-decoder's FasterDecoder."""
+decode with kaldi-decoder's FasterDecoder; the fused search's checks run in a fresh interpreter."""
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import kaldifst
@@ -133,3 +136,16 @@ def compare(
         assert -res.lm_score == pytest.approx(graph, abs=COST_TOL), b
         assert (b not in dec.last_info["not_final"]) == reached
     return results
+
+
+TESTS = str(Path(__file__).resolve().parent.parent)  # the tests folder (where `helpers` is found)
+
+
+def run_interpreted(script: str) -> None:
+    """Run the Python source `script` in a fresh interpreter with TRITON_INTERPRET=1 (it must be
+    set before any kernel is jitted: the fused search's checks on the CPU); it must end printing
+    "ok"."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().endswith("ok")

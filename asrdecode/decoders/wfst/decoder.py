@@ -190,8 +190,9 @@ class WfstConfig(GraphSearchConfig):
     kernel: auto | torch | triton | fused: the torch backend's frame as tensor ops (torch), with
       the emitting-arc expansion as one Triton kernel (triton, wfst/kernels.py), or the whole frame
       as a few fused Triton kernels with the frame loop on the device (fused, wfst/fused.py: 1-best
-      and lattices; word boosts, word_beam and streams run the triton path); auto = triton on CUDA,
-      torch elsewhere. triton and fused need CUDA or TRITON_INTERPRET=1.
+      and lattices, `wfst-otf`'s 1-best with lm_on_host false; word boosts, word_beam, streams and
+      `wfst-otf`'s host LM lookups and history_beam / history_max run the triton path); auto =
+      triton on CUDA, torch elsewhere. triton and fused need CUDA or TRITON_INTERPRET=1.
     sync_frames: kernel fused: frames decoded between two host synchronisations (a buffer that
       overflowed in them is grown and those frames run again).
     """
@@ -496,7 +497,7 @@ class WfstDecoder:
         boost = self._boost_table(tables, device)
         want_lattice = self.config.want_lattice
         options = self._search_options(device)
-        if self._fused_applies(options, boost):
+        if self._fused_applies(options, boost, graph):
             return PendingDecode.done(
                 self._decode_fused(
                     graph, options, ac, output.lengths, lengths, tables, oov, blank, output.frame_shift
@@ -537,20 +538,25 @@ class WfstDecoder:
             log.warning("wfst: epsilon closure hit max_epsilon_passes; raise decoder.max_epsilon_passes")
         return PendingDecode.done(results)
 
-    def _fused_applies(self, options: SearchOptions, boost: BoostTable | None) -> bool:
+    def _fused_applies(self, options: SearchOptions, boost: BoostTable | None, graph: SearchGraph) -> bool:
         """Whether `kernel: fused` runs this batch (1-best or lattices): not with word boosts,
-        word_beam or an on-the-fly LM (there the per-frame search runs, with the Triton emitting
-        kernel)."""
+        word_beam or what `_fused_lm` refuses of an on-the-fly LM (there the per-frame search
+        runs, with the Triton emitting kernel)."""
         if options.kernel != "fused":
             return False
         why = (
             "word boosts" if boost is not None else "word_beam" if options.word_beam > 0
-            else "an on-the-fly LM" if self.path_lm is not None else ""
+            else self._fused_lm(graph, options)[1]
         )  # fmt: skip
         if why and why not in self._fused_notes:
             self._fused_notes.add(why)
             log.info("wfst: kernel fused does not take %s; the per-frame search runs", why)
         return not why
+
+    def _fused_lm(self, graph: SearchGraph, options: SearchOptions) -> tuple[Any, str]:
+        """The on-the-fly LM the fused search carries (`wfst-otf` adds it; None here) and what of
+        it the fused search does not take ("" when nothing)."""
+        return None, ""
 
     def _decode_fused(
         self,
@@ -571,12 +577,14 @@ class WfstDecoder:
         key = f"fused:{ac.device}"
         search = self._fused.get(key)
         beam = self.config.lattice_beam if self.config.want_lattice else None
+        lm = self._fused_lm(graph, options)[0]
         if (
             search is None
             or search.g is not graph
+            or search.lm is not lm
             or (search.options, search.lattice_beam) != (options, beam)
         ):
-            search = self._fused[key] = FusedSearch(graph, options, beam)
+            search = self._fused[key] = FusedSearch(graph, options, beam, lm)
         rec, total, reached = search.decode(ac, lengths)
         data = search.backpointers.host()
         B = len(rec)

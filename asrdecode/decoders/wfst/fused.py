@@ -45,6 +45,18 @@ and goes into the torch path's `lattice.LatticeStore` per utterance in a canonic
 nothing depends on the order the GPU wrote it in), window-pruned every ``prune_interval`` frames
 (at window ends) and finished by `lattice.build_lattice`, as there.
 
+**An on-the-fly LM** (`wfst-otf`, its tables on the device: ``lm_on_host: false``; paper 000
+Alg. 2, Alg. 4) adds no launch either. A token's state is the pair (graph state, LM state) folded
+into one int64 ``graph_state * lm_states + lm_state`` (as `core.TokenPassing` keys it), which is
+also the hash table's 64-bit key, so recombination is per pair; graph tables are read at
+``state // lm_states``. ``emit`` and ``epsilon`` look up the difference LM of each word arc inside
+the kernel (`_lm_step`: both LMs' backoff walks over the same device tables as
+`DifferenceLM.step`, with its float32 additions, so costs equal the per-frame search's bit for
+bit) before the beam's best is taken, and write the destination pair beside the candidate. Ties
+of the atomic min go to the candidate first in the per-frame search's order (source graph state,
+source LM state, arc: `_tie`, which needs graph arcs x LM states below 2^31). ``_final`` adds the
+``</s>`` difference (`DifferenceLM.final_cost`).
+
 Capacities (tokens per utterance, hash slots, arc slots, epsilon candidates per pass, records and
 lattice arcs per window) are preallocated. A kernel that would pass one writes nothing out of
 bounds, records what it needed in a device array (`NEED_*`) and raises its overflow flag, after
@@ -57,7 +69,9 @@ capacity, the window is run again from its saved input tokens with larger capaci
 never depend on capacities); the capacities a batch ended with are where the next batch starts.
 
 The per-frame torch path (`core.TokenPassing`) stays the reference and is what runs where this
-path does not apply: word boosts, word_beam, an on-the-fly LM (`wfst-otf`) and streams.
+path does not apply: word boosts, word_beam and streams; of `wfst-otf`, host LM lookups
+(``lm_on_host``), history_beam / history_max and graph arcs x LM states past 2^31 (its lattices
+are the compiled backend's).
 Every kernel runs on the CPU under ``TRITON_INTERPRET=1`` (tests/decoders/test_wfst_fused.py); loops
 over a bound loaded from memory are written as ``while`` loops, which the interpreter can run.
 """
@@ -67,7 +81,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -76,6 +90,9 @@ import triton.language as tl
 from torch.utils._python_dispatch import _disable_current_modes
 
 from asrdecode.decoders.wfst.core import Backpointers, CapturedStep, LatticeArcs, SearchGraph, SearchOptions
+
+if TYPE_CHECKING:
+    from asrdecode.lm.difference import DifferenceLM
 
 INF = float("inf")
 EMPTY64 = torch.iinfo(torch.int64).max
@@ -132,10 +149,10 @@ def _first_above(ends_ptr, n, j, valid, STEPS: tl.constexpr):
 
 def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.constexpr):
     """Open addressing with linear probing in the table at offset `table` (H slots, a power of
-    two) of `hkey_ptr`; `trash` is a slot no lookup reads. Returns (slot, claimed, found): lanes
-    with `want` find or claim the slot of their key; a lane left without a slot after H probes
-    sets _HASH."""
-    key32 = key.to(tl.int32)
+    two) of `hkey_ptr` (int64 keys: token states, with an LM (graph state, LM state) folded into
+    one int); `trash` is a slot no lookup reads. Returns (slot, claimed, found): lanes with `want`
+    find or claim the slot of their key; a lane left without a slot after H probes sets _HASH."""
+    key64 = key.to(tl.int64)
     slot = (key * 2654435761) & (H - 1)
     active = want
     claimed = want & False
@@ -143,9 +160,9 @@ def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.const
     probes = 0
     while (tl.max(active.to(tl.int32), 0) > 0) & (probes < H):
         off = tl.where(active, table + slot, trash)
-        prev = tl.atomic_cas(hkey_ptr + off, tl.where(active, -1, -2).to(tl.int32), key32)
+        prev = tl.atomic_cas(hkey_ptr + off, tl.where(active, -1, -2).to(tl.int64), key64)
         new = active & (prev == -1)
-        hit = active & (prev == key32)
+        hit = active & (prev == key64)
         claimed = claimed | new
         found = found | new | hit
         active = active & ~(new | hit)
@@ -175,12 +192,105 @@ def _lattice_arcs(lat_ptr, need_ptr, L, keep, b, t, src_state, arc, ac, BLOCK: t
     tl.atomic_max(need_ptr + _OVER, (base + n > L).to(tl.int32))
 
 
+def _ngram_score(
+    off_ptr, tok_ptr, nxt_ptr, wt_ptr, rw_ptr, rn_ptr, bs_ptr, bw_ptr, s, w, m, NM1, STEPS, LAST
+):
+    """ln p(w | s) and the next state of one LM per lane (lanes `m`): `BatchedNgramLM.score`'s
+    walk over the same tables with the same float32 additions: NM1 (order - 1) backoff steps,
+    each a binary search of STEPS halvings in the state's sorted arcs (LAST: the last arc, -1 for
+    none), the first hit taking the backoff weights above it; no hit, the root row."""
+    logp = tl.zeros(w.shape, tl.float32)
+    above = tl.zeros(w.shape, tl.float32)
+    nxt = w * 0
+    found = m & False
+    cur = s
+    srch = m & (LAST >= 0)
+    k = 0
+    while k < NM1:
+        lo = tl.load(off_ptr + cur, mask=m, other=0)
+        end = tl.load(off_ptr + cur + 1, mask=m, other=0)
+        hi = end
+        i = 0
+        while i < STEPS:
+            mid = (lo + hi) // 2
+            t = tl.load(tok_ptr + tl.minimum(mid, LAST), mask=srch, other=0).to(tl.int64)
+            right = (mid < hi) & (t < w)
+            lo = tl.where(right, mid + 1, lo)
+            hi = tl.where(right, hi, mid)
+            i += 1
+        pos = tl.minimum(lo, LAST)
+        t = tl.load(tok_ptr + pos, mask=srch, other=0).to(tl.int64)
+        hit = srch & ~found & (lo < end) & (t == w)
+        logp = tl.where(hit, above + tl.load(wt_ptr + pos, mask=hit, other=0.0), logp)
+        nxt = tl.where(hit, tl.load(nxt_ptr + pos, mask=hit, other=0).to(tl.int64), nxt)
+        found = found | hit
+        above = above + tl.load(bw_ptr + cur, mask=m, other=0.0)
+        cur = tl.load(bs_ptr + cur, mask=m, other=0)
+        k += 1
+    logp = tl.where(found, logp, above + tl.load(rw_ptr + w, mask=m, other=0.0))
+    nxt = tl.where(found, nxt, tl.load(rn_ptr + w, mask=m, other=0))
+    return logp, nxt
+
+
+def _lm_step(
+    lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr, lg_bw_ptr,
+    sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr, sm_bs_ptr, sm_bw_ptr,
+    large_of_ptr, small_of_ptr, u_large_ptr, u_small_ptr, u_order_ptr,
+    u, w, m, lm_scale, lg_n, lg_steps, lg_last, sm_n, sm_steps, sm_last,
+):  # fmt: skip
+    """`DifferenceLM.step` per lane (lanes `m`: word arcs): (``lm_scale * (small - large)`` ln p,
+    float32, and the next union state) of word w from union state u, both LMs walked in place."""
+    lp_l, n_l = _ngram_score(
+        lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr, lg_bw_ptr,
+        tl.load(large_of_ptr + u, mask=m, other=0), w, m, lg_n, lg_steps, lg_last,
+    )  # fmt: skip
+    lp_s, n_s = _ngram_score(
+        sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr, sm_bs_ptr, sm_bw_ptr,
+        tl.load(small_of_ptr + u, mask=m, other=0), w, m, sm_n, sm_steps, sm_last,
+    )  # fmt: skip
+    u_l = tl.load(u_large_ptr + n_l, mask=m, other=0)
+    u_s = tl.load(u_small_ptr + n_s, mask=m, other=0)
+    longer = tl.load(u_order_ptr + u_l, mask=m, other=0) >= tl.load(u_order_ptr + u_s, mask=m, other=0)
+    return (lp_s - lp_l) * lm_scale, tl.where(longer, u_l, u_s)
+
+
+def _lm_arcs(
+    lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr, lg_bw_ptr,
+    sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr, sm_bs_ptr, sm_bw_ptr,
+    large_of_ptr, small_of_ptr, u_large_ptr, u_small_ptr, u_order_ptr,
+    olabel_ptr, nextstate_ptr, arc, u, c, valid, lm_scale, LMS,
+    lg_n, lg_steps, lg_last, sm_n, sm_steps, sm_last,
+):  # fmt: skip
+    """`core.TokenPassing._lm_arcs` per lane: tokens in LM state u crossing graph arcs `arc`
+    (lanes `valid`) -> (cost + the LM difference on word arcs, destination token states
+    ``nextstate * LMS + LM state``)."""
+    word = tl.load(olabel_ptr + arc, mask=valid, other=0)
+    is_word = valid & (word > 0)
+    added, nxt = _lm_step(
+        lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr, lg_bw_ptr,
+        sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr, sm_bs_ptr, sm_bw_ptr,
+        large_of_ptr, small_of_ptr, u_large_ptr, u_small_ptr, u_order_ptr,
+        u, tl.where(is_word, word, 0), is_word, lm_scale, lg_n, lg_steps, lg_last, sm_n, sm_steps, sm_last,
+    )  # fmt: skip
+    c = tl.where(is_word, c + added, c)
+    dst = tl.load(nextstate_ptr + arc, mask=valid, other=0) * LMS + tl.where(is_word, nxt, u)
+    return c, dst
+
+
+def _tie(first, n, arc, u, LMS):
+    """The tie rank of a candidate with an LM: its place in (source graph state, source LM state,
+    arc) order, the order of the per-frame search's candidates, whose recombination keeps the
+    first of equal costs (`first`, `n`: the source graph state's first arc and arc count of the
+    kind; ranks are unique below num_arcs * LMS). Without an LM the arc id is that order."""
+    return first * LMS + u * n + (arc - first)
+
+
 # ---------------------------------------------------------------------------------- frame kernels
 def _prep_kernel(
     state_ptr, cost_ptr, count_ptr, len_ptr, t0_ptr, n_emit_ptr, ends_ptr, total_ptr,
     best_ptr, adapt_ptr, hkey_ptr, hval_ptr, need_ptr,
-    K, P, B, NU, H, AU, beam, beam_delta, max_active, min_active,
-    BLOCK: tl.constexpr,
+    K, P, B, NU, H, AU, beam, beam_delta, max_active, min_active, LMS,
+    LM: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Cutoff (GetCutoff by histogram select), arc counts' prefix sum, hash table cleared."""
     b = tl.program_id(0).to(tl.int64)
@@ -238,6 +348,8 @@ def _prep_kernel(
         m = i + offs < cnt
         c = tl.load(cost_ptr + cur + i + offs, mask=m, other=float("inf"))
         s = tl.load(state_ptr + cur + i + offs, mask=m, other=0)
+        if LM:  # token state = graph state * LMS + LM state
+            s = s // LMS
         n = tl.where(m & (c < cut), tl.load(n_emit_ptr + s, mask=m, other=0), 0)
         tl.store(ends_ptr + b * NU + i + offs, tl.cumsum(n, 0) + carry, mask=m)
         carry += tl.sum(n, 0)
@@ -250,7 +362,7 @@ def _prep_kernel(
     i = clear * 0
     while i < clear:
         m = i + offs < clear
-        tl.store(hkey_ptr + b * H + i + offs, tl.full([BLOCK], -1, tl.int32), mask=m)
+        tl.store(hkey_ptr + b * H + i + offs, tl.full([BLOCK], -1, tl.int64), mask=m)
         tl.store(hval_ptr + b * H + i + offs, tl.full([BLOCK], 9223372036854775807, tl.int64), mask=m)
         i += BLOCK
     new = (1 - P) * B + b
@@ -261,11 +373,17 @@ def _prep_kernel(
 
 def _emit_kernel(
     state_ptr, cost_ptr, count_ptr, ends_ptr, total_ptr, n_emit_ptr, first_ptr, weight_ptr,
-    column_ptr, ac_ptr, csrc_ptr, carc_ptr, ccost_ptr, best_ptr,
+    column_ptr, ac_ptr, csrc_ptr, carc_ptr, ccost_ptr, best_ptr, nextstate_ptr, cdst_ptr, ctie_ptr,
+    olabel_ptr, lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr,
+    lg_bw_ptr, sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr, sm_bs_ptr,
+    sm_bw_ptr, large_of_ptr, small_of_ptr, u_large_ptr, u_small_ptr, u_order_ptr,
+    lm_scale, LMS, lg_n, lg_steps, lg_last, sm_n, sm_steps, sm_last,
     K, P, B, NU, AU, V, KWIN,
-    STEPS: tl.constexpr, BLOCK: tl.constexpr,
+    STEPS: tl.constexpr, LM: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Emitting arcs of the surviving tokens into the arc slots; best new cost by atomic min."""
+    """Emitting arcs of the surviving tokens into the arc slots; best new cost by atomic min.
+    With `LM` a word arc adds the LM difference (`_lm_step`) before the best is taken, and each
+    slot writes its destination token state and its tie rank (`_tie`)."""
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     total = tl.minimum(tl.load(total_ptr + b), AU)
@@ -275,15 +393,29 @@ def _emit_kernel(
     lo = _first_above(ends_ptr + b * NU, cnt, j, valid, STEPS)
     src = tl.maximum(tl.minimum(lo, cnt - 1), 0)
     s = tl.load(state_ptr + cur + src, mask=valid, other=0)
+    if LM:
+        u = s % LMS
+        s = s // LMS
     e = tl.load(ends_ptr + b * NU + src, mask=valid, other=0)
     n = tl.load(n_emit_ptr + s, mask=valid, other=0)
-    arc = tl.where(valid, tl.load(first_ptr + s, mask=valid, other=0) + j - (e - n), 0)
+    first = tl.load(first_ptr + s, mask=valid, other=0)
+    arc = tl.where(valid, first + j - (e - n), 0)
     col = tl.load(column_ptr + arc, mask=valid, other=0)
     ac = tl.load(ac_ptr + (b * KWIN + K) * V + col, mask=valid, other=0.0)
     c = tl.load(cost_ptr + cur + src, mask=valid, other=0.0)
     c = c + tl.load(weight_ptr + arc, mask=valid, other=0.0)
     c = tl.where(valid, c + ac, float("inf"))
     inside = j < AU
+    if LM:
+        c, dst = _lm_arcs(
+            lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr, lg_bw_ptr,
+            sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr, sm_bs_ptr, sm_bw_ptr,
+            large_of_ptr, small_of_ptr, u_large_ptr, u_small_ptr, u_order_ptr,
+            olabel_ptr, nextstate_ptr, arc, u, c, valid, lm_scale, LMS,
+            lg_n, lg_steps, lg_last, sm_n, sm_steps, sm_last,
+        )  # fmt: skip
+        tl.store(cdst_ptr + b * AU + j, dst, mask=inside)
+        tl.store(ctie_ptr + b * AU + j, _tie(first, n, arc, u, LMS), mask=inside)
     tl.store(csrc_ptr + b * AU + j, src, mask=inside)
     tl.store(carc_ptr + b * AU + j, arc, mask=inside)
     tl.store(ccost_ptr + b * AU + j, c, mask=inside)
@@ -293,9 +425,9 @@ def _emit_kernel(
 def _insert_kernel(
     ccost_ptr, carc_ptr, cslot_ptr, total_ptr, best_ptr, adapt_ptr, nextstate_ptr,
     hkey_ptr, hval_ptr, hidx_ptr, count_ptr, need_ptr,
-    csrc_ptr, state_ptr, column_ptr, ac_ptr, t0_ptr, lat_ptr,
+    csrc_ptr, state_ptr, column_ptr, ac_ptr, t0_ptr, lat_ptr, cdst_ptr, ctie_ptr,
     K, P, B, NU, H, AU, V, KWIN, L,
-    LAT: tl.constexpr, BLOCK: tl.constexpr,
+    LAT: tl.constexpr, LM: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Beam-pruned arcs into the hash table: claim or find the destination, atomic min. With
     `LAT` every arc under the beam is also a lattice arc (the torch path's emitting `add_arcs`)."""
@@ -306,7 +438,12 @@ def _insert_kernel(
     c = tl.load(ccost_ptr + b * AU + j, mask=valid, other=float("inf"))
     arc = tl.load(carc_ptr + b * AU + j, mask=valid, other=0)
     keep = valid & (c < tl.load(best_ptr + b) + tl.load(adapt_ptr + b))
-    dst = tl.load(nextstate_ptr + arc, mask=keep, other=0)
+    if LM:
+        dst = tl.load(cdst_ptr + b * AU + j, mask=keep, other=0)
+        tie = tl.load(ctie_ptr + b * AU + j, mask=keep, other=0)
+    else:
+        dst = tl.load(nextstate_ptr + arc, mask=keep, other=0)
+        tie = arc
     slot, claimed, found = _hash_insert(hkey_ptr, b * H, B * H, dst, keep, H, need_ptr, BLOCK)
     ones = tl.full([BLOCK], 1, tl.int32)
     idx = tl.atomic_add(count_ptr + (1 - P) * B + b + tl.zeros([BLOCK], tl.int64), ones, mask=claimed)
@@ -314,7 +451,7 @@ def _insert_kernel(
     zero = tl.zeros([BLOCK], tl.int32)
     tl.atomic_max(need_ptr + _TOK + zero, idx + 1, mask=claimed)
     tl.atomic_max(need_ptr + _OVER + zero, (idx >= NU).to(tl.int32), mask=claimed)
-    tl.atomic_min(hval_ptr + b * H + slot, _pack(c, arc), mask=found)
+    tl.atomic_min(hval_ptr + b * H + slot, _pack(c, tie), mask=found)
     tl.store(cslot_ptr + b * AU + j, tl.where(found, slot, -1), mask=j < AU)
     if LAT:
         src = tl.load(csrc_ptr + b * AU + j, mask=keep, other=0)
@@ -326,9 +463,9 @@ def _insert_kernel(
 
 def _commit_kernel(
     ccost_ptr, carc_ptr, csrc_ptr, cslot_ptr, total_ptr, hval_ptr, hidx_ptr, nextstate_ptr,
-    state_ptr, cost_ptr, rec_ptr, arcb_ptr,
+    state_ptr, cost_ptr, rec_ptr, arcb_ptr, cdst_ptr, ctie_ptr,
     P, B, NU, H, AU,
-    BLOCK: tl.constexpr,
+    LM: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """The winner of each hash slot (its packed key is the slot's minimum) writes the new token."""
     b = tl.program_id(0).to(tl.int64)
@@ -338,13 +475,21 @@ def _commit_kernel(
     ok = valid & (slot >= 0)
     c = tl.load(ccost_ptr + b * AU + j, mask=ok, other=float("inf"))
     arc = tl.load(carc_ptr + b * AU + j, mask=ok, other=0)
-    win = ok & (tl.load(hval_ptr + b * H + slot, mask=ok, other=0) == _pack(c, arc))
+    if LM:
+        tie = tl.load(ctie_ptr + b * AU + j, mask=ok, other=0)
+    else:
+        tie = arc
+    win = ok & (tl.load(hval_ptr + b * H + slot, mask=ok, other=0) == _pack(c, tie))
     idx = tl.load(hidx_ptr + b * H + slot, mask=win, other=-1).to(tl.int64)
     win = win & (idx >= 0) & (idx < NU)
     src = tl.load(csrc_ptr + b * AU + j, mask=win, other=0)
     prev = tl.load(rec_ptr + (P * B + b) * NU + src, mask=win, other=-1)
     at = ((1 - P) * B + b) * NU + idx
-    tl.store(state_ptr + at, tl.load(nextstate_ptr + arc, mask=win, other=0), mask=win)
+    if LM:
+        dst = tl.load(cdst_ptr + b * AU + j, mask=win, other=0)
+    else:
+        dst = tl.load(nextstate_ptr + arc, mask=win, other=0)
+    tl.store(state_ptr + at, dst, mask=win)
     tl.store(cost_ptr + at, c, mask=win)
     tl.store(rec_ptr + at, prev, mask=win)
     tl.store(arcb_ptr + b * NU + idx, arc, mask=win)
@@ -353,9 +498,13 @@ def _commit_kernel(
 def _epsilon_kernel(
     state_ptr, cost_ptr, rec_ptr, arcb_ptr, count_ptr, len_ptr, t0_ptr, best_ptr, adapt_ptr,
     split_ptr, n_eps_ptr, weight_ptr, nextstate_ptr, hkey_ptr, hval_ptr, hidx_ptr,
-    front_ptr, ecum_ptr, eslot_ptr, esrc_ptr, earc_ptr, ecost_ptr, need_ptr, lat_ptr,
+    front_ptr, ecum_ptr, eslot_ptr, esrc_ptr, earc_ptr, ecost_ptr, need_ptr, lat_ptr, etie_ptr,
+    olabel_ptr, lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr,
+    lg_bw_ptr, sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr, sm_bs_ptr,
+    sm_bw_ptr, large_of_ptr, small_of_ptr, u_large_ptr, u_small_ptr, u_order_ptr,
+    lm_scale, LMS, lg_n, lg_steps, lg_last, sm_n, sm_steps, sm_last,
     K, PN, B, NU, H, ECAP, max_passes, L,
-    CH: tl.constexpr, STEPS: tl.constexpr, LAT: tl.constexpr, BLOCK: tl.constexpr,
+    CH: tl.constexpr, STEPS: tl.constexpr, LAT: tl.constexpr, LM: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """The epsilon closure of one utterance's new tokens: Bellman-Ford passes over a frontier.
     With `LAT` every epsilon arc taken (under the cut) is also a lattice arc, as in the torch
@@ -385,6 +534,8 @@ def _epsilon_kernel(
             m = i + lanes < nf
             tid = tl.load(front_ptr + cur + i + lanes, mask=m, other=0)
             s = tl.load(state_ptr + nb + tid, mask=m, other=0)
+            if LM:
+                s = s // LMS
             c = tl.load(cost_ptr + nb + tid, mask=m, other=float("inf"))
             n = tl.where(m & (c <= cut), tl.load(n_eps_ptr + s, mask=m, other=0), 0)
             tl.store(ecum_ptr + b * CH + lanes, tl.cumsum(n, 0))
@@ -397,16 +548,32 @@ def _epsilon_kernel(
                 lane = tl.minimum(_first_above(ecum_ptr + b * CH, CH, jj, v, STEPS), CH - 1)
                 src = tl.load(front_ptr + cur + i + lane, mask=v, other=0)
                 sl = tl.load(state_ptr + nb + src, mask=v, other=0)
+                if LM:
+                    ul = sl % LMS
+                    sl = sl // LMS
                 el = tl.load(ecum_ptr + b * CH + lane, mask=v, other=0)
                 nl = tl.load(n_eps_ptr + sl, mask=v, other=0)
-                arc = tl.load(split_ptr + sl, mask=v, other=0) + jj - (el - nl)
+                fl = tl.load(split_ptr + sl, mask=v, other=0)
+                arc = fl + jj - (el - nl)
                 arc = tl.where(v, arc, 0)
                 c2 = tl.load(cost_ptr + nb + src, mask=v, other=0.0)
                 c2 = c2 + tl.load(weight_ptr + arc, mask=v, other=0.0)
+                if LM:
+                    c2, dst = _lm_arcs(
+                        lg_off_ptr, lg_tok_ptr, lg_nxt_ptr, lg_wt_ptr, lg_rw_ptr, lg_rn_ptr, lg_bs_ptr,
+                        lg_bw_ptr, sm_off_ptr, sm_tok_ptr, sm_nxt_ptr, sm_wt_ptr, sm_rw_ptr, sm_rn_ptr,
+                        sm_bs_ptr, sm_bw_ptr, large_of_ptr, small_of_ptr, u_large_ptr, u_small_ptr,
+                        u_order_ptr, olabel_ptr, nextstate_ptr, arc, ul, c2, v, lm_scale, LMS,
+                        lg_n, lg_steps, lg_last, sm_n, sm_steps, sm_last,
+                    )  # fmt: skip
+                    tie = _tie(fl, nl, arc, ul, LMS)
+                else:
+                    tie = arc
                 keep = v & (c2 <= cut)
                 if LAT:  # acoustic cost 0
                     _lattice_arcs(lat_ptr, need_ptr, L, keep, b, t, sl, arc, tl.zeros_like(c2), BLOCK)
-                dst = tl.load(nextstate_ptr + arc, mask=keep, other=0)
+                if not LM:
+                    dst = tl.load(nextstate_ptr + arc, mask=keep, other=0)
                 slot, claimed, found = _hash_insert(hkey_ptr, b * H, B * H, dst, keep, H, need_ptr, BLOCK)
                 ones = tl.full([BLOCK], 1, tl.int32)
                 idx = tl.atomic_add(count_ptr + PN * B + b + tl.zeros([BLOCK], tl.int64), ones, mask=claimed)
@@ -417,13 +584,15 @@ def _epsilon_kernel(
                 fresh = claimed & (idx < NU)
                 tl.store(cost_ptr + nb + idx, tl.full([BLOCK], float("inf"), tl.float32), mask=fresh)
                 tl.store(state_ptr + nb + idx, dst, mask=fresh)
-                tl.atomic_min(hval_ptr + b * H + slot, _pack(c2, arc), mask=found)
+                tl.atomic_min(hval_ptr + b * H + slot, _pack(c2, tie), mask=found)
                 pos = ne + jj
                 into = v & (pos < ECAP)
                 tl.store(eslot_ptr + b * ECAP + pos, tl.where(found, slot, -1).to(tl.int32), mask=into)
                 tl.store(esrc_ptr + b * ECAP + pos, src, mask=into)
                 tl.store(earc_ptr + b * ECAP + pos, arc, mask=into)
                 tl.store(ecost_ptr + b * ECAP + pos, c2, mask=into)
+                if LM:
+                    tl.store(etie_ptr + b * ECAP + pos, tie, mask=into)
                 a += BLOCK
             ne += tot
             tl.debug_barrier()
@@ -439,7 +608,11 @@ def _epsilon_kernel(
             ok = m & (slot >= 0)
             c2 = tl.load(ecost_ptr + b * ECAP + i + offs, mask=ok, other=float("inf"))
             arc = tl.load(earc_ptr + b * ECAP + i + offs, mask=ok, other=0)
-            win = ok & (tl.load(hval_ptr + b * H + slot, mask=ok, other=0) == _pack(c2, arc))
+            if LM:
+                tie = tl.load(etie_ptr + b * ECAP + i + offs, mask=ok, other=0)
+            else:
+                tie = arc
+            win = ok & (tl.load(hval_ptr + b * H + slot, mask=ok, other=0) == _pack(c2, tie))
             idx = tl.load(hidx_ptr + b * H + slot, mask=win, other=-1).to(tl.int64)
             win = win & (idx >= 0) & (idx < NU)
             win = win & (c2 < tl.load(cost_ptr + nb + idx, mask=win, other=float("-inf")))
@@ -518,7 +691,10 @@ def _finalize_kernel(
 
 
 # ---------------------------------------------------------------------------------- host side
-_HELPERS = ("_key32", "_unkey32", "_pack", "_first_above", "_hash_insert", "_lattice_arcs")
+_HELPERS = (
+    "_key32", "_unkey32", "_pack", "_first_above", "_hash_insert", "_lattice_arcs", "_ngram_score",
+    "_lm_step", "_lm_arcs", "_tie",
+)  # fmt: skip
 KERNELS = (
     "_prep_kernel",
     "_emit_kernel",
@@ -549,16 +725,18 @@ def kernel_signatures() -> dict[str, tuple[dict[str, str], dict[str, int]]]:
     dtypes = {
         "cost_ptr": "*fp32", "best_ptr": "*fp32", "adapt_ptr": "*fp32", "weight_ptr": "*fp32",
         "ac_ptr": "*fp32", "ccost_ptr": "*fp32", "ecost_ptr": "*fp32", "count_ptr": "*i32",
-        "hkey_ptr": "*i32", "hidx_ptr": "*i32", "need_ptr": "*i32", "eslot_ptr": "*i32",
-        "lat_ptr": "*i32",
-        "beam": "fp32", "beam_delta": "fp32",
+        "hidx_ptr": "*i32", "need_ptr": "*i32", "eslot_ptr": "*i32", "lat_ptr": "*i32",
+        "beam": "fp32", "beam_delta": "fp32", "lm_scale": "fp32",
     }  # fmt: skip
+    for lm in ("lg", "sm"):  # the LM tables' types (`BatchedNgramLM`)
+        dtypes.update({f"{lm}_{t}_ptr": "*i32" for t in ("tok", "nxt")})
+        dtypes.update({f"{lm}_{t}_ptr": "*fp32" for t in ("wt", "rw", "bw")})
     constants = {
-        "_prep_kernel": {"BLOCK": 256},
-        "_emit_kernel": {"STEPS": 8, "BLOCK": 128},
-        "_insert_kernel": {"LAT": 1, "BLOCK": 128},
-        "_commit_kernel": {"BLOCK": 128},
-        "_epsilon_kernel": {"CH": 128, "STEPS": 9, "LAT": 1, "BLOCK": 128},
+        "_prep_kernel": {"LM": 1, "BLOCK": 256},
+        "_emit_kernel": {"STEPS": 8, "LM": 1, "BLOCK": 128},
+        "_insert_kernel": {"LAT": 1, "LM": 1, "BLOCK": 128},
+        "_commit_kernel": {"LM": 1, "BLOCK": 128},
+        "_epsilon_kernel": {"CH": 128, "STEPS": 9, "LAT": 1, "LM": 1, "BLOCK": 128},
         "_finalize_kernel": {"BP2": 32, "LAT": 1, "BLOCK": 128},
     }
     out = {}
@@ -599,14 +777,29 @@ class FusedSearch:
     INTERPRETED = 1024  # all three under the interpreter (fewer, wider programs; the same results)
     START_CAPACITY = {"tok": 64, "arc": 256, "hash": 128, "eps": 256, "rec": 1 << 14, "lat": 1 << 14}
 
-    def __init__(self, graph: SearchGraph, options: SearchOptions, lattice_beam: float | None = None) -> None:
+    def __init__(
+        self,
+        graph: SearchGraph,
+        options: SearchOptions,
+        lattice_beam: float | None = None,
+        lm: DifferenceLM | None = None,
+    ) -> None:
+        """`lm`: the on-the-fly LM (`wfst-otf`), its tables on the search's device; not with
+        lattices."""
+        if lm is not None and lattice_beam is not None:
+            raise ValueError("FusedSearch: lattices are not kept with an LM")
         self.g = graph
+        self.device = graph.device
+        self.lm = lm
+        self.lm_states = int(lm.num_states) if lm is not None else 1
+        if graph.nextstate.numel() * self.lm_states >= 1 << 31:
+            raise ValueError("FusedSearch: graph arcs x LM states too large for the tie ranks")
+        self._lm_args = self._lm_arguments()
         self.options = options
         self.lattice_beam = lattice_beam
         self.lattice = LatticeArcs(graph, lattice_beam) if lattice_beam is not None else None
         self._nextstate = graph.nextstate.cpu().numpy() if lattice_beam is not None else None
         self._since_prune = 0
-        self.device = graph.device
         self.sync_frames = max(1, int(options.sync_frames))
         self.capacity = dict(self.START_CAPACITY)
         self.runner = CapturedStep(options.cuda_graphs and self.device.type == "cuda")
@@ -617,6 +810,20 @@ class FusedSearch:
         self._bufs: dict[str, torch.Tensor] = {}
         self._shape: tuple | None = None
         self._graphs: dict[Any, tuple[torch.Tensor, torch.Tensor, Any]] = {}
+
+    def _lm_arguments(self) -> tuple:
+        """The LM arguments of the emit and epsilon kernels (`_lm_arcs`): the graph's olabels,
+        both LMs' tables and the union-state maps (`DifferenceLM.lookup_tables`), the scale, the
+        LM state count and the walks' bounds; without an LM, one-element stand-ins."""
+        if self.lm is None:
+            dev = self.device
+            i64, i32, f32 = (
+                torch.zeros(1, dtype=d, device=dev) for d in (torch.int64, torch.int32, torch.float32)
+            )
+            lm_tables = [i64, i32, i32, f32, f32, i64, i64, f32] * 2
+            return (self.g.olabel, *lm_tables, *[i64] * 5, 0.0, 1, 0, 1, -1, 0, 1, -1)
+        tables, bounds = self.lm.lookup_tables()
+        return (self.g.olabel, *tables, self.lm.lm_scale, self.lm_states, *bounds)
 
     def tuning(self) -> dict[str, Any]:
         return {"graph": self.g, "fused": dict(self.capacity)}
@@ -639,15 +846,18 @@ class FusedSearch:
         lat = self.lattice is not None
         rows = REC_ROWS + 2 * lat  # records; lattice nodes add state and utterance
         L = LAT_ROWS * (caps["lat"] + 1) if lat else 1
+        LM = self.lm is not None  # candidates' destination states and tie ranks (`_tie`)
         z = {
             "state": (2 * B * NU, i64), "cost": (2 * B * NU, f32), "rec": (2 * B * NU, i64),
             "arcb": (B * NU, i64), "count": (2 * B, i32), "ends": (B * NU, i64), "total": (B, i64),
-            "best": (B, f32), "adapt": (B, f32), "hkey": (B * H + 1, i32), "hval": (B * H, i64),
+            "best": (B, f32), "adapt": (B, f32), "hkey": (B * H + 1, i64), "hval": (B * H, i64),
             "hidx": (B * H, i32), "csrc": (B * AU, i64), "carc": (B * AU, i64), "ccost": (B * AU, f32),
             "cslot": (B * AU, i64), "front": (B * 2 * NU, i64), "ecum": (B * self.CH, i64),
             "eslot": (B * E, i32), "esrc": (B * E, i64), "earc": (B * E, i64), "ecost": (B * E, f32),
             "need": (NUM_NEEDS, i32), "arena": (rows * (R + 1), i64), "base": (1, i64),
             "t0": (1, i64), "recc": (self.sync_frames + 2, i64), "lat": (L, i32),
+            "cdst": (B * AU if LM else 1, i64), "ctie": (B * AU if LM else 1, i64),
+            "etie": (B * E if LM else 1, i64),
         }  # fmt: skip
         self._graphs.clear()  # captured with the old buffers
         self._bufs = {k: torch.zeros(n, dtype=d, device=dev) for k, (n, d) in z.items()}
@@ -671,6 +881,7 @@ class FusedSearch:
         ch_steps = max(1, math.ceil(math.log2(CH + 1)) + 1)
         bp2 = _pow2(B, 2)
         eps = g.has_epsilons
+        LM, LMS, lm = int(self.lm is not None), self.lm_states, self._lm_args
         step = 0
 
         def epsilon(K: int, PN: int) -> None:
@@ -679,7 +890,8 @@ class FusedSearch:
                 x["state"], x["cost"], x["rec"], x["arcb"], x["count"], lengths, x["t0"], x["best"],
                 x["adapt"], g.split, g.n_eps, g.weight, g.nextstate, x["hkey"], x["hval"], x["hidx"],
                 x["front"], x["ecum"], x["eslot"], x["esrc"], x["earc"], x["ecost"], x["need"], x["lat"],
-                K, PN, B, NU, H, E, o.max_epsilon_passes, L, CH=CH, STEPS=ch_steps, LAT=LAT, BLOCK=BLOCK,
+                x["etie"], *lm, K, PN, B, NU, H, E, o.max_epsilon_passes, L,
+                CH=CH, STEPS=ch_steps, LAT=LAT, LM=LM, BLOCK=BLOCK,
             )  # fmt: skip
 
         def finalize(K: int, P: int) -> None:
@@ -702,24 +914,26 @@ class FusedSearch:
                 x["state"], x["cost"], x["count"], lengths, x["t0"], g.n_emit, x["ends"], x["total"],
                 x["best"], x["adapt"], x["hkey"], x["hval"], x["need"],
                 k, P, B, NU, H, AU, o.beam, o.beam_delta, min(o.max_active, 1 << 30),
-                min(o.min_active, 1 << 30), BLOCK=self.PREP_BLOCK,
+                min(o.min_active, 1 << 30), LMS, LM=LM, BLOCK=self.PREP_BLOCK,
             )  # fmt: skip
             _launch(
                 "_emit_kernel", grid_arcs,
                 x["state"], x["cost"], x["count"], x["ends"], x["total"], g.n_emit, g.first_emit,
-                g.weight, g.column, ac, x["csrc"], x["carc"], x["ccost"], x["best"],
-                k, P, B, NU, AU, V, KWIN, STEPS=steps, BLOCK=BLOCK,
+                g.weight, g.column, ac, x["csrc"], x["carc"], x["ccost"], x["best"], g.nextstate,
+                x["cdst"], x["ctie"], *lm, k, P, B, NU, AU, V, KWIN, STEPS=steps, LM=LM, BLOCK=BLOCK,
             )  # fmt: skip
             _launch(
                 "_insert_kernel", grid_arcs,
                 x["ccost"], x["carc"], x["cslot"], x["total"], x["best"], x["adapt"], g.nextstate,
                 x["hkey"], x["hval"], x["hidx"], x["count"], x["need"], x["csrc"], x["state"], g.column,
-                ac, x["t0"], x["lat"], k, P, B, NU, H, AU, V, KWIN, L, LAT=LAT, BLOCK=BLOCK,
+                ac, x["t0"], x["lat"], x["cdst"], x["ctie"], k, P, B, NU, H, AU, V, KWIN, L,
+                LAT=LAT, LM=LM, BLOCK=BLOCK,
             )  # fmt: skip
             _launch(
                 "_commit_kernel", grid_arcs,
                 x["ccost"], x["carc"], x["csrc"], x["cslot"], x["total"], x["hval"], x["hidx"],
-                g.nextstate, x["state"], x["cost"], x["rec"], x["arcb"], P, B, NU, H, AU, BLOCK=BLOCK,
+                g.nextstate, x["state"], x["cost"], x["rec"], x["arcb"], x["cdst"], x["ctie"],
+                P, B, NU, H, AU, LM=LM, BLOCK=BLOCK,
             )  # fmt: skip
             if eps:
                 epsilon(k, 1 - P)
@@ -734,7 +948,8 @@ class FusedSearch:
         for their closure."""
         x, NU = self._bufs, self.capacity["tok"]
         at = torch.arange(B, device=self.device) * NU
-        x["state"].index_fill_(0, at, self.g.start)
+        start = self.g.start * self.lm_states + (self.lm.START if self.lm is not None else 0)
+        x["state"].index_fill_(0, at, start)
         x["cost"].index_fill_(0, at, 0.0)
         x["rec"].index_fill_(0, at, -1)
         x["arcb"].index_fill_(0, at, -1)
@@ -754,7 +969,10 @@ class FusedSearch:
         rec = x["rec"][lo : lo + B * NU].view(B, NU)
         live = torch.arange(NU, device=self.device) < x["count"][P * B : P * B + B, None]
         state = torch.where(live, state, 0)
-        fin = torch.where(live, cost + self.g.final[state], INF)
+        fin = cost + self.g.final[state // self.lm_states]
+        if self.lm is not None:  # the </s> difference (`TokenPassing.best_final`)
+            fin = fin + self.lm.final_cost(state % self.lm_states)
+        fin = torch.where(live, fin, INF)
         reached = torch.isfinite(fin).any(1)
         score = torch.where(reached[:, None], fin, torch.where(live, cost, INF))
         best = score.min(1).values
