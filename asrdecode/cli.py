@@ -29,6 +29,14 @@ from asrdecode.gc_pause import paused_while_loading
 console = Console(stderr=True)
 out_console = Console()
 
+PATH = click.Path(path_type=Path)  # a path argument or option, given to commands as a Path
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")
+
+
+def path_option(*decls: str, **kwargs: object):
+    """A click option whose value is a `Path`."""
+    return click.option(*decls, type=PATH, **kwargs)
+
 
 def say(con: Console, label: str, text: object) -> None:
     """One line on `con`: a markup `label` and `text` as it is (escaped: a file name with
@@ -171,16 +179,15 @@ def read_boost_file(path: Path) -> dict[str, float]:
 
 
 @main.command()
-@click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
+@click.argument("input_path", metavar="INPUT", type=PATH)
 @click.argument("overrides", nargs=-1, metavar="[KEY.PATH=VALUE]...")
-@click.option(
+@path_option(
     "--out",
     "out_dir",
-    type=click.Path(path_type=Path),
     help="Output folder (results are appended as they come); for a single audio file, FILE.asrdecode "
     "beside it by default.",
 )
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML config (see configs/).")
+@path_option("--config", "config_file", help="YAML config (see configs/).")
 @click.option("--model", help="Shortcut for model.path=... (a .nemo file or embedded:<name>).")
 @click.option("--decoder", help="Shortcut for decoder.type=... (e.g. ctc-greedy).")
 @click.option("--device", help="Shortcut for device=... (auto, cpu, cuda, cuda:N).")
@@ -189,10 +196,9 @@ def read_boost_file(path: Path) -> dict[str, float]:
     help="The language spoken (e.g. en, de): a Canary model transcribes in it (model.source_lang and "
     "model.target_lang); the English setups take en.",
 )
-@click.option(
+@path_option(
     "--boost",
     "boost_file",
-    type=click.Path(path_type=Path),
     help="Word boosting for WFST decoders: a file of `word [score]` lines (score 5.0 if omitted).",
 )
 @click.option("--overwrite", is_flag=True, help="Start fresh instead of resuming into --out.")
@@ -215,12 +221,11 @@ def read_boost_file(path: Path) -> dict[str, float]:
 @click.option("--workers", type=int, help="Shortcut for engine.workers=N (ray worker actors).")
 @click.option("--gpus-per-worker", type=float, help="Shortcut for engine.gpus_per_worker=G.")
 @click.option("--print-config", is_flag=True, help="Print the merged config and exit.")
-@click.option(
+@path_option(
     "--log-file",
-    type=click.Path(path_type=Path),
     help="Also write the run's events (status, progress, skipped files, report) as JSON lines.",
 )
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option
 @paused_while_loading()
 def transcribe(
     input_path,
@@ -413,41 +418,35 @@ def written_files(out_dir: Path) -> list[str]:
 
 
 @main.command()
-@click.option(
+@path_option(
     "--ref",
     "ref_path",
     required=True,
-    type=click.Path(path_type=Path),
     help="References: Kaldi text (utt words...) or JSONL with 'text'.",
 )
-@click.option(
+@path_option(
     "--hyp",
     "hyp_path",
     required=True,
-    type=click.Path(path_type=Path),
     help="Hypotheses: Kaldi text or JSONL with 'pred_text' (e.g. transcripts.jsonl).",
 )
 @click.option("--worst", default=5, show_default=True, help="Show the N worst utterances with alignments.")
 @click.option("--keep-case", is_flag=True, help="Do not lowercase before scoring.")
 @click.option("--keep-punctuation", is_flag=True, help="Do not strip punctuation before scoring.")
 @click.option("--per-utt", is_flag=True, help="Print one line per utterance.")
-@click.option(
-    "--json", "json_out", type=click.Path(path_type=Path), help="Also write the full score report as JSON."
-)
-@click.option(
+@path_option("--json", "json_out", help="Also write the full score report as JSON.")
+@path_option(
     "--compare",
     "compare_path",
-    type=click.Path(path_type=Path),
     help="A second run's hypotheses: both are scored and compared utterance by utterance, with a "
     "paired bootstrap interval of the WER difference.",
 )
-@click.option(
+@path_option(
     "--plot",
     "plot_path",
-    type=click.Path(path_type=Path),
     help="Write the per-utterance WER distribution of the run(s) as a plot (.png or .svg).",
 )
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option
 def score(
     ref_path, hyp_path, worst, keep_case, keep_punctuation, per_utt, json_out, compare_path, plot_path, debug
 ) -> None:
@@ -514,8 +513,8 @@ def score(
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path), required=False)
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.argument("path", type=PATH, required=False)
+@debug_option
 def info(path: Path | None, debug: bool) -> None:
     """Describe a model (.nemo / embedded:NAME), a graph folder, an n-gram LM (ARPA, pocketsphinx
     .lm.bin) or a data set (folder, manifest, Kaldi dir, log-probs); with no PATH, the default
@@ -564,12 +563,10 @@ def build_progress():
 
 @main.command("build-graph")
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML (see configs/graph/).")
-@click.option(
-    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Graph folder to write."
-)
+@path_option("--config", "config_file", help="YAML (see configs/graph/).")
+@path_option("--out", "out_dir", required=True, help="Graph folder to write.")
 @click.option("--force", is_flag=True, help="Rebuild even if the cached inputs and config match.")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option
 def build_graph_cmd(overrides, config_file, out_dir, force, debug) -> None:
     """Build a decoding graph: TLG (CTC models) or HCLG (HMM models) from an ARPA LM + lexicon.
 
@@ -660,11 +657,11 @@ for _name, (_module, _summary) in BENCHMARKS.items():
     show_default=True,
     help="real: the sphinx model's decoders vs pocketsphinx; demo: the demo neural models' decoders.",
 )
-@click.option("--manifest", type=click.Path(path_type=Path), help="Another set (default: the setup's).")
+@path_option("--manifest", help="Another set (default: the setup's).")
 @click.option("--systems", help="Comma-separated system names to run (default: all of the setup).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Default: out/bench/sweep-SETUP.")
+@path_option("--out", "out_dir", help="Default: out/bench/sweep-SETUP.")
 @click.option("--nemo-python", help="A Python with NeMo installed: runs the NeMo peers (demo setup).")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option
 def bench_sweep(
     setup_name: str,
     manifest: Path | None,
@@ -710,15 +707,11 @@ def bench_sweep(
 
 
 @main.command("convert-graph")
-@click.argument("fst", type=click.Path(path_type=Path))
-@click.argument("words", type=click.Path(path_type=Path))
-@click.option(
-    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Graph folder to write."
-)
-@click.option(
-    "--tid2pdf", type=click.Path(path_type=Path), help="Kaldi transition-id -> pdf map (show-transitions)."
-)
-@click.option("--units", type=click.Path(path_type=Path), help="Optional units.txt to copy beside the graph.")
+@click.argument("fst", type=PATH)
+@click.argument("words", type=PATH)
+@path_option("--out", "out_dir", required=True, help="Graph folder to write.")
+@path_option("--tid2pdf", help="Kaldi transition-id -> pdf map (show-transitions).")
+@path_option("--units", help="Optional units.txt to copy beside the graph.")
 @click.option(
     "--format",
     "save_format",
@@ -727,7 +720,7 @@ def bench_sweep(
     show_default=True,
     help="Device-format files to write: graph.pt, graph.safetensors or both.",
 )
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option
 def convert_graph_cmd(fst, words, out_dir, tid2pdf, units, save_format, debug) -> None:
     """Convert an existing OpenFst TLG/HCLG (vector or const) into asrdecode's graph format.
 
