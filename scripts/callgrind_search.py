@@ -14,7 +14,8 @@ x86-64 code) in both runs, the first one native, makes the cache hit. The counts
 
 ``run`` sets up the 20k-word case of `asrdecode bench let` (its graphs, LM and spelled log-probs;
 the first ``--utterances`` of its sentences), builds the decoder (``let`` at ``--capacity``,
-``wfst-otf`` with no history cap, or ``capped``: the sphinx setup's history cap), decodes every
+``wfst-otf`` with no history cap, ``capped``: the sphinx setup's history cap, or ``wfst``: the
+pruned-LM graph alone, the search without an LM), decodes every
 utterance once untimed (numba's cache loads, workspaces grow), then turns callgrind's
 instrumentation on, decodes them again and turns it off (client requests from a small C helper
 compiled here with gcc and valgrind/callgrind.h). It writes the decoder's summed stats, the JIT
@@ -57,12 +58,16 @@ def client_requests() -> ctypes.CDLL:
 def build_decoder(args, small_graph: Path, large_lm: Path):
     from asrdecode.config import SPHINX_SETUP, build_config
     from asrdecode.decoders.let import LetConfig, LetDecoder
+    from asrdecode.decoders.wfst import WfstConfig, WfstDecoder
     from asrdecode.decoders.wfst_otf import WfstOtfConfig, WfstOtfDecoder
 
     opts = {
         "graph": str(small_graph), "lm": str(large_lm), "beam": args.beam, "max_active": 10000,
         "min_active": 200, "threads": 1, "lattice": args.lattice, "lattice_beam": 8.0,
     }  # fmt: skip
+    if args.decoder == "wfst":  # the small graph alone: the search without an LM
+        del opts["lm"]
+        return WfstDecoder(WfstConfig(**opts, backend="compiled"))
     if args.decoder == "let":
         return LetDecoder(LetConfig(**opts, group_capacity=args.capacity))
     cap = build_config(None, [], setup=SPHINX_SETUP).decoder.history_max if args.decoder == "capped" else 0
@@ -223,7 +228,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--decoder", choices=["let", "wfst-otf", "capped"], default="let")
+    r.add_argument("--decoder", choices=["let", "wfst-otf", "capped", "wfst"], default="let")
     r.add_argument("--capacity", type=int, default=16)
     r.add_argument("--beam", type=float, default=10.0)
     r.add_argument("--utterances", type=int, default=8)

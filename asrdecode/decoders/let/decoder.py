@@ -325,26 +325,11 @@ class LetDecoder:
             results.append(reader.result(p, {}, blank, shift, self.search.lm))
         total = np.sum([p.stats for p in paths], axis=0) if paths else np.zeros(S.NUM_STATS, np.int64)
         self.last_info = {
-            "stats": {
-                "backend": "compiled",
-                "frames": int(total[S.S_FRAMES]),
-                "arcs": int(total[S.S_ARCS]),
-                "groups": int(total[S.S_GROUPS]),
-                "word_members": int(total[S.S_WORD_MEMBERS]),
-                "word_block_hits": int(total[S.S_WORD_HITS]),
-                "lm_lookups": int(total[S.S_LM_LOOKUPS]),
-                "unions": int(total[S.S_UNIONS]),
-                "union_members": int(total[S.S_UNION_MEMBERS]),
-                "shared": int(total[S.S_SHARED]),
-                "unions_shared": int(total[S.S_UNIONS_SHARED]),
-                "epsilon_pops": int(total[S.S_EPS_POPS]),
-                "epsilon_limit_hit": int(total[S.S_EPS_LIMIT]),
-            },
+            "stats": {"backend": "compiled", **dict(zip(S.STAT_NAMES, total.tolist(), strict=True))},
             "not_final": not_final,
             "paths": paths,
         }
         if want_lattice:
-            self.last_info["stats"]["lattice_prune_frames"] = int(total[S.S_PRUNE_FRAMES])
             self.last_info["lattice_search_arcs"] = sum(len(p.lattice[0]) for p in paths)
             density = attach_lattices(results, lats, c.lattice, c.nbest, shift)
             if density is not None:

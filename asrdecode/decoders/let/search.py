@@ -48,6 +48,8 @@ from asrdecode.decoders.wfst.compiled import (
     PREFETCH_ARCS,
     PREFETCH_STATES,
     PREFETCH_WORDS,
+    add_record,
+    beam_cutoff,
     best_token,
     clear_pairs,
     closure_queue,
@@ -152,12 +154,16 @@ LAT_PAIR_STATE, LAT_PAIR_U, LAT_PAIR_TAB = LATTICE.indices("pair_state", "pair_u
     C_NODES, C_PAIRS,
 ) = range(13)  # fmt: skip
 NUM_COUNTERS = 13
-# stats
+# stats, by the names `LetDecoder.last_info["stats"]` reports them under
+STAT_NAMES = (
+    "frames", "arcs", "groups", "epsilon_pops", "epsilon_limit_hit", "word_members", "unions", "shared",
+    "union_members", "records", "word_block_hits", "lattice_prune_frames", "unions_shared", "lm_lookups",
+)  # fmt: skip
 (
     S_FRAMES, S_ARCS, S_GROUPS, S_EPS_POPS, S_EPS_LIMIT, S_WORD_MEMBERS, S_UNIONS, S_SHARED,
     S_UNION_MEMBERS, S_RECORDS, S_WORD_HITS, S_PRUNE_FRAMES, S_UNIONS_SHARED, S_LM_LOOKUPS,
-) = range(14)  # fmt: skip
-NUM_STATS = 14
+) = range(len(STAT_NAMES))  # fmt: skip
+NUM_STATS = len(STAT_NAMES)
 GC_MIN = 1 << 20
 
 
@@ -313,14 +319,14 @@ def _clear_word_cache(wcache):
 @numba.njit(nogil=True, cache=True, inline="always")
 def _word_probe(blk, word, lim, wcache):
     """The word-block cache entry of (blk, word) made from at least the members at offsets up to
-    `lim`: (slot, key, cached block or -1, its cost shift). No workspace tuple here: passing one
-    costs an atomic reference count per array."""
+    `lim`: (slot, key, cached block or -1, its cost shift, the member offsets it was made from).
+    No workspace tuple here: passing one costs an atomic reference count per array."""
     key = (blk << 32) | word
     h = _word_slot(blk, word, wcache.shape[0] - 1)
     e = wcache[h]
     if e.key == key and e.lim >= lim:
-        return h, key, e.blk, e.delta
-    return h, key, -1, _INF32
+        return h, key, e.blk, e.delta, e.lim
+    return h, key, -1, _INF32, lim
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -420,14 +426,10 @@ def _emit(
                 arc = arcs[a]
                 c = best_c + arc.weight + acrow[arc.column]
                 if arc.olabel > 0:
-                    lim = cut - best_c
-                    h, key, nb, delta = _word_probe(cur_blk[i], arc.olabel, lim, wcache)
-                    if nb < 0:
-                        _, delta = _make_word_block(
-                            cur_blk[i], arc.olabel, lim, key, h, cap, beam, lm, slot_lm, wcache,
-                            blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, cand, scratch, memo,
-                            ctr, stats,
-                        )  # fmt: skip
+                    _, delta, _, _ = _word_block(
+                        cur_blk[i], arc.olabel, cut - best_c, cap, beam, lm, slot_lm, wcache, blk_start,
+                        blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail, cand, scratch, memo, ctr, stats,
+                    )  # fmt: skip
                     c = c + delta
                 if c < pre:
                     pre = c
@@ -437,7 +439,6 @@ def _emit(
     m = 0
     nit = 0
     hits = 0
-    wc_mask = wcache.shape[0] - 1
     for i in range(n):
         # as `wfst`'s emitting step: the state record and first arc of groups ahead, and the
         # word-block cache entries of their word arcs (`_word_probe`'s load) if that pays
@@ -462,22 +463,13 @@ def _emit(
             ol = arc.olabel
             nb = blk
             blim = lim  # the member offsets the word block was made from
-            if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
-                key = (blk << 32) | ol
-                h = _word_slot(blk, ol, wc_mask)
-                e = wcache[h]
-                if e.key == key and e.lim >= lim:
-                    nb = e.blk
-                    c = c + e.delta
-                    blim = e.lim
-                    hits += 1
-                else:  # a miss: the block is built (arrays taken out of the workspace once, above)
-                    nb, delta = _make_word_block(
-                        blk, ol, lim, key, h, cap, beam, lm, slot_lm, wcache, blk_start, blk_len,
-                        m_lm, m_off, m_mrec, mr_prev, mr_tail, cand,
-                        scratch, memo, ctr, stats,
-                    )  # fmt: skip
-                    c = c + delta
+            if ol > 0:
+                nb, delta, blim, hit = _word_block(
+                    blk, ol, lim, cap, beam, lm, slot_lm, wcache, blk_start, blk_len, m_lm, m_off, m_mrec,
+                    mr_prev, mr_tail, cand, scratch, memo, ctr, stats,
+                )  # fmt: skip
+                c = c + delta
+                hits += hit
             best_new, bound, below = running_bound(c, best_new, bound, adaptive)
             if not below or (ol > 0 and not (c < word_cut)):
                 continue
@@ -522,6 +514,25 @@ def _emit(
     return m, nit, best_new
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _word_block(
+    blk, word, lim, cap, beam, lm, slot_lm, wcache, blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail,
+    cand, scratch, memo, ctr, stats,
+):  # fmt: skip
+    """The word block of (block `blk`, `word`) made from at least the members at offsets up to
+    `lim`: the cached one (`_word_probe`) or, on a miss, a new one (`_make_word_block`). Returns
+    (block, cost shift, the member offsets it was made from, whether the cache had it). Inlined
+    into the frame steps, whose arrays are `borrowed`."""
+    h, key, nb, delta, made_lim = _word_probe(blk, word, lim, wcache)
+    if nb >= 0:
+        return nb, delta, made_lim, 1
+    nb, delta = _make_word_block(
+        blk, word, lim, key, h, cap, beam, lm, slot_lm, wcache, blk_start, blk_len, m_lm, m_off, m_mrec,
+        mr_prev, mr_tail, cand, scratch, memo, ctr, stats,
+    )  # fmt: skip
+    return nb, delta, lim, 0
+
+
 @numba.njit(nogil=True, cache=True)
 def _max_items(m, ws):
     nxt_head, it_next = ws[W_NXT_HEAD], ws[W_IT_NEXT]
@@ -549,7 +560,7 @@ def _keep(cut, frame, cap, history_beam, m, slot, slot_lm, ws, ctr, stats):
         (ws[W_NXT_STATE], ws[W_NXT_COST], ws[W_NXT_BLK], ws[W_NXT_REC], ws[W_NXT_HEAD])
     )  # fmt: skip
     it_blk, it_cost, it_prev, it_arc, it_next = borrowed(ws[ITEMS])
-    r_prev, r_arc, r_frame = borrowed(ws[RECORDS])
+    records = borrowed(ws[RECORDS])
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = borrowed(ws[BLOCKS])
     cand = borrowed(ws[W_CAND])
     scratch = borrowed(ws[W_SCRATCH])
@@ -571,11 +582,8 @@ def _keep(cut, frame, cap, history_beam, m, slot, slot_lm, ws, ctr, stats):
             q = it_next[q]
         if cnt == 1:
             blk = it_blk[one]
-            rec = ctr[C_REC]  # a back-pointer record (previous record, arc, frame)
-            r_prev[rec] = it_prev[one]
-            r_arc[rec] = it_arc[one]
-            r_frame[rec] = frame
-            ctr[C_REC] = rec + 1
+            rec = ctr[C_REC]
+            ctr[C_REC] = add_record(records, rec, it_prev[one], it_arc[one], frame)
             stats[S_SHARED] += 1
         else:
             n = 0
@@ -584,10 +592,7 @@ def _keep(cut, frame, cap, history_beam, m, slot, slot_lm, ws, ctr, stats):
             while q >= 0:
                 if it_cost[q] < cut:
                     tail = ctr[C_REC]  # the item's record
-                    r_prev[tail] = it_prev[q]
-                    r_arc[tail] = it_arc[q]
-                    r_frame[tail] = frame
-                    ctr[C_REC] = tail + 1
+                    ctr[C_REC] = add_record(records, tail, it_prev[q], it_arc[q], frame)
                     n = _add_members(
                         it_blk[q], it_cost[q], tail, 0, n, blk_start, blk_len, m_lm, m_off, m_mrec, cand,
                     )  # fmt: skip
@@ -642,7 +647,7 @@ def _closure(
     )
     cur_state, cur_cost, cur_blk, cur_rec = borrowed(ws[GROUPS])
     queue = borrowed(ws[W_QUEUE])
-    r_prev, r_arc, r_frame = borrowed(ws[RECORDS])
+    records = borrowed(ws[RECORDS])
     wcache = borrowed(ws[W_WCACHE])
     blk_start, blk_len, m_lm, m_off, m_mrec, mr_prev, mr_tail = borrowed(ws[BLOCKS])
     cand = borrowed(ws[W_CAND])
@@ -650,7 +655,6 @@ def _closure(
     ba_src, ba_dst, ba_arc, ba_ac, ba_lim = borrowed(ws[BLOCK_ARCS])
     nq, pops = io[0], io[1]
     num_states = slot.shape[0]
-    wc_mask = wcache.shape[0] - 1
     # capacities (arrays are not replaced inside this call)
     cap_rec, cap_blk = ws[W_R_PREV].shape[0], ws[W_BLK_START].shape[0]
     cap_mem, cap_mrec, cap_cand = ws[W_M_LM].shape[0], ws[W_MR_PREV].shape[0], ws[W_CAND].shape[0]
@@ -687,23 +691,13 @@ def _closure(
             ol = arc.olabel
             blk = cur_blk[i]
             lim = _INF32  # over a word: the member offsets its block was made from
-            if ol > 0:  # the word-block cache probe (`_word_probe`, written out: hot loop)
-                key = (blk << 32) | ol
-                h = _word_slot(blk, ol, wc_mask)
-                e = wcache[h]
-                lim = cut - c0  # the members at or below the cut
-                if e.key == key and e.lim >= lim:
-                    blk = e.blk
-                    c = c + e.delta
-                    lim = e.lim
-                    stats[S_WORD_HITS] += 1
-                else:
-                    blk, delta = _make_word_block(
-                        blk, ol, lim, key, h, cap, beam, lm, slot_lm, wcache, blk_start, blk_len,
-                        m_lm, m_off, m_mrec, mr_prev, mr_tail, cand,
-                        scratch, memo, ctr, stats,
-                    )  # fmt: skip
-                    c = c + delta
+            if ol > 0:  # the members at or below the cut
+                blk, delta, lim, hit = _word_block(
+                    blk, ol, cut - c0, cap, beam, lm, slot_lm, wcache, blk_start, blk_len, m_lm, m_off,
+                    m_mrec, mr_prev, mr_tail, cand, scratch, memo, ctr, stats,
+                )  # fmt: skip
+                c = c + delta
+                stats[S_WORD_HITS] += hit
             if c > cut or (ol > 0 and c > word_cut):
                 continue
             if lattice:
@@ -717,12 +711,8 @@ def _closure(
             j = slot[d]
             if j >= 0 and blk == cur_blk[j] and not (c < cur_cost[j]):
                 continue
-            # the arrival's back-pointer record (previous record, arc, frame), written out
-            rec = ctr[C_REC]
-            r_prev[rec] = cur_rec[i]
-            r_arc[rec] = a
-            r_frame[rec] = frame
-            ctr[C_REC] = rec + 1
+            rec = ctr[C_REC]  # the arrival's record
+            ctr[C_REC] = add_record(records, rec, cur_rec[i], a, frame)
             if j < 0:
                 j = ctr[C_TOK]
                 ctr[C_TOK] = j + 1
@@ -884,12 +874,8 @@ def bucket_cutoff(cost, n, beam, max_active, min_active, beam_delta, width):
     `max_active`-th smallest cost (so at most that many are kept), the min-active cut the upper
     edge of the bin holding the `min_active`-th (so at least that many). No selection, no sort.
     Otherwise Kaldi's rule as `get_cutoff`; returns (cutoff, adaptive beam)."""
-    best = _INF32
-    for i in range(n):
-        if cost[i] < best:
-            best = cost[i]
-    beam_cut = best + beam
-    if n == 0 or (max_active >= 2147483647 and min_active <= 0):
+    best, beam_cut, beam_decides = beam_cutoff(cost, n, beam, max_active, min_active)
+    if beam_decides:
         return beam_cut, beam
     counts = np.zeros(0, np.int64)
     nbins = 0

@@ -157,6 +157,14 @@ def _cutoff_bucket(c: np.float32, best: np.float32, per_bucket: np.float32) -> i
 
 
 @numba.njit(nogil=True, cache=True)
+def beam_cutoff(cost: np.ndarray, n: int, beam: np.float32, max_active: int, min_active: int):
+    """GetCutoff's best cost over ``cost[:n]``, its beam cut ``best + beam`` and whether that is the
+    cutoff without more: no tokens, or neither a max_active nor a min_active limit."""
+    best = best_token(cost, n)[1]
+    return best, best + beam, n == 0 or (max_active >= 2147483647 and min_active <= 0)
+
+
+@numba.njit(nogil=True, cache=True)
 def get_cutoff(
     cost: np.ndarray,
     n: int,
@@ -173,12 +181,8 @@ def get_cutoff(
     in `CUTOFF_BUCKETS` equal slices of the beam, and the selection runs only on the slice that
     holds the k-th (the whole list only for `min_active` when fewer than
     `min_active` lie below the beam cut). The result is the same as selecting over all costs."""
-    best = _F32_INF
-    for i in range(n):
-        if cost[i] < best:
-            best = cost[i]
-    beam_cut = best + beam
-    if n == 0 or (max_active >= 2147483647 and min_active <= 0):
+    best, beam_cut, beam_decides = beam_cutoff(cost, n, beam, max_active, min_active)
+    if beam_decides:
         return beam_cut, beam
     below = 0  # the costs below the beam cut, gathered into scratch
     for i in range(n):
@@ -556,6 +560,17 @@ def queue_pop(nq: int, pops: int, eps_limit: int) -> tuple[int, int, bool]:
     return nq - 1, pops, False
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def add_record(records, nrec: int, prev: int, arc: int, frame: int) -> int:
+    """Back-pointer record ``nrec`` (previous record, arc, frame) into ``records``, the (previous
+    record, arc, frame) arrays (the torch path's `core.Backpointers`). Returns the records."""
+    rec_prev, rec_arc, rec_frame = records
+    rec_prev[nrec] = prev
+    rec_arc[nrec] = arc
+    rec_frame[nrec] = frame
+    return nrec + 1
+
+
 @numba.njit(nogil=True, cache=True)
 def closure_queue(states, tok_state: np.ndarray, n: int, queue: np.ndarray) -> int:
     """Queue the tokens 0..n-1 whose state has epsilon arcs for the epsilon closure, so that they
@@ -919,17 +934,16 @@ def _keep(
     """With lattices: keep the new tokens below the frame's final bound (a record each), in order
     and mapped for the frame's epsilon closure (the pair table arrives empty); the same for the
     frame's lattice candidates. Returns (tokens, records, lattice arcs)."""
+    records = (rec_prev, rec_arc, rec_frame)
     k = 0
     for j in range(m):
         d = nxt_state[j]
         c = nxt_cost[j]
         if c < cut:
-            rec_prev[nrec] = nxt_rec[j]
-            rec_arc[nrec] = nxt_arc[j]
-            rec_frame[nrec] = frame
+            r = nrec
+            nrec = add_record(records, nrec, nxt_rec[j], nxt_arc[j], frame)
             nxt_cost[k] = c
-            nxt_rec[k] = nrec
-            nrec += 1
+            nxt_rec[k] = r
             nxt_state[k] = d
             if lm is None:
                 slot[d] = k
