@@ -277,6 +277,21 @@ def _lm_arcs(
     return c, dst
 
 
+def _slot_arc(tok_state_ptr, end, count_ptr, first_ptr, j, valid, LM: tl.constexpr, LMS):
+    """Arc slot j's arc (paper 000 Alg. 3): its token's state (at ``tok_state_ptr``; with an LM
+    ``graph state * LMS + LM state``, `core.TokenPassing`'s packing), whose arcs of the kind
+    (``count_ptr``: per graph state, from ``first_ptr``: emitting or epsilon) end at slot ``end``
+    of the inclusive prefix sum. Returns (graph state, LM state, first arc, arc count, arc)."""
+    s = tl.load(tok_state_ptr, mask=valid, other=0)
+    u = s * 0
+    if LM:
+        u = s % LMS
+        s = s // LMS
+    n = tl.load(count_ptr + s, mask=valid, other=0)
+    first = tl.load(first_ptr + s, mask=valid, other=0)
+    return s, u, first, n, tl.where(valid, first + j - (end - n), 0)
+
+
 def _tie(first, n, arc, u, LMS):
     """The tie rank of a candidate with an LM: its place in (source graph state, source LM state,
     arc) order, the order of the per-frame search's candidates, whose recombination keeps the
@@ -392,14 +407,8 @@ def _emit_kernel(
     cur = (P * B + b) * NU
     lo = _first_above(ends_ptr + b * NU, cnt, j, valid, STEPS)
     src = tl.maximum(tl.minimum(lo, cnt - 1), 0)
-    s = tl.load(state_ptr + cur + src, mask=valid, other=0)
-    if LM:
-        u = s % LMS
-        s = s // LMS
     e = tl.load(ends_ptr + b * NU + src, mask=valid, other=0)
-    n = tl.load(n_emit_ptr + s, mask=valid, other=0)
-    first = tl.load(first_ptr + s, mask=valid, other=0)
-    arc = tl.where(valid, first + j - (e - n), 0)
+    s, u, first, n, arc = _slot_arc(state_ptr + cur + src, e, n_emit_ptr, first_ptr, j, valid, LM, LMS)
     col = tl.load(column_ptr + arc, mask=valid, other=0)
     ac = tl.load(ac_ptr + (b * KWIN + K) * V + col, mask=valid, other=0.0)
     c = tl.load(cost_ptr + cur + src, mask=valid, other=0.0)
@@ -547,15 +556,10 @@ def _epsilon_kernel(
                 v = jj < tot
                 lane = tl.minimum(_first_above(ecum_ptr + b * CH, CH, jj, v, STEPS), CH - 1)
                 src = tl.load(front_ptr + cur + i + lane, mask=v, other=0)
-                sl = tl.load(state_ptr + nb + src, mask=v, other=0)
-                if LM:
-                    ul = sl % LMS
-                    sl = sl // LMS
                 el = tl.load(ecum_ptr + b * CH + lane, mask=v, other=0)
-                nl = tl.load(n_eps_ptr + sl, mask=v, other=0)
-                fl = tl.load(split_ptr + sl, mask=v, other=0)
-                arc = fl + jj - (el - nl)
-                arc = tl.where(v, arc, 0)
+                sl, ul, fl, nl, arc = _slot_arc(
+                    state_ptr + nb + src, el, n_eps_ptr, split_ptr, jj, v, LM, LMS
+                )
                 c2 = tl.load(cost_ptr + nb + src, mask=v, other=0.0)
                 c2 = c2 + tl.load(weight_ptr + arc, mask=v, other=0.0)
                 if LM:
@@ -693,7 +697,7 @@ def _finalize_kernel(
 # ---------------------------------------------------------------------------------- host side
 _HELPERS = (
     "_key32", "_unkey32", "_pack", "_first_above", "_hash_insert", "_lattice_arcs", "_ngram_score",
-    "_lm_step", "_lm_arcs", "_tie",
+    "_lm_step", "_lm_arcs", "_slot_arc", "_tie",
 )  # fmt: skip
 KERNELS = (
     "_prep_kernel",
