@@ -68,6 +68,12 @@ def test_registry_and_config_keys():
         WfstDecoder(WfstConfig())
 
 
+def test_an_on_the_fly_lm_is_refused_by_wfst(toy_dir):
+    """`wfst` decodes its graph alone: an LM handed to it (wfst-otf's) is a one-line config error."""
+    with pytest.raises(ConfigError, match="wfst-otf"):
+        WfstDecoder(WfstConfig(graph=str(toy_dir)), lm=object())
+
+
 def test_word_times_on_constructed_example(toy_dir):
     """c-a-b at frames 1..8 then c at 11..12: words cab [1, 9) and c [11, 13) frames.
 

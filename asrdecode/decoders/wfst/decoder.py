@@ -78,6 +78,7 @@ from asrdecode.decoders.wfst.paths import (
 )
 from asrdecode.errors import ConfigError
 from asrdecode.graph.format import DeviceGraph
+from asrdecode.lm.difference import DifferenceLM
 from asrdecode.models.base import ModelOutput
 from asrdecode.numba_status import announce_first_compile
 
@@ -273,7 +274,10 @@ class WfstDecoder:
         context: DecoderContext | None = None,
         graph: DeviceGraph | None = None,
         words: dict[int, str] | None = None,
+        lm: DifferenceLM | None = None,
     ):
+        """`graph` and `words` replace the config's graph files; `lm` is an on-the-fly LM already
+        loaded (`wfst-otf`, `attach_lm`)."""
         self.check_options(config)
         self.config = config
         self.context = context
@@ -300,6 +304,12 @@ class WfstDecoder:
         self._fused_notes: set[str] = set()
         if config.want_lattice:  # the lattice kernels compile at their first use
             announce_first_compile("wfst: lattices", prune_window, backward_costs, collapse_kernel)
+        self.attach_lm(lm)
+
+    def attach_lm(self, lm: DifferenceLM | None) -> None:
+        """The on-the-fly LM of the search: `wfst` decodes its graph alone (`wfst-otf` overrides)."""
+        if lm is not None:
+            raise ConfigError("wfst decodes its graph alone; an on-the-fly LM is wfst-otf's")
 
     # ------------------------------------------------------------------ helpers
     def graph_on(self, device: torch.device) -> SearchGraph:

@@ -39,13 +39,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from asrdecode.decoders.base import DecoderContext, PendingDecode
+from asrdecode.decoders.base import PendingDecode
 from asrdecode.decoders.lms import load_difference_lm
 from asrdecode.decoders.wfst.core import SearchGraph, SearchOptions, TokenPassing
 from asrdecode.decoders.wfst.decoder import WfstConfig, WfstDecoder
 from asrdecode.decoders.wfst.lattice import CompactLattice
 from asrdecode.errors import ConfigError
-from asrdecode.graph.format import DeviceGraph
 from asrdecode.lm.difference import DifferenceLM
 from asrdecode.lm.host_lookup import HostLookupLM
 from asrdecode.models.base import ModelOutput
@@ -100,17 +99,10 @@ class WfstOtfDecoder(WfstDecoder):
         if config.lm_cache < 0 or config.lm_cache & (config.lm_cache - 1):
             raise ConfigError(f"decoder.lm_cache: {config.lm_cache} is not 0 or a power of two")
 
-    def __init__(
-        self,
-        config: WfstOtfConfig,
-        context: DecoderContext | None = None,
-        graph: DeviceGraph | None = None,
-        words: dict[int, str] | None = None,
-        lm: DifferenceLM | None = None,
-    ) -> None:
-        super().__init__(config, context, graph, words)
+    def attach_lm(self, lm: DifferenceLM | None) -> None:
+        """The difference LM (`lm`, or loaded from the config's LMs for the graph's words)."""
         if lm is None:
-            lm = load_difference_lm(config, self.words, self.paths.olabel)
+            lm = load_difference_lm(self.config, self.words, self.paths.olabel)
         self.diff = lm
         self.path_lm = lm.arrays()
         self._lms: dict[str, DifferenceLM | HostLookupLM] = {}
