@@ -152,8 +152,9 @@ def borrowed(typingctx, value):
     views of foreign memory). numba counts references of the arrays an njit function takes, binds
     or passes on: an atomic add, and a release fence with an atomic subtract, around helper calls
     and in loops where its pruning cannot prove them redundant. On such a view the count is a call
-    that finds no meminfo (no atomic): cheap, not free (docs/design.md). Only for arrays the caller holds for the whole call (a workspace's fields unpacked by a
-    frame step, an LM's tables), never for one it grows, replaces or returns. (An argument rebound
+    that finds no meminfo (no atomic): cheap, not free (docs/design.md). Only for arrays the
+    caller holds for the whole call (a workspace's fields unpacked by a frame step, an LM's
+    tables), never for one it grows, replaces or returns. (An argument rebound
     to its views keeps numba from pruning the branches on its type, such as ``lm is None``: bind
     them to a new name there.)"""
     if not _borrowable(value):
