@@ -14,9 +14,10 @@ capacities, never by the data:
    (`tl.histogram`), each keeping the bin that holds the k-th cost. The adaptive beam follows.
    Then the surviving tokens' emitting-arc counts and their inclusive prefix sum (paper 000
    Alg. 3), and the utterance's hash table is cleared.
-2. ``emit`` (programs over the arc slots of every utterance): slot j finds its token by binary
-   search in the prefix sum, its arc, ``cost + weight + acoustic cost`` (the same float32 additions
-   as the torch path) and the frame's best new cost by an atomic min.
+2. ``emit`` (programs over the arc slots of every utterance; the grid covers the arc capacity, and a
+   program past its utterance's arcs returns at once, as in ``insert`` and ``commit``): slot j finds
+   its token by binary search in the prefix sum, its arc, ``cost + weight + acoustic cost`` (the
+   same float32 additions as the torch path) and the frame's best new cost by an atomic min.
 3. ``insert``: the arcs under ``best + adaptive beam`` go into the utterance's hash table
    (open addressing keyed by the destination state, claimed by compare-and-swap; a claim takes the
    next token slot from an atomic counter) and are recombined by an atomic min on a packed 64-bit
@@ -57,16 +58,16 @@ of the atomic min go to the candidate first in the per-frame search's order (sou
 source LM state, arc: `_tie`, which needs graph arcs x LM states below 2^31). ``_final`` adds the
 ``</s>`` difference (`DifferenceLM.final_cost`).
 
-Capacities (tokens per utterance, hash slots, arc slots, epsilon candidates per pass, records and
-lattice arcs per window) are preallocated. A kernel that would pass one writes nothing out of
-bounds, records what it needed in a device array (`NEED_*`) and raises its overflow flag, after
-which the window's kernels do no work; nothing is read on the host inside a window of
-``sync_frames`` frames (default 64), so a window is one capturable CUDA graph
-(``decoder.cuda_graphs``). At the window's end one blocking read returns the needs, the record
-count and (last window) each utterance's best final token; the window's records (and lattice
-arcs) travel to host memory by non-blocking copies queued before it. If a need exceeded its
-capacity, the window is run again from its saved input tokens with larger capacities (so results
-never depend on capacities); the capacities a batch ended with are where the next batch starts.
+Capacities (tokens per utterance, hash slots, arc slots, epsilon candidates per pass; records and
+lattice arcs per frame step, the arenas holding a window's steps) are preallocated. A kernel that
+would pass one writes nothing out of bounds, records what it needed in a device array (`NEED_*`) and
+raises its overflow flag, after which the window's kernels do no work; nothing is read on the host
+inside a window of ``sync_frames`` frames (default 64), so a window is one capturable CUDA graph
+(``decoder.cuda_graphs``). At the window's end one blocking read returns the needs, the record count
+and (last window) each utterance's best final token; the window's records (and lattice arcs) travel
+to host memory by non-blocking copies queued before it. If a need exceeded its capacity, the window
+is run again from its saved input tokens with larger capacities (so results never depend on
+capacities); the capacities a batch ended with are where the next batch starts.
 
 The per-frame torch path (`core.TokenPassing`) stays the reference and is what runs where this
 path does not apply: word boosts, word_beam and streams; of `wfst-otf`, host LM lookups
@@ -102,15 +103,17 @@ EMPTY64 = torch.iinfo(torch.int64).max
 NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC, NEED_LAT = range(6)
 STAT_ARCS, STAT_PASSES, STAT_EPS_LIMIT = range(6, 9)
 OVERFLOW = 9  # set by the first overflow: the window's later work is skipped (it is rerun)
-NUM_NEEDS = 10
+STEPS_DONE = 10  # the window's steps whose finalize ran (the record and lattice needs cover them)
+NUM_NEEDS = 11
 CAPS = ("tok", "arc", "hash", "eps", "rec", "lat")
 CAP_NEEDS = (NEED_TOK, NEED_ARC, NEED_HASH, NEED_EPS, NEED_REC, NEED_LAT)  # the need of each of CAPS
+PER_STEP = ("rec", "lat")  # capacities per frame step of a window (the arenas hold a whole window)
 LAT_ROWS = 5  # lattice-arc arena (int32): utterance, frame, source state, arc, acoustic cost bits
 REC_ROWS = 4  # record arena (int64): predecessor, arc, frame, cost bits; + state, utterance (nodes)
 
 # the same indices as constexpr globals, which jitted code may read
 _TOK, _ARC, _HASH, _EPS, _REC, _LAT = (tl.constexpr(i) for i in range(6))
-_S_ARCS, _S_PASSES, _S_EPS_LIMIT, _OVER = (tl.constexpr(i) for i in range(6, 10))
+_S_ARCS, _S_PASSES, _S_EPS_LIMIT, _OVER, _DONE = (tl.constexpr(i) for i in range(6, 11))
 
 LAUNCHES = [0]  # Triton launches so far (`asrdecode bench wfst-ops` counts them with the torch ops)
 
@@ -400,8 +403,11 @@ def _emit_kernel(
     With `LM` a word arc adds the LM difference (`_lm_step`) before the best is taken, and each
     slot writes its destination token state and its tie rank (`_tie`)."""
     b = tl.program_id(0).to(tl.int64)
-    j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    j0 = tl.program_id(1).to(tl.int64) * BLOCK
     total = tl.minimum(tl.load(total_ptr + b), AU)
+    if j0 >= total:  # the grid covers the capacity: a block past this utterance's arcs has no work
+        return
+    j = j0 + tl.arange(0, BLOCK)
     valid = j < total
     cnt = tl.load(count_ptr + P * B + b).to(tl.int64)
     cur = (P * B + b) * NU
@@ -441,8 +447,11 @@ def _insert_kernel(
     """Beam-pruned arcs into the hash table: claim or find the destination, atomic min. With
     `LAT` every arc under the beam is also a lattice arc (the torch path's emitting `add_arcs`)."""
     b = tl.program_id(0).to(tl.int64)
-    j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    j0 = tl.program_id(1).to(tl.int64) * BLOCK
     total = tl.minimum(tl.load(total_ptr + b), AU)
+    if j0 >= total:
+        return
+    j = j0 + tl.arange(0, BLOCK)
     valid = j < total
     c = tl.load(ccost_ptr + b * AU + j, mask=valid, other=float("inf"))
     arc = tl.load(carc_ptr + b * AU + j, mask=valid, other=0)
@@ -478,8 +487,12 @@ def _commit_kernel(
 ):  # fmt: skip
     """The winner of each hash slot (its packed key is the slot's minimum) writes the new token."""
     b = tl.program_id(0).to(tl.int64)
-    j = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    valid = j < tl.minimum(tl.load(total_ptr + b), AU)
+    j0 = tl.program_id(1).to(tl.int64) * BLOCK
+    total = tl.minimum(tl.load(total_ptr + b), AU)
+    if j0 >= total:
+        return
+    j = j0 + tl.arange(0, BLOCK)
+    valid = j < total
     slot = tl.load(cslot_ptr + b * AU + j, mask=valid, other=-1)
     ok = valid & (slot >= 0)
     c = tl.load(ccost_ptr + b * AU + j, mask=ok, other=float("inf"))
@@ -660,6 +673,7 @@ def _finalize_kernel(
     nb = ((1 - P) * B + b) * NU
     ob = (P * B + b) * NU
     cnt = tl.where(active, tl.minimum(tl.load(count_ptr + (1 - P) * B + b), NU), 0)
+    tl.atomic_max(need_ptr + _DONE, tl.where(active, STEP + 1, 0).to(tl.int32))
     first = base + offset
     i = cnt * 0
     while i < cnt:
@@ -779,7 +793,7 @@ class FusedSearch:
     CH = 128  # frontier tokens per chunk of the epsilon closure
     PREP_BLOCK = 256  # tokens per step of the cutoff's loops
     INTERPRETED = 1024  # all three under the interpreter (fewer, wider programs; the same results)
-    START_CAPACITY = {"tok": 64, "arc": 256, "hash": 128, "eps": 256, "rec": 1 << 14, "lat": 1 << 14}
+    START_CAPACITY = {"tok": 64, "arc": 256, "hash": 128, "eps": 256, "rec": 256, "lat": 256}
 
     def __init__(
         self,
@@ -841,15 +855,16 @@ class FusedSearch:
     def _alloc(self, B: int, V: int) -> None:
         caps = self.capacity
         caps["hash"] = max(caps["hash"], _pow2(2 * caps["tok"], 16))
-        shape = (B, V, *caps.values())
+        shape = (B, V, self.sync_frames, *caps.values())
         if shape == self._shape:
             return
         self._shape = shape
-        dev, NU, H, AU, E, R = self.device, caps["tok"], caps["hash"], caps["arc"], caps["eps"], caps["rec"]
+        dev, NU, H, AU, E = self.device, caps["tok"], caps["hash"], caps["arc"], caps["eps"]
+        R, lat_arcs = self._arena_sizes()
         i64, i32, f32 = torch.int64, torch.int32, torch.float32
         lat = self.lattice is not None
         rows = REC_ROWS + 2 * lat  # records; lattice nodes add state and utterance
-        L = LAT_ROWS * (caps["lat"] + 1) if lat else 1
+        L = LAT_ROWS * (lat_arcs + 1) if lat else 1
         LM = self.lm is not None  # candidates' destination states and tie ranks (`_tie`)
         z = {
             "state": (2 * B * NU, i64), "cost": (2 * B * NU, f32), "rec": (2 * B * NU, i64),
@@ -875,7 +890,8 @@ class FusedSearch:
         """Launch a window's kernels (frames frames, after the start step if `init`); returns the
         parity of the buffer that holds its last tokens."""
         o, g, c, x = self.options, self.g, self.capacity, self._bufs
-        B, NU, H, AU, E, R, L = len(lengths), c["tok"], c["hash"], c["arc"], c["eps"], c["rec"], c["lat"]
+        B, NU, H, AU, E = len(lengths), c["tok"], c["hash"], c["arc"], c["eps"]
+        R, L = self._arena_sizes()
         LAT = int(self.lattice is not None)
         V = ac.shape[2] if ac.dim() == 3 else 1
         KWIN = ac.shape[1] if ac.dim() == 3 else 1
@@ -1029,7 +1045,7 @@ class FusedSearch:
                 parts = [x["need"].long(), x["recc"][frames + init :][:1]]
                 if last:
                     parts.append(self._final(0, B).reshape(-1))
-                R = self.capacity["rec"]
+                R = self._arena_sizes()[0]
                 self._host_arena.copy_(x["arena"], non_blocking=True)
                 if self.lattice is not None:
                     self._host_lat.copy_(x["lat"], non_blocking=True)
@@ -1067,7 +1083,7 @@ class FusedSearch:
         utterance, frame, state), so nothing depends on the order the GPU wrote them in; then the
         window pruning every ``prune_interval`` frames."""
         assert self.lattice is not None and self._nextstate is not None
-        L = self.capacity["lat"]
+        L = self._arena_sizes()[1]
         a = self._host_lat.view(LAT_ROWS, L + 1)[:, :n_arcs].numpy()
         a = a[:, np.lexsort((a[3], a[2], a[1], a[0]))]
         self.stats["lattice_arcs"] += n_arcs
@@ -1127,13 +1143,26 @@ class FusedSearch:
             out.append(new.reshape(-1))
         return (*out, saved[3])
 
+    def _arena_sizes(self) -> tuple[int, int]:
+        """Records and lattice arcs a window's arenas hold: the per-step capacities times a
+        window's steps (its frames and the start step), so a longer window needs no rerun."""
+        steps = self.sync_frames + 1
+        return self.capacity["rec"] * steps, self.capacity["lat"] * steps
+
     def _grow(self, info: list[int]) -> bool:
-        """Grow every capacity a window needed more of; whether any did (then rerun it)."""
+        """Grow every capacity a window needed more of; whether any did (then rerun it). The
+        record and lattice needs cover the steps done before an overflow stopped the window:
+        their capacities grow to the need per step done."""
         c = self.capacity
         grown = False
+        steps = max(1, int(info[STEPS_DONE]))
+        have = dict(zip(PER_STEP, self._arena_sizes(), strict=True))
         for name, idx in zip(CAPS, CAP_NEEDS, strict=True):
             need = int(info[idx])
-            if need > c[name]:  # at least doubled: after an overflow, later frames' needs run low
+            if need > have.get(name, c[name]):
+                if name in PER_STEP:
+                    need = -(-need // steps)
+                # at least doubled: after an overflow, later frames' needs run low
                 c[name] = max(_pow2(need + need // 4, 16), 2 * c[name])
                 grown = True
         if grown:
