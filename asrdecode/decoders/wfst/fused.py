@@ -150,6 +150,15 @@ def _first_above(ends_ptr, n, j, valid, STEPS: tl.constexpr):
     return lo
 
 
+def _arc_block(total_ptr, AU, BLOCK: tl.constexpr):
+    """An arc kernel's program: its utterance b, its arc slots j, which of them hold an arc, and
+    whether none does (the grid covers the arc capacity: such a program returns at once)."""
+    b = tl.program_id(0).to(tl.int64)
+    j0 = tl.program_id(1).to(tl.int64) * BLOCK
+    total = tl.minimum(tl.load(total_ptr + b), AU)
+    return b, j0 + tl.arange(0, BLOCK), j0 + tl.arange(0, BLOCK) < total, j0 >= total
+
+
 def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.constexpr):
     """Open addressing with linear probing in the table at offset `table` (H slots, a power of
     two) of `hkey_ptr` (int64 keys: token states, with an LM (graph state, LM state) folded into
@@ -402,13 +411,9 @@ def _emit_kernel(
     """Emitting arcs of the surviving tokens into the arc slots; best new cost by atomic min.
     With `LM` a word arc adds the LM difference (`_lm_step`) before the best is taken, and each
     slot writes its destination token state and its tie rank (`_tie`)."""
-    b = tl.program_id(0).to(tl.int64)
-    j0 = tl.program_id(1).to(tl.int64) * BLOCK
-    total = tl.minimum(tl.load(total_ptr + b), AU)
-    if j0 >= total:  # the grid covers the capacity: a block past this utterance's arcs has no work
+    b, j, valid, idle = _arc_block(total_ptr, AU, BLOCK)
+    if idle:
         return
-    j = j0 + tl.arange(0, BLOCK)
-    valid = j < total
     cnt = tl.load(count_ptr + P * B + b).to(tl.int64)
     cur = (P * B + b) * NU
     lo = _first_above(ends_ptr + b * NU, cnt, j, valid, STEPS)
@@ -446,13 +451,9 @@ def _insert_kernel(
 ):  # fmt: skip
     """Beam-pruned arcs into the hash table: claim or find the destination, atomic min. With
     `LAT` every arc under the beam is also a lattice arc (the torch path's emitting `add_arcs`)."""
-    b = tl.program_id(0).to(tl.int64)
-    j0 = tl.program_id(1).to(tl.int64) * BLOCK
-    total = tl.minimum(tl.load(total_ptr + b), AU)
-    if j0 >= total:
+    b, j, valid, idle = _arc_block(total_ptr, AU, BLOCK)
+    if idle:
         return
-    j = j0 + tl.arange(0, BLOCK)
-    valid = j < total
     c = tl.load(ccost_ptr + b * AU + j, mask=valid, other=float("inf"))
     arc = tl.load(carc_ptr + b * AU + j, mask=valid, other=0)
     keep = valid & (c < tl.load(best_ptr + b) + tl.load(adapt_ptr + b))
@@ -486,13 +487,9 @@ def _commit_kernel(
     LM: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """The winner of each hash slot (its packed key is the slot's minimum) writes the new token."""
-    b = tl.program_id(0).to(tl.int64)
-    j0 = tl.program_id(1).to(tl.int64) * BLOCK
-    total = tl.minimum(tl.load(total_ptr + b), AU)
-    if j0 >= total:
+    b, j, valid, idle = _arc_block(total_ptr, AU, BLOCK)
+    if idle:
         return
-    j = j0 + tl.arange(0, BLOCK)
-    valid = j < total
     slot = tl.load(cslot_ptr + b * AU + j, mask=valid, other=-1)
     ok = valid & (slot >= 0)
     c = tl.load(ccost_ptr + b * AU + j, mask=ok, other=float("inf"))
@@ -710,8 +707,8 @@ def _finalize_kernel(
 
 # ---------------------------------------------------------------------------------- host side
 _HELPERS = (
-    "_key32", "_unkey32", "_pack", "_first_above", "_hash_insert", "_lattice_arcs", "_ngram_score",
-    "_lm_step", "_lm_arcs", "_slot_arc", "_tie",
+    "_key32", "_unkey32", "_pack", "_first_above", "_arc_block", "_hash_insert", "_lattice_arcs",
+    "_ngram_score", "_lm_step", "_lm_arcs", "_slot_arc", "_tie",
 )  # fmt: skip
 KERNELS = (
     "_prep_kernel",
