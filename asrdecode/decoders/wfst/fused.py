@@ -156,7 +156,8 @@ def _arc_block(total_ptr, AU, BLOCK: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     j0 = tl.program_id(1).to(tl.int64) * BLOCK
     total = tl.minimum(tl.load(total_ptr + b), AU)
-    return b, j0 + tl.arange(0, BLOCK), j0 + tl.arange(0, BLOCK) < total, j0 >= total
+    j = j0 + tl.arange(0, BLOCK)
+    return b, j, j < total, j0 >= total
 
 
 def _hash_insert(hkey_ptr, table, trash, key, want, H, need_ptr, BLOCK: tl.constexpr):
@@ -1142,7 +1143,7 @@ class FusedSearch:
 
     def _arena_sizes(self) -> tuple[int, int]:
         """Records and lattice arcs a window's arenas hold: the per-step capacities times a
-        window's steps (its frames and the start step), so a longer window needs no rerun."""
+        window's steps (its frames and the start step), so they scale with the window's length."""
         steps = self.sync_frames + 1
         return self.capacity["rec"] * steps, self.capacity["lat"] * steps
 
