@@ -19,7 +19,7 @@ tokenizer is the one the fixtures always had with the lowercase-only normalizer 
     for s in attention streaming buffered buffered-rnnt; do $P --set $s; done
     /work/nemo-venv/bin/python scripts/make_nemo_beam_references.py
     /work/nemo-venv/bin/python scripts/make_nemo_ctc_beam_references.py
-    for s in deep punct spaces pack; do $P --set $s; done
+    for s in deep deep-float64 punct spaces pack; do $P --set $s; done
 
 Sets (``--set``):
 
@@ -31,6 +31,9 @@ Sets (``--set``):
   running variances 2e-5..1300); references: NeMo's log-probs of two real inputs of 12.6 and
   11.5 s (the clips joined, `long_inputs` in tests/helpers/nemo_audio.py), each alone, its
   ``transcribe`` texts alone and batched, and its own batched-vs-single difference.
+* ``deep-float64``: no new model; the deep stacks' references in float64 (`deep_float64_reference`):
+  NeMo's features of the long inputs, its float64 log-probs and greedy text of them, and how far its
+  float32 log-probs are from those (the deep stacks' float32 results depend on the CPU).
 * ``punct``: ``punct_bpe128.model`` (`punct_tokenizer`: 128 BPE pieces trained on sentences with
   "don't", "o'clock", "'tis", "it's.", incl. ``▁'`` and ``▁-``) and ``reference/punct.json``: the
   fixtures of `PUNCT_MODELS` given it (or, char models, `CHAR_PUNCT_LABELS`) by
@@ -111,6 +114,7 @@ shared ctc_bpe / rnnt_bpe fixtures and their outputs (`attention_switch_referenc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gzip
 import hashlib
@@ -2067,10 +2071,118 @@ def build_deep(name: str, out: Path) -> dict:
     }
 
 
+def cpu_isa() -> str:
+    """The widest x86 vector extension of this CPU (float32 convolution results depend on it)."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return next((isa for isa in ("avx512f", "avx2", "sse4_2") if f" {isa}" in flags), platform.machine())
+
+
+@contextlib.contextmanager
+def float64_kept():
+    """Within: ``Tensor.float()`` leaves a float64 tensor as it is and ``Module.float()`` does
+    nothing. NeMo's SqueezeExcite pins itself to float32 (``self.fc.float()``, ``x.float()``, for
+    training under AMP), which would round every squeeze-excitation block of a float64 run to
+    float32; the float64 reference runs the whole stack in float64."""
+    tensor_float, module_float = torch.Tensor.float, torch.nn.Module.float
+
+    def keep_float64(t, *args, **kwargs):
+        return t if t.dtype == torch.float64 else tensor_float(t, *args, **kwargs)
+
+    torch.Tensor.float, torch.nn.Module.float = keep_float64, lambda module: module
+    try:
+        yield
+    finally:
+        torch.Tensor.float, torch.nn.Module.float = tensor_float, module_float
+
+
+@torch.inference_mode()
+def deep_float64_reference(out: Path) -> dict:
+    """``--set deep-float64``: the deep ConvASR stacks in float64, from the committed models (weights
+    unchanged). Their float32 results depend on the CPU's summation order (each stack amplifies a
+    relative change of 1e-15 in its features to 4e-10 in its log-probs), so the exact check runs in
+    float64: NeMo's own float32 features of each long input (``features_<b>`` [F, T] as its
+    preprocessor pads them, ``features_len_<b>``), its encoder and CTC head in float64 on them
+    (``log_probs64_<b>``; squeeze-excitation included, `float64_kept`), NeMo's greedy CTC text of
+    those (``greedy64_single``), and the padded batch of both through the float64 stack
+    (``nemo_float64_batched_vs_single_max_abs``). Also measured: how far NeMo's float32 log-probs
+    are from its float64 ones, those committed (``log_probs_<b>``, made on another CPU) and those of
+    this machine, with this machine's vector extension."""
+    import sys
+
+    from nemo.collections.asr.models import ASRModel
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.nemo_audio import long_inputs
+
+    report = {}
+    for name in DEEP_SPECS:
+        path = out / f"{name}.nemo"
+        ref = out / "reference"
+        arrays = dict(np.load(ref / f"{name}.npz", allow_pickle=False))
+        info = json.loads((ref / f"{name}.json").read_text())
+        if sha256(path) != info["sha256"]:
+            raise SystemExit(f"{name}: {path} is not the model its reference was made from")
+        model = ASRModel.restore_from(str(path), map_location="cpu").eval()
+        waves = long_inputs()
+        feats, lens, single64, gaps32_committed, gaps32_here = [], [], [], [], []
+        for b, w in enumerate(waves):
+            f, n = model.preprocessor(input_signal=torch.from_numpy(w)[None], length=torch.tensor([len(w)]))
+            feats.append(f[0])  # as NeMo pads them (to a multiple of pad_to), the padding zeros
+            lens.append(int(n[0]))
+            lp32, _, _ = model.forward(processed_signal=f, processed_signal_length=n)
+            model.double()
+            with float64_kept():
+                enc, enc_len = model.encoder(audio_signal=f.double(), length=n)
+                lp64 = model.decoder(encoder_output=enc)
+            model.float()
+            t = int(enc_len[0])
+            if t != arrays[f"log_probs_{b}"].shape[0]:
+                raise SystemExit(f"{name}: {t} frames, the reference has {arrays[f'log_probs_{b}'].shape[0]}")
+            arrays[f"features_{b}"] = feats[-1].numpy()
+            arrays[f"features_len_{b}"] = np.array(lens[-1])
+            arrays[f"log_probs64_{b}"] = lp64[0, :t].numpy()
+            single64.append((lp64, enc_len))
+            committed = arrays[f"log_probs_{b}"]
+            gaps32_committed.append(float(np.abs(committed - arrays[f"log_probs64_{b}"]).max()))
+            gaps32_here.append(float((lp32[0, :t].double() - lp64[0, :t]).abs().max()))
+        width = max(f.shape[1] for f in feats)
+        batch = torch.zeros(len(waves), feats[0].shape[0], width, dtype=torch.float64)
+        for b, f in enumerate(feats):
+            batch[b, :, : f.shape[1]] = f.double()
+        model.double()
+        with float64_kept():
+            enc, enc_len = model.encoder(audio_signal=batch, length=torch.tensor(lens))
+            lp_batch = model.decoder(encoder_output=enc)
+        decode = model.decoding.ctc_decoder_predictions_tensor
+        texts = [decode(lp, decoder_lengths=n, return_hypotheses=False)[0].text for lp, n in single64]
+        model.float()
+        batched_gap = max(
+            float((lp_batch[b, :t] - lp[0, :t]).abs().max())
+            for b, (lp, n) in enumerate(single64)
+            for t in [int(n[0])]
+        )
+        np.savez_compressed(ref / f"{name}.npz", **arrays)
+        info |= {
+            "npz_sha256": sha256(ref / f"{name}.npz"),
+            "greedy64_single": texts,
+            "nemo_float64_batched_vs_single_max_abs": batched_gap,
+            "nemo_float32_vs_float64_max_abs": {
+                "committed": max(gaps32_committed),
+                "here": max(gaps32_here),
+                "here_cpu": cpu_isa(),
+            },
+            "float64_versions": versions(),
+        }
+        (ref / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+        report[name] = {k: info[k] for k in ("greedy64_single", "nemo_float64_batched_vs_single_max_abs",
+                                               "nemo_float32_vs_float64_max_abs")}  # fmt: skip
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sets = ("base", "tiny", "small", "attention", "ctc", "aed", "aed-large", "streaming", "buffered",
-            "buffered-rnnt", "punct", "spaces", "deep", "pack")  # fmt: skip
+            "buffered-rnnt", "punct", "spaces", "deep", "deep-float64", "pack")  # fmt: skip
     parser.add_argument("--set", choices=sets, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", help="build only these models of the set")
@@ -2094,7 +2206,7 @@ def main(argv: list[str] | None = None) -> int:
         "aed-large": build_aed_large, "attention": attention_switch_reference,
         "streaming": streaming_reference, "buffered": buffered_reference,
         "buffered-rnnt": buffered_rnnt_reference, "pack": pack_fixtures, "punct": punct_reference,
-        "spaces": spaces_reference,
+        "spaces": spaces_reference, "deep-float64": deep_float64_reference,
     }  # fmt: skip
     if args.set in whole_sets:
         print(json.dumps(whole_sets[args.set](args.out), indent=2))
