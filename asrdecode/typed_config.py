@@ -139,6 +139,33 @@ def dataclass_from_dict(
     return cls(**kwargs)
 
 
+_OPENS = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
+          yaml.BlockMappingStartToken)  # fmt: skip
+_CLOSES = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def yaml_nested_too_deep(text: str) -> bool:
+    """Whether YAML `text` opens more than `MAX_NESTING` collections inside one another, read from
+    libyaml's token stream (linear) before PyYAML parses it: PyYAML's scanner slows quadratically
+    with the open flow collections and its composer recurses, so a value nested thousands deep costs
+    it seconds before the RecursionError. False without libyaml, or where its scanner stops at an
+    error (the parse then reports it), except its own depth limit."""
+    if not yaml.__with_libyaml__:
+        return False
+    depth = 0
+    try:
+        for token in yaml.scan(text, Loader=yaml.CSafeLoader):
+            if isinstance(token, _OPENS):
+                depth += 1
+                if depth > MAX_NESTING:
+                    return True
+            elif isinstance(token, _CLOSES):
+                depth -= 1
+    except yaml.YAMLError as err:
+        return "nesting depth" in str(getattr(err, "problem", ""))
+    return False
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`decoder.beam=12` → (['decoder', 'beam'], 12); the value is parsed as YAML."""
     if "=" not in text:
@@ -147,6 +174,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override '{shown(text)}' has an empty key")
+    if yaml_nested_too_deep(raw):
+        raise ConfigError(f"override {shown(key)}: nested more than {MAX_NESTING} levels deep")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -174,7 +203,10 @@ def load_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"{p}: config file not found")
     try:
-        data = yaml.safe_load(read_text_bytes(p, ConfigError).decode("utf-8")) or {}
+        text = read_text_bytes(p, ConfigError).decode("utf-8")
+        if yaml_nested_too_deep(text):
+            raise ConfigError(f"{p}: nested more than {MAX_NESTING} levels deep")
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

@@ -177,3 +177,30 @@ def test_unreadable_override_values_are_one_line():
         build_config(None, ["threads=" + "9" * 5000])
     with pytest.raises(ConfigError, match="override decoder.boost: nested more than 100"):
         build_config(None, ["decoder.type=wfst", "decoder.boost=" + "[" * 2000 + "]" * 2000])
+
+
+def _nested_yaml(levels: int, block: bool) -> str:
+    """A YAML mapping `levels` collections deep: block mappings, or a key holding flow lists."""
+    if block:
+        return "".join("  " * i + f"k{i}:\n" for i in range(levels - 1)) + "  " * (levels - 1) + "k: 1\n"
+    return "k: " + "[" * (levels - 1) + "]" * (levels - 1) + "\n"
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_yaml_nesting_is_refused_before_parsing_at_the_parsed_limit(block):
+    """`yaml_nested_too_deep` (libyaml's tokens, read before PyYAML parses) and `check_nesting`
+    (the parsed value) draw the line at the same depth: MAX_NESTING levels pass both, one more
+    is refused by both; values thousands deep are refused from their tokens."""
+    import yaml
+
+    from asrdecode.io.lines import MAX_NESTING, check_nesting
+    from asrdecode.typed_config import yaml_nested_too_deep
+
+    deepest = _nested_yaml(MAX_NESTING, block)
+    assert not yaml_nested_too_deep(deepest)
+    check_nesting(yaml.safe_load(deepest), "x", ConfigError)
+    deeper = _nested_yaml(MAX_NESTING + 1, block)
+    assert yaml_nested_too_deep(deeper) == yaml.__with_libyaml__
+    with pytest.raises(ConfigError, match="nested more than"):
+        check_nesting(yaml.safe_load(deeper), "x", ConfigError)
+    assert yaml_nested_too_deep(_nested_yaml(2_000 if block else 20_000, block)) == yaml.__with_libyaml__
