@@ -4,6 +4,11 @@ pocketsphinx writes the cepstra it computes (before CMN) with ``mfclogdir`` (big
 13 per frame); its front end is re-initialised before each file (``reinit_feat``) so that its
 noise-removal state starts from the file's first frame, as asrdecode's does. Files at other
 rates are resampled once by asrdecode and both front ends get the same 16-bit samples.
+
+The peer searches with a one-word grammar and no phone loop: ``end_utt`` closes the cepstra's log
+(``acmod_end_utt``) before it runs the search over the utterance, and the front end is the acoustic
+model's alone, so the grammar changes no logged byte (the default language model's search would
+add only time).
 """
 
 import json
@@ -37,7 +42,10 @@ def peer(tmp_path_factory):
     from pocketsphinx import Decoder
 
     logdir = tmp_path_factory.mktemp("mfc")
-    return Decoder(loglevel="FATAL", mfclogdir=str(logdir)), logdir
+    decoder = Decoder(loglevel="FATAL", mfclogdir=str(logdir), lm=None, pl_window=0)
+    decoder.add_jsgf_string("one_word", "#JSGF V1.0;\ngrammar one_word;\npublic <s> = go;\n")
+    decoder.activate_search("one_word")
+    return decoder, logdir
 
 
 @pytest.fixture(scope="module")
