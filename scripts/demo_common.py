@@ -57,13 +57,22 @@ def pocketsphinx_sdist(cache: Path = CACHE) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     tarball = cache / f"pocketsphinx-{PS_VERSION}.tar.gz"
     if not tarball.exists():
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "pocketsphinx",
-               "-d", str(cache), f"pocketsphinx=={PS_VERSION}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            "pocketsphinx",
+            "-d",
+            str(cache),
+            f"pocketsphinx=={PS_VERSION}",
+        ]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
     with tarfile.open(tarball) as tar:
-        members = [m for m in tar.getmembers()
-                   if "/test/data/" in m.name or "/test/regression/" in m.name]
+        members = [m for m in tar.getmembers() if "/test/data/" in m.name or "/test/regression/" in m.name]
         tar.extractall(cache, members=members, filter="data")
     return root
 
@@ -85,9 +94,15 @@ def real_transcripts() -> set[str]:
     """Transcripts of the real demo clips: never used verbatim in synthetic data."""
     manifest = DATA / "demo" / "real" / "manifest.jsonl"
     fixed = {
-        "go forward ten meters", "two nine three four zero", "ten of clubs", "four queen of clubs",
-        "seven of clubs", "five five", "eight of spades four of clubs seven of hearts",
-        "feels like these days go on forever", "he was not an ill disposed young man",
+        "go forward ten meters",
+        "two nine three four zero",
+        "ten of clubs",
+        "four queen of clubs",
+        "seven of clubs",
+        "five five",
+        "eight of spades four of clubs seven of hearts",
+        "feels like these days go on forever",
+        "he was not an ill disposed young man",
         "he might even have been made amiable himself",
     }
     if manifest.exists():
@@ -108,8 +123,9 @@ def split_of(text: str) -> str:
 def kjv_clauses(min_words: int = 3, max_words: int = 12) -> list[str]:
     """Short clauses of the King James Bible (Debian bible-kjv), normalised, unique, in order."""
     require_tools(["bible"])
-    out = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["bible", "-f", "Gen1:1-Rev22:21"], check=True, capture_output=True, text=True
+    ).stdout
     seen: set[str] = set()
     clauses: list[str] = []
     for line in out.splitlines():
@@ -128,11 +144,34 @@ def kjv_clauses(min_words: int = 3, max_words: int = 12) -> list[str]:
 
 
 DIGITS = ["zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-RANKS = ["ace", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "jack",
-         "queen", "king"]
+RANKS = [
+    "ace",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "jack",
+    "queen",
+    "king",
+]
 SUITS = ["spades", "hearts", "clubs", "diamonds"]
-TEENS = ["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-         "eighteen", "nineteen"]
+TEENS = [
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 UNITS = ["meters", "feet", "steps", "yards", "miles", "inches", "degrees", "minutes", "seconds"]
 
@@ -160,15 +199,28 @@ def template_sentence(rng: random.Random) -> str:
         return normalize_text(pre + " ".join(cards))
     if kind < 0.8:  # motion commands
         verb = rng.choice(["go", "move", "turn", "walk", "drive", "step", "roll", "head"])
-        dirn = rng.choice(["forward", "back", "left", "right", "ahead", "north", "south", "east",
-                           "west", "up", "down"])
+        dirn = rng.choice(
+            ["forward", "back", "left", "right", "ahead", "north", "south", "east", "west", "up", "down"]
+        )
         num = number_words(rng.choice([rng.randint(1, 20), rng.randint(1, 999)]))
         tail = rng.choice(["", "", " now", " please", " and stop", " then wait"])
         return f"{verb} {dirn} {num} {rng.choice(UNITS)}{tail}"
     # numbers inside short everyday sentences
-    subj = rng.choice(["the train leaves at", "meet me at", "the room number is", "call me at",
-                       "it costs", "we counted", "the answer is", "turn to page", "there were",
-                       "she was born in", "set the timer for"])
+    subj = rng.choice(
+        [
+            "the train leaves at",
+            "meet me at",
+            "the room number is",
+            "call me at",
+            "it costs",
+            "we counted",
+            "the answer is",
+            "turn to page",
+            "there were",
+            "she was born in",
+            "set the timer for",
+        ]
+    )
     return f"{subj} {number_words(rng.randint(0, 999))}"
 
 
@@ -245,8 +297,9 @@ def random_voice(rng: random.Random, p_flite: float = 0.65) -> Voice:
         return Voice("flite", name, stretch=round(rng.uniform(0.8, 1.3), 2), f0=round(f0))
     base = rng.choice(ESPEAK_VOICES)
     var = rng.choice(ESPEAK_VARIANTS)
-    return Voice("espeak", base + (f"+{var}" if var else ""), speed=rng.randint(130, 200),
-                 pitch=rng.randint(25, 75))
+    return Voice(
+        "espeak", base + (f"+{var}" if var else ""), speed=rng.randint(130, 200), pitch=rng.randint(25, 75)
+    )
 
 
 def synthesize(text: str, voice: Voice, out_path: Path) -> float:
@@ -254,18 +307,54 @@ def synthesize(text: str, voice: Voice, out_path: Path) -> float:
     with tempfile.TemporaryDirectory(prefix="tts_") as tmp:
         raw = Path(tmp) / "tts.wav"
         if voice.engine == "flite":
-            cmd = ["flite", "-voice", voice.name, "-t", text, "-o", str(raw),
-                   "--setf", f"duration_stretch={voice.stretch}"]
+            cmd = [
+                "flite",
+                "-voice",
+                voice.name,
+                "-t",
+                text,
+                "-o",
+                str(raw),
+                "--setf",
+                f"duration_stretch={voice.stretch}",
+            ]
             if voice.f0 > 0:
                 cmd += ["--setf", f"int_f0_target_mean={voice.f0}"]
         else:
-            cmd = ["espeak-ng", "-v", voice.name, "-s", str(voice.speed), "-p", str(voice.pitch),
-                   "-w", str(raw), text]
+            cmd = [
+                "espeak-ng",
+                "-v",
+                voice.name,
+                "-s",
+                str(voice.speed),
+                "-p",
+                str(voice.pitch),
+                "-w",
+                str(raw),
+                text,
+            ]
         subprocess.run(cmd, check=True, capture_output=True)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         # resample, 16-bit mono, 0.15 s of silence each side so that no word touches the edge
-        subprocess.run(["sox", "-q", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16",
-                        str(out_path), "pad", "0.15", "0.15"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "sox",
+                "-q",
+                str(raw),
+                "-r",
+                str(SAMPLE_RATE),
+                "-c",
+                "1",
+                "-b",
+                "16",
+                str(out_path),
+                "pad",
+                "0.15",
+                "0.15",
+            ],
+            check=True,
+            capture_output=True,
+        )
     return float(sf.info(str(out_path)).duration)
 
 

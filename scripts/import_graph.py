@@ -23,23 +23,47 @@ ROOT = Path(__file__).resolve().parents[1]
 # never one above. A name ending in ".*" stands for a package and everything in it, any other name
 # for that module alone; the longest name that matches a module decides its layer.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", [  # no asrdecode imports but each other
-        "asrdecode.version", "asrdecode.errors", "asrdecode.atomic_files", "asrdecode.huge_pages",
-        "asrdecode.machine", "asrdecode.gc_pause", "asrdecode.quiet_stderr", "asrdecode.numba_status",
-        "asrdecode.io.lines", "asrdecode.io.schema", "asrdecode.typed_config",
-    ]),
-    ("inputs", [  # manifests, audio reading and batching, front ends
-        "asrdecode.io.manifests", "asrdecode.io.subtitles", "asrdecode.audio.*", "asrdecode.features.*",
-    ]),
+    (
+        "base",
+        [  # no asrdecode imports but each other
+            "asrdecode.version",
+            "asrdecode.errors",
+            "asrdecode.atomic_files",
+            "asrdecode.huge_pages",
+            "asrdecode.machine",
+            "asrdecode.gc_pause",
+            "asrdecode.quiet_stderr",
+            "asrdecode.numba_status",
+            "asrdecode.io.lines",
+            "asrdecode.io.schema",
+            "asrdecode.typed_config",
+        ],
+    ),
+    (
+        "inputs",
+        [  # manifests, audio reading and batching, front ends
+            "asrdecode.io.manifests",
+            "asrdecode.io.subtitles",
+            "asrdecode.audio.*",
+            "asrdecode.features.*",
+        ],
+    ),
     ("models", ["asrdecode.models.*"]),
     ("lm", ["asrdecode.lm.*"]),
     ("graph", ["asrdecode.graph.*"]),
     ("decoders", ["asrdecode.decoders.*"]),  # decoders/__init__.py: the registry of every decoder
     ("config", ["asrdecode.config"]),  # the run configuration, its decoder section through the registry
-    ("outputs", [  # results joined, written, scored
-        "asrdecode.audio.segmenting", "asrdecode.io", "asrdecode.io.writers", "asrdecode.io.provenance",
-        "asrdecode.io.segment_log", "asrdecode.scoring",
-    ]),
+    (
+        "outputs",
+        [  # results joined, written, scored
+            "asrdecode.audio.segmenting",
+            "asrdecode.io",
+            "asrdecode.io.writers",
+            "asrdecode.io.provenance",
+            "asrdecode.io.segment_log",
+            "asrdecode.scoring",
+        ],
+    ),
     ("engines", ["asrdecode.engines.*"]),  # the pipeline's loop on other workers, handed its Transcriber
     ("pipeline", ["asrdecode.pipeline"]),
     ("api", ["asrdecode", "asrdecode.api", "asrdecode.info"]),
@@ -93,8 +117,9 @@ def edges_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                     anchor = anchor[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                       for alias in node.names]
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+            ]
         for target in targets:
             while target and target not in modules:  # `import a.b.c` of a name inside a.b
                 target = target.rpartition(".")[0]
@@ -187,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     for a, b in ups:
         print(f"upward: {a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})")
     edges = sum(len(t) for t in graph.values())
-    print(f"{len(graph)} modules, {edges} imports, {len(found)} circles "
-          f"({sum(len(c) for c in found)} modules), {len(ups)} upward imports")
+    print(
+        f"{len(graph)} modules, {edges} imports, {len(found)} circles "
+        f"({sum(len(c) for c in found)} modules), {len(ups)} upward imports"
+    )
     return 1 if found or ups else 0
 
 

@@ -41,8 +41,7 @@ def _job(args: tuple[int, str, str, Voice, str]) -> dict:
     """Worker: synthesise one item and return its manifest row."""
     idx, source, text, voice, path = args
     dur = synthesize(text, voice, Path(path))
-    return {"idx": idx, "duration": round(dur, 4), "text": text, "source": source,
-            "voice": voice.tag()}
+    return {"idx": idx, "duration": round(dur, 4), "text": text, "source": source, "voice": voice.tag()}
 
 
 def voice_for(seed: int, idx: int, split: str) -> Voice:
@@ -56,8 +55,10 @@ def make_dev(out: Path, n: int, seed: int, pool: Pool) -> None:
     if path.exists() and len(read_manifest(path)) == n:
         return
     items = heldout_sentences("dev", seed, n, real_transcripts())
-    jobs = [(i, src, text, voice_for(seed, i, "dev"), str(out / "dev" / f"{i:05d}.flac"))
-            for i, (src, text) in enumerate(items)]
+    jobs = [
+        (i, src, text, voice_for(seed, i, "dev"), str(out / "dev" / f"{i:05d}.flac"))
+        for i, (src, text) in enumerate(items)
+    ]
     rows = pool.map(_job, jobs, chunksize=4)
     write_manifest(path, [{"audio_filepath": f"dev/{r['idx']:05d}.flac", **r} for r in rows])
 
@@ -84,18 +85,28 @@ def make_train(out: Path, hours: float, seed: int, pool: Pool, batch: int = 200)
             if not jobs:
                 break
             for r in pool.map(_job, jobs, chunksize=8):
-                f.write(json.dumps({"audio_filepath": f"train/{r['idx'] // 1000:03d}/{r['idx']:06d}.flac",
-                                    **r}) + "\n")
+                f.write(
+                    json.dumps({"audio_filepath": f"train/{r['idx'] // 1000:03d}/{r['idx']:06d}.flac", **r})
+                    + "\n"
+                )
                 total += r["duration"]
                 made += r["duration"]
             f.flush()
             el = time.time() - t0
-            print(f"{total / 3600:6.2f} h in manifest, +{made / 3600:.2f} h in {el:.0f} s "
-                  f"({made / max(el, 1e-6):.0f}x real time)", flush=True)
+            print(
+                f"{total / 3600:6.2f} h in manifest, +{made / 3600:.2f} h in {el:.0f} s "
+                f"({made / max(el, 1e-6):.0f}x real time)",
+                flush=True,
+            )
     stats_path = out / "stats.json"
     stats = json.loads(stats_path.read_text()) if stats_path.exists() else {"runs": []}
-    stats["runs"].append({"added_hours": round(made / 3600, 3), "wall_seconds": round(time.time() - t0, 1),
-                          "jobs": pool._processes})  # type: ignore[attr-defined]
+    stats["runs"].append(
+        {
+            "added_hours": round(made / 3600, 3),
+            "wall_seconds": round(time.time() - t0, 1),
+            "jobs": pool._processes,
+        }
+    )  # type: ignore[attr-defined]
     stats["train_hours"] = round(total / 3600, 3)
     stats_path.write_text(json.dumps(stats, indent=2) + "\n")
 

@@ -36,8 +36,19 @@ from demo_common import (  # noqa: E402
     write_manifest,
 )
 
-DIGIT_CODES = {"z": "zero", "o": "oh", "1": "one", "2": "two", "3": "three", "4": "four",
-               "5": "five", "6": "six", "7": "seven", "8": "eight", "9": "nine"}
+DIGIT_CODES = {
+    "z": "zero",
+    "o": "oh",
+    "1": "one",
+    "2": "two",
+    "3": "three",
+    "4": "four",
+    "5": "five",
+    "6": "six",
+    "7": "seven",
+    "8": "eight",
+    "9": "nine",
+}
 
 
 def _strip_sphinx(line: str) -> tuple[str, str]:
@@ -62,8 +73,14 @@ def _read_audio(path: Path) -> np.ndarray:
 def real_clips(src: Path) -> list[tuple[str, Path, str, str]]:
     """(utt id, source file, transcript, where the transcript comes from) for every real clip."""
     d = src / "test" / "data"
-    clips = [("ps_goforward", d / "goforward.raw", "go forward ten meters",
-              "test/data/goforward.gram + cython/test/alignment_test.py")]
+    clips = [
+        (
+            "ps_goforward",
+            d / "goforward.raw",
+            "go forward ten meters",
+            "test/data/goforward.gram + cython/test/alignment_test.py",
+        )
+    ]
     # tidigits: the file name encodes the digits (z = zero, o = oh), as in tidigits.lsn
     for raw in sorted((d / "tidigits").glob("*.raw")):
         digits = raw.stem.split(".")[-1]
@@ -72,18 +89,32 @@ def real_clips(src: Path) -> list[tuple[str, Path, str, str]]:
     for line in (d / "cards" / "cards.transcription").read_text().splitlines():
         if line.strip():
             uid, words = _strip_sphinx(line)
-            clips.append((f"ps_cards_{uid}", d / "cards" / f"{uid}.wav", words,
-                          "test/data/cards/cards.transcription"))
+            clips.append(
+                (f"ps_cards_{uid}", d / "cards" / f"{uid}.wav", words, "test/data/cards/cards.transcription")
+            )
     for line in (d / "librivox" / "transcription").read_text().splitlines():
         if line.strip():
             uid, words = _strip_sphinx(line)
-            clips.append((f"ps_librivox_{uid.rsplit('-', 1)[-1]}", d / "librivox" / f"{uid}.wav", words,
-                          "test/data/librivox/transcription"))
+            clips.append(
+                (
+                    f"ps_librivox_{uid.rsplit('-', 1)[-1]}",
+                    d / "librivox" / f"{uid}.wav",
+                    words,
+                    "test/data/librivox/transcription",
+                )
+            )
     forever = "feels like these days go on forever"
-    clips.append(("ps_forever_2", d / "forever" / "input_2_16k.wav", forever,
-                  "cython/test/alignment_test.py"))
-    clips.append(("ps_forever_4", d / "forever" / "input_4_16k.wav", forever,
-                  "inferred: same prompt as input_2 (no transcript in the sdist)"))
+    clips.append(
+        ("ps_forever_2", d / "forever" / "input_2_16k.wav", forever, "cython/test/alignment_test.py")
+    )
+    clips.append(
+        (
+            "ps_forever_4",
+            d / "forever" / "input_4_16k.wav",
+            forever,
+            "inferred: same prompt as input_2 (no transcript in the sdist)",
+        )
+    )
     return clips
 
 
@@ -96,9 +127,15 @@ def prepare_real(out_dir: Path) -> None:
         samples = _read_audio(path)
         wav = out_dir / f"{uid}.wav"
         sf.write(str(wav), samples, SAMPLE_RATE, subtype="PCM_16")
-        rows.append({"audio_filepath": wav.name, "duration": round(len(samples) / SAMPLE_RATE, 4),
-                     "text": text, "source": f"pocketsphinx-5.1.1/{path.relative_to(src)}",
-                     "transcript_source": origin})
+        rows.append(
+            {
+                "audio_filepath": wav.name,
+                "duration": round(len(samples) / SAMPLE_RATE, 4),
+                "text": text,
+                "source": f"pocketsphinx-5.1.1/{path.relative_to(src)}",
+                "transcript_source": origin,
+            }
+        )
         print(f"{uid:28s} {rows[-1]['duration']:6.2f}s  {text}")
     write_manifest(out_dir / "manifest.jsonl", rows)
     print(f"real: {len(rows)} clips, {sum(r['duration'] for r in rows):.1f} s -> {out_dir}")
@@ -117,8 +154,16 @@ def prepare_synthetic(out_dir: Path, n: int, seed: int) -> None:
         voice = random_voice(rng, p_flite=0.5)
         wav = out_dir / f"synth_{i:03d}.wav"
         dur = synthesize(text, voice, wav)
-        rows.append({"audio_filepath": wav.name, "duration": round(dur, 4), "text": text,
-                     "source": source, "voice": voice.tag(), "voice_params": voice_dict(voice)})
+        rows.append(
+            {
+                "audio_filepath": wav.name,
+                "duration": round(dur, 4),
+                "text": text,
+                "source": source,
+                "voice": voice.tag(),
+                "voice_params": voice_dict(voice),
+            }
+        )
         print(f"{wav.name} {dur:5.2f}s {voice.tag():34s} {text}")
     write_manifest(out_dir / "manifest.jsonl", rows)
     print(f"synthetic: {len(rows)} clips, {sum(r['duration'] for r in rows):.1f} s -> {out_dir}")

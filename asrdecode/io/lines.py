@@ -54,7 +54,6 @@ def check_nesting(value: Any, where: str, error: type[AsrDecodeError] = InputErr
     raise error(f"{where}: nested more than {MAX_NESTING} levels deep")
 
 
-
 def read_text_bytes(path: Path, error: type[AsrDecodeError] = InputError) -> bytes:
     """The bytes of a text file without a UTF-8 byte-order mark (a `.gz` file decompressed, at most
     `GZIP_TEXT_LIMIT` bytes); a missing, unreadable or damaged file raises ``error`` naming it."""
