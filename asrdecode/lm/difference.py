@@ -93,21 +93,39 @@ def union_maps(large: BatchedNgramLM, small: BatchedNgramLM, merge: bool = True)
     rows = np.full((len(hl) + len(hs), width), HISTORY_PAD, dtype=np.int64)
     rows[: len(hl), : hl.shape[1]] = hl
     rows[len(hl) :, : hs.shape[1]] = hs
-    hist, inverse = np.unique(rows, axis=0, return_inverse=True)
-    lengths = (hist != HISTORY_PAD).sum(axis=1)
-    by_length = np.lexsort((*hist.T[::-1], lengths))  # (length, tokens): root, BOS, ...
-    rank = np.empty_like(by_length)
-    rank[by_length] = np.arange(len(by_length))
-    hist, inverse = hist[by_length], rank[inverse.reshape(-1)]
+    hist, inverse, lengths = unique_histories(rows)
     indexes = large.history_index(), small.history_index()
     maps = {
         "large_of": indexes[0].longest(hist),
         "small_of": indexes[1].longest(hist),
         "union_of_large": inverse[: len(hl)],
         "union_of_small": inverse[len(hl) :],
-        "union_order": lengths[by_length].astype(np.int64),
+        "union_order": lengths,
     }
     return merge_equivalent_histories(large, small, maps, hist, indexes) if merge else maps
+
+
+def unique_histories(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct rows of a history array (``HISTORY_PAD`` after each history's end) ordered by
+    (length, tokens): the root, BOS, then longer histories; with each input row's index among them
+    and their lengths (all int64). Each row is one integer key whose numeric order is that order
+    (its length, then its tokens as digits), so one sort of integers finds them; rows too wide for
+    an int64 key are sorted as rows."""
+    lengths = (rows != HISTORY_PAD).sum(axis=1, dtype=np.int64)
+    lo = int(rows.min(initial=HISTORY_PAD))
+    radix = int(rows.max(initial=HISTORY_PAD)) - lo + 1
+    if (rows.shape[1] + 1) * radix ** rows.shape[1] < 2**63:
+        keys = lengths.copy()
+        for column in rows.T:
+            keys = keys * radix + (column - lo)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return rows[first], inverse.reshape(-1).astype(np.int64), lengths[first]
+    hist, inverse = np.unique(rows, axis=0, return_inverse=True)
+    hist_lengths = (hist != HISTORY_PAD).sum(axis=1, dtype=np.int64)
+    by_length = np.lexsort((*hist.T[::-1], hist_lengths))
+    rank = np.empty_like(by_length)
+    rank[by_length] = np.arange(len(by_length))
+    return hist[by_length], rank[inverse.reshape(-1)].astype(np.int64), hist_lengths[by_length]
 
 
 def merge_equivalent_histories(
