@@ -87,10 +87,28 @@ assert dec.last_info["stats"]["redone_windows"] > 0
 same(got, decode(fst, lms, lps, kernel="torch", **WIDE)[1], "overflow", exact=True)
 FusedSearch.START_CAPACITY = start
 
-# 3. what the fused search does not take runs the per-frame search: host LM lookups, history_max
-for extra in (dict(lm_on_host=True), dict(history_max=2)):
-    dec, got = decode(fst, lms, lps, kernel="fused", **WIDE, **extra)
-    assert "kernel" not in dec.last_info["stats"], extra
+# 3. history_beam and history_max (the LM histories that meet in one graph state pruned before the
+#    cutoff, in the prep kernel), alone and together, with and without beam pruning, windows of
+#    3 frames: the per-frame torch search's words and scores bit for bit; without beam pruning it
+#    expands fewer arcs than without the history pruning (so the pruning binds)
+bound = 0
+for seed in range(6, 10):
+    fst, lms, lps = case(seed)
+    lps = [lps[0], lps[1], lps[0][:1]]
+    prune = dict(beam=6.0, max_active=6, min_active=1) if seed % 2 else dict(WIDE)
+    history = [dict(history_max=1), dict(history_beam=0.5), dict(history_beam=2.0, history_max=2)][seed % 3]
+    dec, got = decode(fst, lms, lps, kernel="fused", sync_frames=3, **prune, **history)
+    assert dec.last_info["stats"]["kernel"] == "fused", history
+    ref = decode(fst, lms, lps, kernel="torch", **prune, **history)[1]
+    same(got, ref, ("history", seed, history), exact=True)
+    if prune == WIDE:
+        plain = decode(fst, lms, lps, kernel="fused", sync_frames=3, **prune)[0].last_info["stats"]
+        bound += dec.last_info["stats"]["arcs"] < plain["arcs"]
+assert bound == 2, bound
+
+# 4. what the fused search does not take runs the per-frame search: host LM lookups
+dec, got = decode(fst, lms, lps, kernel="fused", **WIDE, lm_on_host=True)
+assert "kernel" not in dec.last_info["stats"]
 print("ok")
 """
 

@@ -71,8 +71,7 @@ capacities); the capacities a batch ended with are where the next batch starts.
 
 The per-frame torch path (`core.TokenPassing`) stays the reference and is what runs where this
 path does not apply: word boosts, word_beam and streams; of `wfst-otf`, host LM lookups
-(``lm_on_host``), history_beam / history_max and graph arcs x LM states past 2^31 (its lattices
-are the compiled backend's).
+(``lm_on_host``) and graph arcs x LM states past 2^31 (its lattices are the compiled backend's).
 Every kernel runs on the CPU under ``TRITON_INTERPRET=1`` (tests/decoders/test_wfst_fused.py); loops
 over a bound loaded from memory are written as ``while`` loops, which the interpreter can run.
 """
@@ -314,19 +313,112 @@ def _tie(first, n, arc, u, LMS):
 
 
 # ---------------------------------------------------------------------------------- frame kernels
+def _history_key(state_ptr, cost_ptr, slot_ptr, cur, i, m, LMS, BLOCK: tl.constexpr):
+    """A block of tokens' hash-table slots (bit 40 set once selected) and their history keys
+    ``(cost bits << 32) | LM state`` (`_history_pruning`)."""
+    offs = tl.arange(0, BLOCK)
+    slot = tl.load(slot_ptr + i + offs, mask=m, other=1 << 40)
+    s = tl.load(state_ptr + cur + i + offs, mask=m, other=0)
+    c = tl.load(cost_ptr + cur + i + offs, mask=m, other=float("inf"))
+    return slot, _pack(c, s % LMS)
+
+
+def _history_pruning(
+    state_ptr, cost_ptr, slot_ptr, hkey_ptr, hval_ptr, need_ptr, cur, b, cnt, B, H, LMS,
+    hist_beam, hist_max, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """history_beam / history_max on an utterance's tokens before the cutoff (`wfst-otf`,
+    `core.TokenPassing._prune_histories` and `_cap_histories`): the tokens' costs set to +inf in
+    place. The utterance's hash table (free until the frame's inserts; cleared here and after)
+    is keyed by graph state: an atomic min of ``(cost bits << 32) | LM state`` gives each graph
+    state's cheapest token (history_beam drops tokens more than it above); then history_max rounds,
+    each selecting the cheapest unselected token of every graph state the same way (equal costs: the
+    lower LM state first, as the per-frame search's key order), and the unselected rest dropped.
+    `slot_ptr` (the prefix-sum array, written after this) holds each token's table slot, and
+    bit 40 once it is selected."""
+    offs = tl.arange(0, BLOCK)
+    empty = tl.full([BLOCK], 9223372036854775807, tl.int64)
+    dropped = tl.full([BLOCK], float("inf"), tl.float32)
+    clear = tl.where(cnt > 0, H, 0)
+    i = cnt * 0
+    while i < clear:  # the table keyed by graph state
+        m = i + offs < clear
+        tl.store(hkey_ptr + b * H + i + offs, tl.full([BLOCK], -1, tl.int64), mask=m)
+        tl.store(hval_ptr + b * H + i + offs, empty, mask=m)
+        i += BLOCK
+    tl.debug_barrier()
+    i = cnt * 0
+    while i < cnt:
+        m = i + offs < cnt
+        s = tl.load(state_ptr + cur + i + offs, mask=m, other=0)
+        c = tl.load(cost_ptr + cur + i + offs, mask=m, other=float("inf"))
+        slot, _, found = _hash_insert(hkey_ptr, b * H, B * H, s // LMS, m, H, need_ptr, BLOCK)
+        tl.store(slot_ptr + i + offs, slot.to(tl.int64), mask=m)
+        tl.atomic_min(hval_ptr + b * H + slot, _pack(c, s % LMS), mask=found)
+        i += BLOCK
+    tl.debug_barrier()
+    i = cnt * 0
+    while i < cnt:  # history_beam (+inf when off: nothing is dropped)
+        m = i + offs < cnt
+        slot = tl.load(slot_ptr + i + offs, mask=m, other=0)
+        c = tl.load(cost_ptr + cur + i + offs, mask=m, other=float("inf"))
+        best = _unkey32((tl.load(hval_ptr + b * H + slot, mask=m, other=0) >> 32).to(tl.int32))
+        tl.store(cost_ptr + cur + i + offs, dropped, mask=m & (c > best + hist_beam))
+        i += BLOCK
+    selected = 1 << 40
+    low_bits = selected - 1
+    r = cnt * 0
+    while r < hist_max:  # history_max (0 when off): one token of every graph state per round
+        tl.debug_barrier()
+        i = cnt * 0
+        while i < cnt:
+            m = i + offs < cnt
+            slot = tl.load(slot_ptr + i + offs, mask=m, other=0) & low_bits
+            tl.store(hval_ptr + b * H + slot, empty, mask=m)
+            i += BLOCK
+        for pick in tl.static_range(2):  # each graph state's least unselected key, then its token
+            tl.debug_barrier()
+            i = cnt * 0
+            while i < cnt:
+                m = i + offs < cnt
+                slot, key = _history_key(state_ptr, cost_ptr, slot_ptr, cur, i, m, LMS, BLOCK)
+                free = m & (slot < selected)
+                if pick == 0:
+                    tl.atomic_min(hval_ptr + b * H + (slot & low_bits), key, mask=free)
+                else:
+                    least = tl.load(hval_ptr + b * H + (slot & low_bits), mask=m, other=0)
+                    tl.store(slot_ptr + i + offs, slot | selected, mask=free & (least == key))
+                i += BLOCK
+        r += 1
+    tl.debug_barrier()
+    i = cnt * 0
+    while i < cnt:
+        m = i + offs < cnt
+        slot = tl.load(slot_ptr + i + offs, mask=m, other=selected)
+        tl.store(cost_ptr + cur + i + offs, dropped, mask=m & (hist_max > 0) & (slot < selected))
+        i += BLOCK
+    tl.debug_barrier()
+
+
 def _prep_kernel(
     state_ptr, cost_ptr, count_ptr, len_ptr, t0_ptr, n_emit_ptr, ends_ptr, total_ptr,
     best_ptr, adapt_ptr, hkey_ptr, hval_ptr, need_ptr,
-    K, P, B, NU, H, AU, beam, beam_delta, max_active, min_active, LMS,
-    LM: tl.constexpr, BLOCK: tl.constexpr,
+    K, P, B, NU, H, AU, beam, beam_delta, max_active, min_active, LMS, hist_beam, hist_max,
+    LM: tl.constexpr, HIST: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Cutoff (GetCutoff by histogram select), arc counts' prefix sum, hash table cleared."""
+    """History pruning (`HIST`), cutoff (GetCutoff by histogram select), arc counts' prefix sum,
+    hash table cleared."""
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     t = tl.load(t0_ptr) + K
     active = (t < tl.load(len_ptr + b)) & (tl.load(need_ptr + _OVER) == 0)  # no work after an overflow
     cur = (P * B + b) * NU
     cnt = tl.where(active, tl.load(count_ptr + P * B + b), 0)
+    if HIST:
+        _history_pruning(
+            state_ptr, cost_ptr, ends_ptr + b * NU, hkey_ptr, hval_ptr, need_ptr, cur, b, cnt, B, H, LMS,
+            hist_beam, hist_max, BLOCK,
+        )  # fmt: skip
     best = tl.min(tl.full([BLOCK], float("inf"), tl.float32), 0)
     i = cnt * 0
     while i < cnt:
@@ -709,7 +801,7 @@ def _finalize_kernel(
 # ---------------------------------------------------------------------------------- host side
 _HELPERS = (
     "_key32", "_unkey32", "_pack", "_first_above", "_arc_block", "_hash_insert", "_lattice_arcs",
-    "_ngram_score", "_lm_step", "_lm_arcs", "_slot_arc", "_tie",
+    "_ngram_score", "_lm_step", "_lm_arcs", "_slot_arc", "_tie", "_history_key", "_history_pruning",
 )  # fmt: skip
 KERNELS = (
     "_prep_kernel",
@@ -742,13 +834,13 @@ def kernel_signatures() -> dict[str, tuple[dict[str, str], dict[str, int]]]:
         "cost_ptr": "*fp32", "best_ptr": "*fp32", "adapt_ptr": "*fp32", "weight_ptr": "*fp32",
         "ac_ptr": "*fp32", "ccost_ptr": "*fp32", "ecost_ptr": "*fp32", "count_ptr": "*i32",
         "hidx_ptr": "*i32", "need_ptr": "*i32", "eslot_ptr": "*i32", "lat_ptr": "*i32",
-        "beam": "fp32", "beam_delta": "fp32", "lm_scale": "fp32",
+        "beam": "fp32", "beam_delta": "fp32", "lm_scale": "fp32", "hist_beam": "fp32",
     }  # fmt: skip
     for lm in ("lg", "sm"):  # the LM tables' types (`BatchedNgramLM`)
         dtypes.update({f"{lm}_{t}_ptr": "*i32" for t in ("tok", "nxt")})
         dtypes.update({f"{lm}_{t}_ptr": "*fp32" for t in ("wt", "rw", "bw")})
     constants = {
-        "_prep_kernel": {"LM": 1, "BLOCK": 256},
+        "_prep_kernel": {"LM": 1, "HIST": 1, "BLOCK": 256},
         "_emit_kernel": {"STEPS": 8, "LM": 1, "BLOCK": 128},
         "_insert_kernel": {"LAT": 1, "LM": 1, "BLOCK": 128},
         "_commit_kernel": {"LM": 1, "BLOCK": 128},
@@ -900,6 +992,8 @@ class FusedSearch:
         bp2 = _pow2(B, 2)
         eps = g.has_epsilons
         LM, LMS, lm = int(self.lm is not None), self.lm_states, self._lm_args
+        hist_beam, hist_max = o.history_beam_or_inf, o.history_max if LM else 0
+        hist = int(LM and (hist_beam < INF or hist_max > 0))
         step = 0
 
         def epsilon(K: int, PN: int) -> None:
@@ -932,7 +1026,8 @@ class FusedSearch:
                 x["state"], x["cost"], x["count"], lengths, x["t0"], g.n_emit, x["ends"], x["total"],
                 x["best"], x["adapt"], x["hkey"], x["hval"], x["need"],
                 k, P, B, NU, H, AU, o.beam, o.beam_delta, min(o.max_active, 1 << 30),
-                min(o.min_active, 1 << 30), LMS, LM=LM, BLOCK=self.PREP_BLOCK,
+                min(o.min_active, 1 << 30), LMS, hist_beam, hist_max, LM=LM, HIST=hist,
+                BLOCK=self.PREP_BLOCK,
             )  # fmt: skip
             _launch(
                 "_emit_kernel", grid_arcs,

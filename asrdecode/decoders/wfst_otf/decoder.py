@@ -20,8 +20,8 @@ torch backend's LM tables stay in host memory with ``lm_on_host`` (default on CU
 fetched from the host; `lm.host_lookup.HostLookupLM`), else both LMs' tables are on the device.
 With them on the device, ``decoder.kernel: fused`` runs the whole frame loop as the fused Triton
 search (`wfst.fused.FusedSearch`, paper 000 Alg. 2 and 4), whose kernels walk both LMs' tables for
-each word arc; with ``lm_on_host``, history_beam / history_max, or graph arcs x LM states past
-2^31, the per-frame search runs.
+each word arc (history_beam / history_max in its prep kernel); with ``lm_on_host`` or graph arcs
+x LM states past 2^31, the per-frame search runs.
 Lattices and n-best (``decoder.lattice``, ``nbest > 1``; compiled backend): the `wfst` lattices
 (Kaldi's exact lattice generation, `wfst.lattice`) over the composed search space, as paper 002
 asks of on-the-fly decoders: a lattice state is a (graph state, LM state) pair of the utterance
@@ -158,12 +158,11 @@ class WfstOtfDecoder(WfstDecoder):
 
     def _fused_lm(self, graph: SearchGraph, options: SearchOptions) -> tuple[Any, str]:
         """`kernel: fused` carries the LM when its tables are on the device (its kernels walk
-        them); host lookups (lm_on_host), history_beam / history_max and a graph whose arcs times
-        LM states pass 2^31 (the tie ranks, `fused._tie`) keep the per-frame search."""
+        them; history_beam / history_max in its prep kernel); host lookups (lm_on_host) and a graph
+        whose arcs times LM states pass 2^31 (the tie ranks, `fused._tie`) keep the per-frame
+        search."""
         if self.lm_on_host(graph.device):
             return None, "an on-the-fly LM with lm_on_host"
-        if options.history_beam_or_inf < float("inf") or options.history_max > 0:
-            return None, "history_beam or history_max"
         if graph.nextstate.numel() * self.diff.num_states >= 1 << 31:
             return None, "graph arcs x LM states past 2^31"
         return self.lm_on(graph.device), ""
