@@ -96,18 +96,19 @@ def test_wfst_otf(otf_graphs: Path, lm_on_host):
     both(section, ctc_output(), None, lm_on_host=lm_on_host, cuda_graphs=not lm_on_host)
 
 
+@pytest.mark.parametrize("history", [{}, {"history_beam": 2.0, "history_max": 2}])
 @pytest.mark.parametrize("cuda_graphs", [False, True])
-def test_wfst_otf_fused(otf_graphs: Path, cuda_graphs, monkeypatch):
+def test_wfst_otf_fused(otf_graphs: Path, cuda_graphs, history, monkeypatch):
     """`wfst-otf` on the fused kernels (the LM tables on the device, looked up in the kernels) in
-    windows of 8 frames from capacities far too small (every window rerun), max_active binding:
-    the CPU's per-frame search."""
+    windows of 8 frames from capacities far too small (every window rerun), max_active binding,
+    with and without history pruning: the CPU's per-frame search."""
     from asrdecode.decoders.wfst.fused import FusedSearch
 
     small = {"tok": 2, "arc": 2, "hash": 4, "eps": 2, "rec": 4, "lat": 4}
     monkeypatch.setattr(FusedSearch, "START_CAPACITY", small)
     section = {"type": "wfst-otf", "graph": str(otf_graphs / "small"), "lm": str(otf_graphs / "large.arpa")}
     section |= {"beam": 12.0, "max_active": 50, "min_active": 20, "backend": "torch", "lm_on_host": False}
-    both(section, ctc_output(), None, kernel="fused", sync_frames=8, cuda_graphs=cuda_graphs)
+    both(section | history, ctc_output(), None, kernel="fused", sync_frames=8, cuda_graphs=cuda_graphs)
 
 
 @pytest.mark.parametrize(
