@@ -163,15 +163,17 @@ def test_cli_long_file_gives_the_clips_words_at_their_offsets(tmp_path):
     """Three real clips with 1.2 s of silence between them, cut into segments of at most 4 s by the
     sphinx setup (an HMM scores each frame alone, so a segment's words do not depend on the audio
     beside them): the words are the clips' own (decoded one by one), each within 0.1 s of its time
-    in its clip plus the clip's offset."""
+    in its clip plus the clip's offset. The clips (each shorter than a segment: decoded whole) and the
+    long file are transcribed in one run."""
     sphinx = ("--model", "embedded:sphinx-en-us")
     _, offsets = clips_with_gaps(tmp_path / "long")
-    (tmp_path / "clips").mkdir()
+    (tmp_path / "both").mkdir()
     for name in CLIPS:
-        (tmp_path / "clips" / f"{name}.wav").symlink_to(ROOT / "data/demo/real" / f"{name}.wav")
-    alone, _ = transcribe(tmp_path / "clips", tmp_path / "alone", *sphinx)
-    joined, report = transcribe(tmp_path / "long", tmp_path / "joined", *sphinx, "batch.segment_seconds=4")
-    assert report["segmented"] == 1
+        (tmp_path / "both" / f"{name}.wav").symlink_to(ROOT / "data/demo/real" / f"{name}.wav")
+    (tmp_path / "both" / "long.wav").symlink_to(tmp_path / "long" / "long.wav")
+    alone, report = transcribe(tmp_path / "both", tmp_path / "joined", *sphinx, "batch.segment_seconds=4")
+    assert report["segmented"] == 1 and set(alone) == {*CLIPS, "long"}  # only the long file is cut
+    joined = {"long": alone.pop("long")}
     expected = [
         (w["word"], w["start"] + off) for name, off in zip(CLIPS, offsets, strict=True) for w in alone[name]
     ]
