@@ -37,6 +37,17 @@ def recordings() -> list[Path]:
     return out
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The front end on one thread, as the CLI's sphinx setups run it (``threads: 1``): its
+    operations on a few hundred frames gain nothing from a second thread, and wait for it whenever
+    the other core is busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def peer(tmp_path_factory):
     from pocketsphinx import Decoder
