@@ -134,19 +134,23 @@ def test_a_build_failing_in_its_process_is_one_line(toy_yaml, tmp_path):
 
 @pytest.mark.parametrize("stage", ["G", "write"])
 def test_a_killed_first_use_build_is_never_loaded(toy_yaml, tmp_path, stage):
-    """SIGKILL to the run and its build process (one process group) when the build reaches a
-    stage: nothing in the cache passes as the graph, and the next first use builds it in full."""
+    """SIGKILL to the building run (its process group) exactly when the build reaches a stage:
+    nothing in the cache passes as the graph, and the next first use builds it in full."""
     import signal
 
     from asrdecode.graph.cache import cache_folder, is_cached
 
-    code = (
+    code = (  # the build in this process: its stage events are not relayed from a child, which
+        # would go on building while the event travels (a toy graph's write can finish first)
         "import os, signal, sys\n"
-        "from asrdecode.graph.cache import cached_graph, load_graph_config\n"
+        "import asrdecode.graph.cache as cache\n"
         "def on_stage(name, event, seconds):\n"
         "    if name == sys.argv[2] and event == 'start':\n"
         "        os.killpg(0, signal.SIGKILL)\n"
-        "cached_graph(load_graph_config(sys.argv[1]), on_stage)\n"
+        "def build_here(cfg, folder, on_stage):\n"
+        "    cache.build_graph(cfg, folder, force=True, on_stage=on_stage)\n"
+        "cache.build_in_child_process = build_here\n"
+        "cache.cached_graph(cache.load_graph_config(sys.argv[1]), on_stage)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(toy_yaml), stage], start_new_session=True, capture_output=True
