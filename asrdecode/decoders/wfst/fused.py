@@ -357,9 +357,10 @@ def _history_pruning(
         tl.atomic_min(hval_ptr + b * H + slot, _pack(c, s % LMS), mask=found)
         i += BLOCK
     tl.debug_barrier()
+    beamed = tl.where(hist_beam < float("inf"), cnt, 0)  # history_beam (+inf when off)
     i = cnt * 0
-    while i < cnt:  # history_beam (+inf when off: nothing is dropped)
-        m = i + offs < cnt
+    while i < beamed:
+        m = i + offs < beamed
         slot = tl.load(slot_ptr + i + offs, mask=m, other=0)
         c = tl.load(cost_ptr + cur + i + offs, mask=m, other=float("inf"))
         best = _unkey32((tl.load(hval_ptr + b * H + slot, mask=m, other=0) >> 32).to(tl.int32))
@@ -391,11 +392,12 @@ def _history_pruning(
                 i += BLOCK
         r += 1
     tl.debug_barrier()
+    capped = tl.where(hist_max > 0, cnt, 0)  # the tokens no round selected are dropped
     i = cnt * 0
-    while i < cnt:
-        m = i + offs < cnt
+    while i < capped:
+        m = i + offs < capped
         slot = tl.load(slot_ptr + i + offs, mask=m, other=selected)
-        tl.store(cost_ptr + cur + i + offs, dropped, mask=m & (hist_max > 0) & (slot < selected))
+        tl.store(cost_ptr + cur + i + offs, dropped, mask=m & (slot < selected))
         i += BLOCK
     tl.debug_barrier()
 
