@@ -819,13 +819,28 @@ _JITTED: dict[str, Any] = {}
 def jitted(name: str) -> Any:
     """The jitted kernel `name`. Everything is jitted at the first use, so TRITON_INTERPRET set
     before that use applies (as `kernels._kernel`); the helpers become jitted functions in this
-    module's namespace, where the kernels find them."""
+    module's namespace, where the kernels find them. No scalar argument is specialised
+    (`scalar_arguments`)."""
     if not _JITTED:
         module = globals()
         for helper in _HELPERS:
             module[helper] = triton.jit(module[helper])
-        _JITTED.update({k: triton.jit(module[k]) for k in KERNELS})
+        signatures = kernel_signatures()
+        _JITTED.update(
+            {k: triton.jit(module[k], do_not_specialize=scalar_arguments(signatures[k][0])) for k in KERNELS}
+        )
     return _JITTED[name]
+
+
+def scalar_arguments(types: dict[str, str]) -> list[str]:
+    """The scalar (not pointer, not constexpr) arguments of a kernel whose argument types are
+    `types`, which it is jitted not to specialise on: Triton compiles a kernel anew for each
+    pattern of its integer arguments (equal to 1, divisible by 16), and the frame index, buffer
+    parity, batch size, window length and capacities change from launch to launch, so that
+    specialising would compile each kernel a dozen times or more over a decode (the kernels
+    gather, their loads gain nothing from a divisibility hint). One compilation per kernel and set
+    of constexpr values."""
+    return [arg for arg, t in types.items() if not t.startswith("*") and t != "constexpr"]
 
 
 def kernel_signatures() -> dict[str, tuple[dict[str, str], dict[str, int]]]:

@@ -111,10 +111,12 @@ def _emitting_arcs_kernel(
 
 
 def _kernel() -> Any:
-    """The jitted kernel, built on first use (so TRITON_INTERPRET set before that use applies)."""
+    """The jitted kernel, built on first use (so TRITON_INTERPRET set before that use applies).
+    Its scalars change from frame to frame, so it is not specialised on them (as the fused
+    kernels, `fused.scalar_arguments`): one compilation per search depth."""
     global _KERNEL
     if _KERNEL is None:
-        _KERNEL = triton.jit(_emitting_arcs_kernel)
+        _KERNEL = triton.jit(_emitting_arcs_kernel, do_not_specialize=["N", "V", "B", "cap"])
     return _KERNEL
 
 
@@ -133,7 +135,7 @@ def _emitting_arcs_triton(
     c = torch.empty(cap, dtype=torch.float32, device=dev)
     best = torch.full((B + 1,), INF, dtype=torch.float32, device=dev)
     block = 128
-    steps = max(1, math.ceil(math.log2(N + 1)) + 1)
+    steps = 4 * math.ceil((math.log2(N + 1) + 1) / 4)  # a few depths: a few compilations
     _kernel()[(triton.cdiv(cap, block),)](
         end, n_arcs, first_arc, utt, cost.contiguous(), g.weight, g.column, ac_flat.contiguous(),
         src, arc, u, c, best, N, V, B, cap, SEARCH_STEPS=steps, BLOCK=block,
