@@ -49,7 +49,7 @@ export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 if ! missing=$("$PY" - <<'EOF'
 import importlib.util
 names = ["torch", "numpy", "numba", "soundfile", "jiwer", "kaldifst", "kaldilm", "torchaudio", "sentencepiece",
-         "yaml", "click", "rich", "pytest", "xdist", "asrdecode"]
+         "google.protobuf", "yaml", "click", "rich", "pytest", "xdist", "asrdecode"]
 print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
 EOF
 ) || [[ -n "$missing" ]]; then
