@@ -10,7 +10,8 @@
 #      family's encoder output on cuda is within 1e-3 of the CPU's (OUT_DIR/cuda-tests.log);
 #   3. runs `asrdecode bench gpu`: per decoder, throughput at batch 1, 32 and 256 on cuda against
 #      the CPU on all cores, torch operations (kernel launches) and host syncs per frame, peak GPU
-#      memory (OUT_DIR/bench_gpu.json and OUT_DIR/bench_gpu.md).
+#      memory (OUT_DIR/bench_gpu.json and OUT_DIR/bench_gpu.md); its graphs (the demo TLG and the
+#      20k-word TLG) are built beside step 2 (OUT_DIR/graphs.log).
 # Without CUDA it runs its CPU part (the wheels, the imports, the cuda tests' collection, the
 # benchmark's CPU rows) and says so in one line; the test suite runs it that way (--quick:
 # small batches, seconds). GPU_WHEELS=DIR reads the wheels from DIR instead of .whl/;
@@ -49,7 +50,7 @@ export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 if ! missing=$("$PY" - <<'EOF'
 import importlib.util
 names = ["torch", "numpy", "numba", "soundfile", "jiwer", "kaldifst", "kaldilm", "torchaudio", "sentencepiece",
-         "google.protobuf", "yaml", "click", "rich", "pytest", "xdist", "asrdecode"]
+         "google.protobuf", "kaldingram", "yaml", "click", "rich", "pytest", "xdist", "asrdecode"]
 print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
 EOF
 ) || [[ -n "$missing" ]]; then
@@ -62,6 +63,16 @@ if [[ -z "$CUDA" ]]; then
 else
     echo "gpu_check: $CUDA, torch $("$PY" -c 'import torch; print(torch.__version__)')"
 fi
+
+# the benchmark's graphs (the 20k-word TLG takes a minute or two), built beside the cuda tests
+GRAPHS=${GPU_CHECK_GRAPHS:-out/bench}
+quick=()
+if [[ -n "$QUICK" ]]; then
+    quick=(--quick)
+fi
+(cd "$ROOT" && "$PY" -m asrdecode.bench.gpu --graphs-only --graphs "$GRAPHS" "${quick[@]}") \
+    > "$OUT/graphs.log" 2>&1 &
+graphs_pid=$!
 
 # 2. the cuda tests (skipped without CUDA: collected, so a broken import still fails here)
 TESTS=(tests/decoders/test_cuda_decoders.py tests/models/test_cuda_encoders.py)
@@ -78,10 +89,11 @@ if ((status != 0 && status != 5)); then  # 5: every test deselected or skipped
 fi
 
 # 3. the benchmark
-bench=(--out "$OUT" --graphs "${GPU_CHECK_GRAPHS:-out/bench}" --seconds 180)
-if [[ -n "$QUICK" ]]; then
-    bench+=(--quick)
+if ! wait "$graphs_pid"; then  # the bench says which rows lack their graph
+    echo "gpu_check: graph build failed: $(tail -n 1 "$OUT/graphs.log") ($OUT/graphs.log)" >&2
 fi
+echo "gpu_check: graphs built at $((SECONDS - START)) s"
+bench=(--out "$OUT" --graphs "$GRAPHS" --seconds 180 "${quick[@]}")
 (cd "$ROOT" && timeout 240 "$PY" -m asrdecode.bench.gpu "${bench[@]}")  # = asrdecode bench gpu
 echo "gpu_check: done in $((SECONDS - START)) s"
 if ((status != 0 && status != 5)); then

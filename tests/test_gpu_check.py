@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrdecode.bench.gpu import cases
+from asrdecode.bench.gpu import Graphs, cases, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,8 +35,10 @@ def test_cpu_part(tmp_path):
     tests = next(line for line in proc.stdout.splitlines() if line.startswith("gpu_check: cuda tests:"))
     assert "skipped" in tests and "error" not in tests
     report = json.loads((tmp_path / "out" / "bench_gpu.json").read_text())
-    names = [c.name for c in cases(Path("g"), Path("lm"))]
+    names = [c.name for c in cases(Graphs(Path("g"), Path("lm"), Path("s"), Path("c"), "300w"))]
     assert [(r["decoder"], r["batch"]) for r in report["rows"]] == [(n, 1) for n in names]
+    assert {"wfst-300w", "wfst-fused-300w"} <= set(names)  # the spelled TLG, 300 words with --quick
+    assert any(line.startswith("gpu_check: graphs built at") for line in proc.stdout.splitlines())
     for row in report["rows"]:
         assert "error" not in row, row
         assert row["device"] == "cpu" and row["rtfx"] > 0 and row["ops_per_frame"] >= 0
@@ -52,3 +54,12 @@ def test_bad_option_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "gpu_check: unknown option --fast (usage: scripts/gpu_check.sh OUT_DIR [--quick])"
     ]
+
+
+def test_the_targets_rows_run_first():
+    """A time budget cuts the rest, never the rows the GPU run's targets are measured on."""
+    chosen = cases(Graphs(Path("g"), Path("lm"), Path("s"), Path("c"), "20k"))
+    rows = [(c.name, b) for c, b in plan(chosen, [1, 32, 256])]
+    targets = [("wfst-20k", 256), ("wfst-fused-20k", 256), ("transducer-greedy", 32)]
+    assert rows[:3] == targets and len(rows) == len(set(rows)) == 3 * len(chosen)
+    assert rows[3:] == [(c.name, b) for b in (1, 32, 256) for c in chosen if (c.name, b) not in targets]

@@ -13,9 +13,15 @@ counts none) plus the fused WFST search's Triton launches, and host synchronisat
 pass. `wfst` and `wfst-otf` search the demo TLG (the demo trigram, data/demo/packed/graph/lm.arpa.gz,
 as bigrams over the fixture's BPE units, built once into --graphs; `--quick`: data/demo/otf/small-lm.arpa),
 `wfst-otf` with the whole trigram on the fly; ``wfst-fused`` is `wfst` with ``kernel: fused`` on cuda
-(wfst/fused.py: the frame loop on the device). Without CUDA only the CPU rows are made. Rows run batch
-size by batch size; bench_gpu.json and bench_gpu.md in --out are rewritten after each row, and rows
-that would start past `--seconds` are listed as skipped.
+(wfst/fused.py: the frame loop on the device). ``wfst-20k`` and ``wfst-fused-20k`` search the 20k-word
+TLG of `asrdecode bench wfst` (a synthetic trigram, letters + ``|``, ~1.3M states) on its spelled
+log-probs (no model; frame shift 0.04 s): the GPU run's target is `wfst` there at batch 256 faster
+than the compiled backend on all the machine's cores (paper 001 reports 15.6x a 16-core CPU decoder).
+``--spelled-words`` sets its words (`--quick`: 300). Without CUDA only the CPU rows are made. The
+targets' rows run first (``wfst-20k`` and ``wfst-fused-20k`` at batch 256, ``transducer-greedy`` at
+32), then the rest batch size by batch size; bench_gpu.json and bench_gpu.md in --out are rewritten
+after each row, and rows that would start past `--seconds` are listed as skipped. ``--graphs-only``
+builds the graphs and stops (scripts/gpu_check.sh runs it beside the cuda tests).
 """
 
 from __future__ import annotations
@@ -38,37 +44,55 @@ DEMO_LM = ROOT / "data" / "demo" / "packed" / "graph" / "lm.arpa.gz"  # tracked 
 SMALL_LM = ROOT / "data" / "demo" / "otf" / "small-lm.arpa"
 
 
+SPELLED_SHIFT = 0.04  # seconds per frame of the spelled log-probs (`asrdecode bench wfst`'s 20k case)
+
+
 @dataclass
 class Case:
-    """One decoder: its fixture model, its `decoder:` section and the options of each device."""
+    """One decoder: its fixture model (None: the spelled case's log-probs), its `decoder:` section
+    and the options of each device."""
 
     name: str
-    model: str
+    model: str | None
     section: dict[str, Any]
     on: dict[str, dict[str, Any]] = field(default_factory=dict)  # "cuda" / "cpu" -> extra options
+    target_batch: int | None = None  # the batch size of a target of the GPU run: its row runs first
 
 
-def cases(graph: Path, lm: Path) -> list[Case]:
-    search = {"graph": str(graph), "beam": 10.0, "max_active": 10000}
+@dataclass
+class Graphs:
+    """The benchmark's graphs: the demo TLG, its LM, and the spelled case's TLG, corpus and name."""
+
+    demo: Path
+    lm: Path
+    spelled: Path
+    corpus: Path
+    label: str
+    spelled_error: str | None = None  # why the spelled TLG could not be built (its rows say it)
+
+
+def cases(graphs: Graphs) -> list[Case]:
+    search = {"graph": str(graphs.demo), "beam": 10.0, "max_active": 10000}
+    spelled = {**search, "graph": str(graphs.spelled), "min_active": 200}
     torch_search = {"backend": "torch", "cuda_graphs": True}
     compiled = {"backend": "compiled", "threads": 0}
+    per_frame = {"cuda": torch_search, "cpu": compiled}
+    fused = {"cuda": {**torch_search, "kernel": "fused"}, "cpu": compiled}
     return [
         Case("ctc-greedy", "ctc_bpe", {"type": "ctc-greedy"}),
         Case("ctc-beam", "ctc_bpe", {"type": "ctc-beam", "beam_size": 4}),
-        Case("wfst", "ctc_bpe", {"type": "wfst", **search}, {"cuda": torch_search, "cpu": compiled}),
+        Case("wfst", "ctc_bpe", {"type": "wfst", **search}, per_frame),
+        Case("wfst-fused", "ctc_bpe", {"type": "wfst", **search}, fused),
+        Case(f"wfst-{graphs.label}", None, {"type": "wfst", **spelled}, per_frame, target_batch=256),
+        Case(f"wfst-fused-{graphs.label}", None, {"type": "wfst", **spelled}, fused, target_batch=256),
+        Case("wfst-otf", "ctc_bpe", {"type": "wfst-otf", **search, "lm": str(graphs.lm)}, per_frame),
         Case(
-            "wfst-fused",
-            "ctc_bpe",
-            {"type": "wfst", **search},
-            {"cuda": {**torch_search, "kernel": "fused"}, "cpu": compiled},
+            "transducer-greedy",
+            "rnnt_bpe",
+            {"type": "transducer-greedy"},
+            {"cuda": {"cuda_graphs": True}},
+            target_batch=32,
         ),
-        Case(
-            "wfst-otf",
-            "ctc_bpe",
-            {"type": "wfst-otf", **search, "lm": str(lm)},
-            {"cuda": torch_search, "cpu": compiled},
-        ),
-        Case("transducer-greedy", "rnnt_bpe", {"type": "transducer-greedy"}, {"cuda": {"cuda_graphs": True}}),
         Case("transducer-beam", "rnnt_bpe", {"type": "transducer-beam", "strategy": "malsd", "beam_size": 4}),
         Case("aed-greedy", "aed_canary2", {"type": "aed-greedy"}),
         Case("aed-beam", "aed_canary2", {"type": "aed-beam", "beam_size": 4}),
@@ -87,11 +111,39 @@ def clips(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return wav, torch.tensor([len(r) for r in rows])
 
 
-def demo_graph(folder: Path, quick: bool) -> Path:
-    """The demo TLG (or, `quick`, the small demo LM's), built once into `folder`."""
+def build_graphs(folder: Path, quick: bool, words: int) -> Graphs:
+    """The demo TLG (or, `quick`, the small demo LM's) and the `words`-word spelled TLG, built once
+    into `folder`."""
     from asrdecode.bench.wfst_decode import demo_graph as build
+    from asrdecode.bench.wfst_decode import graph_20k
 
-    return build(folder / ("gpu-graph-small" if quick else "gpu-graph"), SMALL_LM if quick else DEMO_LM)
+    lm = SMALL_LM if quick else DEMO_LM
+    demo = build(folder / ("gpu-graph-small" if quick else "gpu-graph"), lm)
+    label = f"{words // 1000}k" if words % 1000 == 0 else f"{words}w"
+    spelled = folder / f"gpu-graph-{label}"
+    try:
+        spelled, _, corpus = graph_20k(spelled, words)
+    except Exception as err:  # the other rows still run
+        return Graphs(demo, lm, spelled, spelled, label, f"spelled TLG: {err!r}"[:300])
+    return Graphs(demo, lm, spelled, corpus, label)
+
+
+def spelled_outputs(corpus: Path, n: int, batch: int, device: str) -> tuple[list, float]:
+    """The spelled case's log-probs of `n` corpus sentences as model outputs in batches of `batch`
+    on `device`, and their seconds of audio."""
+    from asrdecode.bench.wfst_decode import LETTERS, SEPARATOR, spelled_logprobs, spelled_sentences
+    from asrdecode.models.base import ModelOutput
+
+    lp, lengths = spelled_logprobs(spelled_sentences(corpus, n))
+    outputs = []
+    for i in range(0, n, batch):
+        T = int(lengths[i : i + batch].max())
+        x = torch.from_numpy(lp[i : i + batch, :T].copy()).to(device)
+        units = [*LETTERS, SEPARATOR]
+        outputs.append(
+            ModelOutput(x, torch.from_numpy(lengths[i : i + batch]), SPELLED_SHIFT, len(units), units)
+        )
+    return outputs, float(lengths.sum()) * SPELLED_SHIFT
 
 
 def model_outputs(model: Any, wav: torch.Tensor, lens: torch.Tensor, batch: int, device: str) -> list:
@@ -126,16 +178,16 @@ def count_pass(decoder: Any, outputs: list) -> dict[str, float]:
     }
 
 
-def run_row(case: Case, model: Any, device: str, batch: int, wav: torch.Tensor, lens: torch.Tensor) -> dict:
-    """One decoder at one batch size on one device: RTFx of a timed pass after a warm-up batch."""
-    from asrdecode.decoders import DecoderContext, make_decoder
+def run_row(case: Case, context: Any, device: str, batch: int, outputs: list, seconds: float) -> dict:
+    """One decoder at one batch size on one device over `outputs` (`seconds` of audio): RTFx of a
+    timed pass after a warm-up batch."""
+    from asrdecode.decoders import make_decoder
 
-    context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
     decoder = make_decoder({**case.section, **case.on.get(device, {})}, context)
-    outputs = model_outputs(model, wav, lens, batch, device)
     cuda = device == "cuda"
     decoder.decode(outputs[0])  # warm-up: compiles, captures, grows capacities
-    row: dict[str, Any] = {"decoder": case.name, "device": device, "batch": batch, "utterances": len(wav)}
+    utterances = sum(len(out.lengths) for out in outputs)
+    row: dict[str, Any] = {"decoder": case.name, "device": device, "batch": batch, "utterances": utterances}
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -146,14 +198,22 @@ def run_row(case: Case, model: Any, device: str, batch: int, wav: torch.Tensor, 
         torch.cuda.synchronize()
         row["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     row["seconds"] = time.perf_counter() - start
-    row["rtfx"] = float(lens.sum()) / 16000 / row["seconds"]
+    row["rtfx"] = seconds / row["seconds"]
     row.update(count_pass(decoder, outputs))
     return row
 
 
+def plan(chosen: list[Case], batches: list[int]) -> list[tuple[Case, int]]:
+    """The rows in the order they run: the issue's targets first (each case's `target_batch`), then
+    batch size by batch size (all decoders at the smallest first), so a time budget cuts the rest."""
+    targets = [(case, case.target_batch) for case in chosen if case.target_batch in batches]
+    return targets + [(case, batch) for batch in batches for case in chosen if case.target_batch != batch]
+
+
 def run(args: argparse.Namespace) -> None:
-    """Every row, batch sizes in turn (all decoders at batch 1 first); the report is rewritten after
-    each row, and rows past the time budget (`--seconds`) are listed as skipped."""
+    """Every row (`plan`); the report is rewritten after each row, and rows past the time budget
+    (`--seconds`) are listed as skipped."""
+    from asrdecode.decoders import DecoderContext
     from asrdecode.models.loading import load_model
 
     start = time.perf_counter()
@@ -161,38 +221,48 @@ def run(args: argparse.Namespace) -> None:
     devices = ["cuda", "cpu"] if cuda else ["cpu"]
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
-    graph = demo_graph(Path(args.graphs), args.quick)
-    chosen = [
-        c for c in cases(graph, SMALL_LM if args.quick else DEMO_LM) if c.name in (args.decoders or [c.name])
-    ]
+    graphs = build_graphs(Path(args.graphs), args.quick, args.spelled_words)
+    chosen = [c for c in cases(graphs) if c.name in (args.decoders or [c.name])]
     report = {
         "machine": machine_info(args.load_start),
         "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
         "cpu_threads": cores,
-        "graph": str(graph),
+        "graph": str(graphs.demo),
+        "spelled_graph": str(graphs.spelled) if graphs.spelled_error is None else graphs.spelled_error,
         "quick": args.quick,
         "rows": [],
     }
     models: dict[tuple[str, str], Any] = {}
-    for batch in [1] if args.quick else args.batch:
+    for case, batch in plan(chosen, [1] if args.quick else args.batch):
         n = 1 if args.quick else max(batch, min(16 * batch, args.utterances))
-        wav, lens = clips(n)
-        for case in chosen:
-            for device in devices:
-                row = {"decoder": case.name, "device": device, "batch": batch}
-                if args.seconds and time.perf_counter() - start > args.seconds:
-                    row["error"] = f"skipped: past the {args.seconds:.0f} s budget"
-                else:
-                    key = (case.model, device)
-                    try:
+        for device in devices:
+            row = {"decoder": case.name, "device": device, "batch": batch}
+            if args.seconds and time.perf_counter() - start > args.seconds:
+                row["error"] = f"skipped: past the {args.seconds:.0f} s budget"
+            elif case.model is None and graphs.spelled_error is not None:
+                row["error"] = graphs.spelled_error
+            else:
+                try:
+                    if case.model is None:  # the spelled case: log-probs, no model
+                        outputs, seconds = spelled_outputs(graphs.corpus, n, batch, device)
+                        context = None
+                    else:
+                        key = (case.model, device)
                         if key not in models:
                             models[key] = load_model(str(FIX / f"{case.model}.nemo")).to(device).eval()
-                        row = run_row(case, models[key], device, batch, wav, lens)
-                    except Exception as err:  # one failing row must not hide the others
-                        row["error"] = repr(err)[:300]
-                report["rows"].append(row)
-                print(one_line(row), flush=True)
-                write(report, Path(args.out), args.json)
+                        model = models[key]
+                        wav, lens = clips(n)
+                        outputs = model_outputs(model, wav, lens, batch, device)
+                        seconds = float(lens.sum()) / 16000
+                        context = DecoderContext(
+                            model.units, model.blank_id, model.frame_shift, model.tokens_to_words
+                        )
+                    row = run_row(case, context, device, batch, outputs, seconds)
+                except Exception as err:  # one failing row must not hide the others
+                    row["error"] = repr(err)[:300]
+            report["rows"].append(row)
+            print(one_line(row), flush=True)
+            write(report, Path(args.out), args.json)
 
 
 def write(report: dict, out: Path, json_path: Path | None = None) -> None:
@@ -266,8 +336,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--graphs", default="out/bench", help="where the demo graph is built (once)")
     ap.add_argument("--quick", action="store_true", help="one utterance at batch 1, the small demo graph")
     ap.add_argument("--seconds", type=float, default=0.0, help="skip the rows that start later (0: none)")
+    ap.add_argument(
+        "--spelled-words", type=int, default=0, help="words of the spelled case's LM (0: 20000, --quick 300)"
+    )
+    ap.add_argument("--graphs-only", action="store_true", help="build the graphs into --graphs and stop")
     args = parse(ap, argv)
+    args.spelled_words = args.spelled_words or (300 if args.quick else 20000)
     args.load_start = os.getloadavg()
+    if args.graphs_only:
+        graphs = build_graphs(Path(args.graphs), args.quick, args.spelled_words)
+        print(f"graphs: {graphs.demo}, {graphs.spelled}")
+        return
     run(args)
     out = Path(args.out)
     print((out / "bench_gpu.md").read_text())

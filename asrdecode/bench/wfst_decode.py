@@ -135,19 +135,20 @@ def demo_graph(out: Path, arpa: Path = ROOT / "data" / "demo" / "graph" / "lm.ar
     return out
 
 
-def graph_20k(out: Path) -> tuple[Path, Path, Path]:
-    """(graph folder, ARPA, corpus) of the 20k-word synthetic LM, letters + `|`; built once."""
+def graph_20k(out: Path, vocab: int = 20000) -> tuple[Path, Path, Path]:
+    """(graph folder, ARPA, corpus) of the `vocab`-word synthetic LM (the 20k case's: 20000),
+    letters + `|`; built once (the LM beside `out`)."""
     from asrdecode.bench.build_graph import synthetic_lm
     from asrdecode.graph import GraphBuildConfig, build_graph
 
-    lm_dir = out.parent / "wfst-graph-20k-lm"
-    arpa, corpus = lm_dir / "lm_20000.arpa", lm_dir / "corpus_20000.txt"
+    lm_dir = out.parent / ("wfst-graph-20k-lm" if vocab == 20000 else f"{out.name}-lm")
+    arpa, corpus = lm_dir / f"lm_{vocab}.arpa", lm_dir / f"corpus_{vocab}.txt"
     if not arpa.is_file():
         lm_dir.mkdir(parents=True, exist_ok=True)
-        print("building the 20k-word LM (once) ...", flush=True)
-        synthetic_lm(20000, lm_dir, 20000)
+        print(f"building the {vocab}-word LM (once) ...", flush=True)
+        synthetic_lm(vocab, lm_dir, vocab)
     if not (out / "TLG.fst").is_file():
-        print("building the 20k-word TLG (once, ~90 s) ...", flush=True)
+        print(f"building the {vocab}-word TLG (once{', ~90 s' if vocab == 20000 else ''}) ...", flush=True)
         cfg = GraphBuildConfig(
             arpa=str(arpa),
             unit_list=[*LETTERS, SEPARATOR],
@@ -158,6 +159,13 @@ def graph_20k(out: Path) -> tuple[Path, Path, Path]:
         )
         build_graph(cfg, out, force=True)
     return out, arpa, corpus
+
+
+def spelled_sentences(corpus: Path, utterances: int) -> list[list[str]]:
+    """The 20k case's utterances: `utterances` corpus sentences of 5+ words (seed 1)."""
+    lines = [ln.split() for ln in corpus.read_text().splitlines() if len(ln.split()) >= 5]
+    rng = np.random.default_rng(1)
+    return [lines[i] for i in rng.choice(len(lines), size=utterances, replace=False)]
 
 
 def spelled_logprobs(
@@ -615,9 +623,7 @@ def main(argv: list[str] | None = None) -> None:
         print_case(cases[-1])
     if not args.graph and "20k" in args.cases:
         graph_dir, arpa, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
-        lines = [ln.split() for ln in corpus.read_text().splitlines() if len(ln.split()) >= 5]
-        rng = np.random.default_rng(1)
-        sents = [lines[i] for i in rng.choice(len(lines), size=args.utterances, replace=False)]
+        sents = spelled_sentences(corpus, args.utterances)
         lp, lengths = spelled_logprobs(sents)
         name = "20k-word TLG (chars + |, trigram)"
         cases.append(run_case(name, "20k", graph_dir, lp, lengths, 0.04, args, sents, arpa))

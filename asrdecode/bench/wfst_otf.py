@@ -130,7 +130,7 @@ def demo_case() -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list[list[str
 def case_20k(threshold: float, utterances: int) -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list]:
     """The 20k-word case: (large-LM TLG, TLG of the LM pruned at `threshold`, large ARPA, log-probs,
     lengths, sentences): `utterances` spelled corpus sentences of 5+ words (seed 1)."""
-    from asrdecode.bench.wfst_decode import graph_20k, spelled_logprobs
+    from asrdecode.bench.wfst_decode import graph_20k, spelled_logprobs, spelled_sentences
     from asrdecode.graph import GraphBuildConfig
 
     large_graph, large_lm, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
@@ -139,9 +139,7 @@ def case_20k(threshold: float, utterances: int) -> tuple[Path, Path, Path, np.nd
     small_graph = build(
         GraphBuildConfig(**{**meta, "arpa": str(small_lm)}), BENCH / "wfst-otf" / f"graph-20k-{threshold:g}"
     )
-    lines = [ln.split() for ln in corpus.read_text().splitlines() if len(ln.split()) >= 5]
-    rng = np.random.default_rng(1)
-    sents = [lines[i] for i in rng.choice(len(lines), size=utterances, replace=False)]
+    sents = spelled_sentences(corpus, utterances)
     lp, lengths = spelled_logprobs(sents)
     return large_graph, small_graph, large_lm, lp, lengths, sents
 
