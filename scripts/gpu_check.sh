@@ -4,8 +4,9 @@
 # On a machine with CUDA (one H100 or H200, Python 3.12 with its own torch 2.9-2.11, nothing to
 # download), in at most 8 minutes:
 #   1. installs the wheels in .whl/ (made here by `make gpu-wheels`, listed in scripts/gpu_wheels.txt)
-#      into OUT_DIR/site with `pip install --no-index --no-deps --target` and puts the checkout and
-#      them on PYTHONPATH (the machine's own torch is used);
+#      into a temporary folder with `pip install --no-index --no-deps --target` (OUT_DIR keeps only
+#      the results, four small files) and puts the checkout and them on PYTHONPATH (the machine's
+#      own torch is used);
 #   2. runs the `cuda` tests: every decoder gives on cuda what it gives on the CPU, each model
 #      family's encoder output on cuda is within 1e-3 of the CPU's (OUT_DIR/cuda-tests.log);
 #   3. runs `asrdecode bench gpu`: per decoder, throughput at batch 1, 32 and 256 on cuda against
@@ -37,7 +38,8 @@ OUT=$(cd "$OUT" && pwd)
 START=$SECONDS
 
 # 1. wheels and imports
-SITE="$OUT/site"
+SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-site.XXXXXX")
+trap 'rm -rf "$SITE"' EXIT
 shopt -s nullglob
 wheels=("$WHEELS"/*.whl)
 if ((${#wheels[@]})); then

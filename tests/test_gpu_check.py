@@ -39,6 +39,8 @@ def test_cpu_part(tmp_path):
     assert [(r["decoder"], r["batch"]) for r in report["rows"]] == [(n, 1) for n in names]
     assert {"wfst-300w", "wfst-fused-300w"} <= set(names)  # the spelled TLG, 300 words with --quick
     assert any(line.startswith("gpu_check: graphs built at") for line in proc.stdout.splitlines())
+    results = ["bench_gpu.json", "bench_gpu.md", "cuda-tests.log", "graphs.log"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == results  # small enough to fetch back
     for row in report["rows"]:
         assert "error" not in row, row
         assert row["device"] == "cpu" and row["rtfx"] > 0 and row["ops_per_frame"] >= 0
