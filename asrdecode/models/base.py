@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -145,7 +146,20 @@ class RecycledOutput:
 
 def _in_use(tensor: torch.Tensor) -> bool:
     """Whether anything but ``tensor`` itself refers to its memory (a view, another tensor, a numpy
-    array made from it). Without torch's storage use count (a private function) every tensor
+    array made from it): its storage's use count above that of a tensor nothing else refers to
+    (`_unshared_use_count`). Without torch's storage use count (a private function) every tensor
     counts as in use, so that memory is never handed out twice."""
+    unshared = _unshared_use_count()
+    return unshared is None or torch._C._storage_Use_Count(tensor.untyped_storage()._cdata) != unshared
+
+
+@functools.cache
+def _unshared_use_count() -> int | None:
+    """The storage use count, read as `_in_use` reads it, of a tensor nothing else refers to: 1 with
+    torch 2.9, 2 with 2.11 (whose storage's Python object, made by the reading, holds a reference
+    of its own); None without the private function."""
     use_count = getattr(torch._C, "_storage_Use_Count", None)
-    return use_count is None or use_count(tensor.untyped_storage()._cdata) != 1
+    if use_count is None:
+        return None
+    alone = torch.empty(1)
+    return int(use_count(alone.untyped_storage()._cdata))
