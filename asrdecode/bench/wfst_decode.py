@@ -148,7 +148,7 @@ def graph_20k(out: Path, vocab: int = 20000) -> tuple[Path, Path, Path]:
         print(f"building the {vocab}-word LM (once) ...", flush=True)
         synthetic_lm(vocab, lm_dir, vocab)
     if not (out / "TLG.fst").is_file():
-        print(f"building the {vocab}-word TLG (once{', ~90 s' if vocab == 20000 else ''}) ...", flush=True)
+        print(f"building the {vocab}-word TLG (once) ...", flush=True)
         cfg = GraphBuildConfig(
             arpa=str(arpa),
             unit_list=[*LETTERS, SEPARATOR],
