@@ -55,6 +55,10 @@ def test_cache_folder_follows_every_kernel_source(tmp_path) -> None:
     assert kernel_sources_hash(package) == before
     (package / "README.txt").write_text("not a kernel module")
     assert kernel_sources_hash(package) == before
+    bench = package / "bench" / "gpu.py"  # names numba, imports none: no kernel of it
+    assert b"numba" in bench.read_bytes()
+    bench.write_text(bench.read_text() + "\n# edited\n")
+    assert kernel_sources_hash(package) == before
     lattice = package / "decoders" / "wfst" / "lattice.py"
     lattice.write_text(lattice.read_text() + "\n# edited\n")
     assert kernel_sources_hash(package) != before
