@@ -948,7 +948,7 @@ class FusedSearch:
             lm_tables = [i64, i32, i32, f32, f32, i64, i64, f32] * 2
             return (self.g.olabel, *lm_tables, *[i64] * 5, 0.0, 1, 0, 1, -1, 0, 1, -1)
         tables, bounds = self.lm.lookup_tables()
-        return (self.g.olabel, *tables, self.lm.lm_scale, self.lm_states, *bounds)
+        return (self.g.olabel, *tables, float(self.lm.lm_scale), self.lm_states, *bounds)
 
     def tuning(self) -> dict[str, Any]:
         return {"graph": self.g, "fused": dict(self.capacity)}
@@ -1009,7 +1009,7 @@ class FusedSearch:
         bp2 = _pow2(B, 2)
         eps = g.has_epsilons
         LM, LMS, lm = int(self.lm is not None), self.lm_states, self._lm_args
-        hist_beam, hist_max = o.history_beam_or_inf, o.history_max if LM else 0
+        hist_beam, hist_max = float(o.history_beam_or_inf), o.history_max if LM else 0
         hist = int(LM and (hist_beam < INF or hist_max > 0))
         step = 0
 
@@ -1042,7 +1042,7 @@ class FusedSearch:
                 "_prep_kernel", (B,),
                 x["state"], x["cost"], x["count"], lengths, x["t0"], g.n_emit, x["ends"], x["total"],
                 x["best"], x["adapt"], x["hkey"], x["hval"], x["need"],
-                k, P, B, NU, H, AU, o.beam, o.beam_delta, min(o.max_active, 1 << 30),
+                k, P, B, NU, H, AU, float(o.beam), float(o.beam_delta), min(o.max_active, 1 << 30),
                 min(o.min_active, 1 << 30), LMS, hist_beam, hist_max, LM=LM, HIST=hist,
                 BLOCK=self.PREP_BLOCK,
             )  # fmt: skip
