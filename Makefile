@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 OUT    ?= out
 
-.PHONY: install real-data demo-data lm-data demo test gpu-wheels fuzz lint clean-out
+.PHONY: install real-data demo-data lm-data demo test test-gpu-versions gpu-wheels fuzz lint clean-out
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,17 @@ demo: install real-data demo-data
 ## test: install and run the whole suite, on up to 4 worker processes (one per core; pytest-xdist)
 test: install real-data demo-data lm-data
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
+
+## test-gpu-versions: the whole suite with the GPU image's torch 2.11.0 (and its triton 3.6.0) instead of
+## the pinned 2.9.1, in .venv-gpu (a CUDA build of torch: several GB the first time), so that the GPU
+## check meets no version difference the CPU could have shown
+VENV_GPU := .venv-gpu
+test-gpu-versions: install real-data demo-data lm-data
+	test -x $(VENV_GPU)/bin/python || $(PYTHON) -m venv $(VENV_GPU)
+	$(VENV_GPU)/bin/python -m pip install -q torch==2.11.0 torchaudio==2.11.0 \
+		$$($(BIN)/python scripts/requirements.py --extra dev --without torch torchaudio)
+	$(VENV_GPU)/bin/python -m pip install -q --no-deps -e .
+	$(VENV_GPU)/bin/python -m pytest -n auto --maxprocesses=4
 
 ## gpu-wheels: the cp312 manylinux x86-64 wheels scripts/gpu_check.sh needs on the GPU machine
 ## (scripts/gpu_wheels.txt: what its image lacks) into .whl/, carried there with the checkout
