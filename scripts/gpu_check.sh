@@ -85,7 +85,9 @@ if [[ -n "$CUDA" ]]; then
     workers=(-n 4)
 fi
 status=0
-(cd "$ROOT" && timeout 270 "$PY" -m pytest -q -m cuda -p no:cacheprovider "${workers[@]}" "${TESTS[@]}") \
+# (4 torch threads a worker: the CPU sides of the comparisons share the cores with the graph build)
+(cd "$ROOT" && OMP_NUM_THREADS=4 timeout 270 \
+    "$PY" -m pytest -q -m cuda -p no:cacheprovider "${workers[@]}" "${TESTS[@]}") \
     > "$OUT/cuda-tests.log" 2>&1 || status=$?
 echo "gpu_check: cuda tests: $(tail -n 1 "$OUT/cuda-tests.log") (exit $status, $OUT/cuda-tests.log)"
 if ((status != 0 && status != 5)); then  # 5: every test deselected or skipped
