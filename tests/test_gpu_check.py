@@ -65,3 +65,33 @@ def test_the_targets_rows_run_first():
     targets = [("wfst-20k", 256), ("wfst-fused-20k", 256), ("transducer-greedy", 32)]
     assert rows[:3] == targets and len(rows) == len(set(rows)) == 3 * len(chosen)
     assert rows[3:] == [(c.name, b) for b in (1, 32, 256) for c in chosen if (c.name, b) not in targets]
+
+
+def test_the_table_says_whether_each_target_was_met():
+    from asrdecode.bench.gpu import table
+
+    def row(decoder, device, rtfx):
+        return {"decoder": decoder, "device": device, "batch": 256, "rtfx": rtfx, "ops_per_frame": 7.0}
+
+    report = {
+        "machine": {"cpu": "x", "torch": "2.11", "load_average_at_start": [1], "load_average_at_end": [1]},
+        "cuda_device": "NVIDIA H100 80GB HBM3",
+        "cpu_threads": 16,
+        "targets": [
+            {"decoder": "wfst-20k", "batch": 256, "ratio_above": 1.0},
+            {"decoder": "wfst-fused-20k", "batch": 256, "ratio_above": 1.0},
+            {"decoder": "transducer-greedy", "batch": 32, "ratio_above": 10.0},
+        ],
+        "rows": [
+            row("wfst-20k", "cuda", 300.0) | {"syncs_per_frame": 1.2, "peak_gpu_mib": 900.0},
+            row("wfst-20k", "cpu", 1200.0) | {"syncs_per_frame": 0.0},
+            row("wfst-fused-20k", "cuda", 6000.0) | {"syncs_per_frame": 0.02, "peak_gpu_mib": 500.0},
+            row("wfst-fused-20k", "cpu", 1200.0) | {"syncs_per_frame": 0.0},
+        ],
+    }
+    lines = table(report).splitlines()
+    assert lines[lines.index("Targets (cuda RTFx / CPU RTFx):") + 1 :] == [
+        "- wfst-20k at batch 256, wanted above 1: 0.25, not met",
+        "- wfst-fused-20k at batch 256, wanted above 1: 5.00, met",
+        "- transducer-greedy at batch 32, wanted above 10: no result",
+    ]

@@ -57,7 +57,7 @@ class Case:
     model: str | None
     section: dict[str, Any]
     on: dict[str, dict[str, Any]] = field(default_factory=dict)  # "cuda" / "cpu" -> extra options
-    target_batch: int | None = None  # the batch size of a target of the GPU run: its row runs first
+    target: tuple[int, float] | None = None  # a target of the GPU run: (batch, cuda/CPU ratio above)
 
 
 @dataclass
@@ -84,15 +84,15 @@ def cases(graphs: Graphs) -> list[Case]:
         Case("ctc-beam", "ctc_bpe", {"type": "ctc-beam", "beam_size": 4}),
         Case("wfst", "ctc_bpe", {"type": "wfst", **search}, per_frame),
         Case("wfst-fused", "ctc_bpe", {"type": "wfst", **search}, fused),
-        Case(f"wfst-{graphs.label}", None, {"type": "wfst", **spelled}, per_frame, target_batch=256),
-        Case(f"wfst-fused-{graphs.label}", None, {"type": "wfst", **spelled}, fused, target_batch=256),
+        Case(f"wfst-{graphs.label}", None, {"type": "wfst", **spelled}, per_frame, target=(256, 1.0)),
+        Case(f"wfst-fused-{graphs.label}", None, {"type": "wfst", **spelled}, fused, target=(256, 1.0)),
         Case("wfst-otf", "ctc_bpe", {"type": "wfst-otf", **search, "lm": str(graphs.lm)}, per_frame),
         Case(
             "transducer-greedy",
             "rnnt_bpe",
             {"type": "transducer-greedy"},
             {"cuda": {"cuda_graphs": True}},
-            target_batch=32,
+            target=(32, 10.0),
         ),
         Case("transducer-beam", "rnnt_bpe", {"type": "transducer-beam", "strategy": "malsd", "beam_size": 4}),
         Case("aed-greedy", "aed_canary2", {"type": "aed-greedy"}),
@@ -232,10 +232,10 @@ def run_row(case: Case, context: Any, device: str, batch: int, outputs: list, se
 
 
 def plan(chosen: list[Case], batches: list[int]) -> list[tuple[Case, int]]:
-    """The rows in the order they run: the issue's targets first (each case's `target_batch`), then
+    """The rows in the order they run: the GPU run's targets first (each case's `target` batch), then
     batch size by batch size (all decoders at the smallest first), so a time budget cuts the rest."""
-    targets = [(case, case.target_batch) for case in chosen if case.target_batch in batches]
-    return targets + [(case, batch) for batch in batches for case in chosen if case.target_batch != batch]
+    first = [(case, case.target[0]) for case in chosen if case.target and case.target[0] in batches]
+    return first + [(case, batch) for batch in batches for case in chosen if (case, batch) not in first]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -258,6 +258,9 @@ def run(args: argparse.Namespace) -> None:
         "graph": str(graphs.demo),
         "spelled_graph": str(graphs.spelled) if graphs.spelled_error is None else graphs.spelled_error,
         "quick": args.quick,
+        "targets": [
+            {"decoder": c.name, "batch": c.target[0], "ratio_above": c.target[1]} for c in chosen if c.target
+        ],
         "rows": [],
     }
     models: dict[tuple[str, str], Any] = {}
@@ -347,7 +350,17 @@ def table(report: dict) -> str:
             f"| {cell(gpu, 'peak_gpu_mib', '.0f')} |"
         )
     if report["cuda_device"] is None:
-        lines += ["", "No CUDA device: the ops and syncs columns are the CPU run's."]
+        lines += ["", "No CUDA device: the ops and syncs columns are the CPU run's; no target measured."]
+    else:
+        lines += ["", "Targets (cuda RTFx / CPU RTFx):"]
+        for t in report.get("targets", []):
+            gpu, cpu = (by.get((t["decoder"], t["batch"], d)) for d in ("cuda", "cpu"))
+            what = f"- {t['decoder']} at batch {t['batch']}, wanted above {t['ratio_above']:g}: "
+            if gpu is None or cpu is None or "error" in gpu or "error" in cpu:
+                lines.append(what + "no result")
+            else:
+                ratio = gpu["rtfx"] / cpu["rtfx"]
+                lines.append(what + f"{ratio:.2f}, {'met' if ratio > t['ratio_above'] else 'not met'}")
     return "\n".join(lines) + "\n"
 
 
