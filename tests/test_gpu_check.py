@@ -68,6 +68,7 @@ def test_the_targets_rows_run_first():
 
 
 def test_the_table_says_whether_each_target_was_met():
+    """And how many utterances got the same words on cuda as on the CPU."""
     from asrdecode.bench.gpu import table
 
     def row(decoder, device, rtfx):
@@ -83,13 +84,15 @@ def test_the_table_says_whether_each_target_was_met():
             {"decoder": "transducer-greedy", "batch": 32, "ratio_above": 10.0},
         ],
         "rows": [
-            row("wfst-20k", "cuda", 300.0) | {"syncs_per_frame": 1.2, "peak_gpu_mib": 900.0},
+            row("wfst-20k", "cuda", 300.0)
+            | {"syncs_per_frame": 1.2, "peak_gpu_mib": 900, "same_words_as_cpu": [250, 256]},
             row("wfst-20k", "cpu", 1200.0) | {"syncs_per_frame": 0.0},
             row("wfst-fused-20k", "cuda", 6000.0) | {"syncs_per_frame": 0.02, "peak_gpu_mib": 500.0},
             row("wfst-fused-20k", "cpu", 1200.0) | {"syncs_per_frame": 0.0},
         ],
     }
     lines = table(report).splitlines()
+    assert "| wfst-20k | 256 | 300.0 | 1200.0 | 0.25 | 250/256 | 7.0 | 1.20 | 900 |" in lines
     assert lines[lines.index("Targets (cuda RTFx / CPU RTFx):") + 1 :] == [
         "- wfst-20k at batch 256, wanted above 1: 0.25, not met",
         "- wfst-fused-20k at batch 256, wanted above 1: 5.00, met",

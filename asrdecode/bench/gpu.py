@@ -206,9 +206,11 @@ def count_pass(decoder: Any, outputs: list) -> dict[str, float]:
     }
 
 
-def run_row(case: Case, context: Any, device: str, batch: int, outputs: list, seconds: float) -> dict:
+def run_row(
+    case: Case, context: Any, device: str, batch: int, outputs: list, seconds: float
+) -> tuple[dict, list[list[str]]]:
     """One decoder at one batch size on one device over `outputs` (`seconds` of audio): RTFx of a
-    timed pass after a warm-up batch."""
+    timed pass after a warm-up batch; and each utterance's words."""
     from asrdecode.decoders import make_decoder
 
     decoder = make_decoder({**case.section, **case.on.get(device, {})}, context)
@@ -220,15 +222,16 @@ def run_row(case: Case, context: Any, device: str, batch: int, outputs: list, se
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
+    results = []
     for out in outputs:
-        decoder.decode(out)
+        results += decoder.decode(out)
     if cuda:
         torch.cuda.synchronize()
         row["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     row["seconds"] = time.perf_counter() - start
     row["rtfx"] = seconds / row["seconds"]
     row.update(count_pass(decoder, outputs))
-    return row
+    return row, [[w.word for w in r.words] for r in results]
 
 
 def plan(chosen: list[Case], batches: list[int]) -> list[tuple[Case, int]]:
@@ -266,6 +269,7 @@ def run(args: argparse.Namespace) -> None:
     models: dict[tuple[str, str], Any] = {}
     for case, batch in plan(chosen, [1] if args.quick else args.batch):
         n = 1 if args.quick else max(batch, min(16 * batch, args.utterances))
+        words: dict[str, list[list[str]]] = {}  # per device: each utterance's words
         for device in devices:
             row = {"decoder": case.name, "device": device, "batch": batch}
             if args.seconds and time.perf_counter() - start > args.seconds:
@@ -288,9 +292,12 @@ def run(args: argparse.Namespace) -> None:
                         context = DecoderContext(
                             model.units, model.blank_id, model.frame_shift, model.tokens_to_words
                         )
-                    row = run_row(case, context, device, batch, outputs, seconds)
+                    row, words[device] = run_row(case, context, device, batch, outputs, seconds)
                 except Exception as err:  # one failing row must not hide the others
                     row["error"] = repr(err)[:300]
+            if device == "cpu" and "cuda" in words and "cpu" in words:  # the cuda row, already listed
+                same = sum(a == b for a, b in zip(words["cuda"], words["cpu"], strict=True))
+                report["rows"][-1]["same_words_as_cpu"] = [same, len(words["cpu"])]
             report["rows"].append(row)
             print(one_line(row), flush=True)
             write(report, Path(args.out), args.json)
@@ -318,7 +325,8 @@ def one_line(row: dict) -> str:
 
 
 def table(report: dict) -> str:
-    """A markdown table: one line per decoder and batch, cuda next to the CPU."""
+    """A markdown table: one line per decoder and batch, cuda next to the CPU (and how many
+    utterances got the same words on both); then the targets."""
     by = {(r["decoder"], r["batch"], r["device"]): r for r in report["rows"]}
     device = report["cuda_device"] or "no CUDA device"
     lines = [
@@ -326,9 +334,9 @@ def table(report: dict) -> str:
         f"{report['machine']['torch']}; load {report['machine']['load_average_at_start'][0]:.2f} before, "
         f"{report['machine']['load_average_at_end'][0]:.2f} after",
         "",
-        "| decoder | batch | RTFx cuda | RTFx CPU | cuda / CPU | ops per frame (cuda) "
+        "| decoder | batch | RTFx cuda | RTFx CPU | cuda / CPU | same words as CPU | ops per frame (cuda) "
         "| syncs per frame (cuda) | peak GPU MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def cell(row: dict | None, key: str, fmt: str) -> str:
@@ -344,9 +352,12 @@ def table(report: dict) -> str:
         if gpu and "error" not in gpu and "error" not in cpu:
             ratio = f"{gpu['rtfx'] / cpu['rtfx']:.2f}"
         counted = gpu if gpu is not None else cpu
+        same = "-"
+        if gpu and "same_words_as_cpu" in gpu:
+            same = "{}/{}".format(*gpu["same_words_as_cpu"])
         lines.append(
             f"| {name} | {batch} | {cell(gpu, 'rtfx', '.1f')} | {cell(cpu, 'rtfx', '.1f')} | {ratio} "
-            f"| {cell(counted, 'ops_per_frame', '.1f')} | {cell(counted, 'syncs_per_frame', '.2f')} "
+            f"| {same} | {cell(counted, 'ops_per_frame', '.1f')} | {cell(counted, 'syncs_per_frame', '.2f')} "
             f"| {cell(gpu, 'peak_gpu_mib', '.0f')} |"
         )
     if report["cuda_device"] is None:
