@@ -77,3 +77,16 @@ def test_a_transcription_loads_only_declared_distributions(tmp_path):
     undeclared = sorted({d for d in loaded.values() if d not in declared})
     assert not undeclared, f"loaded by a transcription but not required by asrdecode: {undeclared}"
     assert {"torch", "sentencepiece", "soundfile"} <= set(loaded.values())  # the run loaded its libraries
+
+
+def test_the_requirements_script_prints_them_for_another_torch():
+    """scripts/requirements.py (`make test-gpu-versions`): asrdecode's and the dev extra's
+    requirements, less the ones named, as pip words."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "requirements.py"
+    cmd = [sys.executable, str(script), "--extra", "dev", "--without", "torch", "torchaudio"]
+    words = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+    names = {canonicalize_name(Requirement(w).name) for w in words}
+    assert {"protobuf", "sentencepiece", "pytest", "kaldi-decoder"} <= names
+    assert not names & {"torch", "torchaudio"} and all(";" not in w for w in words)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
+    assert any(w.startswith("torch==") for w in plain.split()) and "pytest" not in plain
