@@ -116,14 +116,14 @@ def build_graphs(folder: Path, quick: bool, words: int) -> Graphs:
     """The demo TLG (or, `quick`, the small demo LM's) and the `words`-word spelled TLG, built once
     into `folder`."""
     from asrdecode.bench.wfst_decode import demo_graph as build
-    from asrdecode.bench.wfst_decode import graph_20k
+    from asrdecode.bench.wfst_decode import spelled_graph
 
     lm = SMALL_LM if quick else DEMO_LM
     demo = build(folder / ("gpu-graph-small" if quick else "gpu-graph"), lm)
     label = f"{words // 1000}k" if words % 1000 == 0 else f"{words}w"
     spelled = folder / f"gpu-graph-{label}"
     try:
-        spelled, _, corpus = graph_20k(spelled, words)
+        spelled, _, corpus = spelled_graph(spelled, words)
     except Exception as err:  # the other rows still run
         return Graphs(demo, lm, spelled, spelled, label, f"spelled TLG: {err!r}"[:300])
     return Graphs(demo, lm, spelled, corpus, label)
@@ -133,27 +133,40 @@ def warm_compiled(graphs: Graphs) -> list[str]:
     """Decode one utterance with each CPU row's compiled backend (`wfst`, `wfst-otf`), so numba's
     disk cache holds their kernels before the timed rows (scripts/gpu_check.sh runs this with the
     graph build, beside the cuda tests); returns the cases warmed."""
-    from asrdecode.decoders import DecoderContext, make_decoder
-    from asrdecode.models.loading import load_model
+    from asrdecode.decoders import make_decoder
 
-    warmed, seen = [], set()
+    warmed, seen, models = [], set(), {}
     for case in cases(graphs):
         section = {**case.section, **case.on.get("cpu", {})}
         key = json.dumps(section, sort_keys=True)
         if section.get("backend") != "compiled" or key in seen:
             continue
         seen.add(key)
-        if case.model is None:
-            outputs, _ = spelled_outputs(graphs.corpus, 1, 1, "cpu")
-            context = None
-        else:
-            model = load_model(str(FIX / f"{case.model}.nemo")).eval()
-            wav, lens = clips(1)
-            outputs = model_outputs(model, wav, lens, 1, "cpu")
-            context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+        outputs, _, context = case_inputs(case, graphs, 1, 1, "cpu", models)
         make_decoder(section, context).decode(outputs[0])
         warmed.append(case.name)
     return warmed
+
+
+def case_inputs(
+    case: Case, graphs: Graphs, n: int, batch: int, device: str, models: dict[tuple[str, str], Any]
+) -> tuple[list, float, Any]:
+    """A row's inputs: `n` utterances as model outputs in batches of `batch` on `device`, their
+    seconds of audio and the decoder context (None for the spelled case, which has no model);
+    `models` keeps each loaded fixture model per device."""
+    from asrdecode.decoders import DecoderContext
+    from asrdecode.models.loading import load_model
+
+    if case.model is None:
+        outputs, seconds = spelled_outputs(graphs.corpus, n, batch, device)
+        return outputs, seconds, None
+    key = (case.model, device)
+    if key not in models:
+        models[key] = load_model(str(FIX / f"{case.model}.nemo")).to(device).eval()
+    model = models[key]
+    wav, lens = clips(n)
+    context = DecoderContext(model.units, model.blank_id, model.frame_shift, model.tokens_to_words)
+    return model_outputs(model, wav, lens, batch, device), float(lens.sum()) / 16000, context
 
 
 def spelled_outputs(corpus: Path, n: int, batch: int, device: str) -> tuple[list, float]:
@@ -163,14 +176,13 @@ def spelled_outputs(corpus: Path, n: int, batch: int, device: str) -> tuple[list
     from asrdecode.models.base import ModelOutput
 
     lp, lengths = spelled_logprobs(spelled_sentences(corpus, n))
+    units = [*LETTERS, SEPARATOR]
     outputs = []
     for i in range(0, n, batch):
         T = int(lengths[i : i + batch].max())
         x = torch.from_numpy(lp[i : i + batch, :T].copy()).to(device)
-        units = [*LETTERS, SEPARATOR]
-        outputs.append(
-            ModelOutput(x, torch.from_numpy(lengths[i : i + batch]), SPELLED_SHIFT, len(units), units)
-        )
+        lens = torch.from_numpy(lengths[i : i + batch])
+        outputs.append(ModelOutput(x, lens, SPELLED_SHIFT, len(units), units))
     return outputs, float(lengths.sum()) * SPELLED_SHIFT
 
 
@@ -244,9 +256,6 @@ def plan(chosen: list[Case], batches: list[int]) -> list[tuple[Case, int]]:
 def run(args: argparse.Namespace) -> None:
     """Every row (`plan`); the report is rewritten after each row, and rows past the time budget
     (`--seconds`) are listed as skipped."""
-    from asrdecode.decoders import DecoderContext
-    from asrdecode.models.loading import load_model
-
     start = time.perf_counter()
     cuda = torch.cuda.is_available()
     devices = ["cuda", "cpu"] if cuda else ["cpu"]
@@ -278,20 +287,7 @@ def run(args: argparse.Namespace) -> None:
                 row["error"] = graphs.spelled_error
             else:
                 try:
-                    if case.model is None:  # the spelled case: log-probs, no model
-                        outputs, seconds = spelled_outputs(graphs.corpus, n, batch, device)
-                        context = None
-                    else:
-                        key = (case.model, device)
-                        if key not in models:
-                            models[key] = load_model(str(FIX / f"{case.model}.nemo")).to(device).eval()
-                        model = models[key]
-                        wav, lens = clips(n)
-                        outputs = model_outputs(model, wav, lens, batch, device)
-                        seconds = float(lens.sum()) / 16000
-                        context = DecoderContext(
-                            model.units, model.blank_id, model.frame_shift, model.tokens_to_words
-                        )
+                    outputs, seconds, context = case_inputs(case, graphs, n, batch, device, models)
                     row, words[device] = run_row(case, context, device, batch, outputs, seconds)
                 except Exception as err:  # one failing row must not hide the others
                     row["error"] = repr(err)[:300]

@@ -135,7 +135,7 @@ def demo_graph(out: Path, arpa: Path = ROOT / "data" / "demo" / "graph" / "lm.ar
     return out
 
 
-def graph_20k(out: Path, vocab: int = 20000) -> tuple[Path, Path, Path]:
+def spelled_graph(out: Path, vocab: int = 20000) -> tuple[Path, Path, Path]:
     """(graph folder, ARPA, corpus) of the `vocab`-word synthetic LM (the 20k case's: 20000),
     letters + `|`; built once (the LM beside `out`)."""
     from asrdecode.bench.build_graph import synthetic_lm
@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> None:
         cases.append(run_case("demo TLG (BPE, bigram)", "demo", graph_dir, lp, lengths, 0.08, args))
         print_case(cases[-1])
     if not args.graph and "20k" in args.cases:
-        graph_dir, arpa, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
+        graph_dir, arpa, corpus = spelled_graph(BENCH / "wfst-graph-20k-sep")
         sents = spelled_sentences(corpus, args.utterances)
         lp, lengths = spelled_logprobs(sents)
         name = "20k-word TLG (chars + |, trigram)"

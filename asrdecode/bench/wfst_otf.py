@@ -130,10 +130,10 @@ def demo_case() -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list[list[str
 def case_20k(threshold: float, utterances: int) -> tuple[Path, Path, Path, np.ndarray, np.ndarray, list]:
     """The 20k-word case: (large-LM TLG, TLG of the LM pruned at `threshold`, large ARPA, log-probs,
     lengths, sentences): `utterances` spelled corpus sentences of 5+ words (seed 1)."""
-    from asrdecode.bench.wfst_decode import graph_20k, spelled_logprobs, spelled_sentences
+    from asrdecode.bench.wfst_decode import spelled_graph, spelled_logprobs, spelled_sentences
     from asrdecode.graph import GraphBuildConfig
 
-    large_graph, large_lm, corpus = graph_20k(BENCH / "wfst-graph-20k-sep")
+    large_graph, large_lm, corpus = spelled_graph(BENCH / "wfst-graph-20k-sep")
     small_lm = prune(large_lm, BENCH / "wfst-otf" / f"lm_20000_pruned_{threshold:g}.arpa", threshold)
     meta = json.loads((large_graph / "meta.json").read_text())["config"]
     small_graph = build(
