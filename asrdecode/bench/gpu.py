@@ -139,7 +139,8 @@ def warm_compiled(graphs: Graphs) -> list[str]:
     for case in cases(graphs):
         section = {**case.section, **case.on.get("cpu", {})}
         key = json.dumps(section, sort_keys=True)
-        if section.get("backend") != "compiled" or key in seen:
+        unbuilt = case.model is None and graphs.spelled_error is not None
+        if section.get("backend") != "compiled" or key in seen or unbuilt:
             continue
         seen.add(key)
         outputs, _, context = case_inputs(case, graphs, 1, 1, "cpu", models)
@@ -395,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     args.load_start = os.getloadavg()
     if args.graphs_only:
         graphs = build_graphs(Path(args.graphs), args.quick, args.spelled_words)
-        print(f"graphs: {graphs.demo}, {graphs.spelled}")
+        print(f"graphs: {graphs.demo}, {graphs.spelled_error or graphs.spelled}")
         print(f"compiled (numba's disk cache): {', '.join(warm_compiled(graphs))}")
         return
     run(args)

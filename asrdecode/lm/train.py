@@ -8,7 +8,8 @@ from pathlib import Path
 
 
 def train_arpa(corpus: str | Path, arpa: str | Path, order: int = 3, quiet: bool = False) -> Path:
-    """kaldingram (modified Kneser-Ney) `corpus` -> `arpa`; runs in a child process like its CLI."""
+    """kaldingram (modified Kneser-Ney) `corpus` -> `arpa`; runs in a child process like its CLI.
+    A failure raises RuntimeError naming the corpus and kaldingram's last line of error output."""
     cmd = [
         sys.executable,
         "-m",
@@ -21,5 +22,9 @@ def train_arpa(corpus: str | Path, arpa: str | Path, order: int = 3, quiet: bool
         "--lm",
         str(arpa),
     ]
-    subprocess.run(cmd, check=True, capture_output=quiet)
+    proc = subprocess.run(cmd, capture_output=quiet, text=True)
+    if proc.returncode != 0:
+        said = [line.strip() for line in (proc.stderr or "").splitlines() if line.strip()]
+        why = said[-1] if said else f"exit status {proc.returncode}"
+        raise RuntimeError(f"kaldingram could not train an LM on {corpus}: {why}")
     return Path(arpa)
