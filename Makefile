@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 OUT    ?= out
 
-.PHONY: install real-data demo-data lm-data demo test test-gpu-versions gpu-wheels fuzz lint clean-out
+.PHONY: install real-data demo-data lm-data demo test test-gpu-versions need-python312 gpu-image-check gpu-wheels fuzz lint clean-out
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,16 +79,34 @@ demo: install real-data demo-data
 test: install real-data demo-data lm-data
 	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
-## test-gpu-versions: the whole suite with the GPU image's torch 2.11.0 (and its triton 3.6.0) instead of
-## the pinned 2.9.1, in .venv-gpu (a CUDA build of torch: several GB the first time), so that the GPU
-## check meets no version difference the CPU could have shown
+## The GPU machine's Python: 3.12 (python3.12, else pyenv's; or PYTHON312=...)
+PYTHON312 ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),\
+	$(if $(shell $(p) --version 2>/dev/null),$(p))))
+need-python312:
+	@test -n "$(PYTHON312)" || { echo "needs Python 3.12, the GPU image's (PYTHON312=/path/to/python3.12)" >&2; exit 1; }
+
+## test-gpu-versions: the whole suite with the GPU image's Python 3.12 and packages (scripts/gpu_image.txt:
+## torch 2.11.0, triton 3.6.0, numpy 2.5.2, ...) plus asrdecode's other requirements, in .venv-gpu (a
+## CUDA build of torch: several GB the first time), so that the GPU check meets no version difference the
+## CPU could have shown
 VENV_GPU := .venv-gpu
-test-gpu-versions: install real-data demo-data lm-data
-	test -x $(VENV_GPU)/bin/python || $(PYTHON) -m venv $(VENV_GPU)
-	$(VENV_GPU)/bin/python -m pip install -q torch==2.11.0 torchaudio==2.11.0 \
+test-gpu-versions: install real-data demo-data lm-data need-python312
+	$(VENV_GPU)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null \
+		|| $(PYTHON312) -m venv --clear $(VENV_GPU)
+	$(VENV_GPU)/bin/python -m pip install -q -r scripts/gpu_image.txt \
 		$$($(BIN)/python scripts/requirements.py --extra dev --without torch torchaudio)
 	$(VENV_GPU)/bin/python -m pip install -q --no-deps -e .
 	$(VENV_GPU)/bin/python -m pytest -n auto --maxprocesses=4
+
+## gpu-image-check: scripts/gpu_check.sh run as on the GPU machine, less its GPU: in .venv-gpu-image,
+## Python 3.12 with only the image's packages (scripts/gpu_image.txt), the wheels of .whl/ installed by
+## the check itself; its CPU part (20k-word graph, the benchmark's CPU rows) into out/gpu-image-check
+VENV_GPU_IMAGE := .venv-gpu-image
+gpu-image-check: gpu-wheels real-data demo-data lm-data need-python312
+	$(VENV_GPU_IMAGE)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null \
+		|| $(PYTHON312) -m venv --clear $(VENV_GPU_IMAGE)
+	$(VENV_GPU_IMAGE)/bin/python -m pip install -q -r scripts/gpu_image.txt
+	PYTHON=$(VENV_GPU_IMAGE)/bin/python scripts/gpu_check.sh out/gpu-image-check
 
 ## gpu-wheels: the cp312 manylinux x86-64 wheels scripts/gpu_check.sh needs on the GPU machine
 ## (scripts/gpu_wheels.txt: what its image lacks) into .whl/, carried there with the checkout

@@ -49,14 +49,33 @@ else
     echo "gpu_check: no wheels in $WHEELS: using the installed packages"
 fi
 export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
-if ! missing=$("$PY" - <<'EOF'
+# every module the check imports, and every requirement of the wheels just installed (the image
+# must hold what they need: kaldingram needs tqdm, jiwer click >= 8.1.8)
+if ! missing=$(SITE="$SITE" "$PY" - <<'EOF'
+import importlib.metadata as md
 import importlib.util
+import os
+
+from packaging.requirements import Requirement
+
 names = ["torch", "numpy", "numba", "soundfile", "jiwer", "kaldifst", "kaldilm", "torchaudio", "sentencepiece",
          "google.protobuf", "kaldingram", "yaml", "click", "rich", "pytest", "xdist", "asrdecode"]
-print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
+missing = [n for n in names if importlib.util.find_spec(n) is None]
+for dist in md.distributions(path=[os.environ["SITE"]]):
+    for line in dist.requires or []:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            version = md.version(req.name)
+        except md.PackageNotFoundError:
+            version = None
+        if version is None or not req.specifier.contains(version, prereleases=True):
+            missing.append(f"{req}{f' (not {version})' if version else ''} for {dist.metadata['Name']}")
+print(", ".join(missing))
 EOF
 ) || [[ -n "$missing" ]]; then
-    echo "gpu_check: missing Python packages: ${missing:-?} (make gpu-wheels where pip works, then carry .whl/)" >&2
+    echo "gpu_check: missing Python packages: ${missing:-?} (scripts/gpu_wheels.txt lists what the image lacks: make gpu-wheels where pip works, carry .whl/)" >&2
     exit 1
 fi
 CUDA=$("$PY" -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')")

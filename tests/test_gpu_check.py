@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -98,3 +100,57 @@ def test_the_table_says_whether_each_target_was_met():
         "- wfst-fused-20k at batch 256, wanted above 1: 5.00, met",
         "- transducer-greedy at batch 32, wanted above 10: no result",
     ]
+
+
+def test_graphs_only_goes_on_without_the_spelled_graph(monkeypatch, tmp_path, capsys):
+    """A failed spelled-TLG build (its LM) is one line of --graphs-only's output; the other rows'
+    graph is built and their compiled kernels warmed all the same."""
+    import asrdecode.bench.gpu as gpu
+    import asrdecode.bench.wfst_decode as wfst_decode
+    import asrdecode.decoders
+
+    why = "kaldingram could not train an LM on corpus_300.txt: ModuleNotFoundError: No module named 'tqdm'"
+
+    def no_spelled_graph(folder, words):
+        raise RuntimeError(why)
+
+    warmed = []
+
+    def inputs(case, *rest):
+        warmed.append(case.name)
+        return [None], 0.0, None
+
+    monkeypatch.setattr(wfst_decode, "demo_graph", lambda folder, lm: folder)
+    monkeypatch.setattr(wfst_decode, "spelled_graph", no_spelled_graph)
+    monkeypatch.setattr(gpu, "case_inputs", inputs)
+    monkeypatch.setattr(asrdecode.decoders, "make_decoder", lambda *args: SimpleNamespace(decode=str))
+    gpu.main(["--graphs-only", "--graphs", str(tmp_path), "--quick"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"graphs: {tmp_path / 'gpu-graph-small'}, spelled TLG: RuntimeError({why!r})"
+    assert warmed == ["wfst", "wfst-otf"]  # wfst-fused's CPU side is wfst's
+
+
+def test_a_carried_wheel_whose_requirement_the_image_lacks_stops_the_check(tmp_path):
+    """One line naming the missing distribution and the wheel that needs it, before any test runs."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    info = "needy-1.0.dist-info"
+    files = {
+        "needy/__init__.py": "",
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: needy\nVersion: 1.0\n"
+        "Requires-Dist: no-such-distribution>=2\nRequires-Dist: numpy\n"
+        'Requires-Dist: another-missing; extra == "docs"\n',
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheels / "needy-1.0-py3-none-any.whl", "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+        whl.writestr(f"{info}/RECORD", "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"]))
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_WHEELS": str(wheels)}
+    cmd = ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path / "out"), "--quick"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "gpu_check: missing Python packages: no-such-distribution>=2 for needy"
+        " (scripts/gpu_wheels.txt lists what the image lacks: make gpu-wheels where pip works, carry .whl/)"
+    ]
+    assert not (tmp_path / "out" / "cuda-tests.log").exists()
