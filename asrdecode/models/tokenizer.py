@@ -183,10 +183,12 @@ class Tokenizer:
         ids = [int(i) for i in ids]
         if self._sp is None:
             return [" " if self.units[i] == self.space else self.units[i] for i in ids]
+        if not ids:  # (sentencepiece 0.2.2 fails to parse the proto of no ids)
+            return []
         proto = self._sp.decode_ids_as_proto(ids)
         pieces = [p.surface for p in proto.pieces]
         if len(pieces) != len(ids) or "".join(pieces) != proto.text:  # not seen: one share for all
-            return [proto.text] + [""] * (len(ids) - 1) if ids else []
+            return [proto.text] + [""] * (len(ids) - 1)
         return pieces
 
     def decode(self, ids: Sequence[int]) -> str:
