@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 OUT    ?= out
 
-.PHONY: install real-data demo-data lm-data demo test test-gpu-versions need-python312 gpu-image-check gpu-wheels fuzz lint clean-out
+.PHONY: install real-data demo-data lm-data demo test test-gpu-versions need-python312 gpu-image-check cuda-tests-on-cpu gpu-wheels fuzz lint clean-out
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,14 @@ gpu-image-check: gpu-wheels real-data demo-data lm-data need-python312
 		|| $(PYTHON312) -m venv --clear $(VENV_GPU_IMAGE)
 	$(VENV_GPU_IMAGE)/bin/python -m pip install -q -r scripts/gpu_image.txt
 	PYTHON=$(VENV_GPU_IMAGE)/bin/python scripts/gpu_check.sh out/gpu-image-check
+
+## cuda-tests-on-cpu: the `cuda` tests with the CPU in cuda's place (the Triton kernels under their
+## interpreter), so that their own code and every option they set have run before a GPU runs them
+## (PYTHON_FOR_TESTS=.venv-gpu/bin/python: with the GPU image's versions, after make test-gpu-versions)
+PYTHON_FOR_TESTS ?= $(BIN)/python
+cuda-tests-on-cpu: install real-data demo-data lm-data
+	ASRDECODE_CUDA_TESTS_DEVICE=cpu TRITON_INTERPRET=1 $(PYTHON_FOR_TESTS) -m pytest -m cuda -n auto \
+		--maxprocesses=4 tests/decoders/test_cuda_decoders.py tests/models/test_cuda_encoders.py
 
 ## gpu-wheels: the cp312 manylinux x86-64 wheels scripts/gpu_check.sh needs on the GPU machine
 ## (scripts/gpu_wheels.txt: what its image lacks) into .whl/, carried there with the checkout

@@ -154,3 +154,24 @@ def test_a_carried_wheel_whose_requirement_the_image_lacks_stops_the_check(tmp_p
         " (scripts/gpu_wheels.txt lists what the image lacks: make gpu-wheels where pip works, carry .whl/)"
     ]
     assert not (tmp_path / "out" / "cuda-tests.log").exists()
+
+
+CUDA_TESTS_HERE = [
+    "tests/decoders/test_cuda_decoders.py::test_ctc",
+    "tests/decoders/test_cuda_decoders.py::test_transducer_greedy[False-True-labels-rnnt_bpe]",
+    "tests/decoders/test_cuda_decoders.py::test_transducer_beam[False-rnnt_bpe-malsd]",
+    "tests/decoders/test_cuda_decoders.py::test_aed[aed_canary-section0]",
+    "tests/decoders/test_cuda_decoders.py::test_a_model_on_cuda_decodes_its_own_output",
+    "tests/models/test_cuda_encoders.py::test_fixture_model[ctc_bpe]",
+]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA they run on it (scripts/gpu_check.sh)")
+def test_cuda_tests_run_with_the_cpu_in_cudas_place():
+    """A few `cuda` tests of each kind run here with ASRDECODE_CUDA_TESTS_DEVICE=cpu, so their code
+    cannot rot between GPU runs (`make cuda-tests-on-cpu` runs all of them, the kernels interpreted)."""
+    env = {**os.environ, "ASRDECODE_CUDA_TESTS_DEVICE": "cpu"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *CUDA_TESTS_HERE]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1].startswith("8 passed in"), proc.stdout[-500:]

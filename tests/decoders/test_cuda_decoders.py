@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.devices import CUDA, assert_same_results, on_device
+from helpers.devices import CUDA, DEVICE, assert_same_results, on_device
 from helpers.nemo_audio import audio_batch
 from helpers.transducer import nemo_output
 from helpers.wfst_ref import FIXTURES, nemo_log_probs
@@ -42,7 +42,7 @@ def context(net) -> DecoderContext:
 def both(section: dict, output: ModelOutput, ctx: DecoderContext | None, **on_cuda) -> None:
     """`section` decoded on the CPU and (with `on_cuda` options added) on cuda: the same results."""
     cpu = make_decoder(section, ctx).decode(output)
-    gpu = make_decoder({**section, **on_cuda}, ctx).decode(on_device(output, "cuda"))
+    gpu = make_decoder({**section, **on_cuda}, ctx).decode(on_device(output, DEVICE))
     assert_same_results(cpu, gpu)
 
 
@@ -160,9 +160,11 @@ def test_aed(name, section):
 
 def test_a_model_on_cuda_decodes_its_own_output():
     """The pipeline's way: the whole model on the device, its output decoded there."""
-    net = load_nemo(FIXTURES / "rnnt_bpe.nemo").to("cuda").eval()
+    net = load_nemo(FIXTURES / "rnnt_bpe.nemo").to(DEVICE).eval()
     audio = audio_batch()
     with torch.inference_mode():
-        output = net(torch.from_numpy(audio["audio"]).cuda(), torch.from_numpy(audio["audio_len"]).cuda())
+        output = net(
+            torch.from_numpy(audio["audio"]).to(DEVICE), torch.from_numpy(audio["audio_len"]).to(DEVICE)
+        )
     results = make_decoder({"type": "transducer-greedy", "cuda_graphs": True}, context(net)).decode(output)
-    assert output.encoder_out.is_cuda and sum(len(r.tokens) for r in results) > 0
+    assert output.encoder_out.device.type == DEVICE and sum(len(r.tokens) for r in results) > 0

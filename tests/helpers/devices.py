@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -12,7 +13,11 @@ import torch
 from asrdecode.decoders.base import DecodeResult
 from asrdecode.models import ModelOutput
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# The device the `cuda` tests compare with the CPU: cuda, or with ASRDECODE_CUDA_TESTS_DEVICE=cpu the
+# CPU itself (with TRITON_INTERPRET=1: `make cuda-tests-on-cpu`), which runs the tests' own code and
+# every option they set where no GPU is
+DEVICE = os.environ.get("ASRDECODE_CUDA_TESTS_DEVICE", "cuda")
+CUDA = pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def on_device(output: ModelOutput, device: str | torch.device) -> ModelOutput:

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 import torch
-from helpers.devices import CUDA
+from helpers.devices import CUDA, DEVICE
 from helpers.nemo_audio import FIX, audio_batch
 
 from asrdecode.models.loading import load_model
@@ -28,9 +28,9 @@ def outputs(spec: str, **options):
     net = load_model(spec, **options).eval()
     audio = audio_batch()
     wav, lens = torch.from_numpy(audio["audio"]), torch.from_numpy(audio["audio_len"])
-    gpu = copy.deepcopy(net).to("cuda")
+    gpu = copy.deepcopy(net).to(DEVICE)
     with torch.inference_mode():
-        return net(wav, lens), gpu(wav.cuda(), lens.cuda())
+        return net(wav, lens), gpu(wav.to(DEVICE), lens.to(DEVICE))
 
 
 def assert_close(cpu, gpu) -> None:
@@ -40,7 +40,7 @@ def assert_close(cpu, gpu) -> None:
         assert (a is None) == (g is None), name
         if a is None:
             continue
-        assert g.is_cuda
+        assert g.device.type == DEVICE
         for b, n in enumerate(cpu.lengths.tolist()):
             scale = max(1.0, float(a[b, :n].abs().max()))  # ConvASR outputs are tiny: absolute 1e-3 then
             torch.testing.assert_close(g[b, :n].cpu(), a[b, :n], atol=TOL * scale, rtol=0)
