@@ -6,7 +6,7 @@
 #   1. installs the wheels in .whl/ (made here by `make gpu-wheels`, listed in scripts/gpu_wheels.txt)
 #      into a temporary folder with `pip install --no-index --no-deps --target` (OUT_DIR keeps only
 #      the results, four small files) and puts the checkout and them on PYTHONPATH (the machine's
-#      own torch is used);
+#      own torch is used); stops in one line if a module or a wheel's requirement is missing;
 #   2. runs the `cuda` tests: every decoder gives on cuda what it gives on the CPU, each model
 #      family's encoder output on cuda is within 1e-3 of the CPU's (OUT_DIR/cuda-tests.log);
 #   3. runs `asrdecode bench gpu`: per decoder, throughput at batch 1, 32 and 256 on cuda against
@@ -20,7 +20,8 @@
 #
 # What travels to the GPU machine is the checkout (tracked and untracked-not-ignored files) plus
 # .whl/ (carried): at most 64 MiB together. tests/test_tree_size.py keeps the tracked files under
-# 40 MiB and scripts/gpu_wheels.txt names under 20 MiB of wheels. No GPU run has been made yet.
+# 40 MiB and scripts/gpu_wheels.txt names under 20 MiB of wheels. `make gpu-image-check` runs this
+# script here in the image's Python and packages (scripts/gpu_image.txt). No GPU run has been made yet.
 set -euo pipefail
 
 usage="usage: scripts/gpu_check.sh OUT_DIR [--quick]"
