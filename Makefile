@@ -108,13 +108,16 @@ gpu-image-check: gpu-wheels real-data demo-data lm-data need-python312
 	$(VENV_GPU_IMAGE)/bin/python -m pip install -q -r scripts/gpu_image.txt
 	PYTHON=$(VENV_GPU_IMAGE)/bin/python scripts/gpu_check.sh out/gpu-image-check
 
-## cuda-tests-on-cpu: the `cuda` tests with the CPU in cuda's place (the Triton kernels under their
-## interpreter), so that their own code and every option they set have run before a GPU runs them
-## (PYTHON_FOR_TESTS=.venv-gpu/bin/python: with the GPU image's versions, after make test-gpu-versions)
+## cuda-tests-on-cpu: the `cuda` tests, then the GPU benchmark's cuda rows (--quick), with the CPU in
+## cuda's place (the Triton kernels under their interpreter), so that their own code and every option
+## they set have run before a GPU runs them (PYTHON_FOR_TESTS=.venv-gpu/bin/python: with the GPU
+## image's versions, after make test-gpu-versions)
 PYTHON_FOR_TESTS ?= $(BIN)/python
 cuda-tests-on-cpu: install real-data demo-data lm-data
 	ASRDECODE_CUDA_TESTS_DEVICE=cpu TRITON_INTERPRET=1 $(PYTHON_FOR_TESTS) -m pytest -m cuda -n auto \
 		--maxprocesses=4 tests/decoders/test_cuda_decoders.py tests/models/test_cuda_encoders.py
+	TRITON_INTERPRET=1 $(PYTHON_FOR_TESTS) -m asrdecode.bench.gpu --quick --cuda-rows-on-cpu \
+		--out $(OUT)/bench/gpu-cuda-rows-on-cpu
 
 ## gpu-wheels: the cp312 manylinux x86-64 wheels scripts/gpu_check.sh needs on the GPU machine
 ## (scripts/gpu_wheels.txt: what its image lacks) into .whl/, carried there with the checkout

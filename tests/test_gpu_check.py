@@ -175,3 +175,24 @@ def test_cuda_tests_run_with_the_cpu_in_cudas_place():
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.stdout.splitlines()[-1].startswith("8 passed in"), proc.stdout[-500:]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the cuda rows run on it")
+def test_the_benchmarks_cuda_rows_run_with_the_cpu_in_cudas_place(tmp_path):
+    """--cuda-rows-on-cpu: the cuda rows' settings (torch backend, CUDA graphs asked for) decode on
+    the CPU, each beside its CPU row with the same words, and the table says it measured nothing."""
+    names = ["ctc-greedy", "wfst-300w", "transducer-greedy", "aed-beam"]
+    cmd = [sys.executable, "-m", "asrdecode.bench.gpu", "--quick", "--cuda-rows-on-cpu", "--decoders", *names]
+    cmd += ["--graphs", str(tmp_path / "graphs"), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "bench_gpu.json").read_text())
+    rows = report["rows"]
+    assert [(r["decoder"], r["device"]) for r in rows] == [(n, d) for n in names for d in ("cuda", "cpu")]
+    for cuda_row in rows[::2]:
+        assert "error" not in cuda_row and cuda_row["same_words_as_cpu"] == [1, 1], cuda_row
+        assert "peak_gpu_mib" not in cuda_row
+    assert report["cuda_device"] is None and report["cuda_rows_on_cpu"] is True
+    table = (tmp_path / "out" / "bench_gpu.md").read_text()
+    assert "the cuda rows' settings ran on the CPU (a check of their code, not a measurement)" in table
+    assert "| wfst-300w | 1 |" in table and "| 1/1 |" in table

@@ -17,7 +17,10 @@ as bigrams over the fixture's BPE units, built once into --graphs; `--quick`: da
 TLG of `asrdecode bench wfst` (a synthetic trigram, letters + ``|``, ~1.3M states) on its spelled
 log-probs (no model; frame shift 0.04 s): the GPU run's target is `wfst` there at batch 256 faster
 than the compiled backend on all the machine's cores (paper 001 reports 15.6x a 16-core CPU decoder).
-``--spelled-words`` sets its words (`--quick`: 300). Without CUDA only the CPU rows are made. The
+``--spelled-words`` sets its words (`--quick`: 300). Without CUDA only the CPU rows are made, unless
+``--cuda-rows-on-cpu``: then the cuda rows' settings run on the CPU too (the fused kernels need
+TRITON_INTERPRET=1), which checks their code, the same-words column and the targets' lines without a
+GPU (no measurement: the table says so). The
 targets' rows run first (``wfst-20k`` and ``wfst-fused-20k`` at batch 256, ``transducer-greedy`` at
 32), then the rest batch size by batch size; bench_gpu.json and bench_gpu.md in --out are rewritten
 after each row, and rows that would start past `--seconds` are listed as skipped. ``--graphs-only``
@@ -227,7 +230,8 @@ def run_row(
     from asrdecode.decoders import make_decoder
 
     decoder = make_decoder({**case.section, **case.on.get(device, {})}, context)
-    cuda = device == "cuda"
+    first = outputs[0]
+    cuda = any(t is not None and t.is_cuda for t in (first.log_probs, first.encoder_out))  # (or on the CPU)
     decoder.decode(outputs[0])  # warm-up: compiles, captures, grows capacities
     utterances = sum(len(out.lengths) for out in outputs)
     row: dict[str, Any] = {"decoder": case.name, "device": device, "batch": batch, "utterances": utterances}
@@ -259,7 +263,8 @@ def run(args: argparse.Namespace) -> None:
     (`--seconds`) are listed as skipped."""
     start = time.perf_counter()
     cuda = torch.cuda.is_available()
-    devices = ["cuda", "cpu"] if cuda else ["cpu"]
+    stand_in = args.cuda_rows_on_cpu and not cuda  # the cuda rows' settings on the CPU
+    devices = ["cuda", "cpu"] if cuda or stand_in else ["cpu"]
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
     graphs = build_graphs(Path(args.graphs), args.quick, args.spelled_words)
@@ -267,6 +272,7 @@ def run(args: argparse.Namespace) -> None:
     report = {
         "machine": machine_info(args.load_start),
         "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
+        "cuda_rows_on_cpu": stand_in,
         "cpu_threads": cores,
         "graph": str(graphs.demo),
         "spelled_graph": str(graphs.spelled) if graphs.spelled_error is None else graphs.spelled_error,
@@ -288,7 +294,8 @@ def run(args: argparse.Namespace) -> None:
                 row["error"] = graphs.spelled_error
             else:
                 try:
-                    outputs, seconds, context = case_inputs(case, graphs, n, batch, device, models)
+                    on = "cpu" if stand_in else device
+                    outputs, seconds, context = case_inputs(case, graphs, n, batch, on, models)
                     row, words[device] = run_row(case, context, device, batch, outputs, seconds)
                 except Exception as err:  # one failing row must not hide the others
                     row["error"] = repr(err)[:300]
@@ -339,7 +346,7 @@ def table(report: dict) -> str:
     def cell(row: dict | None, key: str, fmt: str) -> str:
         if row is None:
             return "-"
-        return "error" if "error" in row else format(row[key], fmt)
+        return "error" if "error" in row else format(row[key], fmt) if key in row else "-"
 
     for (name, batch, dev), cpu in by.items():
         if dev != "cpu":
@@ -357,7 +364,10 @@ def table(report: dict) -> str:
             f"| {same} | {cell(counted, 'ops_per_frame', '.1f')} | {cell(counted, 'syncs_per_frame', '.2f')} "
             f"| {cell(gpu, 'peak_gpu_mib', '.0f')} |"
         )
-    if report["cuda_device"] is None:
+    if report.get("cuda_rows_on_cpu"):
+        lines += ["", "No CUDA device: the cuda rows' settings ran on the CPU (a check of their code, not a "
+                  "measurement); no target measured."]  # fmt: skip
+    elif report["cuda_device"] is None:
         lines += ["", "No CUDA device: the ops and syncs columns are the CPU run's; no target measured."]
     else:
         lines += ["", "Targets (cuda RTFx / CPU RTFx):"]
@@ -390,6 +400,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument(
         "--graphs-only", action="store_true", help="build the graphs, compile the CPU kernels and stop"
+    )
+    ap.add_argument(
+        "--cuda-rows-on-cpu",
+        action="store_true",
+        help="without CUDA, run the cuda rows' settings on the CPU: a check of their code, not a measurement",
     )
     args = parse(ap, argv)
     args.spelled_words = args.spelled_words or (300 if args.quick else 20000)
