@@ -19,7 +19,7 @@ log-probs (no model; frame shift 0.04 s): the GPU run's target is `wfst` there a
 than the compiled backend on all the machine's cores (paper 001 reports 15.6x a 16-core CPU decoder).
 ``--spelled-words`` sets its words (`--quick`: 300). Without CUDA only the CPU rows are made, unless
 ``--cuda-rows-on-cpu``: then the cuda rows' settings run on the CPU too (the fused kernels need
-TRITON_INTERPRET=1), which checks their code, the same-words column and the targets' lines without a
+TRITON_INTERPRET=1), which checks their code, the same-words column and the table without a
 GPU (no measurement: the table says so). The
 targets' rows run first (``wfst-20k`` and ``wfst-fused-20k`` at batch 256, ``transducer-greedy`` at
 32), then the rest batch size by batch size; bench_gpu.json and bench_gpu.md in --out are rewritten
