@@ -82,6 +82,9 @@ test: install real-data demo-data lm-data
 ## The GPU machine's Python: 3.12 (python3.12, else pyenv's; or PYTHON312=...)
 PYTHON312 ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),\
 	$(if $(shell $(p) --version 2>/dev/null),$(p))))
+## $(call venv312,DIR): DIR as a Python 3.12 venv (made anew if it is missing or another Python's)
+venv312 = $(1)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null \
+	|| $(PYTHON312) -m venv --clear $(1)
 need-python312:
 	@test -n "$(PYTHON312)" || { echo "needs Python 3.12, the GPU image's (PYTHON312=/path/to/python3.12)" >&2; exit 1; }
 
@@ -91,8 +94,7 @@ need-python312:
 ## CPU could have shown
 VENV_GPU := .venv-gpu
 test-gpu-versions: install real-data demo-data lm-data need-python312
-	$(VENV_GPU)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null \
-		|| $(PYTHON312) -m venv --clear $(VENV_GPU)
+	$(call venv312,$(VENV_GPU))
 	$(VENV_GPU)/bin/python -m pip install -q -r scripts/gpu_image.txt \
 		$$($(BIN)/python scripts/requirements.py --extra dev --without torch torchaudio)
 	$(VENV_GPU)/bin/python -m pip install -q --no-deps -e .
@@ -103,8 +105,7 @@ test-gpu-versions: install real-data demo-data lm-data need-python312
 ## the check itself; its CPU part (20k-word graph, the benchmark's CPU rows) into out/gpu-image-check
 VENV_GPU_IMAGE := .venv-gpu-image
 gpu-image-check: gpu-wheels real-data demo-data lm-data need-python312
-	$(VENV_GPU_IMAGE)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null \
-		|| $(PYTHON312) -m venv --clear $(VENV_GPU_IMAGE)
+	$(call venv312,$(VENV_GPU_IMAGE))
 	$(VENV_GPU_IMAGE)/bin/python -m pip install -q -r scripts/gpu_image.txt
 	PYTHON=$(VENV_GPU_IMAGE)/bin/python scripts/gpu_check.sh out/gpu-image-check
 

@@ -232,7 +232,7 @@ def run_row(
     decoder = make_decoder({**case.section, **case.on.get(device, {})}, context)
     first = outputs[0]
     cuda = any(t is not None and t.is_cuda for t in (first.log_probs, first.encoder_out))  # (or on the CPU)
-    decoder.decode(outputs[0])  # warm-up: compiles, captures, grows capacities
+    decoder.decode(first)  # warm-up: compiles, captures, grows capacities
     utterances = sum(len(out.lengths) for out in outputs)
     row: dict[str, Any] = {"decoder": case.name, "device": device, "batch": batch, "utterances": utterances}
     if cuda:
